@@ -1,0 +1,46 @@
+"""Helpers shared by the command modules: ``--json`` output, spec loading, prefixes."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+
+def add_json(parser) -> None:
+    """Add ``--json`` (machine-readable output) to a reporting command."""
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+
+
+def print_json(obj: Any) -> None:
+    """Write ``obj`` as indented JSON to stdout (paths and other objects as strings)."""
+    json.dump(obj, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def load_spec(name: str, site: Optional[str] = None, site_file: Optional[str] = None):
+    """Load spec ``name`` resolved for ``site`` (a name or file), or as written when None.
+
+    Raises:
+        SpecError: exit 2.
+    """
+    if site or site_file:
+        from envtool.spec import sites
+
+        return sites.resolve(name, site=site, site_file=site_file)
+    from envtool.spec.catalog import load_spec as _load
+
+    return _load(name)
+
+
+def default_prefix(spec_name: str) -> Path:
+    """``./envs/<spec>`` when no ``--prefix`` is given."""
+    return Path(os.getcwd()) / "envs" / spec_name
+
+
+def add_spec_site(parser) -> None:
+    """``--site NAME`` and ``--site-file FILE`` (site overlays)."""
+    parser.add_argument("--site", help="resolve the spec for this site (bundled: summit, perlmutter, polaris, "
+                                       "bede, local; more in $ENVTOOL_SITE_PATH)")
+    parser.add_argument("--site-file", help="a site file to resolve the spec with")

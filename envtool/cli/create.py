@@ -1,0 +1,59 @@
+"""``envtool create SPEC``: build, validate and place an environment (atomically)."""
+from __future__ import annotations
+
+import sys
+
+from envtool.cli.common import add_json, add_spec_site, load_spec, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("create", help="create (or clone) an environment, build Horovod, validate it",
+                       description="Create an environment from a spec: clone or create, install packages, build "
+                                   "Horovod, validate (check-build, DataLoader start method), lock. The environment "
+                                   "is built in a temporary sibling and moved into place only if everything passed.")
+    p.add_argument("spec", help="spec name (see 'envtool specs') or path to a spec file")
+    p.add_argument("--prefix", help="target prefix (default ./envs/SPEC)")
+    p.add_argument("--force", action="store_true", help="replace an existing target (once the new one is complete)")
+    p.add_argument("--clone", nargs="?", const="", default=None, metavar="SOURCE",
+                   help="clone SOURCE (env name or prefix; default: the site's base env)")
+    p.add_argument("--from-lock", metavar="FILE", help="install exactly the packages of a lockfile (no solve)")
+    p.add_argument("--engine", help="venv, rattler (conda, default for conda specs), conda, mamba, micromamba")
+    p.add_argument("--modulefile-root", metavar="DIR", help="also write a modulefile under DIR")
+    p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: CPU count)")
+    add_spec_site(p)
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from envtool.cli.plan import options_from_args
+    from envtool.errors import EnvtoolError
+    from envtool.steps import validate
+    from envtool.steps.create import create
+
+    spec = load_spec(args.spec, args.site, args.site_file)
+    options = options_from_args(args, spec)
+    try:
+        result = create(spec, options, force=args.force, verbose=args.verbose, quiet=args.quiet or args.json)
+    except EnvtoolError as exc:
+        report = (getattr(exc, "results", None) or {}).get("validate")
+        if args.json:
+            print_json({"ok": False, "error": str(exc), "log": str(getattr(exc, "log", "")),
+                        "results": getattr(exc, "results", {})})
+        elif report:
+            print(validate.format_report(report))
+        print(f"nothing was left at {options.prefix}", file=sys.stderr)
+        raise
+    if args.json:
+        print_json({"ok": True, "prefix": str(result.prefix), "log": str(result.log), "results": result.results,
+                    "timings": result.timings, "relocation": result.relocation})
+        return 0
+    report = result.results.get("validate")
+    if report:
+        print(validate.format_report(report))
+    print(f"environment ready at {result.prefix}")
+    print(f"build log: {result.prefix}/.envtool/create.log")
+    if result.relocation.get("binaries") and args.verbose:
+        print(f"note: {len(result.relocation['binaries'])} binary file(s) still name the temporary build prefix "
+              "(RUNPATH entries or compiled-in strings; listed in the build log)", file=sys.stderr)
+    return 0

@@ -1,0 +1,71 @@
+"""``envtool`` entry point: parse arguments, dispatch, turn errors into exit statuses.
+
+Exit statuses: 0 success, 1 a check failed, 2 usage or input error. Errors are one clear
+message on stderr, never a traceback (``ENVTOOL_DEBUG=1`` shows one).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from typing import List, Optional
+
+from envtool import __version__
+
+#: Command modules under ``envtool.cli``, in ``--help`` order. A module that is not there yet is
+#: skipped (each issue adds its own).
+COMMANDS = ("create", "plan", "check_build", "specs", "show", "diff_specs", "clone", "lock", "diff",
+            "modulefile", "doctor")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser with every available command registered."""
+    parser = argparse.ArgumentParser(
+        prog="envtool",
+        description="Provision distributed deep-learning environments (PyTorch/TensorFlow + Horovod) on HPC systems.")
+    parser.add_argument("--version", action="version", version=f"envtool {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show subprocess output and details")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"envtool.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"envtool.cli.{name}":
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run envtool with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    from envtool.errors import EnvtoolError
+
+    try:
+        return int(args.func(args) or 0)
+    except EnvtoolError as exc:
+        print(f"envtool: error: {exc}", file=sys.stderr)
+        log = getattr(exc, "log", None)
+        if log:
+            print(f"envtool: build log: {log}", file=sys.stderr)
+        return exc.exit_status
+    except KeyboardInterrupt as exc:
+        log = getattr(exc, "log", None)
+        print("envtool: interrupted" + (f"; build log: {log}" if log else ""), file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug: say so plainly, keep the traceback behind ENVTOOL_DEBUG
+        if os.environ.get("ENVTOOL_DEBUG"):
+            raise
+        log = getattr(exc, "log", None)
+        print(f"envtool: internal error: {type(exc).__name__}: {exc} (set ENVTOOL_DEBUG=1 for a traceback)"
+              + (f"; build log: {log}" if log else ""), file=sys.stderr)
+        return 1

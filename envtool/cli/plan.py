@@ -1,0 +1,46 @@
+"""``envtool plan SPEC``: print the ordered steps with their exact commands; changes nothing."""
+from __future__ import annotations
+
+from envtool.cli.common import add_json, add_spec_site, default_prefix, load_spec, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plan", help="show the ordered steps create would run (no side effects)",
+                       description="Print the ordered steps (modules, create or clone, packages, Horovod build with "
+                                   "its exact HOROVOD_* set and fix rules, validation, lock, modulefile).")
+    p.add_argument("spec", help="spec name (see 'envtool specs') or path to a spec file")
+    p.add_argument("--prefix", help="target prefix (default ./envs/SPEC)")
+    p.add_argument("--clone", nargs="?", const="", default=None, metavar="SOURCE",
+                   help="clone SOURCE (default: the site's base env) instead of creating from scratch")
+    p.add_argument("--from-lock", metavar="FILE", help="install exactly the packages of a lockfile")
+    p.add_argument("--engine", help="venv, rattler (conda, default for conda specs), conda, mamba, micromamba")
+    p.add_argument("--modulefile-root", metavar="DIR", help="also write a modulefile under DIR")
+    p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: CPU count)")
+    add_spec_site(p)
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def options_from_args(args, spec):
+    """PlanOptions from the shared create/plan arguments."""
+    import os
+    from pathlib import Path
+
+    from envtool.steps.model import PlanOptions
+
+    prefix = Path(os.path.abspath(args.prefix)) if args.prefix else default_prefix(spec.name)
+    return PlanOptions(prefix=prefix, clone=args.clone, from_lock=Path(args.from_lock) if args.from_lock else None,
+                       engine=args.engine, modulefile_root=Path(args.modulefile_root) if args.modulefile_root else None,
+                       cpu_count=args.jobs or os.cpu_count() or 2, site=getattr(args, "site", None))
+
+
+def run(args) -> int:
+    from envtool.steps.planner import format_plan, make_plan
+
+    spec = load_spec(args.spec, args.site, args.site_file)
+    plan = make_plan(spec, options_from_args(args, spec))
+    if args.json:
+        print_json(plan.to_dict())
+    else:
+        print(format_plan(plan))
+    return 0

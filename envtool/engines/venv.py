@@ -1,0 +1,91 @@
+"""The venv/pip engine: ``python -m venv`` and real ``pip``.
+
+A venv is not relocatable as is: its scripts' ``#!`` lines, ``bin/activate*`` and
+``pyvenv.cfg`` name the prefix. ``create`` builds in a temporary sibling and then rewrites
+those text files to the final prefix (:func:`envtool.steps.relocate.relocate`) before the
+rename.
+"""
+from __future__ import annotations
+
+import glob
+import shutil
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+from envtool.engines.base import Engine, InstalledPackage
+from envtool.errors import UsageError
+from envtool.spec.model import Spec
+from envtool.steps.model import PlanOptions, Step
+
+
+def find_interpreter(spec: Spec) -> str:
+    """The base interpreter for the venv: ``python<X.Y>`` matching ``spec.python``, else this one.
+
+    Raises:
+        UsageError: the spec pins a Python that is not on ``PATH``.
+    """
+    if spec.python is None:
+        return sys.executable
+    want = spec.python.value.strip().lstrip("=").rstrip(".*")
+    parts = want.split(".")
+    major_minor = ".".join(parts[:2])
+    if f"{sys.version_info.major}.{sys.version_info.minor}" == major_minor:
+        return sys.executable
+    found = shutil.which(f"python{major_minor}")
+    if not found:
+        raise UsageError(f"spec {spec.name!r} pins Python {want}, but no python{major_minor} is on PATH "
+                         f"(this is Python {sys.version_info.major}.{sys.version_info.minor}); "
+                         "install it or use a conda spec")
+    return found
+
+
+def site_packages(prefix: Path) -> Optional[Path]:
+    """``prefix/lib/pythonX.Y/site-packages``, or None when absent."""
+    hits = sorted(glob.glob(str(Path(prefix) / "lib" / "python*" / "site-packages")))
+    return Path(hits[0]) if hits else None
+
+
+def pip_distributions(prefix: Path) -> List[InstalledPackage]:
+    """Distributions installed in ``prefix``'s site-packages, read with ``importlib.metadata``."""
+    from importlib import metadata
+
+    sp = site_packages(prefix)
+    if sp is None:
+        return []
+    out = {}
+    for dist in metadata.distributions(path=[str(sp)]):
+        name = (dist.metadata["Name"] or "").strip()
+        if not name:
+            continue
+        from packaging.utils import canonicalize_name
+
+        out[canonicalize_name(name)] = InstalledPackage(name=canonicalize_name(name), version=dist.version,
+                                                        manager="pip")
+    return sorted(out.values(), key=lambda p: p.name)
+
+
+class VenvEngine(Engine):
+    """Creates a venv and installs ``packages.pip`` with the venv's own pip."""
+
+    name = "venv"
+
+    def create_steps(self, spec: Spec, options: PlanOptions) -> List[Step]:
+        prefix = options.work_prefix
+        py = str(self.python(prefix))
+        steps = [Step(id="create-venv", title=f"Create a venv at {options.prefix}",
+                      commands=((find_interpreter(spec), "-m", "venv", str(prefix)),))]
+        if spec.packages.conda:
+            raise UsageError(f"spec {spec.name!r} lists conda packages but uses the venv engine; "
+                             "set engine: conda")
+        pip_reqs = [p.value for p in spec.packages.pip]
+        if spec.horovod.install == "pip-build":
+            # --no-build-isolation needs the build backend in the env itself (horovod.md, pitfalls).
+            pip_reqs = ["setuptools", "wheel"] + pip_reqs
+        if pip_reqs:
+            steps.append(Step(id="pip-install", title="Install pip packages: " + " ".join(p.value for p in spec.packages.pip),
+                              commands=((py, "-m", "pip", "install", "--disable-pip-version-check", *pip_reqs),)))
+        return steps
+
+    def installed(self, prefix: Path) -> List[InstalledPackage]:
+        return pip_distributions(prefix)

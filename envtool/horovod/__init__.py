@@ -1,0 +1,1 @@
+"""envtool.horovod package."""

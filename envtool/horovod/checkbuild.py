@@ -1,0 +1,164 @@
+"""Parse ``horovodrun --check-build`` output and compare it with a spec's expectations.
+
+Formats (``shared/reference/horovod.md``, from horovod/runner/launch.py::check_build@v0.28.1,
+horovod/run/run.py@v0.17.1–0.19.1, horovod/run/runner.py@v0.19.2–0.19.5):
+
+* a ``Horovod vX.Y.Z:`` header, then three sections — ``Available Frameworks:``,
+  ``Available Controllers:``, ``Available Tensor Operations:`` — of items ``    [X] Name``;
+* 0.17.1–0.18.2 print ``MLSL`` where 0.19+ print ``CCL``;
+* ``--verbose`` adds a leading blank line, ``Checking whether extension …`` lines and whole
+  tracebacks between items; the last line carries trailing spaces;
+* the exit status is 0 whatever is found, so only the marks count.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from envtool.errors import EnvtoolError
+from envtool.spec.model import CheckBuildExpectation
+
+SECTIONS = {
+    "available frameworks": "frameworks",
+    "available controllers": "controllers",
+    "available tensor operations": "tensor_operations",
+}
+_HEADER = re.compile(r"^\s*Horovod v(\S+?):?\s*$")
+_SECTION = re.compile(r"^\s*(Available [A-Za-z ]+?):\s*$")
+_ITEM = re.compile(r"^\s*\[( |X|x)\] (\w+)\s*$")
+
+
+class CheckBuildParseError(EnvtoolError):
+    """The text holds no ``--check-build`` sections (exit status 2: bad input)."""
+
+    exit_status = 2
+
+
+@dataclass(frozen=True)
+class CheckBuild:
+    """What one ``--check-build`` run reported.
+
+    Attributes:
+        version: the Horovod version in the header (``0.28.1``), or None if absent.
+        frameworks / controllers / tensor_operations: ordered ``(name, available)`` pairs,
+            names as Horovod prints them (``PyTorch``, ``Gloo``, ``MLSL``).
+    """
+
+    version: Optional[str]
+    frameworks: Tuple[Tuple[str, bool], ...] = ()
+    controllers: Tuple[Tuple[str, bool], ...] = ()
+    tensor_operations: Tuple[Tuple[str, bool], ...] = ()
+
+    def section(self, name: str) -> Dict[str, bool]:
+        """``{name: available}`` of one section (``frameworks``, ``controllers``, ``tensor_operations``)."""
+        return dict(getattr(self, name))
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        return {"version": self.version,
+                **{s: {n: a for n, a in getattr(self, s)} for s in SECTIONS.values()}}
+
+
+def parse(text: str) -> CheckBuild:
+    """Parse ``horovodrun --check-build`` output (any version 0.17.1 → 0.28.1, verbose or not).
+
+    Args:
+        text: the captured stdout (stderr may be mixed in).
+    Returns:
+        a :class:`CheckBuild`.
+    Raises:
+        CheckBuildParseError: no section with items was found (e.g. Horovod < 0.17.1, where
+            the option does not exist, or an import failure before any output).
+    """
+    version = None
+    sections: Dict[str, List[Tuple[str, bool]]] = {v: [] for v in SECTIONS.values()}
+    current: Optional[str] = None
+    for line in text.splitlines():
+        m = _HEADER.match(line)
+        if m and version is None:
+            version = m.group(1)
+            continue
+        m = _SECTION.match(line)
+        if m:
+            current = SECTIONS.get(m.group(1).strip().lower())
+            continue
+        m = _ITEM.match(line)
+        if m and current is not None:
+            name = m.group(2)
+            if name not in (n for n, _ in sections[current]):
+                sections[current].append((name, m.group(1) in "Xx"))
+    if not any(sections.values()):
+        snippet = text.strip().splitlines()[-1][:200] if text.strip() else "(empty output)"
+        raise CheckBuildParseError(
+            "no 'horovodrun --check-build' sections found (Horovod < 0.17.1 has no --check-build); "
+            f"last line: {snippet}")
+    return CheckBuild(version=version, **{k: tuple(v) for k, v in sections.items()})
+
+
+@dataclass(frozen=True)
+class Row:
+    """One capability in the comparison table."""
+
+    section: str
+    name: str
+    expected: bool
+    found: bool
+
+    @property
+    def ok(self) -> bool:
+        """A capability that was asked for must be there; an extra one is reported, not failed."""
+        return self.found or not self.expected
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Expected versus found, row by row (in the order Horovod prints them)."""
+
+    rows: Tuple[Row, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.rows)
+
+    @property
+    def missing(self) -> List[Row]:
+        """Rows asked for and not found."""
+        return [r for r in self.rows if not r.ok]
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "rows": [{"section": r.section, "name": r.name, "expected": r.expected,
+                                         "found": r.found, "ok": r.ok} for r in self.rows],
+                "missing": [f"{r.section}:{r.name}" for r in self.missing]}
+
+
+def compare(found: CheckBuild, expected: CheckBuildExpectation) -> Comparison:
+    """Compare a parsed result with a spec's ``expect.check_build``.
+
+    A name the spec expects but the output does not list at all (``CCL`` against a 0.18
+    output) counts as not found.
+    """
+    rows: List[Row] = []
+    for section in SECTIONS.values():
+        want = set(getattr(expected, section))
+        seen = []
+        for name, available in getattr(found, section):
+            rows.append(Row(section, name, name in want, available))
+            seen.append(name)
+        for name in getattr(expected, section):
+            if name not in seen:
+                rows.append(Row(section, name, True, False))
+    return Comparison(tuple(rows))
+
+
+_LABEL = {"frameworks": "", "controllers": " (controller)", "tensor_operations": " (tensor op)"}
+
+
+def format_table(comparison: Comparison) -> str:
+    """The human table: ``horovodrun --check-build   expected   found`` then one row each."""
+    lines = [f"{'horovodrun --check-build':<28}{'expected':<11}found"]
+    for r in comparison.rows:
+        label = f"  {r.name}{_LABEL[r.section]}"
+        flag = "" if r.ok else "   <- MISSING"
+        lines.append(f"{label:<28}{'yes' if r.expected else 'no':<11}{'yes' if r.found else 'no'}{flag}")
+    return "\n".join(lines)

@@ -1,0 +1,97 @@
+"""Derive the ``HOROVOD_*`` build environment from a spec.
+
+Rules (``shared/reference/horovod.md``, "Build-time variables"):
+
+* every requested framework and controller gets ``HOROVOD_WITH_<X>=1``, every other one
+  ``HOROVOD_WITHOUT_<X>=1``, so that a missing piece stops the build instead of being skipped
+  (setup.py@v0.19.0 "Unable to build PyTorch plugin, will skip it" unless WITH is set);
+* ``HOROVOD_WITH_GLOO=1`` is read by no CMake file (CMakeLists.txt@v0.28.1: Gloo is built
+  unless ``HOROVOD_WITHOUT_GLOO`` is set) but is the documented spelling, so it is emitted;
+* ``HOROVOD_GPU_OPERATIONS`` exists from 0.20.0; older versions take per-op variables;
+* 0.19.x tests flags for being non-empty, so ``=0`` counts as set: such values are refused.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+from packaging.version import Version
+
+from envtool.errors import SpecError
+from envtool.spec.model import HorovodSpec, Spec
+from envtool.spec.rules import horovod_version
+
+_FRAMEWORK_VARS = (("tensorflow", "TENSORFLOW"), ("pytorch", "PYTORCH"), ("mxnet", "MXNET"))
+_CONTROLLER_VARS = (("mpi", "MPI"), ("gloo", "GLOO"))
+
+
+def build_env(spec: Spec, cpu_count: Optional[int] = None) -> List[Tuple[str, str]]:
+    """The ordered ``HOROVOD_*`` (and ``MAKEFLAGS``) assignments for building Horovod.
+
+    Args:
+        spec: a validated spec (its ``horovod`` section is read).
+        cpu_count: parallel compile jobs for ``MAKEFLAGS=-jN`` (setup.py drops its default
+            ``-j8`` when ``MAKEFLAGS`` is set); None leaves ``MAKEFLAGS`` out.
+    Returns:
+        ``[(name, value), …]`` in the order shown by ``plan``: GPU variables, WITH, WITHOUT,
+        locations, extra variables, ``MAKEFLAGS``.
+    Raises:
+        SpecError: an ``extra_env`` flag set to ``0`` for Horovod < 0.20 (counts as set there).
+    """
+    h: HorovodSpec = spec.horovod
+    version = horovod_version(spec)
+    env: List[Tuple[str, str]] = []
+    if h.gpu_operations:
+        env.append(("HOROVOD_GPU_OPERATIONS", h.gpu_operations.upper()))
+    for op, impl in h.gpu_ops:
+        env.append((f"HOROVOD_GPU_{op.upper()}", impl.upper()))
+    if h.nccl_link:
+        env.append(("HOROVOD_NCCL_LINK", h.nccl_link.upper()))
+    if h.allow_mixed_gpu_impl:
+        env.append(("HOROVOD_ALLOW_MIXED_GPU_IMPL", "1"))
+    if h.cpu_operations:
+        env.append(("HOROVOD_CPU_OPERATIONS", h.cpu_operations.upper()))
+    for key, var in _FRAMEWORK_VARS:
+        if key in h.frameworks:
+            env.append((f"HOROVOD_WITH_{var}", "1"))
+    for key, var in _CONTROLLER_VARS:
+        if key in h.controllers:
+            env.append((f"HOROVOD_WITH_{var}", "1"))
+    for key, var in _FRAMEWORK_VARS:
+        if key not in h.frameworks:
+            env.append((f"HOROVOD_WITHOUT_{var}", "1"))
+    for key, var in _CONTROLLER_VARS:
+        if key not in h.controllers:
+            env.append((f"HOROVOD_WITHOUT_{var}", "1"))
+    if h.cuda_home:
+        env.append(("HOROVOD_CUDA_HOME", h.cuda_home))
+    if h.nccl_home:
+        env.append(("HOROVOD_NCCL_HOME", h.nccl_home))
+    if h.cuda_cc_list:
+        env.append(("HOROVOD_BUILD_CUDA_CC_LIST", h.cuda_cc_list))
+    names = {k for k, _ in env}
+    for key, value in h.extra_env:
+        if version is not None and version < Version("0.20.0") and key.startswith("HOROVOD_") \
+                and value.strip() in ("0", "false", "False"):
+            raise SpecError(spec.path, f"horovod.extra_env.{key}",
+                            "a variable left out rather than set to 0 for Horovod < 0.20",
+                            got=value, hint="setup.py@v0.19.x treats any non-empty value as set")
+        if key in names:
+            env = [(k, v) for k, v in env if k != key]
+        env.append((key, value))
+    if cpu_count:
+        env.append(("MAKEFLAGS", f"-j{cpu_count}"))
+    return env
+
+
+def cache_relevant(env: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
+    """The assignments that change the built binary (``MAKEFLAGS`` only changes the speed)."""
+    return sorted((k, v) for k, v in env if k != "MAKEFLAGS")
+
+
+def requirement(spec: Spec) -> str:
+    """What pip builds: ``spec.horovod.source`` or ``horovod==<version>``."""
+    h = spec.horovod
+    if h.source:
+        return h.source
+    version = horovod_version(spec)
+    return f"horovod=={version}"

@@ -1,0 +1,83 @@
+"""The spec catalog: where specs live and how a name becomes a :class:`Spec`.
+
+Search order: each directory of ``ENVTOOL_SPEC_PATH`` (``:``-separated), then the bundled
+specs (``specs/`` of the source tree, or ``envtool/_bundled/specs`` in an installed wheel).
+A name that contains ``/`` or ends in ``.yaml``/``.yml`` is read as a path.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Dict, List
+
+from envtool.errors import SpecError
+from envtool.spec import load, rules
+from envtool.spec.model import Spec
+
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+
+def bundled_dir(kind: str) -> Path:
+    """The bundled directory for ``kind`` (``specs`` or ``sites``)."""
+    installed = _PACKAGE_DIR / "_bundled" / kind
+    if installed.is_dir():
+        return installed
+    return _PACKAGE_DIR.parent / kind
+
+
+def search_dirs(kind: str = "specs", env_var: str = "ENVTOOL_SPEC_PATH") -> List[Path]:
+    """Directories searched for ``kind`` files, highest priority first."""
+    dirs = [Path(p) for p in os.environ.get(env_var, "").split(os.pathsep) if p]
+    dirs.append(bundled_dir(kind))
+    return dirs
+
+
+def available(kind: str = "specs", env_var: str = "ENVTOOL_SPEC_PATH") -> Dict[str, Path]:
+    """Map name → file for every spec found (an earlier directory shadows a later one)."""
+    found: Dict[str, Path] = {}
+    for d in search_dirs(kind, env_var):
+        if not d.is_dir():
+            continue
+        for f in sorted(list(d.glob("*.yaml")) + list(d.glob("*.yml"))):
+            found.setdefault(f.stem, f)
+    return found
+
+
+def find(name: str) -> Path:
+    """The file for spec ``name`` (a name or a path).
+
+    Raises:
+        SpecError: no such spec (the message lists close names).
+    """
+    if "/" in name or name.endswith((".yaml", ".yml")):
+        path = Path(name)
+        if not path.is_file():
+            raise SpecError(name, "(file)", "an existing spec file")
+        return path
+    specs = available()
+    if name in specs:
+        return specs[name]
+    import difflib
+    close = difflib.get_close_matches(name, list(specs), n=3)
+    raise SpecError(name, "(spec name)", "a known spec", got=name,
+                    hint=("did you mean " + ", ".join(close) + "?") if close else
+                    "see 'envtool specs'")
+
+
+def load_spec(name: str) -> Spec:
+    """Load, merge (``extends``) and validate spec ``name`` (or a path).
+
+    Returns:
+        the resolved :class:`Spec`.
+    Raises:
+        SpecError: anything wrong with the file or its parents, exit status 2.
+    """
+    path = find(name)
+    raw = load.resolve_raw(path, find)
+    if raw.get("abstract") is True:
+        raise SpecError(path, "abstract", "a concrete spec (this one is only a parent for 'extends')",
+                        line=raw.line_of("abstract"), hint="see 'envtool specs' for the specs that extend it")
+    spec_name = str(raw.get("name") or path.stem) if "name" in raw else path.stem
+    spec = load.build_spec(str(path), raw, name=spec_name)
+    rules.check(spec, raw)
+    return spec

@@ -1,0 +1,401 @@
+"""Turn spec YAML into :class:`envtool.spec.model.Spec`, with errors that name file, line and field.
+
+Steps: each file is checked on its own (unknown keys, types, choices — so the error names the
+file that holds the mistake), ``extends`` chains are merged (mappings merge key by key, lists
+and scalars of the child replace the parent's), then the merged mapping becomes a ``Spec`` and
+the cross-field rules of :mod:`envtool.spec.rules` run.
+"""
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from envtool.errors import SpecError
+from envtool.spec import model as m
+from envtool.spec.yamlload import LineDict, load_yaml
+
+#: Fields of each section; anything else is an unknown key (with a "did you mean").
+TOP_KEYS = ("name", "summary", "distribution", "extends", "abstract", "sources", "platforms", "engine", "python",
+            "cuda", "site", "channels", "packages", "horovod", "expect", "env", "notes")
+#: Keys a child never inherits from its parent (``abstract: true`` marks a parent-only spec).
+NOT_INHERITED = ("extends", "name", "abstract")
+SITE_KEYS = ("name", "modules", "base_env", "launcher", "scheduler", "gpus_per_node", "env")
+PACKAGES_KEYS = ("conda", "pip")
+HOROVOD_KEYS = ("version", "install", "source", "frameworks", "controllers", "gpu_operations", "gpu_ops",
+                "cpu_operations", "nccl_link", "allow_mixed_gpu_impl", "cuda_home", "nccl_home",
+                "cuda_cc_list", "extra_env")
+EXPECT_KEYS = ("check_build", "dataloader_start_method")
+CHECK_BUILD_KEYS = ("frameworks", "controllers", "tensor_operations")
+PIN_KEYS = ("spec", "value", "mark", "source", "note")
+DISTRIBUTION_KEYS = ("name", "version")
+
+
+class _Reader:
+    """Typed access to one mapping of one file; every error names file, line and dotted field."""
+
+    def __init__(self, path: str, data: Any, where: str, line: Optional[int] = None):
+        self.path = path
+        self.where = where
+        if data is None:
+            data = LineDict()
+        if not isinstance(data, dict):
+            raise SpecError(path, where or "(top level)", "a mapping", got=data, line=line)
+        self.data = data
+        self.line = getattr(data, "line", None) or line
+
+    def field(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    def line_of(self, key: str) -> Optional[int]:
+        if isinstance(self.data, LineDict):
+            return self.data.line_of(key)
+        return self.line
+
+    def error(self, key: str, expected: str, got: object = None, hint: str = "") -> SpecError:
+        return SpecError(self.path, self.field(key), expected, got=got, line=self.line_of(key), hint=hint)
+
+    def check_keys(self, allowed: Sequence[str]) -> None:
+        for key in self.data:
+            if key not in allowed:
+                close = difflib.get_close_matches(str(key), allowed, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else "allowed: " + ", ".join(allowed)
+                raise SpecError(self.path, self.field(str(key)), "a known field", got=key,
+                                line=self.line_of(key), hint=f"unknown key; {hint}")
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def get(self, key: str, default=None):
+        return self.data.get(key, default)
+
+    def str(self, key: str, default: Optional[str] = None, optional: bool = True) -> Optional[str]:
+        value = self.data.get(key, default)
+        if value is None:
+            if not optional:
+                raise self.error(key, "a string")
+            return None
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise self.error(key, "a string", got=value)
+        return str(value)
+
+    def choice(self, key: str, choices: Sequence[str], default: Optional[str] = None,
+               nullable: bool = True) -> Optional[str]:
+        value = self.data.get(key, default)
+        if value is None and nullable:
+            return None
+        if isinstance(value, str) and value.lower() in choices:
+            return value.lower()
+        raise self.error(key, "one of " + ", ".join(choices) + (" or null" if nullable else ""), got=value)
+
+    def choices(self, key: str, choices: Sequence[str]) -> Tuple[str, ...]:
+        values = self.data.get(key) or []
+        if not isinstance(values, list):
+            raise self.error(key, "a list drawn from " + ", ".join(choices), got=values)
+        out = []
+        for v in values:
+            if not isinstance(v, str) or v.lower() not in choices:
+                raise self.error(key, "a list drawn from " + ", ".join(choices), got=v)
+            if v.lower() not in out:
+                out.append(v.lower())
+        return tuple(out)
+
+    def str_list(self, key: str) -> Tuple[str, ...]:
+        values = self.data.get(key) or []
+        if not isinstance(values, list) or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
+                                                   for v in values):
+            raise self.error(key, "a list of strings", got=values)
+        return tuple(str(v) for v in values)
+
+    def str_map(self, key: str) -> Tuple[Tuple[str, str], ...]:
+        values = self.data.get(key) or {}
+        if not isinstance(values, dict):
+            raise self.error(key, "a mapping of names to strings", got=values)
+        out = []
+        for k, v in values.items():
+            if not isinstance(k, str) or not k:
+                raise self.error(key, "variable names as keys", got=k)
+            if isinstance(v, bool):
+                v = "1" if v else "0"
+            if not isinstance(v, (str, int, float)):
+                raise SpecError(self.path, f"{self.field(key)}.{k}", "a string value", got=v,
+                                line=self.line_of(key))
+            out.append((k, str(v)))
+        return tuple(out)
+
+    def bool(self, key: str, default: bool = False) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise self.error(key, "true or false", got=value)
+        return value
+
+    def int(self, key: str, default: int = 0) -> int:
+        value = self.data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self.error(key, "a non-negative integer", got=value)
+        return value
+
+    def sub(self, key: str) -> "_Reader":
+        return _Reader(self.path, self.data.get(key), self.field(key), line=self.line_of(key))
+
+
+def check_pin_value(path: str, value: str, field: str, line: Optional[int], kind: Optional[str]) -> None:
+    """Check that a pinned value parses: ``conda`` with py-rattler's ``MatchSpec``, ``pip`` with
+    ``packaging``'s ``Requirement``, ``version`` with ``packaging``'s ``Version`` (a leading ``=``
+    and a trailing ``.*`` are allowed: ``=3.8``, ``10.2.*``) or, for a range (``>=3.8,<3.11``),
+    py-rattler's ``VersionSpec``. ``kind`` None checks nothing.
+
+    Raises:
+        SpecError: the value does not parse (names file, line, field and the parser's reason).
+    """
+    if kind == "conda":
+        from rattler import MatchSpec  # lazy: py-rattler is heavy
+
+        try:
+            MatchSpec(value)
+        except Exception as exc:  # rattler raises its own InvalidMatchSpecError
+            raise SpecError(path, field, "a conda match spec such as 'pytorch-base 1.7.1.*'", got=value,
+                            line=line, hint=str(exc)) from None
+    elif kind == "pip":
+        from packaging.requirements import InvalidRequirement, Requirement
+
+        try:
+            Requirement(value)
+        except InvalidRequirement as exc:
+            raise SpecError(path, field, "a pip requirement such as 'torch==2.13.0'", got=value, line=line,
+                            hint=str(exc).splitlines()[0]) from None
+    elif kind == "version":
+        from packaging.version import InvalidVersion, Version
+
+        if value.strip()[:1] in "<>!~" or any(c in value for c in ",|"):
+            from rattler import VersionSpec  # a range such as ">=3.8,<3.11": conda's rules
+
+            try:
+                VersionSpec(value.strip())
+            except Exception as exc:
+                raise SpecError(path, field, "a version or a conda version range such as '>=3.8,<3.11'",
+                                got=value, line=line, hint=str(exc)) from None
+            return
+        text = value.strip().lstrip("=").strip()
+        text = text[:-2] if text.endswith(".*") else text
+        try:
+            Version(text)
+        except InvalidVersion:
+            raise SpecError(path, field, "a version such as 3.8 or 10.2.89", got=value, line=line) from None
+
+
+def _pin(path: str, raw: Any, field: str, line: Optional[int], source_ids: Sequence[str],
+         kind: Optional[str] = None) -> m.Pin:
+    """One pin: a scalar, or ``{spec|value: …, mark: V|V2|I, source: id, note: …}``; its value is
+    checked with :func:`check_pin_value` for ``kind``."""
+    if isinstance(raw, dict):
+        r = _Reader(path, raw, field, line)
+        r.check_keys(PIN_KEYS)
+        if r.has("spec") and r.has("value"):
+            raise r.error("spec", "either 'spec' or 'value', not both")
+        value = r.str("spec") if r.has("spec") else r.str("value")
+        if value is None:
+            raise r.error("spec", "the pinned value ('spec' or 'value')")
+        mark = r.get("mark")
+        if mark is not None and mark not in m.MARKS:
+            raise r.error("mark", "one of " + ", ".join(m.MARKS), got=mark)
+        source = r.str("source")
+        if source is not None and source_ids and source not in source_ids:
+            raise r.error("source", "the id of an entry of 'sources' (" + ", ".join(source_ids) + ")", got=source)
+        check_pin_value(path, value, field, r.line_of("spec" if r.has("spec") else "value"), kind)
+        return m.Pin(value=value, mark=mark, source=source, note=r.str("note"))
+    if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+        raise SpecError(path, field, "a version string or {spec:, mark:, source:}", got=raw, line=line)
+    check_pin_value(path, str(raw), field, line, kind)
+    return m.Pin(value=str(raw))
+
+
+def _pin_list(r: _Reader, key: str, source_ids, kind: Optional[str] = None) -> Tuple[m.Pin, ...]:
+    values = r.get(key) or []
+    if not isinstance(values, list):
+        raise r.error(key, "a list of package pins", got=values)
+    return tuple(_pin(r.path, v, f"{r.field(key)}[{i}]", getattr(v, "line", None) or r.line_of(key), source_ids,
+                      kind=kind)
+                 for i, v in enumerate(values))
+
+
+def _sources(r: _Reader) -> Tuple[Tuple[str, str], ...]:
+    raw = r.get("sources")
+    if raw is None:
+        return ()
+    if isinstance(raw, list):
+        out = []
+        for i, v in enumerate(raw):
+            if not isinstance(v, str):
+                raise r.error("sources", "a list of URLs or a mapping id: URL", got=v)
+            out.append((f"s{i + 1}", v))
+        return tuple(out)
+    return r.str_map("sources")
+
+
+def check_file(path: str, raw: LineDict) -> None:
+    """Check one file's own keys and value types (before ``extends`` merging).
+
+    Raises:
+        SpecError: naming ``path``, the line and the field.
+    """
+    build_spec(path, raw, name=str(raw.get("name") or Path(path).stem), partial=True)
+
+
+def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False) -> m.Spec:
+    """Build a :class:`Spec` from a merged mapping.
+
+    Args:
+        path: the file shown in errors.
+        raw: the mapping (``extends`` already merged unless ``partial``).
+        name: the spec's name.
+        partial: only check types (a file that extends another may omit required parts).
+    Returns:
+        the spec (meaningless when ``partial``).
+    Raises:
+        SpecError: a field is unknown, of the wrong type or out of its choices.
+    """
+    r = _Reader(path, raw, "")
+    r.check_keys(TOP_KEYS)
+    sources = _sources(r)
+    source_ids = [k for k, _ in sources]
+    if partial:
+        source_ids = []  # ids may be defined in the parent
+
+    dist_raw = r.get("distribution")
+    if isinstance(dist_raw, str):
+        dist = m.Distribution(name=dist_raw)
+    else:
+        d = r.sub("distribution")
+        d.check_keys(DISTRIBUTION_KEYS)
+        dist = m.Distribution(name=d.str("name") or "custom", version=d.str("version"))
+
+    platforms = r.str_list("platforms") or ("linux-64",)
+    for p in platforms:
+        if p not in m.PLATFORMS:
+            raise r.error("platforms", "conda platforms drawn from " + ", ".join(m.PLATFORMS), got=p)
+
+    s = r.sub("site")
+    s.check_keys(SITE_KEYS)
+    site = m.Site(name=s.str("name") or "local", modules=s.str_list("modules"), base_env=s.str("base_env"),
+                  launcher=s.str("launcher"), scheduler=s.str("scheduler"),
+                  gpus_per_node=s.int("gpus_per_node", 0), env=s.str_map("env"))
+
+    p = r.sub("packages")
+    p.check_keys(PACKAGES_KEYS)
+    packages = m.Packages(conda=_pin_list(p, "conda", source_ids, kind="conda"),
+                          pip=_pin_list(p, "pip", source_ids, kind="pip"))
+
+    h = r.sub("horovod")
+    h.check_keys(HOROVOD_KEYS)
+    version = _pin(path, h.get("version"), h.field("version"), h.line_of("version"), source_ids) \
+        if h.get("version") is not None else None
+    gpu_ops_raw = h.sub("gpu_ops")
+    gpu_ops_raw.check_keys(tuple(m.GPU_OP_CHOICES))
+    gpu_ops = tuple((op, gpu_ops_raw.choice(op, m.GPU_OP_CHOICES[op], nullable=False))
+                    for op in m.GPU_OP_CHOICES if gpu_ops_raw.get(op) is not None)
+    horovod = m.HorovodSpec(
+        version=version,
+        install=h.choice("install", m.HOROVOD_INSTALLS, default="pip-build" if version else "none", nullable=False),
+        source=h.str("source"),
+        frameworks=h.choices("frameworks", m.FRAMEWORKS),
+        controllers=h.choices("controllers", m.CONTROLLERS),
+        gpu_operations=h.choice("gpu_operations", m.GPU_OPERATION_CHOICES),
+        gpu_ops=gpu_ops,
+        cpu_operations=h.choice("cpu_operations", m.CPU_OPERATION_CHOICES),
+        nccl_link=h.choice("nccl_link", m.NCCL_LINKS),
+        allow_mixed_gpu_impl=h.bool("allow_mixed_gpu_impl"),
+        cuda_home=h.str("cuda_home"), nccl_home=h.str("nccl_home"), cuda_cc_list=h.str("cuda_cc_list"),
+        extra_env=h.str_map("extra_env"),
+    )
+
+    e = r.sub("expect")
+    e.check_keys(EXPECT_KEYS)
+    check_build = None
+    if e.get("check_build") is not None:
+        c = e.sub("check_build")
+        c.check_keys(CHECK_BUILD_KEYS)
+        check_build = m.CheckBuildExpectation(
+            frameworks=_names(c, "frameworks", m.CHECK_BUILD_FRAMEWORKS),
+            controllers=_names(c, "controllers", m.CHECK_BUILD_CONTROLLERS),
+            tensor_operations=_names(c, "tensor_operations", m.CHECK_BUILD_TENSOR_OPERATIONS))
+    expect = m.Expect(check_build=check_build,
+                      dataloader_start_method=e.choice("dataloader_start_method", m.START_METHODS))
+
+    python = _pin(path, r.get("python"), "python", r.line_of("python"), source_ids, kind="version") \
+        if r.get("python") is not None else None
+    cuda = _pin(path, r.get("cuda"), "cuda", r.line_of("cuda"), source_ids, kind="version") \
+        if r.get("cuda") is not None else None
+    if r.get("abstract") is not None and not isinstance(r.get("abstract"), bool):
+        raise r.error("abstract", "true or false", got=r.get("abstract"))
+
+    return m.Spec(
+        name=name, path=path, summary=r.str("summary") or "", distribution=dist, sources=sources,
+        platforms=platforms, engine=r.choice("engine", m.ENGINES, default="venv", nullable=False),
+        python=python, cuda=cuda, site=site, channels=r.str_list("channels"), packages=packages,
+        horovod=horovod, expect=expect, env=r.str_map("env"), notes=r.str("notes") or "",
+        extends=r.str("extends"),
+    )
+
+
+def _names(r: _Reader, key: str, allowed: Sequence[str]) -> Tuple[str, ...]:
+    """Capability names, matched case-insensitively and returned as Horovod prints them."""
+    lookup = {a.lower(): a for a in allowed}
+    values = r.get(key) or []
+    if not isinstance(values, list):
+        raise r.error(key, "a list drawn from " + ", ".join(allowed), got=values)
+    out = []
+    for v in values:
+        if not isinstance(v, str) or v.lower() not in lookup:
+            raise r.error(key, "a list drawn from " + ", ".join(allowed), got=v)
+        out.append(lookup[v.lower()])
+    return tuple(out)
+
+
+def merge(parent: Dict[str, Any], child: Dict[str, Any]) -> LineDict:
+    """Merge two raw spec mappings: mappings merge key by key, anything else in ``child`` wins.
+
+    ``extends``, ``name`` and ``abstract`` are never inherited. Line numbers of the child's keys are kept.
+    """
+    out = LineDict()
+    out.line = getattr(child, "line", None)
+    for key, value in parent.items():
+        if key in NOT_INHERITED:
+            continue
+        out[key] = value
+    for key, value in child.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            merged = merge(out[key], value)
+            out[key] = merged
+        else:
+            out[key] = value
+        if isinstance(child, LineDict) and key in child.lines:
+            out.lines[key] = child.lines[key]
+    return out
+
+
+def resolve_raw(path: Path, find: Callable[[str], Path], _seen: Optional[List[str]] = None) -> LineDict:
+    """Read ``path`` and merge its ``extends`` chain (parents found with ``find(name)``).
+
+    Raises:
+        SpecError: a file fails its own checks, a parent is missing, or ``extends`` loops
+            (the message lists the cycle).
+    """
+    seen = list(_seen or [])
+    raw = load_yaml(path)
+    name = str(raw.get("name") or Path(path).stem)
+    if name in seen:
+        raise SpecError(path, "extends", "a chain without cycles", line=raw.line_of("extends"),
+                        hint="cycle: " + " -> ".join(seen + [name]))
+    seen.append(name)
+    check_file(str(path), raw)
+    parent_name = raw.get("extends")
+    if not parent_name:
+        return raw
+    try:
+        parent_path = find(str(parent_name))
+    except SpecError as exc:
+        raise SpecError(path, "extends", "the name of a known spec", got=parent_name,
+                        line=raw.line_of("extends"), hint=exc.hint) from None
+    parent = resolve_raw(parent_path, find, seen)
+    return merge(parent, raw)

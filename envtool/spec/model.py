@@ -1,0 +1,233 @@
+"""The spec model: plain, frozen dataclasses that every other layer reads.
+
+A spec (``specs/*.yaml``) says what an environment holds and how it is built: platform,
+engine, channels, conda and pip packages, how Horovod is built and what it must report,
+and the site it runs on. ``envtool.spec.load`` turns YAML into these classes and validates
+them; nothing here does I/O.
+
+Provenance: every pinned value (a package match spec, the Python, CUDA or Horovod version)
+is a :class:`Pin` that may carry a mark — ``V`` read in a primary source, ``V2`` read in a
+secondary source, ``I`` inferred (the marks of ``shared/reference/stacks.md``) — and the id of
+one of the spec's ``sources``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Tuple
+
+#: Provenance marks and their meaning (``shared/reference/stacks.md``, "Marks").
+MARKS: Dict[str, str] = {
+    "V": "verified in a primary source (the project's own repository at a tag, the site's docs)",
+    "V2": "read in a secondary public source (another site's docs, a user's conda list)",
+    "I": "inferred (nobody has seen it)",
+}
+
+#: conda platforms a spec may name.
+PLATFORMS = ("linux-64", "linux-ppc64le", "linux-aarch64", "linux-s390x", "osx-64", "osx-arm64")
+
+ENGINES = ("venv", "conda")
+HOROVOD_INSTALLS = ("pip-build", "conda", "none")
+FRAMEWORKS = ("tensorflow", "pytorch", "mxnet")
+CONTROLLERS = ("mpi", "gloo")
+GPU_OPERATION_CHOICES = ("nccl", "mpi")
+#: Per-operation GPU overrides (``HOROVOD_GPU_<OP>``) and the values each takes.
+#: ALLREDUCE also takes DDL: horovod/setup.py@v0.19.0, CMakeLists.txt@v0.28.1.
+GPU_OP_CHOICES: Dict[str, Tuple[str, ...]] = {
+    "allreduce": ("nccl", "mpi", "ddl"),
+    "allgather": ("nccl", "mpi"),
+    "broadcast": ("nccl", "mpi"),
+    "alltoall": ("nccl", "mpi"),
+    "reducescatter": ("nccl", "mpi"),
+}
+CPU_OPERATION_CHOICES = ("mpi", "gloo", "ccl")
+NCCL_LINKS = ("shared", "static")
+START_METHODS = ("fork", "spawn", "forkserver")
+
+#: Names that ``horovodrun --check-build`` prints, per section (horovod/runner/launch.py@v0.28.1).
+CHECK_BUILD_FRAMEWORKS = ("TensorFlow", "PyTorch", "MXNet")
+CHECK_BUILD_CONTROLLERS = ("MPI", "Gloo")
+CHECK_BUILD_TENSOR_OPERATIONS = ("NCCL", "DDL", "CCL", "MLSL", "MPI", "Gloo")
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A pinned value with its provenance.
+
+    Attributes:
+        value: the pin as written: a pip requirement (``torch==2.13.0``), a conda match spec
+            (``pytorch-base 1.7.1.*``) or a bare version (``0.28.1``).
+        mark: ``V``, ``V2``, ``I`` (see :data:`MARKS`) or None when the spec gives none.
+        source: id of an entry of :attr:`Spec.sources`, or None.
+        note: free text (e.g. why a pin differs from a seed document).
+    """
+
+    value: str
+    mark: Optional[str] = None
+    source: Optional[str] = None
+    note: Optional[str] = None
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where the stack runs: modules, base environment, launcher.
+
+    Attributes:
+        name: site id (``local``, ``summit``, ``perlmutter`` …).
+        modules: Lmod modules loaded before any step, in order (``cudnn/8.7.0``).
+        base_env: what ``--clone`` copies: a conda env name, a prefix, or None.
+        launcher: command template; ``{ranks}`` is replaced by the number of ranks.
+        scheduler: ``slurm``, ``lsf``, ``pbs`` or None.
+        gpus_per_node: GPUs on one node (0 for CPU-only).
+        env: variables the site sets for every environment.
+    """
+
+    name: str = "local"
+    modules: Tuple[str, ...] = ()
+    base_env: Optional[str] = None
+    launcher: Optional[str] = None
+    scheduler: Optional[str] = None
+    gpus_per_node: int = 0
+    env: Tuple[Tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Packages:
+    """Packages to install: conda match specs, then pip requirements (in that order)."""
+
+    conda: Tuple[Pin, ...] = ()
+    pip: Tuple[Pin, ...] = ()
+
+
+@dataclass(frozen=True)
+class HorovodSpec:
+    """How Horovod is installed and which capabilities it is built with.
+
+    Attributes:
+        version: the Horovod version pin (a bare version such as ``0.28.1``), or None.
+        install: ``pip-build`` (compile from the PyPI sdist or ``source``), ``conda`` (a
+            package from the spec's channels), ``none``.
+        source: a pip-installable source instead of ``horovod==<version>``, e.g. Summit's
+            ``git+https://github.com/horovod/horovod.git@bbf09d79…``.
+        frameworks: requested frameworks (subset of :data:`FRAMEWORKS`).
+        controllers: requested controllers (subset of :data:`CONTROLLERS`).
+        gpu_operations: ``nccl`` / ``mpi`` for every GPU collective, or None (CPU only, or
+            per-op choices in ``gpu_ops``).
+        gpu_ops: per-operation choices, e.g. ``(("allreduce", "ddl"),)``.
+        cpu_operations: ``mpi`` / ``gloo`` / ``ccl`` or None (Horovod's default).
+        nccl_link: ``shared`` / ``static`` or None.
+        allow_mixed_gpu_impl: set ``HOROVOD_ALLOW_MIXED_GPU_IMPL=1``.
+        cuda_home: value for ``HOROVOD_CUDA_HOME`` (may use ``${CONDA_PREFIX}``).
+        nccl_home: value for ``HOROVOD_NCCL_HOME``.
+        cuda_cc_list: value for ``HOROVOD_BUILD_CUDA_CC_LIST`` (``70,80``).
+        extra_env: any other build variables, passed through verbatim.
+    """
+
+    version: Optional[Pin] = None
+    install: str = "none"
+    source: Optional[str] = None
+    frameworks: Tuple[str, ...] = ()
+    controllers: Tuple[str, ...] = ()
+    gpu_operations: Optional[str] = None
+    gpu_ops: Tuple[Tuple[str, str], ...] = ()
+    cpu_operations: Optional[str] = None
+    nccl_link: Optional[str] = None
+    allow_mixed_gpu_impl: bool = False
+    cuda_home: Optional[str] = None
+    nccl_home: Optional[str] = None
+    cuda_cc_list: Optional[str] = None
+    extra_env: Tuple[Tuple[str, str], ...] = ()
+
+    @property
+    def uses_gpu(self) -> bool:
+        """True when any GPU collective is requested."""
+        return self.gpu_operations is not None or bool(self.gpu_ops)
+
+
+@dataclass(frozen=True)
+class CheckBuildExpectation:
+    """What ``horovodrun --check-build`` must report (names as Horovod prints them)."""
+
+    frameworks: Tuple[str, ...] = ()
+    controllers: Tuple[str, ...] = ()
+    tensor_operations: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What validation checks after the build.
+
+    Attributes:
+        check_build: the capabilities, or None when Horovod has no ``--check-build``
+            (before 0.17.1) or is not installed.
+        dataloader_start_method: the start method a DataLoader must work under, or None.
+    """
+
+    check_build: Optional[CheckBuildExpectation] = None
+    dataloader_start_method: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """The release a spec mirrors (``open-ce`` ``1.1.3``, ``ibm-wml-ce`` ``1.6.2``, ``site`` …)."""
+
+    name: str = "custom"
+    version: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One resolved spec (``extends`` already merged).
+
+    Attributes:
+        name: the spec's name (its file stem).
+        path: the file it was loaded from (display string), or None.
+        summary: one line for listings.
+        distribution: the release it mirrors.
+        sources: id → URL or document name, the references its pins cite.
+        platforms: conda platforms it supports.
+        engine: ``venv`` or ``conda``.
+        python: the Python version pin, or None (the interpreter running envtool).
+        cuda: the CUDA version pin (sets ``__cuda`` when solving), or None for CPU only.
+        site: the site section.
+        channels: conda channels, highest priority first.
+        packages: conda and pip packages.
+        horovod: the Horovod section.
+        expect: what validation checks.
+        env: variables exported by the environment's activation and its modulefile.
+        notes: free text for ``show`` (e.g. where seeds and primary sources disagree).
+        extends: the parent spec's name, or None.
+    """
+
+    name: str
+    path: Optional[str] = None
+    summary: str = ""
+    distribution: Distribution = field(default_factory=Distribution)
+    sources: Tuple[Tuple[str, str], ...] = ()
+    platforms: Tuple[str, ...] = ("linux-64",)
+    engine: str = "venv"
+    python: Optional[Pin] = None
+    cuda: Optional[Pin] = None
+    site: Site = field(default_factory=Site)
+    channels: Tuple[str, ...] = ()
+    packages: Packages = field(default_factory=Packages)
+    horovod: HorovodSpec = field(default_factory=HorovodSpec)
+    expect: Expect = field(default_factory=Expect)
+    env: Tuple[Tuple[str, str], ...] = ()
+    notes: str = ""
+    extends: Optional[str] = None
+
+    def pins(self):
+        """Yield ``(field, Pin)`` for every pinned value, for provenance checks and ``show``."""
+        if self.python is not None:
+            yield "python", self.python
+        if self.cuda is not None:
+            yield "cuda", self.cuda
+        for i, pin in enumerate(self.packages.conda):
+            yield f"packages.conda[{i}]", pin
+        for i, pin in enumerate(self.packages.pip):
+            yield f"packages.pip[{i}]", pin
+        if self.horovod.version is not None:
+            yield "horovod.version", self.horovod.version

@@ -1,0 +1,1 @@
+"""envtool.steps package."""

@@ -1,0 +1,177 @@
+"""The Horovod build step: derive the build environment, apply fix rules, build or reuse a wheel.
+
+Build: ``pip wheel --no-build-isolation --no-cache-dir --no-deps`` inside the environment (build
+isolation hides the installed framework from CMake's probe: ``shared/reference/horovod.md``,
+pitfalls), then ``pip install`` of the wheel. Built wheels are kept in the
+:class:`~envtool.horovod.cache.WheelCache`, so a second environment with the same key installs
+in seconds.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from packaging.version import Version
+
+from envtool.errors import StepFailed
+from envtool.horovod import cache as wheel_cache
+from envtool.horovod import fixes
+from envtool.horovod.flags import build_env, cache_relevant, requirement
+from envtool.spec.model import Spec
+from envtool.spec.rules import horovod_version
+from envtool.steps.model import PlanOptions, Step
+
+#: Distribution names per framework, as ``importlib.metadata`` sees them.
+FRAMEWORK_DISTS = {"pytorch": ("torch",), "tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-gpu"),
+                   "mxnet": ("mxnet",)}
+
+_PROBE = r"""
+import json, sys, sysconfig
+from importlib import metadata
+out = {"python_tag": sys.implementation.cache_tag.replace("cpython-", "cp"), "frameworks": {}}
+for key, names in %s.items():
+    for n in names:
+        try:
+            out["frameworks"][key] = [n, metadata.version(n)]
+            break
+        except metadata.PackageNotFoundError:
+            pass
+print(json.dumps(out))
+"""
+
+
+def conda_platform() -> str:
+    """This machine's conda platform (``linux-64``, ``linux-ppc64le``, ``linux-aarch64`` …)."""
+    machine = platform.machine()
+    system = {"Linux": "linux", "Darwin": "osx"}.get(platform.system(), platform.system().lower())
+    arch = {"x86_64": "64", "AMD64": "64", "arm64": "arm64"}.get(machine, machine)
+    return f"{system}-{arch}"
+
+
+def _first_line(argv: List[str]) -> Optional[str]:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (out.stdout or out.stderr).strip()
+    return text.splitlines()[0].strip() if out.returncode == 0 and text else None
+
+
+def mpi_version() -> str:
+    """First line of the MPI implementation's version (``mpirun (Open MPI) 4.1.4``), or ``none``."""
+    for argv in (["mpirun", "--version"], ["mpiexec", "--version"]):
+        if shutil.which(argv[0]):
+            line = _first_line(argv)
+            if line:
+                return line
+    return "none"
+
+
+def wrapper_dir() -> Path:
+    """Where fix rules keep their helper files (outlives any one build)."""
+    return wheel_cache.cache_root() / "fixes"
+
+
+def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
+    """The ``build-horovod`` step, or none when Horovod is not pip-built.
+
+    The fix rules listed are those that apply to the spec's pins; the step re-evaluates them
+    against the installed framework versions when it runs.
+    """
+    h = spec.horovod
+    if h.install != "pip-build":
+        return []
+    py = str(Path(options.work_prefix) / "bin" / "python")
+    env = build_env(spec, cpu_count=options.cpu_count)
+    version = horovod_version(spec)
+    pinned = fixes.framework_versions_from_pins([p.value for p in spec.packages.pip],
+                                                [p.value for p in spec.packages.conda])
+    rules = fixes.applicable(version, pinned)
+    notes = []
+    display_env = list(env)
+    for rule in rules:
+        names = ", ".join(f"{k} {v}" for k, v in sorted(pinned.items()))
+        notes.append(f"fix rule {rule.id} applies (horovod {version} x {names}): {rule.title}; source: {rule.source}")
+        display_env += [("CXX", str(wrapper_dir() / "c++17-wrapper"))] if rule.id == "horovod-torch-cxx17" else []
+    cache = wheel_cache.WheelCache()
+    notes.append(f"built wheels are cached in {cache.dir} (key: Horovod version, HOROVOD_* set, framework "
+                 "versions, Python tag, compiler, platform, MPI, fix rules); a cache hit skips the compile")
+    wheel_dir = str(cache.root / "build" / "<tmp>")
+    req = requirement(spec)
+    return [Step(
+        id="build-horovod",
+        title=f"Build Horovod ({req}) with " + " ".join(f"{k}={v}" for k, v in env if k.startswith("HOROVOD_")),
+        commands=(("#", "probe installed framework versions, compiler and MPI; look up the wheel cache"),
+                  (py, "-m", "pip", "wheel", "--no-build-isolation", "--no-cache-dir", "--no-deps",
+                   "--wheel-dir", wheel_dir, req),
+                  (py, "-m", "pip", "install", "--disable-pip-version-check", f"{wheel_dir}/horovod-*.whl")),
+        env=tuple(display_env), notes=tuple(notes), action=_run_build,
+        data={"env": tuple(env), "requirement": req, "version": str(version) if version else None},
+    )]
+
+
+def probe_env(runner, py: str) -> Dict:
+    """Python tag and installed framework versions of the env (one subprocess)."""
+    proc = runner.run([py, "-c", _PROBE % json.dumps(FRAMEWORK_DISTS)])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _run_build(step: Step, runner) -> None:
+    prefix = Path(step.commands[1][0]).parent.parent
+    py = str(prefix / "bin" / "python")
+    env: List[Tuple[str, str]] = list(step.data["env"])
+    requested = [k.split("HOROVOD_WITH_")[1].lower() for k, v in env if k.startswith("HOROVOD_WITH_")]
+    info = probe_env(runner, py)
+    installed = info["frameworks"]
+    missing = [f for f in requested if f in FRAMEWORK_DISTS and f not in installed]
+    if missing:
+        raise StepFailed(step.id, "Horovod is to be built with " + ", ".join(missing) + " but the environment has no "
+                         + ", ".join("/".join(FRAMEWORK_DISTS[f]) for f in missing)
+                         + " installed; add it to packages (or drop it from horovod.frameworks)", runner.log_path)
+    framework_versions = {k: Version(v[1].split("+")[0]) for k, v in installed.items()}
+    hvd_version = Version(step.data["version"]) if step.data.get("version") else None
+    rules = fixes.applicable(hvd_version, framework_versions)
+    build_vars = dict(env)
+    for rule in rules:
+        runner.note(f"applying fix rule {rule.id}: {rule.title}")
+        build_vars.update(rule.prepare(wrapper_dir(), build_vars))
+    real_cxx = build_vars.get("ENVTOOL_REAL_CXX") or build_vars.get("CXX") or "c++"
+    key = wheel_cache.BuildKey(
+        requirement=step.data["requirement"],
+        build_env=tuple(cache_relevant(env)),
+        frameworks=tuple(sorted((v[0], v[1]) for v in installed.values())),
+        python_tag=info["python_tag"],
+        compiler=_first_line([real_cxx, "--version"]) or real_cxx,
+        platform=conda_platform(),
+        mpi=mpi_version() if "mpi" in [k.split("HOROVOD_WITH_")[1].lower() for k, _ in env
+                                       if k.startswith("HOROVOD_WITH_")] else "not used",
+        fixes=tuple(r.id for r in rules),
+    )
+    cache = wheel_cache.WheelCache()
+    wheel = cache.lookup(key)
+    runner.note(f"wheel cache key {key.digest()}: {'hit ' + str(wheel) if wheel else 'miss'}")
+    runner.results["build-horovod"] = {"cache_key": key.digest(), "cache_hit": wheel is not None,
+                                       "fixes": [r.id for r in rules]}
+    if wheel is None:
+        runner.progress("      compiling Horovod (minutes; output in the build log)")
+        (cache.root / "build").mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix="horovod-", dir=cache.root / "build"))
+        try:
+            runner.run([py, "-m", "pip", "wheel", "--disable-pip-version-check", "--no-build-isolation",
+                        "--no-cache-dir", "--no-deps", "--wheel-dir", str(tmp), step.data["requirement"]],
+                       env=build_vars)
+            built = sorted(tmp.glob("horovod-*.whl"))
+            if not built:
+                raise StepFailed(step.id, f"pip wheel produced no horovod wheel in {tmp}", runner.log_path)
+            wheel = cache.store(key, built[0])
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        runner.progress(f"      reusing cached wheel {wheel.name} (key {key.digest()})")
+    runner.results["build-horovod"]["wheel"] = str(wheel)
+    runner.run([py, "-m", "pip", "install", "--disable-pip-version-check", str(wheel)])

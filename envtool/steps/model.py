@@ -1,0 +1,103 @@
+"""Plain data for plans: a :class:`Plan` is an ordered tuple of :class:`Step`.
+
+``envtool plan`` prints a plan; ``envtool create`` executes the same plan (made for the
+temporary build prefix), so what is shown is what runs.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+from envtool.spec.model import Spec
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What the user asked for besides the spec.
+
+    Attributes:
+        prefix: the target prefix (where the environment ends up).
+        build_prefix: where it is built (a temporary sibling during ``create``; equal to
+            ``prefix`` for ``plan``).
+        clone: clone source (env name, prefix) or ``""`` for the site's base env; None: no clone.
+        from_lock: a lockfile to install from instead of solving, or None.
+        engine: engine override (``venv``, ``rattler``, ``conda``, ``mamba``, ``micromamba``) or None.
+        modulefile_root: write a modulefile under this directory, or None.
+        cpu_count: parallel compile jobs for the Horovod build.
+        site: site name the spec was resolved for, or None.
+    """
+
+    prefix: Path
+    build_prefix: Optional[Path] = None
+    clone: Optional[str] = None
+    from_lock: Optional[Path] = None
+    engine: Optional[str] = None
+    modulefile_root: Optional[Path] = None
+    cpu_count: int = 2
+    site: Optional[str] = None
+
+    @property
+    def work_prefix(self) -> Path:
+        """The prefix the steps act on."""
+        return self.build_prefix or self.prefix
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a plan.
+
+    Attributes:
+        id: stable id (``create-venv``, ``pip-install``, ``build-horovod``, ``validate`` …).
+        title: one line shown as progress.
+        commands: the exact commands (argv tuples) the step runs, in order; for steps done
+            in-process (py-rattler) a readable description prefixed with ``#``.
+        env: variables added to the environment of the commands, in display order.
+        notes: facts worth showing (a fix rule applied, a cache key, why a step is there).
+        action: ``(step, runner) -> None`` that executes it; None runs ``commands`` in order.
+        data: parameters for ``action`` (not shown).
+    """
+
+    id: str
+    title: str
+    commands: Tuple[Tuple[str, ...], ...] = ()
+    env: Tuple[Tuple[str, str], ...] = ()
+    notes: Tuple[str, ...] = ()
+    action: Optional[Callable[["Step", Any], None]] = field(default=None, compare=False, repr=False)
+    data: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def shell_lines(self, with_env: bool = True) -> Tuple[str, ...]:
+        """Commands as shell lines, with ``env`` assignments in front of each (``with_env``)."""
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env) if with_env else ""
+        out = []
+        for argv in self.commands:
+            if argv and argv[0].startswith("#"):
+                out.append(" ".join(argv))
+            else:
+                line = shlex.join(argv)
+                out.append(f"{prefix} {line}" if prefix else line)
+        return tuple(out)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-ready form (``action`` and ``data`` left out)."""
+        return {"id": self.id, "title": self.title, "commands": [list(c) for c in self.commands],
+                "env": dict(self.env), "notes": list(self.notes)}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """An ordered plan for one spec and one target."""
+
+    spec: Spec
+    options: PlanOptions
+    steps: Tuple[Step, ...]
+
+    def step(self, step_id: str) -> Optional[Step]:
+        """The step with ``step_id``, or None."""
+        return next((s for s in self.steps if s.id == step_id), None)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"spec": self.spec.name, "spec_file": self.spec.path, "prefix": str(self.options.prefix),
+                "engine": self.options.engine or self.spec.engine, "site": self.options.site or self.spec.site.name,
+                "steps": [s.to_dict() for s in self.steps]}

@@ -1,0 +1,79 @@
+"""Compose a spec and the user's options into an ordered :class:`Plan`.
+
+Order: load site modules → create (or clone, or install from a lock) → build Horovod →
+validate → lock → modulefile. Planning does no I/O beyond reading specs; ``create`` executes
+exactly the plan made for its temporary build prefix.
+"""
+from __future__ import annotations
+
+import os
+from typing import List
+
+from envtool.engines.base import get_engine
+from envtool.spec.model import Spec
+from envtool.steps import horovod_build, lock_step, modulefile_step, validate
+from envtool.steps.model import Plan, PlanOptions, Step
+
+
+def module_steps(spec: Spec) -> List[Step]:
+    """Load the site's modules (Lmod) into envtool's own environment, so every later step sees them."""
+    if not spec.site.modules:
+        return []
+    return [Step(id="load-modules", title="Load site modules: " + " ".join(spec.site.modules),
+                 commands=(("module", "load", *spec.site.modules),),
+                 notes=("applied to envtool's environment with `$LMOD_CMD python load …`",),
+                 action=_load_modules, data={"modules": spec.site.modules})]
+
+
+def _load_modules(step: Step, runner) -> None:
+    from envtool.errors import StepFailed
+
+    lmod = os.environ.get("LMOD_CMD")
+    if not lmod:
+        raise StepFailed(step.id, "the spec needs site modules (" + " ".join(step.data["modules"]) +
+                         ") but Lmod is not initialised here ($LMOD_CMD is unset)", runner.log_path)
+    proc = runner.run([lmod, "python", "load", *step.data["modules"]])
+    exec(compile(proc.stdout, "<lmod>", "exec"), {"os": os})  # Lmod's own output for Python
+
+
+def make_plan(spec: Spec, options: PlanOptions) -> Plan:
+    """The ordered plan for ``spec`` at ``options.prefix``.
+
+    Raises:
+        UsageError: an option the spec's engine cannot honour (e.g. ``--clone`` with venv).
+        SpecError: a build variable the Horovod version cannot take.
+    """
+    engine = get_engine(options.engine or spec.engine)
+    steps: List[Step] = []
+    steps += module_steps(spec)
+    if options.clone is not None:
+        source = options.clone or spec.site.base_env or ""
+        steps += engine.clone_steps(spec, source, options)
+    elif options.from_lock is not None:
+        from envtool.steps import from_lock
+
+        steps += from_lock.plan_steps(spec, options)
+    else:
+        steps += engine.create_steps(spec, options)
+    steps += horovod_build.plan_steps(spec, options)
+    steps += validate.plan_steps(spec, options)
+    steps += lock_step.plan_steps(spec, options)
+    steps += modulefile_step.plan_steps(spec, options)
+    return Plan(spec=spec, options=options, steps=tuple(steps))
+
+
+def format_plan(plan: Plan) -> str:
+    """Human-readable plan: numbered steps, their exact commands, environment and notes."""
+    spec = plan.spec
+    lines = [f"Plan for {spec.name} ({spec.path}) -> {plan.options.prefix}",
+             f"engine: {plan.options.engine or spec.engine}; site: {plan.options.site or spec.site.name}; "
+             f"platforms: {', '.join(spec.platforms)}"]
+    for i, step in enumerate(plan.steps, 1):
+        lines.append(f"{i}. [{step.id}] {step.title}")
+        if step.env:
+            lines.append("   env: " + " ".join(f"{k}={v}" for k, v in step.env))
+        for line in step.shell_lines(with_env=False):
+            lines.append(f"   $ {line}")
+        for note in step.notes:
+            lines.append(f"   note: {note}")
+    return "\n".join(lines)

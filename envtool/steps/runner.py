@@ -1,0 +1,153 @@
+"""Execute a plan's steps: run subprocesses with their output in one build log, show progress.
+
+Progress goes to stderr (one line per step, with its wall time); subprocess output goes to the
+log only, unless ``verbose`` — then it is echoed too.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Dict, List, Mapping, Optional, Sequence
+
+from envtool.errors import StepFailed
+from envtool.steps.model import Plan, Step
+
+
+@dataclass
+class Runner:
+    """Runs steps and records what happened.
+
+    Attributes:
+        log_path: the build log (appended to).
+        verbose: echo subprocess output to stderr.
+        quiet: no progress lines.
+        results: what steps report (``validate`` puts its comparison here), by step id.
+        timings: seconds each finished step took, by step id.
+    """
+
+    log_path: Path
+    verbose: bool = False
+    quiet: bool = False
+    results: Dict[str, Any] = field(default_factory=dict)
+    timings: Dict[str, float] = field(default_factory=dict)
+    _log: Optional[IO[str]] = None
+    current: Optional[Step] = None
+
+    def __enter__(self) -> "Runner":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "a", encoding="utf-8", errors="replace")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._log:
+            self._log.close()
+            self._log = None
+
+    def note(self, text: str) -> None:
+        """Write a line to the log (and to stderr when verbose)."""
+        if self._log:
+            self._log.write(text.rstrip("\n") + "\n")
+            self._log.flush()
+        if self.verbose:
+            print(f"  {text}", file=sys.stderr)
+
+    def progress(self, text: str) -> None:
+        """A progress line on stderr (unless quiet)."""
+        if not self.quiet:
+            print(text, file=sys.stderr, flush=True)
+
+    def run(self, argv: Sequence[str], env: Optional[Mapping[str, str]] = None, cwd: Optional[Path] = None,
+            timeout: Optional[float] = None, check: bool = True) -> subprocess.CompletedProcess:
+        """Run one command with its combined output appended to the log.
+
+        Args:
+            argv: the command.
+            env: variables added to (or replacing those of) the current environment.
+            cwd: working directory.
+            timeout: seconds before it is killed.
+            check: raise on a non-zero exit.
+        Returns:
+            the completed process; ``stdout`` holds the combined output (str).
+        Raises:
+            StepFailed: non-zero exit (with ``check``), a missing program, or the timeout.
+        """
+        full_env = dict(os.environ)
+        if env:
+            full_env.update(env)
+        step_id = self.current.id if self.current else "run"
+        self.note("$ " + " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items()) +
+                  (" " if env else "") + shlex.join([str(a) for a in argv]))
+        try:
+            proc = subprocess.Popen([str(a) for a in argv], env=full_env, cwd=cwd, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                                    errors="replace", start_new_session=False)
+        except OSError as exc:
+            self.note(f"cannot start {argv[0]}: {exc}")
+            raise StepFailed(step_id, f"cannot run {argv[0]}: {exc.strerror}", self.log_path) from None
+        lines: List[str] = []
+        deadline = time.monotonic() + timeout if timeout else None
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.append(line)
+                if self._log:
+                    self._log.write(line)
+                if self.verbose:
+                    sys.stderr.write("  | " + line)
+                if deadline and time.monotonic() > deadline:
+                    proc.kill()
+                    break
+            rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()) if deadline else None)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            rc = None
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            if self._log:
+                self._log.flush()
+        output = "".join(lines)
+        if rc is None or (deadline and time.monotonic() > deadline and rc != 0):
+            self.note(f"timed out after {timeout} s")
+            raise StepFailed(step_id, f"{shlex.join([str(a) for a in argv][:3])} … timed out after {timeout:.0f} s",
+                             self.log_path)
+        self.note(f"(exit {rc})")
+        if check and rc != 0:
+            tail = "\n".join("    " + l for l in output.strip().splitlines()[-8:])
+            raise StepFailed(step_id, f"{Path(str(argv[0])).name} exited with status {rc}; last lines:\n{tail}",
+                             self.log_path)
+        return subprocess.CompletedProcess(argv, rc, output, "")
+
+    def run_step(self, step: Step, index: int, total: int) -> None:
+        """Execute one step (its ``action``, or its commands in order) with a progress line."""
+        self.current = step
+        self.progress(f"[{index}/{total}] {step.title}")
+        self.note(f"==> [{index}/{total}] {step.id}: {step.title}")
+        for n in step.notes:
+            self.note(f"    note: {n}")
+        started = time.monotonic()
+        if step.action is not None:
+            step.action(step, self)
+        else:
+            for argv in step.commands:
+                if argv and not argv[0].startswith("#"):
+                    self.run(argv, env=dict(step.env))
+        self.timings[step.id] = time.monotonic() - started
+        self.note(f"<== {step.id} done in {self.timings[step.id]:.1f} s")
+        if not self.quiet:
+            print(f"      done in {self.timings[step.id]:.1f} s", file=sys.stderr, flush=True)
+        self.current = None
+
+    def run_plan(self, plan: Plan) -> None:
+        """Execute every step of ``plan`` in order; stops at the first failure (raised)."""
+        total = len(plan.steps)
+        for i, step in enumerate(plan.steps, 1):
+            self.run_step(step, i, total)

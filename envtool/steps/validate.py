@@ -1,0 +1,128 @@
+"""The ``validate`` step: what the spec expects, checked for real inside the new environment.
+
+* ``horovodrun --check-build`` parsed and compared with ``expect.check_build``;
+* a real DataLoader with 2 workers under ``expect.dataloader_start_method``;
+* a 2-rank Gloo allreduce through ``horovodrun`` when Horovod has PyTorch and Gloo.
+Results go to ``runner.results["validate"]``; any mismatch raises :class:`CheckFailed`.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import List
+
+from envtool.errors import CheckFailed, StepFailed
+from envtool.horovod import checkbuild
+from envtool.spec.model import Spec
+from envtool.steps.model import PlanOptions, Step
+from envtool.validate import probes
+
+
+def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
+    """The ``validate`` step, or none when the spec expects nothing."""
+    prefix = Path(options.work_prefix)
+    commands = []
+    notes = []
+    expect = spec.expect
+    if expect.check_build is not None:
+        commands.append(("PYTHONUNBUFFERED=1", str(prefix / "bin" / "horovodrun"), "--check-build"))
+        cb = expect.check_build
+        notes.append("expect check-build: frameworks " + ", ".join(cb.frameworks or ["-"]) + "; controllers "
+                     + ", ".join(cb.controllers or ["-"]) + "; tensor operations "
+                     + ", ".join(cb.tensor_operations or ["-"]))
+    run_allreduce = (spec.horovod.install != "none" and "pytorch" in spec.horovod.frameworks
+                     and "gloo" in spec.horovod.controllers and expect.check_build is not None)
+    if run_allreduce:
+        commands.append(tuple(probes.allreduce_command(prefix, 2, "gloo")[:7]) + ("python", "-c", "<allreduce probe>"))
+    if expect.dataloader_start_method:
+        commands.append((str(prefix / "bin" / "python"), "<dataloader probe>", expect.dataloader_start_method))
+        notes.append(f"a DataLoader with 2 workers must run under start method {expect.dataloader_start_method!r}")
+    if not commands:
+        return []
+    return [Step(id="validate", title="Validate: horovodrun --check-build, DataLoader start method"
+                 + (", 2-rank allreduce" if run_allreduce else ""),
+                 commands=tuple(commands), notes=tuple(notes), action=_run_validate,
+                 data={"spec": spec, "prefix": str(prefix), "allreduce": run_allreduce})]
+
+
+def _check_build(prefix: Path):
+    try:
+        return probes.check_build_output(prefix), None
+    except FileNotFoundError as exc:
+        return None, f"no horovodrun in the environment ({exc})"
+    except subprocess.TimeoutExpired:
+        return None, "horovodrun --check-build did not answer in time"
+
+
+def _allreduce(prefix: Path):
+    argv = probes.allreduce_command(prefix, 2, "gloo")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PATH=f"{prefix / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    except subprocess.TimeoutExpired as exc:
+        return False, f"timed out after 300 s: {exc.stdout or ''}"
+    output = proc.stdout + proc.stderr
+    return proc.returncode == 0 and probes.parse_allreduce(proc.stdout, 2), output
+
+
+def _run_validate(step: Step, runner) -> None:
+    """Run the probes concurrently (each is its own subprocess), then judge them in order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    spec: Spec = step.data["spec"]
+    prefix = Path(step.data["prefix"])
+    result = {"ok": True}
+    problems = []
+    method = spec.expect.dataloader_start_method
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        cb_future = pool.submit(_check_build, prefix) if spec.expect.check_build is not None else None
+        ar_future = pool.submit(_allreduce, prefix) if step.data["allreduce"] else None
+        dl_future = pool.submit(probes.dataloader, prefix / "bin" / "python", method) if method else None
+    if cb_future is not None:
+        text, error = cb_future.result()
+        if error:
+            raise StepFailed(step.id, error, runner.log_path)
+        runner.note("horovodrun --check-build output:\n" + text)
+        try:
+            found = checkbuild.parse(text)
+        except checkbuild.CheckBuildParseError as exc:
+            raise StepFailed(step.id, str(exc), runner.log_path) from None
+        comparison = checkbuild.compare(found, spec.expect.check_build)
+        result["check_build"] = {"found": found.to_dict(), "comparison": comparison.to_dict()}
+        result["table"] = checkbuild.format_table(comparison)
+        if not comparison.ok:
+            problems.append("horovodrun --check-build lacks " + ", ".join(
+                f"{r.name} ({r.section.replace('_', ' ')})" for r in comparison.missing))
+    if ar_future is not None:
+        ok, output = ar_future.result()
+        runner.note("2-rank Gloo allreduce output:\n" + output)
+        result["allreduce"] = {"ranks": 2, "controller": "gloo", "ok": ok}
+        if not ok:
+            problems.append("the 2-rank Gloo allreduce did not return the expected average")
+    if dl_future is not None:
+        dl = dl_future.result()
+        runner.note(f"DataLoader probe: {dl}")
+        result["dataloader"] = dl.to_dict()
+        if not dl.ok:
+            problems.append(f"DataLoader with start method {method!r} failed: {dl.error}")
+    result["ok"] = not problems
+    result["problems"] = problems
+    runner.results["validate"] = result
+    if problems:
+        raise CheckFailed("validation failed: " + "; ".join(problems))
+
+
+def format_report(result: dict) -> str:
+    """The validation table printed by ``create`` (check-build rows, allreduce, DataLoader)."""
+    lines = []
+    if "table" in result:
+        lines.append(result["table"])
+    if "allreduce" in result:
+        a = result["allreduce"]
+        lines.append(f"{'2-rank allreduce (' + a['controller'] + ')':<28}{'ok':<11}{'ok' if a['ok'] else 'FAILED'}")
+    if "dataloader" in result:
+        d = result["dataloader"]
+        status = "ok" if d["ok"] else f"FAILED: {d['error']}"
+        lines.append(f"{'DataLoader start method':<28}{d['method']:<11}{status}")
+    return "\n".join(lines)

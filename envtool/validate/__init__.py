@@ -1,0 +1,1 @@
+"""Probes that run inside an environment (in fresh subprocesses of its own interpreter)."""

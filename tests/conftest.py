@@ -1,0 +1,40 @@
+"""Shared fixtures.
+
+``cpu_horovod_env``: a real ``cpu-horovod`` environment (PyTorch 2.13.0 CPU + Horovod 0.28.1
+with Gloo and MPI) made once per test session with ``envtool create``. The Horovod wheel
+cache (``~/.cache/envtool``) makes a second session's build take seconds. Set
+``ENVTOOL_TEST_CPU_ENV=/path`` to reuse an existing environment while developing.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def run_envtool(*args, env=None, cwd=None, timeout=3600, input=None):
+    """Run the real ``envtool`` CLI in a subprocess; returns CompletedProcess (text)."""
+    full_env = dict(os.environ)
+    full_env.pop("ENVTOOL_DEBUG", None)
+    if env:
+        full_env.update(env)
+    return subprocess.run([sys.executable, "-m", "envtool", *map(str, args)], capture_output=True, text=True,
+                          env=full_env, cwd=cwd or REPO, timeout=timeout, input=input)
+
+
+@pytest.fixture(scope="session")
+def cpu_horovod_env(tmp_path_factory) -> Path:
+    """Prefix of a real cpu-horovod environment (created once per session)."""
+    reuse = os.environ.get("ENVTOOL_TEST_CPU_ENV")
+    if reuse and (Path(reuse) / "bin" / "horovodrun").exists():
+        return Path(reuse)
+    prefix = tmp_path_factory.mktemp("envs") / "cpu-horovod"
+    proc = run_envtool("create", "cpu-horovod", "--prefix", prefix)
+    assert proc.returncode == 0, f"envtool create cpu-horovod failed:\n{proc.stdout}\n{proc.stderr}"
+    return prefix

@@ -1,0 +1,77 @@
+"""The main job end to end on real input: cpu-horovod built, validated and used (slow)."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import run_envtool
+from envtool.horovod import checkbuild
+from envtool.validate import probes
+
+pytestmark = pytest.mark.slow
+
+
+def env_run(prefix, argv, timeout=300, extra=None):
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PATH=f"{prefix}/bin:{os.environ['PATH']}")
+    env.update(extra or {})
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_check_build_shows_pytorch_gloo_mpi(cpu_horovod_env):
+    proc = env_run(cpu_horovod_env, [str(cpu_horovod_env / "bin" / "horovodrun"), "--check-build"])
+    found = checkbuild.parse(proc.stdout)
+    assert found.version == "0.28.1"
+    assert found.section("frameworks")["PyTorch"] is True
+    assert found.section("controllers") == {"MPI": True, "Gloo": True}
+    assert found.section("tensor_operations")["Gloo"] and found.section("tensor_operations")["MPI"]
+
+
+def test_two_rank_gloo_allreduce(cpu_horovod_env):
+    proc = env_run(cpu_horovod_env, probes.allreduce_command(cpu_horovod_env, 2, "gloo"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert probes.parse_allreduce(proc.stdout, 2), proc.stdout
+
+
+def test_two_rank_mpi_allreduce(cpu_horovod_env):
+    proc = env_run(cpu_horovod_env, probes.allreduce_command(cpu_horovod_env, 2, "mpi"),
+                   extra={"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                          "OMPI_MCA_rmaps_base_oversubscribe": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert probes.parse_allreduce(proc.stdout, 2), proc.stdout
+
+
+def test_environment_was_relocated_to_its_final_prefix(cpu_horovod_env):
+    shebang = (cpu_horovod_env / "bin" / "horovodrun").read_text().splitlines()[0]
+    assert shebang == f"#!{cpu_horovod_env}/bin/python"
+    proc = env_run(cpu_horovod_env, [str(cpu_horovod_env / "bin" / "python"), "-c", "import sys; print(sys.prefix)"])
+    assert proc.stdout.strip() == str(cpu_horovod_env)
+    meta = json.loads((cpu_horovod_env / ".envtool" / "create.json").read_text())
+    assert meta["results"]["validate"]["ok"] is True
+    assert (cpu_horovod_env / ".envtool" / "create.log").stat().st_size > 0
+    assert not list(cpu_horovod_env.parent.glob(".*envtool-build*"))
+
+
+def test_dataloader_probe_under_every_start_method(cpu_horovod_env):
+    for method in ("fork", "forkserver", "spawn"):
+        result = probes.dataloader(cpu_horovod_env / "bin" / "python", method)
+        assert result.ok, result
+        assert result.default_method == "fork"  # Linux, Python 3.11
+
+
+def test_second_create_reuses_the_cached_wheel(cpu_horovod_env, tmp_path):
+    target = tmp_path / "second"
+    proc = run_envtool("--quiet", "create", "cpu-horovod", "--prefix", target, "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["results"]["build-horovod"]["cache_hit"] is True
+    assert data["results"]["validate"]["ok"] is True
+    assert data["timings"]["build-horovod"] < 60
+
+
+def test_check_build_cli_against_live_env(cpu_horovod_env):
+    proc = run_envtool("check-build", "--prefix", cpu_horovod_env, "--spec", "cpu-horovod", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["ok"] is True
+    proc = run_envtool("check-build", "--prefix", cpu_horovod_env, "--spec", "perlmutter-horovod")
+    assert proc.returncode == 1 and "NCCL" in proc.stderr

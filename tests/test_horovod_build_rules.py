@@ -1,0 +1,155 @@
+"""HOROVOD_* derivation, version-aware refusals, fix rules (with a real compile), wheel-cache keys."""
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from conftest import run_envtool
+from envtool.horovod import fixes
+from envtool.horovod.cache import BuildKey, WheelCache
+from envtool.horovod.flags import build_env
+from envtool.spec.catalog import load_spec
+
+PERLMUTTER = ["HOROVOD_GPU_OPERATIONS=NCCL", "HOROVOD_NCCL_LINK=SHARED", "HOROVOD_WITH_TENSORFLOW=1",
+              "HOROVOD_WITH_PYTORCH=1", "HOROVOD_WITH_MPI=1", "HOROVOD_WITH_GLOO=1"]
+
+
+def test_perlmutter_assignments_in_plan_json():
+    proc = run_envtool("plan", "perlmutter-horovod", "--json", "--prefix", "/tmp/never-created")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    step = next(s for s in plan["steps"] if s["id"] == "build-horovod")
+    horovod_vars = [f"{k}={v}" for k, v in step["env"].items() if k.startswith("HOROVOD_")]
+    assert horovod_vars[:6] == PERLMUTTER
+    assert horovod_vars[6:] == ["HOROVOD_WITHOUT_MXNET=1"]
+    assert not Path("/tmp/never-created").exists()
+
+
+def test_perlmutter_plan_text_shows_the_assignments():
+    proc = run_envtool("plan", "perlmutter-horovod", "--prefix", "/tmp/never-created")
+    assert proc.returncode == 0, proc.stderr
+    env_line = next(l for l in proc.stdout.splitlines() if l.strip().startswith("env: HOROVOD_GPU_OPERATIONS"))
+    assert " ".join(PERLMUTTER) in env_line
+
+
+def test_cpu_horovod_flags_refuse_missing_pieces():
+    env = dict(build_env(load_spec("cpu-horovod"), cpu_count=2))
+    assert env["HOROVOD_WITH_PYTORCH"] == "1" and env["HOROVOD_WITH_MPI"] == "1"
+    assert env["HOROVOD_WITHOUT_TENSORFLOW"] == "1" and env["HOROVOD_WITHOUT_MXNET"] == "1"
+    assert "HOROVOD_GPU_OPERATIONS" not in env and env["MAKEFLAGS"] == "-j2"
+
+
+def test_cpu_horovod_plan_names_fix_rule():
+    proc = run_envtool("plan", "cpu-horovod", "--prefix", "/tmp/never-created")
+    assert proc.returncode == 0, proc.stderr
+    assert "fix rule horovod-torch-cxx17 applies" in proc.stdout
+    assert "--no-build-isolation" in proc.stdout
+
+
+def write_spec(tmp_path, name, body):
+    (tmp_path / f"{name}.yaml").write_text(body)
+    return {"ENVTOOL_SPEC_PATH": str(tmp_path)}
+
+
+BAD = {
+    "gpu-ops-with-override": ("horovod:\n  version: 0.28.1\n  frameworks: [pytorch]\n  gpu_operations: nccl\n"
+                              "  gpu_ops: {allreduce: mpi}\ncuda: '11.8'\n", "horovod.gpu_operations", 4),
+    "gpu-operations-too-old": ("cuda: '10.2'\nhorovod:\n  version: 0.19.5\n  gpu_operations: nccl\n",
+                               "horovod.gpu_operations", 4),
+    "nccl-without-cuda": ("horovod:\n  version: 0.28.1\n  gpu_operations: nccl\n", "horovod.gpu_operations", 3),
+    "ddl-on-x86": ("cuda: '10.1'\nplatforms: [linux-64]\nhorovod:\n  version: 0.18.2\n  gpu_ops: {allreduce: ddl}\n",
+                   "horovod.gpu_ops", 5),
+    "unknown-key": ("horovod:\n  version: 0.28.1\n  frameworks: [pytorch]\n  controlers: [mpi]\n",
+                    "horovod.controlers", 4),
+    "bad-choice": ("engine: docker\n", "engine", 1),
+    "bad-version": ("horovod:\n  version: zero.twenty\n", "horovod.version", 2),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_invalid_specs_exit_2_naming_file_and_field(tmp_path, case):
+    body, field, line = BAD[case]
+    env = write_spec(tmp_path, case, f"name: {case}\n" + body)
+    proc = run_envtool("plan", case, env=env)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert f"{case}.yaml:{line + 1}" in proc.stderr, proc.stderr
+    assert field in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unknown_key_suggests_the_right_one(tmp_path):
+    env = write_spec(tmp_path, "typo", "name: typo\nhorovod:\n  controlers: [mpi]\n")
+    proc = run_envtool("plan", "typo", env=env)
+    assert proc.returncode == 2 and "did you mean 'controllers'" in proc.stderr
+
+
+def test_extends_cycle_exits_2(tmp_path):
+    write_spec(tmp_path, "a", "extends: b\n")
+    env = write_spec(tmp_path, "b", "extends: a\n")
+    proc = run_envtool("plan", "a", env=env)
+    assert proc.returncode == 2 and "cycle" in proc.stderr and "extends" in proc.stderr
+
+
+def test_extends_merges_parent_and_child(tmp_path):
+    env = write_spec(tmp_path, "child", "extends: cpu-horovod\nsummary: child\nhorovod:\n  controllers: [gloo]\n"
+                     "expect:\n  check_build: {frameworks: [PyTorch], controllers: [Gloo], tensor_operations: [Gloo]}\n")
+    proc = run_envtool("plan", "child", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    step = next(s for s in json.loads(proc.stdout)["steps"] if s["id"] == "build-horovod")
+    assert step["env"]["HOROVOD_WITHOUT_MPI"] == "1" and step["env"]["HOROVOD_WITH_PYTORCH"] == "1"
+
+
+def test_fix_rule_applies_only_to_torch_2_1_and_later():
+    v = Version
+    ids = lambda h, t: [r.id for r in fixes.applicable(v(h), {"pytorch": v(t)})]  # noqa: E731
+    assert ids("0.28.1", "2.13.0") == ["horovod-torch-cxx17"]
+    assert ids("0.28.1", "2.1.0") == ["horovod-torch-cxx17"]
+    assert ids("0.28.1", "2.0.1") == []
+    assert ids("0.21.0", "1.7.1") == []
+    assert fixes.applicable(v("0.28.1"), {"tensorflow": v("2.13.0")}) == []
+
+
+@pytest.mark.skipif(not shutil.which("c++"), reason="no C++ compiler")
+def test_cxx17_wrapper_really_compiles_cxx17_code_given_cxx14_flag(tmp_path):
+    src = tmp_path / "x.cpp"
+    src.write_text("#include <optional>\n#if __cplusplus < 201703L\n#error C++17 or later compatible compiler is "
+                   "required\n#endif\nint main() { std::optional<int> o = 3; return *o - 3; }\n")
+    plain = subprocess.run(["c++", "-std=c++14", str(src), "-o", str(tmp_path / "a")], capture_output=True, text=True)
+    assert plain.returncode != 0 and "C++17" in plain.stderr
+    env = dict(fixes.RULES[0].prepare(tmp_path / "fixes", {}))
+    wrapped = subprocess.run([env["CXX"], "-std=c++14", str(src), "-o", str(tmp_path / "b")], capture_output=True,
+                             text=True, env={"ENVTOOL_REAL_CXX": env["ENVTOOL_REAL_CXX"], "PATH": "/usr/bin:/bin"})
+    assert wrapped.returncode == 0, wrapped.stderr
+    assert subprocess.run([str(tmp_path / "b")]).returncode == 0
+
+
+def key(**kw):
+    base = dict(requirement="horovod==0.28.1", build_env=(("HOROVOD_WITH_PYTORCH", "1"),),
+                frameworks=(("torch", "2.13.0+cpu"),), python_tag="cp311", compiler="c++ (Debian 12.2.0) 12.2.0",
+                platform="linux-64", mpi="mpirun (Open MPI) 4.1.4", fixes=("horovod-torch-cxx17",))
+    base.update(kw)
+    return BuildKey(**base)
+
+
+def test_cache_key_changes_with_every_input():
+    digests = {key().digest()}
+    for change in [dict(requirement="horovod==0.28.0"), dict(build_env=(("HOROVOD_WITH_PYTORCH", "1"),
+                                                                        ("HOROVOD_WITHOUT_GLOO", "1"))),
+                   dict(frameworks=(("torch", "2.12.0+cpu"),)), dict(python_tag="cp312"), dict(compiler="gcc 13"),
+                   dict(platform="linux-ppc64le"), dict(mpi="none"), dict(fixes=())]:
+        digests.add(key(**change).digest())
+    assert len(digests) == 9
+
+
+def test_cache_store_and_lookup(tmp_path):
+    cache = WheelCache(tmp_path)
+    assert cache.lookup(key()) is None
+    wheel = tmp_path / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+    wheel.write_bytes(b"PK\x03\x04 not really a wheel")
+    stored = cache.store(key(), wheel)
+    assert cache.lookup(key()) == stored and stored.read_bytes() == wheel.read_bytes()
+    assert json.loads((stored.parent / "key.json").read_text())["python_tag"] == "cp311"
+    assert cache.lookup(key(python_tag="cp312")) is None
