@@ -1,0 +1,113 @@
+"""``envtool diff-specs A B``: what changes between two stacks (e.g. Open-CE 1.1.3 -> 1.2)."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from envtool.cli.common import add_json, load_spec, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("diff-specs", help="show what changes between two specs",
+                       description="Compare two resolved specs: distribution, Python, CUDA, platforms, channels, "
+                                   "conda and pip packages (matched by package name), the Horovod section and its "
+                                   "HOROVOD_* build variables, expectations, site and environment.")
+    p.add_argument("a", help="the first spec (name or file)")
+    p.add_argument("b", help="the second spec (name or file)")
+    p.add_argument("--site", help="resolve both specs for this site")
+    p.add_argument("--site-file", help="resolve both specs with this site file")
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def _package_name(value: str, kind: str) -> str:
+    if kind == "conda":
+        from rattler import MatchSpec
+
+        ms = MatchSpec(value)
+        return ms.name.normalized if ms.name is not None else value
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    try:
+        return canonicalize_name(Requirement(value).name)
+    except InvalidRequirement:
+        return value
+
+
+def flatten(spec) -> Dict[str, Optional[str]]:
+    """The comparable facts of a spec as ``field -> display string`` (packages keyed by name).
+
+    Args:
+        spec: a resolved :class:`~envtool.spec.model.Spec`.
+    Returns:
+        an ordered mapping; absent facts are left out.
+    """
+    from envtool.horovod.flags import build_env
+
+    out: Dict[str, Optional[str]] = {
+        "distribution": f"{spec.distribution.name} {spec.distribution.version or ''}".strip(),
+        "engine": spec.engine,
+        "platforms": ", ".join(spec.platforms),
+        "python": spec.python.value if spec.python else None,
+        "cuda": spec.cuda.value if spec.cuda else None,
+        "channels": ", ".join(spec.channels) or None,
+    }
+    for kind in ("conda", "pip"):
+        for pin in getattr(spec.packages, kind):
+            out[f"packages.{kind}.{_package_name(pin.value, kind)}"] = pin.value
+    h = spec.horovod
+    out.update({"horovod.version": h.version.value if h.version else None, "horovod.install": h.install,
+                "horovod.source": h.source})
+    if h.install != "none":
+        for k, v in build_env(spec):
+            out[f"horovod.build_env.{k}"] = v
+    cb = spec.expect.check_build
+    out["expect.check_build"] = None if cb is None else "; ".join(
+        ", ".join(x) or "-" for x in (cb.frameworks, cb.controllers, cb.tensor_operations))
+    out["expect.dataloader_start_method"] = spec.expect.dataloader_start_method
+    s = spec.site
+    out.update({"site.name": s.name, "site.modules": " ".join(s.modules) or None, "site.base_env": s.base_env,
+                "site.launcher": s.launcher, "site.scheduler": s.scheduler, "site.gpus_per_node": str(s.gpus_per_node)})
+    for k, v in s.env:
+        out[f"site.env.{k}"] = v
+    for k, v in spec.env:
+        out[f"env.{k}"] = v
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def diff(a, b) -> List[Dict[str, Any]]:
+    """Changes from spec ``a`` to spec ``b``: ``[{field, change: changed|added|removed, a, b}, …]``
+    in ``a``'s field order, then fields only ``b`` has."""
+    fa, fb = flatten(a), flatten(b)
+    out = []
+    for key in list(fa) + [k for k in fb if k not in fa]:
+        va, vb = fa.get(key), fb.get(key)
+        if va == vb:
+            continue
+        change = "changed" if va is not None and vb is not None else ("added" if va is None else "removed")
+        out.append({"field": key, "change": change, "a": va, "b": vb})
+    return out
+
+
+def format_text(a, b, changes: List[Dict[str, Any]]) -> str:
+    """One line per change: ``  field: old -> new``, ``+ field: new``, ``- field: old``."""
+    lines = [f"{a.name} -> {b.name}: {len(changes)} change(s)"]
+    for c in changes:
+        if c["change"] == "changed":
+            lines.append(f"  {c['field']}: {c['a']} -> {c['b']}")
+        elif c["change"] == "added":
+            lines.append(f"+ {c['field']}: {c['b']}")
+        else:
+            lines.append(f"- {c['field']}: {c['a']}")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    a = load_spec(args.a, args.site, args.site_file)
+    b = load_spec(args.b, args.site, args.site_file)
+    changes = diff(a, b)
+    if args.json:
+        print_json({"a": a.name, "b": b.name, "a_file": a.path, "b_file": b.path, "changes": changes})
+    else:
+        print(format_text(a, b, changes))
+    return 0

@@ -1,0 +1,175 @@
+"""``envtool show SPEC [--site S]``: the fully resolved spec, with the provenance of every pin."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from envtool.cli.common import add_json, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("show", help="show a spec fully resolved (extends merged, site applied) with provenance",
+                       description="Print the resolved spec: every pin with its provenance mark (V verified in a "
+                                   "primary source, V2 secondary, I inferred), its source and the file that set "
+                                   "it; the Horovod build variables; the site's modules, base env and launcher.")
+    p.add_argument("spec", help="spec name (see 'envtool specs') or path to a spec file")
+    p.add_argument("--site", help="resolve for this site (bundled: summit, perlmutter, polaris, bede, local)")
+    p.add_argument("--site-file", help="resolve with this site file")
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def _chain(path: Path) -> List[Tuple[str, Any]]:
+    """``[(file, raw mapping), …]`` from the spec file to its root parent."""
+    from envtool.spec import catalog
+    from envtool.spec.yamlload import load_yaml
+
+    out = []
+    seen = set()
+    while path is not None and str(path) not in seen:
+        seen.add(str(path))
+        raw = load_yaml(path)
+        out.append((str(path), raw))
+        parent = raw.get("extends")
+        path = catalog.find(str(parent)) if parent else None
+    return out
+
+
+def _defined_in(chain, field: str, overrides=None, site_path: Optional[str] = None) -> Optional[str]:
+    """The file that sets ``field`` (``python``, ``packages.conda``, ``horovod.version``): the site
+    file when its stack overrides set it, else the nearest file of the ``extends`` chain."""
+    parts = field.split("[")[0].split(".")
+
+    def has(mapping) -> bool:
+        for part in parts:
+            if not isinstance(mapping, dict) or part not in mapping:
+                return False
+            mapping = mapping[part]
+        return True
+
+    if overrides is not None and has(overrides):
+        return site_path
+    for file, raw in chain:
+        if has(raw):
+            return file
+    return None
+
+
+def describe(name: str, site: Optional[str] = None, site_file: Optional[str] = None) -> Dict[str, Any]:
+    """The resolved spec as a JSON-ready mapping with provenance (what ``show --json`` prints).
+
+    Raises:
+        SpecError: exit 2.
+    """
+    from envtool.horovod.flags import build_env
+    from envtool.spec import catalog, sites
+    from envtool.spec.model import MARKS
+
+    resolved = None
+    if site or site_file:
+        resolved = sites.resolve_full(name, site=site, site_file=site_file)
+        spec = resolved.spec
+    else:
+        spec = catalog.load_spec(name)
+    chain = _chain(Path(spec.path))
+    overrides = resolved.mapping.overrides if resolved and resolved.mapping else None
+    site_path = resolved.site.path if resolved else None
+    sources = dict(spec.sources)
+    pins = []
+    for field, pin in spec.pins():
+        pins.append({"field": field, "value": pin.value, "mark": pin.mark,
+                     "mark_meaning": MARKS.get(pin.mark or "", "no mark"), "source": pin.source,
+                     "source_ref": sources.get(pin.source or ""), "note": pin.note,
+                     "defined_in": _defined_in(chain, field, overrides, site_path)})
+    h = spec.horovod
+    horovod = {"version": h.version.value if h.version else None, "install": h.install, "source": h.source,
+               "frameworks": list(h.frameworks), "controllers": list(h.controllers),
+               "gpu_operations": h.gpu_operations, "gpu_ops": dict(h.gpu_ops), "cpu_operations": h.cpu_operations,
+               "nccl_link": h.nccl_link, "cuda_home": h.cuda_home, "nccl_home": h.nccl_home,
+               "cuda_cc_list": h.cuda_cc_list, "extra_env": dict(h.extra_env),
+               "build_env": dict(build_env(spec)) if h.install != "none" else {}}
+    cb = spec.expect.check_build
+    site_info: Dict[str, Any] = {"name": spec.site.name, "modules": list(spec.site.modules),
+                                 "base_env": spec.site.base_env, "launcher": spec.site.launcher,
+                                 "scheduler": spec.site.scheduler, "gpus_per_node": spec.site.gpus_per_node,
+                                 "env": dict(spec.site.env)}
+    if resolved is not None:
+        m = resolved.mapping
+        site_info["site_file"] = resolved.site.path
+        site_info["site_sources"] = dict(resolved.site.sources)
+        site_info["stack"] = None if m is None else {
+            "key": m.key, "mark": m.mark, "source": m.source,
+            "source_ref": dict(resolved.site.sources).get(m.source or ""), "note": m.note,
+            "overrides": sorted(m.overrides) if m.overrides else []}
+    return {
+        "name": spec.name, "path": spec.path, "extends": [f for f, _ in chain[1:]], "summary": spec.summary,
+        "distribution": {"name": spec.distribution.name, "version": spec.distribution.version},
+        "platforms": list(spec.platforms), "engine": spec.engine, "channels": list(spec.channels),
+        "pins": pins, "horovod": horovod,
+        "expect": {"check_build": None if cb is None else {"frameworks": list(cb.frameworks),
+                                                           "controllers": list(cb.controllers),
+                                                           "tensor_operations": list(cb.tensor_operations)},
+                   "dataloader_start_method": spec.expect.dataloader_start_method},
+        "site": site_info, "env": dict(spec.env), "sources": sources, "notes": spec.notes,
+    }
+
+
+def format_text(d: Dict[str, Any]) -> str:
+    """Readable form of :func:`describe`'s mapping."""
+    lines = [f"{d['name']}: {d['summary']}", f"  file: {d['path']}"]
+    if d["extends"]:
+        lines.append("  extends: " + " -> ".join(d["extends"]))
+    dist = d["distribution"]
+    lines += [f"  distribution: {dist['name']} {dist['version'] or ''}".rstrip(),
+              f"  platforms: {', '.join(d['platforms'])}; engine: {d['engine']}",
+              f"  channels: {', '.join(d['channels']) or '-'}", "", "Pins (mark: V primary, V2 secondary, I inferred):"]
+    width = max([len(p["field"]) for p in d["pins"]] + [5])
+    vwidth = max([len(p["value"]) for p in d["pins"]] + [5])
+    for p in d["pins"]:
+        where = Path(p["defined_in"]).name if p["defined_in"] else "?"
+        lines.append(f"  {p['field'].ljust(width)}  {p['value'].ljust(vwidth)}  [{p['mark'] or '-'}] "
+                     f"{p['source'] or '-'} ({where})" + (f" - {p['note']}" if p["note"] else ""))
+    h = d["horovod"]
+    lines += ["", f"Horovod: {h['version'] or '-'} ({h['install']})"]
+    if h["source"]:
+        lines.append(f"  source: {h['source']}")
+    if h["build_env"]:
+        lines.append("  build: " + " ".join(f"{k}={v}" for k, v in h["build_env"].items()))
+        if h["install"] == "conda":
+            lines.append("  (the channel's package was built so; envtool installs it, it does not build it)")
+    cb = d["expect"]["check_build"]
+    lines.append("  expect --check-build: " + ("none (no --check-build for this Horovod)" if cb is None else
+                                               "; ".join(", ".join(cb[k]) or "-" for k in
+                                                         ("frameworks", "controllers", "tensor_operations"))))
+    if d["expect"]["dataloader_start_method"]:
+        lines.append(f"  DataLoader start method: {d['expect']['dataloader_start_method']}")
+    s = d["site"]
+    lines += ["", f"Site: {s['name']}" + (f" ({s['site_file']})" if s.get("site_file") else ""),
+              f"  modules: {' '.join(s['modules']) or '-'}", f"  base env: {s['base_env'] or '-'}",
+              f"  launcher: {s['launcher'] or '-'}; scheduler: {s['scheduler'] or '-'}; "
+              f"GPUs per node: {s['gpus_per_node']}"]
+    if s["env"]:
+        lines.append("  env: " + " ".join(f"{k}={v}" for k, v in s["env"].items()))
+    stack = s.get("stack")
+    if stack:
+        lines.append(f"  mapping: stacks.{stack['key']} [{stack['mark'] or '-'}] {stack['source'] or '-'}"
+                     + (f" - {stack['note']}" if stack["note"] else ""))
+        if stack["overrides"]:
+            lines.append("  overrides: " + ", ".join(stack["overrides"]))
+    elif "stack" in s:
+        lines.append("  mapping: none for this spec (site defaults only)")
+    if d["env"]:
+        lines += ["", "Environment: " + " ".join(f"{k}={v}" for k, v in d["env"].items())]
+    lines += ["", "Sources:"] + [f"  {k}: {v}" for k, v in d["sources"].items()]
+    if d["notes"]:
+        lines += ["", "Notes: " + d["notes"]]
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    d = describe(args.spec, args.site, args.site_file)
+    if args.json:
+        print_json(d)
+    else:
+        print(format_text(d))
+    return 0

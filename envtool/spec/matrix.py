@@ -1,0 +1,222 @@
+"""The release matrix: one row per spec, as ``envtool specs`` prints it (like seed ``000_…txt``'s
+table, one column per stack there, one row per stack here).
+
+Columns (:data:`COLUMNS`): spec name, distribution and version, Python, TensorFlow, PyTorch,
+Horovod and its GPU backend (NCCL, DDL, MPI; the CPU controllers when no GPU operation is built),
+how Horovod is installed, CUDA, platforms and site. Versions are read from the spec's pins:
+conda match specs through py-rattler's ``MatchSpec``, pip requirements through ``packaging``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
+from envtool.errors import UsageError
+from envtool.spec.model import Spec
+
+#: Package names (conda and pip) that carry each framework's version.
+FRAMEWORK_PACKAGES: Dict[str, Tuple[str, ...]] = {
+    "tensorflow": ("tensorflow", "tensorflow-base", "tensorflow-gpu", "tensorflow-cpu"),
+    "pytorch": ("pytorch", "pytorch-base", "torch", "pytorch-cpu"),
+}
+#: Column names, in table order (``--sort`` takes any of them).
+COLUMNS = ("name", "distribution", "version", "python", "tensorflow", "pytorch", "horovod", "backend",
+           "install", "cuda", "platforms", "site")
+#: ``--has`` names and the column each compares.
+HAS_NAMES = {"horovod": "horovod", "tensorflow": "tensorflow", "tf": "tensorflow", "pytorch": "pytorch",
+             "torch": "pytorch", "python": "python", "cuda": "cuda"}
+_SHORT_PLATFORM = {"linux-64": "x86_64", "linux-ppc64le": "ppc64le", "linux-aarch64": "aarch64",
+                   "linux-s390x": "s390x", "osx-64": "osx-64", "osx-arm64": "osx-arm64"}
+_VERSION_RE = re.compile(r"\d+(?:\.\d+)*")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the matrix; every field a display string ('' when the spec has no such part).
+
+    Attributes follow :data:`COLUMNS`; ``summary`` and ``path`` are kept for ``--json``.
+    """
+
+    name: str
+    distribution: str
+    version: str
+    python: str
+    tensorflow: str
+    pytorch: str
+    horovod: str
+    backend: str
+    install: str
+    cuda: str
+    platforms: str
+    site: str
+    summary: str = ""
+    path: str = ""
+
+    def to_dict(self) -> Dict[str, str]:
+        """JSON-ready mapping (the columns plus ``summary`` and ``path``)."""
+        return asdict(self)
+
+
+def _clean(version: str) -> str:
+    """``==1.7.1`` → ``1.7.1``, ``1.7.1.*`` → ``1.7.1``, ``>=2.4.1,<2.4.5`` stays."""
+    text = version.strip()
+    if text.startswith("==") and "," not in text:
+        text = text[2:]
+    if text.endswith(".*") and "," not in text:
+        text = text[:-2]
+    return text.lstrip("=")
+
+
+def package_version(spec: Spec, names: Iterable[str]) -> str:
+    """The version part of the first pin (conda, then pip) whose package is one of ``names``, or ''.
+
+    Conda pins are parsed with py-rattler's ``MatchSpec``; pip pins with ``packaging``.
+    """
+    wanted = set(names)
+    from rattler import MatchSpec  # lazy: heavy import
+
+    for pin in spec.packages.conda:
+        ms = MatchSpec(pin.value)
+        if ms.name is not None and ms.name.normalized in wanted:
+            return _clean(str(ms.version or ""))
+    for pin in spec.packages.pip:
+        try:
+            req = Requirement(pin.value)
+        except InvalidRequirement:
+            continue
+        if req.name.lower() in wanted:
+            return _clean(str(req.specifier))
+    return ""
+
+
+def backend(spec: Spec) -> str:
+    """Horovod's backend as a short word: the GPU allreduce (``NCCL``, ``DDL``, ``MPI``), else the
+    CPU side (``Gloo+MPI (CPU)``); '' without Horovod."""
+    h = spec.horovod
+    if h.install == "none":
+        return ""
+    if h.gpu_operations:
+        return h.gpu_operations.upper()
+    ops = dict(h.gpu_ops)
+    if ops:
+        return ops.get("allreduce", next(iter(ops.values()))).upper()
+    if h.cpu_operations:
+        return h.cpu_operations.upper() + " (CPU)"
+    names = {"mpi": "MPI", "gloo": "Gloo"}
+    return "+".join(names[c] for c in sorted(h.controllers, key=lambda c: c != "gloo")) + " (CPU)" \
+        if h.controllers else ""
+
+
+def row(spec: Spec) -> Row:
+    """The matrix row of a resolved spec."""
+    h = spec.horovod
+    hvd = "" if h.install == "none" else (h.version.value if h.version else package_version(spec, ("horovod",)))
+    return Row(
+        name=spec.name, distribution=spec.distribution.name, version=spec.distribution.version or "",
+        python=spec.python.value if spec.python else "",
+        tensorflow=package_version(spec, FRAMEWORK_PACKAGES["tensorflow"]),
+        pytorch=package_version(spec, FRAMEWORK_PACKAGES["pytorch"]),
+        horovod=hvd, backend=backend(spec), install=h.install if h.install != "none" else "",
+        cuda=spec.cuda.value if spec.cuda else "",
+        platforms=", ".join(_SHORT_PLATFORM.get(p, p) for p in spec.platforms),
+        site=spec.site.name, summary=spec.summary, path=spec.path or "")
+
+
+def first_version(text: str) -> Optional[Version]:
+    """The first version number in ``text`` (``>=2.4.1,<2.4.5`` → 2.4.1), or None."""
+    match = _VERSION_RE.search(text or "")
+    if not match:
+        return None
+    try:
+        return Version(match.group(0))
+    except InvalidVersion:
+        return None
+
+
+def parse_has(text: str) -> Tuple[str, Requirement]:
+    """Parse a ``--has`` filter such as ``horovod>=0.21`` or ``torch==1.7.1``.
+
+    Returns:
+        ``(column, requirement)``.
+    Raises:
+        UsageError: not a requirement, or not one of :data:`HAS_NAMES`.
+    """
+    try:
+        req = Requirement(text)
+    except InvalidRequirement as exc:
+        raise UsageError(f"--has {text!r}: expected NAME[OP VERSION] such as 'horovod>=0.21' "
+                         f"({str(exc).splitlines()[0]})") from None
+    column = HAS_NAMES.get(req.name.lower())
+    if column is None:
+        raise UsageError(f"--has {text!r}: expected one of {', '.join(sorted(HAS_NAMES))} as the name")
+    return column, req
+
+
+def matches(r: Row, column: str, req: Requirement) -> bool:
+    """True when ``r`` has ``column`` and its (first) version satisfies ``req``'s specifier."""
+    value = getattr(r, column)
+    if not value:
+        return False
+    if not str(req.specifier):
+        return True
+    version = first_version(value)
+    return version is not None and req.specifier.contains(version, prereleases=True)
+
+
+def sort_key(column: str):
+    """A key function ordering rows by ``column``: version-aware for version columns.
+
+    Raises:
+        UsageError: unknown column.
+    """
+    if column not in COLUMNS:
+        raise UsageError(f"--sort {column!r}: expected one of {', '.join(COLUMNS)}")
+
+    def key(r: Row):
+        value = getattr(r, column)
+        version = first_version(value) if column not in ("name", "distribution", "backend", "install",
+                                                         "platforms", "site") else None
+        if column == "version":
+            return (r.distribution, version is None, version or Version("0"), value)
+        return (version is None, version or Version("0"), value, r.name)
+
+    return key
+
+
+def build(specs: List[Spec], distribution: Optional[str] = None, has: Iterable[str] = (),
+          sort: str = "version") -> List[Row]:
+    """Rows for ``specs``, filtered and sorted.
+
+    Args:
+        specs: resolved specs.
+        distribution: keep rows whose distribution name equals it (case-insensitive), or None.
+        has: ``--has`` filters (all must hold).
+        sort: a column of :data:`COLUMNS` (``version`` sorts by distribution, then version).
+    Returns:
+        the rows.
+    Raises:
+        UsageError: a bad filter or column.
+    """
+    filters = [parse_has(h) for h in has]
+    rows = [row(s) for s in specs]
+    if distribution:
+        rows = [r for r in rows if r.distribution.lower() == distribution.lower()]
+    for column, req in filters:
+        rows = [r for r in rows if matches(r, column, req)]
+    return sorted(rows, key=sort_key(sort))
+
+
+def format_table(rows: List[Row]) -> str:
+    """Aligned text table of ``rows`` (the columns of :data:`COLUMNS`, '-' for empty cells)."""
+    headers = ("SPEC", "DISTRIBUTION", "VERSION", "PYTHON", "TENSORFLOW", "PYTORCH", "HOROVOD", "BACKEND",
+               "INSTALL", "CUDA", "PLATFORMS", "SITE")
+    cells = [[getattr(r, c) or "-" for c in COLUMNS] for r in rows]
+    widths = [max([len(h)] + [len(row_[i]) for row_ in cells]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    for row_ in cells:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row_, widths)).rstrip())
+    return "\n".join(lines)

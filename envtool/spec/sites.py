@@ -1,0 +1,300 @@
+"""Site overlays: map a stack (a spec) onto one site's modules, base environment and launcher.
+
+A site file (``sites/<name>.yaml``; more in the directories of ``ENVTOOL_SITE_PATH`` or given
+with ``--site-file``) holds::
+
+    name: summit
+    summary: one line
+    sources: {id: URL or document}
+    platforms: [linux-ppc64le]          # what the site's nodes run
+    scheduler: lsf
+    launcher: "jsrun -r1 -g6 -a6 -c42 -bpacked:7"
+    gpus_per_node: 6
+    modules: []                         # loaded for every stack
+    env: {VAR: value}                   # set for every stack
+    stacks:                             # per spec: a spec name or a glob (``ibm-wml-ce-*``)
+      open-ce-1.1.3:
+        modules: [open-ce/1.1.3-py38-0]
+        base_env: open-ce-1.1.3-py38-0  # what --clone copies (env name or prefix)
+        launcher: ...                   # optional, replaces the site's
+        env: {VAR: value}
+        mark: V                         # provenance of the mapping (V, V2, I)
+        source: seed-000
+        note: free text
+        overrides: {python: "3.8"}      # a partial spec merged over the stack (as ``extends`` does)
+
+Resolution (:func:`resolve`): the spec is loaded with its ``extends`` chain; the stack entry that
+names it (exact name first, then the first matching glob in file order) is applied: ``overrides``
+are merged over the spec mapping and the site's ``sources`` added, then the result is built and
+checked like any spec. The site section becomes the site's (modules: site modules, then the
+stack's; when no stack entry matches and the spec's own site section names the same site, its
+modules are kept), and the spec's platforms are narrowed to the site's. A spec none of whose
+platforms the site runs is refused.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import fnmatch
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+from envtool.errors import SpecError
+from envtool.spec import catalog, load, rules
+from envtool.spec import model as m
+from envtool.spec.yamlload import LineDict, load_yaml
+
+SITE_FILE_KEYS = ("name", "summary", "sources", "platforms", "scheduler", "launcher", "gpus_per_node", "modules",
+                  "env", "notes", "stacks")
+STACK_KEYS = ("modules", "base_env", "launcher", "env", "mark", "source", "note", "overrides")
+SCHEDULERS = ("slurm", "lsf", "pbs", "none")
+BUNDLED_SITES = ("summit", "perlmutter", "polaris", "bede", "local")
+
+
+@dataclass(frozen=True)
+class StackMapping:
+    """One entry of a site file's ``stacks``.
+
+    Attributes:
+        key: the spec name or glob it was written under.
+        modules: modules loaded after the site's own, in order.
+        base_env: the read-only environment ``--clone`` copies (conda env name or prefix), or None.
+        launcher: a launcher replacing the site's, or None.
+        env: variables added to the site's.
+        mark: provenance mark of the mapping (``V``, ``V2``, ``I``) or None.
+        source: id in the site file's ``sources``, or None.
+        note: free text, or None.
+        overrides: partial spec mapping merged over the spec (raw YAML mapping).
+        line: line of the entry in the site file.
+    """
+
+    key: str
+    modules: Tuple[str, ...] = ()
+    base_env: Optional[str] = None
+    launcher: Optional[str] = None
+    env: Tuple[Tuple[str, str], ...] = ()
+    mark: Optional[str] = None
+    source: Optional[str] = None
+    note: Optional[str] = None
+    overrides: Optional[LineDict] = None
+    line: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class SiteFile:
+    """A parsed site file (see the module docstring for the format).
+
+    Attributes:
+        name: site id.
+        path: the file (display string).
+        summary: one line.
+        sources: id → URL or document name.
+        platforms: conda platforms the site's nodes run.
+        scheduler: ``slurm``, ``lsf``, ``pbs`` or None.
+        launcher: launcher template (``{ranks}`` is replaced), or None.
+        gpus_per_node: GPUs on one node.
+        modules: modules loaded for every stack.
+        env: variables set for every stack.
+        notes: free text.
+        stacks: the per-spec mappings, in file order.
+    """
+
+    name: str
+    path: str
+    summary: str = ""
+    sources: Tuple[Tuple[str, str], ...] = ()
+    platforms: Tuple[str, ...] = ("linux-64",)
+    scheduler: Optional[str] = None
+    launcher: Optional[str] = None
+    gpus_per_node: int = 0
+    modules: Tuple[str, ...] = ()
+    env: Tuple[Tuple[str, str], ...] = ()
+    notes: str = ""
+    stacks: Tuple[StackMapping, ...] = ()
+
+    def mapping_for(self, spec_name: str) -> Optional[StackMapping]:
+        """The stack entry for ``spec_name``: exact key first, then the first matching glob; or None."""
+        for s in self.stacks:
+            if s.key == spec_name:
+                return s
+        for s in self.stacks:
+            if any(c in s.key for c in "*?[") and fnmatch.fnmatchcase(spec_name, s.key):
+                return s
+        return None
+
+
+def available() -> Dict[str, Path]:
+    """Map site name → file: ``$ENVTOOL_SITE_PATH`` directories first, then the bundled ``sites/``."""
+    return catalog.available("sites", "ENVTOOL_SITE_PATH")
+
+
+def find(name: str) -> Path:
+    """The file of site ``name`` (a name, or a path when it contains ``/`` or ends in ``.yaml``).
+
+    Raises:
+        SpecError: no such site (the message lists close names).
+    """
+    if "/" in name or name.endswith((".yaml", ".yml")):
+        path = Path(name)
+        if not path.is_file():
+            raise SpecError(name, "(site file)", "an existing site file")
+        return path
+    sites = available()
+    if name in sites:
+        return sites[name]
+    close = difflib.get_close_matches(name, list(sites), n=3)
+    raise SpecError(name, "(site name)", "a known site (" + ", ".join(sorted(sites)) + ")", got=name,
+                    hint=("did you mean " + ", ".join(close) + "?") if close else "or give --site-file")
+
+
+def load_site(path: Path) -> SiteFile:
+    """Read and check one site file.
+
+    Args:
+        path: the file.
+    Returns:
+        the :class:`SiteFile`.
+    Raises:
+        SpecError: unknown keys (with a "did you mean"), wrong types, unknown platforms or
+            marks, a ``source`` that is not in ``sources``, bad ``overrides`` — naming the file,
+            line and field.
+    """
+    spath = str(path)
+    raw = load_yaml(Path(path))
+    r = load._Reader(spath, raw, "")
+    r.check_keys(SITE_FILE_KEYS)
+    sources = load._sources(r)
+    source_ids = [k for k, _ in sources]
+    platforms = r.str_list("platforms") or ("linux-64",)
+    for p in platforms:
+        if p not in m.PLATFORMS:
+            raise r.error("platforms", "conda platforms drawn from " + ", ".join(m.PLATFORMS), got=p)
+    scheduler = r.choice("scheduler", SCHEDULERS)
+    stacks_raw = r.get("stacks") or LineDict()
+    if not isinstance(stacks_raw, dict):
+        raise r.error("stacks", "a mapping of spec names (or globs) to stack entries", got=stacks_raw)
+    stacks = []
+    for key in stacks_raw:
+        s = load._Reader(spath, stacks_raw[key], f"stacks.{key}", line=stacks_raw.line_of(key)
+                         if isinstance(stacks_raw, LineDict) else None)
+        s.check_keys(STACK_KEYS)
+        mark = s.get("mark")
+        if mark is not None and mark not in m.MARKS:
+            raise s.error("mark", "one of " + ", ".join(m.MARKS), got=mark)
+        source = s.str("source")
+        if source is not None and source not in source_ids:
+            raise s.error("source", "the id of an entry of 'sources' (" + ", ".join(source_ids) + ")", got=source)
+        overrides = s.get("overrides")
+        if overrides is not None:
+            if not isinstance(overrides, dict):
+                raise s.error("overrides", "a partial spec mapping", got=overrides)
+            for banned in ("name", "extends", "abstract", "site"):
+                if banned in overrides:
+                    raise SpecError(spath, f"stacks.{key}.overrides.{banned}",
+                                    "spec fields other than name, extends, abstract and site "
+                                    "(site fields belong in the stack entry)",
+                                    line=overrides.line_of(banned) if isinstance(overrides, LineDict) else None)
+            # Type-check the fragment on its own so errors name this file.
+            load.build_spec(spath, overrides, name=str(key), partial=True)
+        stacks.append(StackMapping(key=str(key), modules=s.str_list("modules"), base_env=s.str("base_env"),
+                                   launcher=s.str("launcher"), env=s.str_map("env"), mark=mark, source=source,
+                                   note=s.str("note"), overrides=overrides, line=s.line))
+    return SiteFile(name=r.str("name") or Path(path).stem, path=spath, summary=r.str("summary") or "",
+                    sources=sources, platforms=tuple(platforms), scheduler=None if scheduler == "none" else scheduler,
+                    launcher=r.str("launcher"), gpus_per_node=r.int("gpus_per_node", 0),
+                    modules=r.str_list("modules"), env=r.str_map("env"), notes=r.str("notes") or "",
+                    stacks=tuple(stacks))
+
+
+def _merge_env(*parts: Tuple[Tuple[str, str], ...]) -> Tuple[Tuple[str, str], ...]:
+    out: Dict[str, str] = {}
+    for part in parts:
+        for k, v in part:
+            out.pop(k, None)
+            out[k] = v
+    return tuple(out.items())
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A spec resolved for a site, with what was used to resolve it (for ``show``).
+
+    Attributes:
+        spec: the resolved spec.
+        site: the site file.
+        mapping: the stack entry applied, or None (site defaults only).
+        spec_site: the spec's own site section before the overlay.
+    """
+
+    spec: m.Spec
+    site: SiteFile
+    mapping: Optional[StackMapping]
+    spec_site: m.Site
+
+
+def resolve_full(name: str, site: Optional[str] = None, site_file: Optional[str] = None) -> Resolved:
+    """Load spec ``name`` and overlay the site (see the module docstring).
+
+    Args:
+        name: spec name or path.
+        site: site name (bundled or in ``$ENVTOOL_SITE_PATH``), or None.
+        site_file: a site file path (wins over ``site``), or None.
+    Returns:
+        :class:`Resolved`.
+    Raises:
+        SpecError: the spec, the site file or the combination does not validate (no shared
+            platform; a rule broken after the overrides), or the spec is abstract.
+    """
+    spath = catalog.find(name)
+    raw = load.resolve_raw(spath, catalog.find)
+    if raw.get("abstract") is True:
+        raise SpecError(spath, "abstract", "a concrete spec (this one is only a parent for 'extends')",
+                        line=raw.line_of("abstract"))
+    spec_name = str(raw.get("name") or spath.stem)
+    site_path = Path(site_file) if site_file else find(site or "local")
+    if site_file and not site_path.is_file():
+        raise SpecError(site_file, "(site file)", "an existing site file")
+    sf = load_site(site_path)
+    mapping = sf.mapping_for(spec_name)
+    if sf.sources:
+        own = raw.get("sources")
+        if own is None or isinstance(own, dict):
+            merged = LineDict(dict(sf.sources))
+            merged.update(own or {})
+            raw["sources"] = merged
+    if mapping is not None and mapping.overrides:
+        raw = load.merge(raw, mapping.overrides)
+    spec = load.build_spec(str(spath), raw, name=spec_name)
+    shared = tuple(p for p in spec.platforms if p in sf.platforms)
+    if not shared:
+        raise SpecError(sf.path, "platforms", f"a platform of spec {spec_name!r} ({', '.join(spec.platforms)})",
+                        got=list(sf.platforms), hint=f"site {sf.name} cannot run {spec_name}")
+    own_site = spec.site
+    modules = list(sf.modules)
+    if mapping is not None:
+        modules += [x for x in mapping.modules if x not in modules]
+    elif own_site.name == sf.name:
+        modules += [x for x in own_site.modules if x not in modules]
+    base_env = mapping.base_env if mapping is not None and mapping.base_env else (
+        own_site.base_env if own_site.name == sf.name else None)
+    launcher = (mapping.launcher if mapping is not None and mapping.launcher else None) or sf.launcher or (
+        own_site.launcher if own_site.name == sf.name else None)
+    new_site = m.Site(name=sf.name, modules=tuple(modules), base_env=base_env, launcher=launcher,
+                      scheduler=sf.scheduler, gpus_per_node=sf.gpus_per_node,
+                      env=_merge_env(own_site.env if own_site.name == sf.name else (), sf.env,
+                                     mapping.env if mapping is not None else ()))
+    spec = dataclasses.replace(spec, site=new_site, platforms=shared)
+    rules.check(spec, raw)
+    return Resolved(spec=spec, site=sf, mapping=mapping, spec_site=own_site)
+
+
+def resolve(name: str, site: Optional[str] = None, site_file: Optional[str] = None) -> m.Spec:
+    """Spec ``name`` resolved for ``site`` / ``site_file`` (see :func:`resolve_full`).
+
+    Returns:
+        the resolved :class:`~envtool.spec.model.Spec`.
+    Raises:
+        SpecError: exit status 2.
+    """
+    return resolve_full(name, site=site, site_file=site_file).spec

@@ -1,0 +1,165 @@
+"""The bundled catalog: every spec and site loads, carries provenance, resolves and plans."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from envtool.errors import SpecError
+from envtool.spec import catalog, sites
+from envtool.spec.model import MARKS
+from envtool.spec.yamlload import load_yaml
+from envtool.steps.model import PlanOptions
+from envtool.steps.planner import make_plan
+
+REPO = Path(__file__).resolve().parent.parent
+SPEC_FILES = sorted((REPO / "specs").glob("*.yaml"))
+CONCRETE = [p.stem for p in SPEC_FILES if load_yaml(p).get("abstract") is not True]
+SITE_NAMES = sorted(p.stem for p in (REPO / "sites").glob("*.yaml"))
+
+#: What issue 3 asks the catalog to ship.
+REQUIRED = ["ibm-wml-ce-1.6.1", "ibm-wml-ce-1.6.2", "ibm-wml-ce-1.7.0", "open-ce-0.1", "open-ce-1.0.1",
+            "open-ce-1.1.3"] + [f"open-ce-1.{n}" for n in range(2, 12)] + [
+    "perlmutter-horovod", "nersc-pytorch-1.13.1", "nersc-tensorflow-2.9.0", "polaris-conda-2022-07-19",
+    "polaris-conda-2022-09-08", "polaris-conda-2023-01-10", "polaris-conda-2023-10-04", "cpu-horovod"]
+
+
+@pytest.fixture(autouse=True)
+def _bundled_only(monkeypatch):
+    monkeypatch.delenv("ENVTOOL_SPEC_PATH", raising=False)
+    monkeypatch.delenv("ENVTOOL_SITE_PATH", raising=False)
+
+
+def test_catalog_ships_every_required_spec_and_site():
+    assert set(REQUIRED) <= set(CONCRETE), sorted(set(REQUIRED) - set(CONCRETE))
+    assert set(sites.BUNDLED_SITES) <= set(SITE_NAMES)
+
+
+@pytest.mark.parametrize("name", CONCRETE)
+def test_every_pin_has_a_mark_and_a_known_source(name):
+    spec = catalog.load_spec(name)
+    assert spec.sources, f"{name} lists no sources"
+    ids = dict(spec.sources)
+    pins = list(spec.pins())
+    assert pins, f"{name} pins nothing"
+    for field, pin in pins:
+        assert pin.mark in MARKS, f"{name}: {field} ({pin.value}) has no provenance mark"
+        assert pin.source in ids, f"{name}: {field} ({pin.value}) cites no source of the spec"
+
+
+def test_provenance_check_catches_a_pin_without_mark(tmp_path, monkeypatch):
+    """The check above fails for a spec whose pin lacks a mark (so it can fail at all)."""
+    (tmp_path / "nomark.yaml").write_text("sources: {ref: x}\npackages:\n  pip: ['torch==2.13.0']\n")
+    monkeypatch.setenv("ENVTOOL_SPEC_PATH", str(tmp_path))
+    with pytest.raises(AssertionError, match="no provenance mark"):
+        test_every_pin_has_a_mark_and_a_known_source("nomark")
+
+
+@pytest.mark.parametrize("site", SITE_NAMES)
+def test_every_site_with_every_spec_resolves_and_plans(site, tmp_path):
+    sf = sites.load_site(sites.find(site))
+    planned = 0
+    for name in CONCRETE:
+        try:
+            spec = sites.resolve(name, site=site)
+        except SpecError as exc:
+            # The only refusal allowed: the site runs none of the spec's platforms.
+            assert exc.path == sf.path and exc.field == "platforms", str(exc)
+            assert not set(catalog.load_spec(name).platforms) & set(sf.platforms)
+            continue
+        assert spec.site.name == sf.name and set(spec.platforms) <= set(sf.platforms)
+        plan = make_plan(spec, PlanOptions(prefix=tmp_path / name, site=site))
+        ids = [s.id for s in plan.steps]
+        assert ("load-modules" in ids) == bool(spec.site.modules)
+        assert "validate" in ids
+        if spec.horovod.install == "pip-build":
+            assert "build-horovod" in ids
+        planned += 1
+    assert planned >= 1
+    for mapping in sf.stacks:
+        assert mapping.mark in MARKS, f"{site}: stacks.{mapping.key} has no provenance mark"
+
+
+def test_summit_overlay_for_open_ce_1_1_3():
+    spec = sites.resolve("open-ce-1.1.3", site="summit")
+    assert spec.site.modules == ("open-ce/1.1.3-py38-0",)
+    assert spec.site.base_env.endswith("open-ce-1.1.3-py38-0")
+    assert spec.site.launcher == "jsrun -r1 -g6 -a6 -c42 -bpacked:7" and spec.site.scheduler == "lsf"
+    assert spec.platforms == ("linux-ppc64le",)
+    assert spec.python.value == "3.8" and spec.python.source == "seed-000"
+    assert "https://ftp.osuosl.org/pub/open-ce/1.1.3/" in spec.channels
+
+
+def test_wml_ce_1_6_x_ddl_builds():
+    for name, commit, version in (("ibm-wml-ce-1.6.1", "9f87459", "0.16.4"), ("ibm-wml-ce-1.6.2", "bbf09d79", "0.18.2+1")):
+        spec = catalog.load_spec(name)
+        h = spec.horovod
+        assert h.install == "pip-build" and commit in h.source and h.version.value == version
+        assert dict(h.gpu_ops) == {"allreduce": "ddl"} and h.cuda_home == "${CONDA_PREFIX}"
+        assert dict(spec.env)["IBM_POWERAI_LICENSE_ACCEPT"] == "yes" and "linux-ppc64le" in spec.platforms
+    assert catalog.load_spec("ibm-wml-ce-1.6.1").expect.check_build is None
+    assert catalog.load_spec("ibm-wml-ce-1.7.0").horovod.install == "conda"
+
+
+def test_wml_ce_1_6_1_follows_the_primary_source_not_seed_000():
+    spec = catalog.load_spec("ibm-wml-ce-1.6.1")
+    pins = " ".join(p.value for _, p in spec.pins())
+    assert "tensorflow-gpu 1.14" in pins and "pytorch 1.1.0" in pins and "ddl 1.4.0" in pins
+    assert "seed 000" in spec.notes.lower() or "seed-000" in spec.notes.lower()
+
+
+def test_bede_glob_mapping_and_site_env():
+    spec = sites.resolve("ibm-wml-ce-1.6.2", site="bede")
+    assert spec.site.base_env == "/opt/software/apps/anaconda3/envs/wmlce_env"
+    assert spec.site.launcher == "bede-ddlrun" and spec.site.gpus_per_node == 4
+    assert dict(spec.site.env)["OMP_NUM_THREADS"] == "1" and spec.site.modules == ("slurm/dflt",)
+
+
+def test_site_path_and_site_file(tmp_path, monkeypatch):
+    (tmp_path / "mycluster.yaml").write_text(textwrap.dedent("""\
+        name: mycluster
+        sources: {wiki: https://wiki.example.org/dl}
+        platforms: [linux-64]
+        scheduler: slurm
+        launcher: "srun -n {ranks}"
+        gpus_per_node: 8
+        modules: [cuda/12.2]
+        stacks:
+          open-ce-1.1*:
+            modules: [open-ce/1.1]
+            base_env: /opt/envs/opence
+            mark: I
+            source: wiki
+            overrides:
+              python: {value: "3.7", mark: I, source: wiki}
+        """))
+    monkeypatch.setenv("ENVTOOL_SITE_PATH", str(tmp_path))
+    spec = sites.resolve("open-ce-1.1.3", site="mycluster")
+    assert spec.site.modules == ("cuda/12.2", "open-ce/1.1") and spec.site.base_env == "/opt/envs/opence"
+    assert spec.python.value == "3.7" and spec.platforms == ("linux-64",) and spec.site.gpus_per_node == 8
+    same = sites.resolve("open-ce-1.1.3", site_file=str(tmp_path / "mycluster.yaml"))
+    assert same == spec
+
+
+@pytest.mark.parametrize("text,field", [
+    ("name: x\nstack: {}\n", "stack"),
+    ("name: x\nstacks: {cpu-horovod: {mark: Q}}\n", "stacks.cpu-horovod.mark"),
+    ("name: x\nstacks: {cpu-horovod: {source: nowhere}}\n", "stacks.cpu-horovod.source"),
+    ("name: x\nplatforms: [linux-32]\n", "platforms"),
+    ("name: x\nstacks: {cpu-horovod: {overrides: {horovod: {instal: conda}}}}\n", "horovod.instal"),
+])
+def test_bad_site_files_name_file_and_field(tmp_path, text, field):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as info:
+        sites.resolve("cpu-horovod", site_file=str(path))
+    assert info.value.path == str(path) and info.value.field == field
+
+
+def test_override_that_breaks_a_rule_is_refused(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nstacks:\n  cpu-horovod:\n    overrides:\n      horovod: {gpu_operations: nccl}\n")
+    with pytest.raises(SpecError) as info:
+        sites.resolve("cpu-horovod", site_file=str(path))
+    assert info.value.field == "horovod.gpu_operations"
