@@ -1,0 +1,155 @@
+"""Make a :class:`~envtool.lock.model.LockData` from a spec (a solve) or from a prefix (a snapshot)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
+
+from envtool.errors import UsageError
+from envtool.lock.model import LockData, LockedPackage
+from envtool.spec.model import Spec
+
+
+def pip_requirements(spec: Spec) -> List[str]:
+    """What pip installs from the index for ``spec``, as the engines' ``pip-install`` steps do: the
+    build backend ``setuptools``/``wheel`` first when Horovod is pip-built (a venv always; a conda
+    env when it has pip packages), then ``packages.pip``."""
+    reqs = [p.value for p in spec.packages.pip]
+    if spec.horovod.install == "pip-build" and (spec.engine == "venv" or reqs):
+        reqs = ["setuptools", "wheel"] + reqs
+    return reqs
+
+
+def built_requirements(spec: Spec) -> List[str]:
+    """Requirements envtool builds itself: Horovod when ``horovod.install`` is ``pip-build``."""
+    if spec.horovod.install != "pip-build":
+        return []
+    from envtool.horovod.flags import requirement
+
+    return [requirement(spec)]
+
+
+def lock_spec(spec: Spec, platforms: Optional[Sequence[str]] = None, site: str = "",
+              virtual_overrides: Optional[Mapping[str, str]] = None,
+              progress: Optional[Callable[[str], None]] = None) -> LockData:
+    """Solve ``spec`` for each platform without creating anything.
+
+    Conda packages: py-rattler per platform with the platform's virtual packages. pip packages:
+    pip's resolver — with the spec's interpreter for a venv spec (this machine's platform only),
+    or for the solved Python and the platform's manylinux tag (binary wheels) for a conda spec.
+
+    Args:
+        spec: the resolved spec.
+        platforms: platforms to lock (default ``spec.platforms``).
+        site: the site the spec was resolved for ('' when none).
+        virtual_overrides: ``__cuda``/``__glibc`` … overrides (an empty value drops one).
+        progress: progress callback (stderr lines).
+    Returns:
+        the lock (kind ``solve``).
+    Raises:
+        UsageError: a platform the spec does not support, or a venv spec for another platform.
+        EnvtoolError: a solve failed.
+    """
+    from envtool.lock import conda_resolve, pip_resolve
+    from envtool.lock.spec_hash import platform_hash, spec_hash
+    from envtool.steps.horovod_build import conda_platform
+
+    platforms = list(platforms or spec.platforms)
+    for p in platforms:
+        if p not in spec.platforms:
+            raise UsageError(f"spec {spec.name!r} supports {', '.join(spec.platforms)}; --platform {p} is not one of them")
+    here = conda_platform()
+    packages: List[LockedPackage] = []
+    hashes: Dict[str, str] = {}
+    for platform in platforms:
+        vp = conda_resolve.virtual_packages_for(spec, platform, virtual_overrides)
+        hashes[platform] = platform_hash(spec, platform, vp if spec.engine == "conda" else None)
+        pip_reqs, built = pip_requirements(spec), built_requirements(spec)
+        if spec.engine == "venv":
+            if platform != here:
+                raise UsageError(f"spec {spec.name!r} uses the venv engine: its pip packages are resolved by this "
+                                 f"machine's interpreter, for {here} only (asked for {platform})")
+            from envtool.engines.venv import find_interpreter
+
+            packages += pip_resolve.resolve(pip_reqs, platform, python=find_interpreter(spec), built_requirements=built,
+                                            progress=progress)
+            continue
+        conda = conda_resolve.solve(spec, platform, vp, progress=progress)
+        packages += conda
+        if pip_reqs or built:
+            py = next((p for p in conda if p.name == "python"), None)
+            if py is None:
+                raise UsageError(f"spec {spec.name!r} has pip packages but its conda solve for {platform} has no python")
+            target = pip_resolve.PipTarget(platform=platform, python_version=".".join(py.version.split(".")[:2]),
+                                           glibc=vp.get("__glibc", "2.17"))
+            packages += pip_resolve.resolve(pip_reqs, platform, built_requirements=built, target=target,
+                                            progress=progress)
+    return LockData(packages=tuple(packages), platforms=tuple(platforms), channels=tuple(spec.channels),
+                    content_hash=tuple(sorted(hashes.items())), spec=spec.name, spec_hash=spec_hash(spec),
+                    site=site or spec.site.name, kind="solve", engine=spec.engine,
+                    sources=(spec.path,) if spec.path else ())
+
+
+def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built_keys: Optional[Dict[str, str]] = None,
+                lookup: bool = True, progress: Optional[Callable[[str], None]] = None) -> LockData:
+    """Snapshot ``prefix`` (see :mod:`envtool.lock.snapshot`) as a lock for this machine's platform.
+
+    Args:
+        prefix: the environment.
+        spec: the spec it was made from, when known (its name and content hash go into the metadata;
+            otherwise they are copied from ``prefix/conda-lock.yml`` when that exists).
+        site: the site name ('' when unknown).
+        built_keys: name → wheel-cache key of packages envtool built.
+        lookup: see :func:`envtool.lock.snapshot.snapshot`.
+        progress: progress callback.
+    Returns:
+        the lock (kind ``snapshot``).
+    Raises:
+        UsageError: not an environment.
+        EnvtoolError: the pip lookup failed.
+    """
+    from envtool.lock import snapshot
+    from envtool.lock.spec_hash import spec_hash
+    from envtool.steps.horovod_build import conda_platform
+
+    platform = conda_platform()
+    packages = snapshot.snapshot(Path(prefix), platform, lookup=lookup, built_keys=built_keys, progress=progress)
+    name, digest, engine, sources = "", "", "", ()
+    if spec is not None:
+        name, digest, engine = spec.name, spec_hash(spec), spec.engine
+        site = site or spec.site.name
+        sources = (spec.path,) if spec.path else ()
+    else:
+        own = Path(prefix) / "conda-lock.yml"
+        if own.is_file():
+            from envtool.lock.lockio import read_lock
+
+            try:
+                prev = read_lock(own)
+                name, digest, engine, site, sources = prev.spec, prev.spec_hash, prev.engine, prev.site, prev.sources
+            except UsageError:
+                pass
+        if not name:
+            import json
+
+            try:
+                name = json.loads((Path(prefix) / ".envtool" / "create.json").read_text()).get("spec", "")
+            except (OSError, ValueError):
+                name = ""
+    engine = engine or ("conda" if (Path(prefix) / "conda-meta").is_dir() else "venv")
+    return LockData(packages=tuple(packages), platforms=(platform,), channels=snapshot.channels_of(packages),
+                    content_hash=((platform, digest or "unknown"),), spec=name, spec_hash=digest, site=site,
+                    kind="snapshot", engine=engine, sources=sources)
+
+
+def relative_sources(data: LockData, lock_path: Path) -> LockData:
+    """``data`` with its spec paths made relative to the lock's directory (conda-lock's convention)."""
+    from dataclasses import replace
+
+    out = []
+    for s in data.sources:
+        try:
+            out.append(os.path.relpath(os.path.abspath(s), os.path.abspath(Path(lock_path).parent)))
+        except ValueError:
+            out.append(s)
+    return replace(data, sources=tuple(out))

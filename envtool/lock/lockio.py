@@ -1,0 +1,156 @@
+"""Read and write locks through conda-lock's own models (``conda_lock.lockfile``).
+
+Writing builds a ``conda_lock.lockfile.v2prelim.models.Lockfile`` and hands it to
+``conda_lock.lockfile.write_conda_lock_file``, which stores the v1 schema (``version: 1``,
+one entry per package, platform and category) that ``conda-lock install`` and ``conda-lock
+render`` read. Reading goes through ``conda_lock.lockfile.parse_conda_lock_file``.
+(conda-lock 4.0.3: ``conda_lock/lockfile/__init__.py``, ``lockfile/v1/models.py``.)
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Dict, List
+
+from envtool.errors import UsageError
+from envtool.lock.model import (BUILT_CATEGORY, META_BUILT_PREFIX, META_ENGINE, META_KIND, META_SITE,
+                                META_SPEC, META_SPEC_HASH, LockData, LockedPackage)
+
+
+def to_conda_lock(data: LockData):
+    """``data`` as a ``conda_lock.lockfile.v2prelim.models.Lockfile``.
+
+    Packages envtool builds itself go into the :data:`~envtool.lock.model.BUILT_CATEGORY`
+    category (optional in the v1 file); everything else is ``main``.
+
+    Raises:
+        UsageError: conda-lock's model rejects an entry (e.g. a conda package without MD5).
+    """
+    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency, Lockfile, LockMeta
+    from pydantic import ValidationError
+
+    custom: Dict[str, str] = {META_KIND: data.kind}
+    for key, value in ((META_SPEC, data.spec), (META_SPEC_HASH, data.spec_hash), (META_SITE, data.site),
+                       (META_ENGINE, data.engine)):
+        if value:
+            custom[key] = value
+    packages = []
+    try:
+        for p in data.packages:
+            if p.built:
+                custom[META_BUILT_PREFIX + p.key[1]] = p.built
+            packages.append(LockedDependency(
+                name=p.name, version=p.version, manager=p.manager, platform=p.platform,
+                dependencies=dict(p.dependencies), url=p.url,
+                hash=HashModel(md5=p.md5 or None, sha256=p.sha256 or None),
+                build=p.build or None, categories={BUILT_CATEGORY if p.built else "main"}))
+        meta = LockMeta(content_hash=dict(data.content_hash), channels=list(data.channels),
+                        platforms=list(data.platforms), sources=list(data.sources), custom_metadata=custom)
+    except ValidationError as exc:
+        raise UsageError(f"cannot express the lock in conda-lock's model: {exc}") from None
+    return Lockfile(package=packages, metadata=meta)
+
+
+def write_lock(data: LockData, path: Path) -> Path:
+    """Write ``data`` to ``path`` (atomically: a temporary sibling, then a rename).
+
+    Returns:
+        ``path``.
+    Raises:
+        UsageError: see :func:`to_conda_lock`.
+    """
+    from conda_lock.lockfile import write_conda_lock_file
+
+    path = Path(path)
+    content = to_conda_lock(data)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        tmp_path = Path(tmp)
+        write_conda_lock_file(content, tmp_path, metadata_choices=None, include_help_text=False)
+        tmp_path.write_text(header(data, path.name) + tmp_path.read_text())
+        os.replace(tmp_path, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def header(data: LockData, name: str) -> str:
+    """The comment block at the top of a lock written by envtool (how to use it)."""
+    what = f"spec {data.spec}" if data.spec else "an environment"
+    lines = [f"Lock of {what} ({data.kind}), written by envtool in the conda-lock v1 format. Do not edit.",
+             "Recreate the environment (packages exactly as locked, Horovod built by envtool):",
+             f"    envtool create {data.spec or 'SPEC'} --from-lock {name} --prefix PREFIX",
+             f"conda-lock reads it too: conda-lock render --kind explicit {name}; conda-lock install -n ENV {name}"]
+    if any(p.built for p in data.packages):
+        lines.append(f"Packages in the optional category {BUILT_CATEGORY} (Horovod) are built by envtool with the "
+                     "spec's build flags;")
+        lines.append("conda-lock leaves them out unless given -e " + BUILT_CATEGORY + ".")
+    lines.append(f"Check it against drift: envtool diff --prefix PREFIX --lock {name}")
+    return "".join(f"# {line}\n" for line in lines)
+
+
+def read_lock(path: Path) -> LockData:
+    """Read a conda-lock file (v1, or conda-lock's prerelease v2) into :class:`LockData`.
+
+    Args:
+        path: the ``conda-lock.yml``.
+    Returns:
+        the lock; entries of several categories are merged (one per platform and name).
+    Raises:
+        UsageError: missing file, not YAML, no or unknown ``version``, or an entry that
+            conda-lock's model rejects (exit 2; the message names the file).
+    """
+    import yaml
+    from conda_lock.lockfile import MissingLockfileVersion, UnknownLockfileVersion, parse_conda_lock_file
+    from pydantic import ValidationError
+
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"{path}: expected an existing conda-lock file")
+    try:
+        lock = parse_conda_lock_file(path)
+    except MissingLockfileVersion:
+        raise UsageError(f"{path}: version: expected 1 (a conda-lock file), got none") from None
+    except UnknownLockfileVersion as exc:
+        raise UsageError(f"{path}: version: expected 1: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: expected YAML: {exc}") from None
+    except (ValidationError, AttributeError, TypeError) as exc:
+        raise UsageError(f"{path}: not a valid conda-lock file: {exc}") from None
+    custom = dict(lock.metadata.custom_metadata or {})
+    packages: List[LockedPackage] = []
+    for d in lock.package:
+        name_key = LockedPackage(manager=d.manager, name=d.name, version="", platform="", url="").key[1]
+        built = custom.get(META_BUILT_PREFIX + name_key, "") if BUILT_CATEGORY in d.categories else ""
+        packages.append(LockedPackage(
+            manager=d.manager, name=d.name, version=d.version, platform=d.platform, url=d.url,
+            sha256=d.hash.sha256 or "", md5=d.hash.md5 or "", build=d.build or "",
+            dependencies=tuple(d.dependencies.items()), built=built))
+    meta = lock.metadata
+    return LockData(
+        packages=tuple(packages), platforms=tuple(meta.platforms),
+        channels=tuple(c.url for c in meta.channels), content_hash=tuple(sorted(meta.content_hash.items())),
+        spec=custom.get(META_SPEC, ""), spec_hash=custom.get(META_SPEC_HASH, ""), site=custom.get(META_SITE, ""),
+        kind=custom.get(META_KIND, ""), engine=custom.get(META_ENGINE, ""), sources=tuple(meta.sources))
+
+
+def render_explicit(path: Path, platform: str, extras=()) -> List[str]:
+    """Lines of ``conda-lock render --kind explicit`` for ``platform`` (conda-lock's own renderer).
+
+    Args:
+        path: the lock.
+        platform: one of its platforms.
+        extras: extra categories to include (e.g. ``("envtool-build",)``).
+    Returns:
+        the lines (``URL#md5`` for conda packages, ``# pip name @ URL#sha256=…`` for pip ones).
+    """
+    from conda_lock.conda_lock import render_lockfile_for_platform
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    return render_lockfile_for_platform(lockfile=parse_conda_lock_file(Path(path)), include_dev_dependencies=False,
+                                        extras=set(extras), kind="explicit", platform=platform,
+                                        suppress_warning_for_pip_and_explicit=True)

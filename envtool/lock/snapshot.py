@@ -1,0 +1,181 @@
+"""Snapshot an existing prefix into lock entries: conda records and pip distributions.
+
+Conda records come from ``<prefix>/conda-meta/*.json`` (py-rattler ``PrefixRecord``: URL,
+MD5, SHA-256). pip distributions come from the prefix's ``site-packages`` (``importlib.metadata``):
+those pip installed (``INSTALLER`` is ``pip``) are listed; the archive URL and SHA-256 come
+from ``direct_url.json`` where pip recorded one (a wheel installed from a file or URL, PEP 610),
+otherwise from pip's own resolver asked for exactly the installed versions (``--no-deps``),
+which names the archive this machine's pip installs for them. A Horovod wheel from envtool's
+wheel cache is marked as built, with its cache key.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+from envtool.errors import UsageError
+from envtool.lock.model import LockedPackage, normalize
+
+#: Distributions that ``python -m venv`` puts there itself (ensurepip), not a package step.
+VENV_BOOTSTRAP = ("pip",)
+#: Also seeded by ``python -m venv`` before Python 3.12 (ensurepip bundles setuptools); listed in a
+#: snapshot (a spec may upgrade it) but not counted as drift when a lock does not name it.
+VENV_SEEDED = ("setuptools",)
+
+
+def seeded(prefix: Path) -> Tuple[str, ...]:
+    """Names that :func:`envtool.lock.diff.compare` may find added without drift: :data:`VENV_SEEDED` in a venv."""
+    return VENV_SEEDED if (Path(prefix) / "pyvenv.cfg").is_file() else ()
+
+_CACHE_KEY_RE = re.compile(r"/horovod-wheels/([0-9a-f]{20})/[^/]+\.whl$")
+
+
+def conda_records(prefix: Path) -> list:
+    """py-rattler ``PrefixRecord`` objects of ``prefix/conda-meta`` (empty for a venv)."""
+    meta = Path(prefix) / "conda-meta"
+    if not meta.is_dir():
+        return []
+    from rattler import PrefixRecord
+
+    return [PrefixRecord.from_path(f) for f in sorted(meta.glob("*.json"))]
+
+
+def site_packages(prefix: Path) -> Optional[Path]:
+    """``prefix/lib/pythonX.Y/site-packages``, or None."""
+    hits = sorted(Path(prefix).glob("lib/python*/site-packages"))
+    return hits[0] if hits else None
+
+
+def pip_distributions(prefix: Path, conda_files: frozenset = frozenset()) -> List[Tuple[str, str, Dict, List[str], str]]:
+    """pip-installed distributions of ``prefix``.
+
+    Args:
+        prefix: the environment.
+        conda_files: paths (relative to ``prefix``) that conda records own.
+    Returns:
+        ``(name, version, direct_url, requires_dist, installer)`` per distribution, sorted by
+        name; ``direct_url`` is the parsed ``direct_url.json`` or ``{}``. The venv bootstrap
+        (:data:`VENV_BOOTSTRAP`) and distributions a conda package installed (``INSTALLER`` not
+        ``pip``, or metadata files in ``conda_files``) are left out.
+    """
+    import os
+    from importlib import metadata
+
+    sp = site_packages(prefix)
+    if sp is None:
+        return []
+    is_venv = (Path(prefix) / "pyvenv.cfg").is_file()
+    out = {}
+    for dist in metadata.distributions(path=[str(sp)]):
+        name = (dist.metadata["Name"] or "").strip()
+        if not name:
+            continue
+        installer = (dist.read_text("INSTALLER") or "").strip()
+        if installer and installer != "pip":
+            continue
+        meta_dir = getattr(dist, "_path", None)
+        if conda_files and meta_dir is not None:
+            rel = os.path.relpath(str(meta_dir), str(prefix))
+            if any(f == rel or f.startswith(rel + "/") for f in conda_files):
+                continue
+        if is_venv and normalize(name, "pip") in VENV_BOOTSTRAP:
+            continue
+        try:
+            direct = json.loads(dist.read_text("direct_url.json") or "{}")
+        except json.JSONDecodeError:
+            direct = {}
+        out[normalize(name, "pip")] = (normalize(name, "pip"), dist.version, direct, list(dist.requires or []),
+                                       installer)
+    return [out[k] for k in sorted(out)]
+
+
+def created_build_keys(prefix: Path) -> Dict[str, str]:
+    """Built package → wheel-cache key, from ``prefix/.envtool/create.json`` (``results.build-horovod``)."""
+    f = Path(prefix) / ".envtool" / "create.json"
+    try:
+        results = json.loads(f.read_text()).get("results", {})
+    except (OSError, json.JSONDecodeError):
+        return {}
+    key = (results.get("build-horovod") or {}).get("cache_key")
+    return {"horovod": key} if key else {}
+
+
+def snapshot(prefix: Path, platform: str, lookup: bool = True, built_keys: Optional[Dict[str, str]] = None,
+             python: Optional[str] = None, progress: Optional[Callable[[str], None]] = None) -> List[LockedPackage]:
+    """Lock entries for what ``prefix`` holds.
+
+    Args:
+        prefix: a venv or conda prefix.
+        platform: the platform the entries are for (this machine's).
+        lookup: ask pip for URL and SHA-256 of distributions without ``direct_url.json``
+            (one ``pip install --dry-run --no-deps`` run; uses the index). Without it, those
+            entries have an empty URL and hash (enough for ``diff``, not for a lockfile).
+        built_keys: name → wheel-cache key of packages envtool built (default: from
+            ``create.json``; a wheel under ``…/horovod-wheels/<key>/`` is recognized anyway).
+        python: the prefix's interpreter (default ``prefix/bin/python``).
+        progress: progress callback.
+    Returns:
+        conda entries then pip entries.
+    Raises:
+        UsageError: ``prefix`` is not a directory or holds no environment.
+        EnvtoolError: the pip lookup failed.
+    """
+    from envtool.lock import conda_resolve, pip_resolve
+
+    prefix = Path(prefix)
+    if not prefix.is_dir():
+        raise UsageError(f"{prefix}: expected an existing environment prefix")
+    records = conda_records(prefix)
+    conda_files = frozenset(str(f) for r in records for f in r.files)
+    dists = pip_distributions(prefix, conda_files)
+    if not records and site_packages(prefix) is None:
+        raise UsageError(f"{prefix}: expected a conda or venv prefix (no conda-meta/, no lib/python*/site-packages)")
+    keys = dict(created_build_keys(prefix))
+    keys.update(built_keys or {})
+    out: List[LockedPackage] = [conda_resolve.record_to_package(r, platform) for r in records]
+    pip_pkgs: Dict[str, LockedPackage] = {}
+    missing: List[str] = []
+    requires: Dict[str, List[str]] = {}
+    for name, version, direct, reqs, _ in dists:
+        requires[name] = reqs
+        url = direct.get("url", "")
+        hashes = (direct.get("archive_info") or {}).get("hashes") or {}
+        sha256 = hashes.get("sha256", "")
+        if not sha256 and (direct.get("archive_info") or {}).get("hash", "").startswith("sha256="):
+            sha256 = direct["archive_info"]["hash"].split("=", 1)[1]
+        m = _CACHE_KEY_RE.search(url)
+        built = keys.get(name, "") or (m.group(1) if m else "")
+        if m and keys.get(name) and keys[name] != m.group(1):
+            built = m.group(1)  # the wheel actually installed wins over the recorded key
+        pip_pkgs[name] = LockedPackage(manager="pip", name=name, version=version, platform=platform, url=url,
+                                       sha256=sha256, built=built)
+        if not (url and sha256) and not built:
+            missing.append(f"{name}=={version}")
+    environment: Dict[str, str] = {}
+    if missing and lookup:
+        py = python or str(prefix / "bin" / "python")
+        report = pip_resolve.run_report(py, missing, ["--no-deps"], progress=progress)
+        environment = report.get("environment", {})
+        for p in pip_resolve.packages_from_report(report, platform):
+            name = normalize(p.name, "pip")
+            if name in pip_pkgs:
+                pip_pkgs[name] = replace(pip_pkgs[name], url=p.url, sha256=p.sha256)
+    for name, p in pip_pkgs.items():
+        deps = pip_resolve.dependencies_of(requires.get(name, []), environment)
+        out.append(replace(p, dependencies=deps))
+    return out
+
+
+def channels_of(records_or_packages) -> Tuple[str, ...]:
+    """Channel base URLs of conda entries, in order of first appearance."""
+    seen: List[str] = []
+    for p in records_or_packages:
+        if getattr(p, "manager", "conda") != "conda" or not p.url:
+            continue
+        base = p.url.rsplit("/", 2)[0]
+        if base not in seen:
+            seen.append(base)
+    return tuple(seen)

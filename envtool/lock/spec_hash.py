@@ -1,0 +1,68 @@
+"""The spec's content hash: what a lock was solved from, so that a stale lock is detected.
+
+Only fields that change which packages are installed (or how Horovod is built) take part:
+engine, Python, CUDA, channels, package match specs and requirements, the Horovod section,
+the site's name and modules. Provenance (marks, sources, notes), descriptions, ``expect`` and
+exported variables are left out, as is the file's path (a lock made on one machine stays
+valid on another).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from typing import Any, Dict, Mapping, Optional
+
+from envtool.spec.model import Spec
+
+#: Version of the hashed form; bump when the fields below change.
+HASH_FORMAT = 1
+
+
+def spec_content(spec: Spec) -> Dict[str, Any]:
+    """The lock-relevant content of ``spec`` as plain JSON-ready data.
+
+    Args:
+        spec: a resolved spec (``extends`` merged, site applied).
+    Returns:
+        a dict with keys ``format``, ``engine``, ``python``, ``cuda``, ``channels``,
+        ``conda``, ``pip``, ``horovod``, ``site``; pins reduced to their values.
+    """
+    horovod = asdict(spec.horovod)
+    horovod["version"] = spec.horovod.version.value if spec.horovod.version else None
+    return {
+        "format": HASH_FORMAT,
+        "engine": spec.engine,
+        "python": spec.python.value if spec.python else None,
+        "cuda": spec.cuda.value if spec.cuda else None,
+        "channels": list(spec.channels),
+        "conda": [p.value for p in spec.packages.conda],
+        "pip": [p.value for p in spec.packages.pip],
+        "horovod": horovod,
+        "site": {"name": spec.site.name, "modules": list(spec.site.modules)},
+    }
+
+
+def _digest(obj: Any) -> str:
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def spec_hash(spec: Spec) -> str:
+    """SHA-256 (64 hex digits) of :func:`spec_content`; platform independent."""
+    return _digest(spec_content(spec))
+
+
+def platform_hash(spec: Spec, platform: str, virtual_packages: Optional[Mapping[str, str]] = None) -> str:
+    """The per-platform ``content_hash`` entry of conda-lock's metadata.
+
+    Args:
+        spec: the resolved spec.
+        platform: ``linux-64``-style platform.
+        virtual_packages: name → version of the virtual packages solved against
+            (``__cuda``, ``__glibc``), or None.
+    Returns:
+        64 hex digits.
+    """
+    return _digest({"spec": spec_content(spec), "platform": platform,
+                    "virtual_packages": dict(sorted((virtual_packages or {}).items()))})

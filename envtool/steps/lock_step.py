@@ -1,0 +1,49 @@
+"""The ``lock`` step of ``create``: write the environment's own lock to ``<prefix>/conda-lock.yml``.
+
+The lock is a snapshot (:func:`envtool.lock.build.lock_prefix`) of the build prefix after
+validation, with the spec's name and content hash and the Horovod wheel-cache key, so that
+``envtool diff --prefix P`` can later report drift. A lock that cannot be made (no index to
+look hashes up in) does not throw away a validated environment: the step notes why and the
+environment is kept without its lock.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+from envtool.spec.model import Spec
+from envtool.steps.model import PlanOptions, Step
+
+#: The environment's own lock, relative to its prefix.
+LOCK_NAME = "conda-lock.yml"
+
+
+def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
+    """The ``lock`` step (always planned)."""
+    target = Path(options.prefix) / LOCK_NAME
+    return [Step(id="lock", title=f"Lock the environment ({target})",
+                 commands=(("#", f"snapshot conda-meta and pip dist-info of {options.work_prefix} into {target} "
+                                 "(conda-lock v1)"),),
+                 action=_run_lock, data={"spec": spec, "work_prefix": str(options.work_prefix),
+                                         "site": options.site or spec.site.name})]
+
+
+def _run_lock(step: Step, runner) -> None:
+    from envtool.errors import EnvtoolError
+    from envtool.lock import build, lockio
+
+    prefix = Path(step.data["work_prefix"])
+    keys = {}
+    key = (runner.results.get("build-horovod") or {}).get("cache_key")
+    if key:
+        keys["horovod"] = key
+    try:
+        data = build.lock_prefix(prefix, spec=step.data["spec"], site=step.data["site"], built_keys=keys,
+                                 progress=runner.note)
+        lockio.write_lock(data, prefix / LOCK_NAME)
+    except EnvtoolError as exc:
+        runner.results["lock"] = {"ok": False, "error": str(exc)}
+        runner.note(f"no lock written: {exc}")
+        runner.progress(f"      warning: no lock written ({exc}); the environment is kept")
+        return
+    runner.results["lock"] = {"ok": True, "packages": len(data.packages), "file": LOCK_NAME}
