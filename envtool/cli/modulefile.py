@@ -1,0 +1,56 @@
+"""``envtool modulefile``: write an Lmod (Lua) or Tcl modulefile for an environment.
+
+``envtool modulefile [SPEC] --prefix P [--format lua|tcl] [--root DIR] [--name NAME/VERSION]
+[--default] [--json]`` writes ``DIR/NAME/VERSION.lua`` (or ``DIR/NAME/VERSION`` for Tcl) and
+prints its path. Without SPEC the module describes the prefix alone (no site modules, launcher
+or spec ``env``).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from envtool.cli.common import add_json, add_spec_site, load_spec, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("modulefile", help="write an Lmod (Lua) or Tcl modulefile for an environment",
+                       description="Write a modulefile that loads an environment with static, reversible changes "
+                                   "(PATH, CONDA_PREFIX or VIRTUAL_ENV, the spec's env, what the env's "
+                                   "etc/conda/activate.d scripts set), depends_on the spec's site modules, and "
+                                   "lists the installed packages as extensions for 'module spider'.")
+    p.add_argument("spec", nargs="?", help="the spec the environment was made from (optional)")
+    p.add_argument("--prefix", required=True, help="the environment's prefix")
+    p.add_argument("--format", default="lua", choices=("lua", "tcl"),
+                   help="lua (Lmod, default) or tcl (Environment Modules, also read by Lmod)")
+    p.add_argument("--root", default=None, metavar="DIR",
+                   help="module tree to write into (default ./modulefiles); users run 'module use DIR'")
+    p.add_argument("--name", metavar="NAME/VERSION",
+                   help="module name (default: SPEC/<distribution version>, or <prefix dir>/<date made>)")
+    p.add_argument("--default", action="store_true",
+                   help="mark this version the default (Lmod: a 'default' symlink; Tcl: a .version file)")
+    add_spec_site(p)
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from envtool.errors import UsageError
+    from envtool.modules import build_content, modulefile_path, parse_module_name, write_modulefile
+
+    if args.spec is None and (args.site or args.site_file):
+        raise UsageError("--site/--site-file need a SPEC")
+    spec = load_spec(args.spec, args.site, args.site_file) if args.spec else None
+    name = version = None
+    if args.name:
+        name, version = parse_module_name(args.name)
+    root = Path(os.path.abspath(args.root)) if args.root else Path(os.getcwd()) / "modulefiles"
+    content = build_content(Path(args.prefix), spec=spec, name=name, version=version)
+    existed = modulefile_path(root, content, args.format).exists()
+    path = write_modulefile(content, root, args.format, default=args.default)
+    if args.json:
+        print_json({"path": str(path), "root": str(root), "module": content.full_name, "format": args.format,
+                    "default": bool(args.default), "replaced": existed, "content": content.to_dict()})
+    else:
+        print(path)
+    return 0

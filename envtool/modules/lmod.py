@@ -1,0 +1,83 @@
+"""Render a :class:`~envtool.modules.base.ModuleContent` as an Lmod (Lua) modulefile.
+
+Functions used (Lmod ``docs/source/050_lua_modulefiles.rst``): ``whatis``, ``help``, ``family``,
+``conflict``, ``depends_on`` (loads a module and unloads it again only if it loaded it),
+``prepend_path``/``append_path``, ``pushenv`` (set; unload restores the previous value),
+``extensions`` (Lmod >= 8.2: ``module spider <package>`` finds the module).
+
+Escaping: every string is a Lua double-quoted literal (:func:`lua_string`), except the help text,
+which is a long bracket ``[==[ … ]==]`` whose level is chosen so that the text cannot close it
+(:func:`lua_long_string`). Neither form interprets ``$``, backticks or ``$(…)``.
+"""
+from __future__ import annotations
+
+from envtool import __version__
+from envtool.modules.base import ModuleContent, check_names, comment_text, load_template
+
+#: File name suffix Lmod looks for.
+SUFFIX = ".lua"
+
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def lua_string(text: str) -> str:
+    """``text`` as a Lua double-quoted string literal that reads back as exactly ``text``.
+
+    Backslash, quote, newline, CR and tab get their Lua escapes; every other control byte
+    becomes a three-digit decimal escape (``\\ddd``, Lua 5.1 manual §2.1). Other characters,
+    UTF-8 included, are written as they are.
+    """
+    out = []
+    for ch in text:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ord(ch) < 32 or ord(ch) == 127:
+            out.append("\\%03d" % ord(ch))
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def lua_long_string(text: str) -> str:
+    """``text`` as a Lua long bracket string ``[==[\\n…]==]`` that ``text`` cannot close.
+
+    The level (number of ``=``) is the smallest for which the closing bracket first occurs at
+    the end. Lua drops the newline right after the opening bracket, which is the one added here.
+    Carriage returns are dropped (Lua would turn ``\\r\\n`` into ``\\n`` anyway).
+    """
+    text = text.replace("\r", "")
+    level = 0
+    while True:
+        close = "]" + "=" * level + "]"
+        if (text + close).find(close) == len(text):
+            break
+        level += 1
+    return "[" + "=" * level + "[\n" + text + close
+
+
+def render(content: ModuleContent) -> str:
+    """The Lua modulefile text for ``content`` (template ``templates/modulefile.lua``).
+
+    Raises:
+        ValueError: an invalid module or variable name in ``content``.
+    """
+    check_names(content)
+    changes = []
+    origin = None
+    for c in content.changes:
+        if c.origin != origin:
+            changes.append(f"-- {comment_text(c.origin)}")
+            origin = c.origin
+        changes.append(f"{c.op}({lua_string(c.name)}, {lua_string(c.value)})")
+    ext = ", ".join(f"{n}/{v}" for n, v in content.extensions)
+    return load_template("modulefile.lua").substitute(
+        full_name=content.full_name, name=content.name, envtool_version=__version__,
+        notes="\n".join(f"-- note: {comment_text(n)}" for n in content.notes),
+        whatis="\n".join(f"whatis({lua_string(w)})" for w in content.whatis),
+        help=lua_long_string(content.help),
+        family=f"family({lua_string(content.family)})" if content.family else "",
+        conflicts="\n".join(f"conflict({lua_string(c)})" for c in content.conflicts),
+        depends_on="\n".join(f"depends_on({lua_string(m)})" for m in content.depends_on),
+        changes="\n".join(changes),
+        extensions=f"extensions({lua_string(ext)})" if ext else "",
+    )

@@ -1,0 +1,88 @@
+"""Render a :class:`~envtool.modules.base.ModuleContent` as a Tcl modulefile.
+
+For Environment Modules (>= 5.1 for ``family``, ``pushenv``, ``depends-on``; Debian 12 ships
+5.2; commands from its ``modulefile(4)`` man page), also read by Lmod: ``#%Module1.0``,
+``module-whatis``, ``proc ModulesHelp``, ``family``, ``conflict``, ``depends-on`` (a requirement
+loaded with it and unloaded with it when nothing else needs it), ``prepend-path``/``append-path``,
+``pushenv``, ``extensions`` (a no-op in Environment Modules 5.2; Lmod uses it for spider).
+
+Lmod reads Tcl modulefiles too, but Lmod 8.6's ``tcl2lua.tcl`` runs ``pushenv`` by first setting
+the variable in its own environment and then calling Lmod's ``pushenv``, which therefore
+records the new value as the old one (and emits no change for a variable that was unset). Seen
+with Debian's lmod 8.6.19: ``__LMOD_STACK_X`` holds the new value twice. So each ``pushenv`` is
+written as ``if {$envtool_lmod} {setenv …} else {pushenv …}``, where ``$envtool_lmod`` is true
+when ``$ModuleTool`` is ``Lmod`` (both tools set that variable); under Lmod, unloading then
+unsets such a variable rather than restoring a value the user had set before. Lmod sites should
+use the Lua form, which has no such limit.
+
+Escaping: every string is a Tcl double-quoted word in which ``\\ " $ [ ] { }`` are
+backslash-escaped and control characters use ``\\n``/``\\t``/``\\uXXXX`` (:func:`tcl_string`),
+so no substitution or command can happen inside it.
+"""
+from __future__ import annotations
+
+from envtool import __version__
+from envtool.modules.base import ModuleContent, check_names, comment_text, load_template
+
+#: File name suffix: Tcl modulefiles have none.
+SUFFIX = ""
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_SPECIAL = set('\\"$[]{};')
+
+
+def tcl_string(text: str) -> str:
+    """``text`` as a Tcl double-quoted word that evaluates to exactly ``text``.
+
+    Tcl substitutes ``$``, ``[…]`` and backslashes inside double quotes (Tcl(n), rules 4, 7-9):
+    each of those, the quote and braces are escaped; control characters become ``\\n``,
+    ``\\r``, ``\\t`` or a four-digit ``\\uXXXX`` (fixed width, so the next character cannot
+    be read as part of it).
+    """
+    out = []
+    for ch in text:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ch in _SPECIAL:
+            out.append("\\" + ch)
+        elif ord(ch) < 32 or ord(ch) == 127:
+            out.append("\\u%04x" % ord(ch))
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+_OPS = {"prepend_path": "prepend-path", "append_path": "append-path", "pushenv": "pushenv", "setenv": "setenv"}
+
+
+def render(content: ModuleContent) -> str:
+    """The Tcl modulefile text for ``content`` (template ``templates/modulefile.tcl``).
+
+    Raises:
+        ValueError: an invalid module or variable name in ``content``.
+    """
+    check_names(content)
+    changes = []
+    origin = None
+    for c in content.changes:
+        if c.origin != origin:
+            changes.append(f"# {comment_text(c.origin)}")
+            origin = c.origin
+        if c.op == "pushenv":
+            # See the note in templates/modulefile.tcl: Lmod gets setenv.
+            changes.append(f"if {{$envtool_lmod}} {{setenv {c.name} {tcl_string(c.value)}}} "
+                           f"else {{pushenv {c.name} {tcl_string(c.value)}}}")
+        else:
+            changes.append(f"{_OPS[c.op]} {c.name} {tcl_string(c.value)}")
+    return load_template("modulefile.tcl").substitute(
+        full_name=content.full_name, name=content.name, envtool_version=__version__,
+        notes="\n".join(f"# note: {comment_text(n)}" for n in content.notes),
+        whatis="\n".join(f"module-whatis {tcl_string(w)}" for w in content.whatis),
+        help="\n".join(f"    puts stderr {tcl_string(line)}" for line in content.help.split("\n")),
+        family=f"family {tcl_string(content.family)}" if content.family else "",
+        conflicts="\n".join(f"conflict {tcl_string(c)}" for c in content.conflicts),
+        depends_on="\n".join(f"depends-on {tcl_string(m)}" for m in content.depends_on),
+        changes="\n".join(changes),
+        extensions=("extensions " + " ".join(tcl_string(f"{n}/{v}") for n, v in content.extensions))
+        if content.extensions else "",
+    )
