@@ -1,0 +1,112 @@
+"""Small helpers shared by the check modules (no I/O beyond reading the prefix)."""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Dict, List, Optional
+
+#: Import name → spec framework name (``horovod.frameworks``) and check-build name.
+FRAMEWORK_OF_MODULE = {"torch": ("pytorch", "PyTorch"), "tensorflow": ("tensorflow", "TensorFlow"),
+                       "mxnet": ("mxnet", "MXNet")}
+
+
+def installed_pip(prefix: Path) -> Dict[str, str]:
+    """``{canonical name: version}`` of the prefix's Python distributions
+    (:func:`envtool.engines.venv.pip_distributions`)."""
+    from envtool.engines.venv import pip_distributions
+
+    return {p.name: p.version for p in pip_distributions(Path(prefix))}
+
+
+def installed_frameworks(info) -> Dict[str, str]:
+    """``{spec framework name: version}`` of the frameworks that imported in the env."""
+    out = {}
+    for module, (fw, _) in FRAMEWORK_OF_MODULE.items():
+        rec = info.module(module)
+        if rec.get("ok") and rec.get("version"):
+            out[fw] = rec["version"]
+    return out
+
+
+def spec_for_rebuild(ctx, info):
+    """The spec whose ``horovod`` section the rebuild command is derived from: ``ctx.spec``,
+    or one made from what the env holds (its frameworks, Gloo, MPI when built or on PATH)."""
+    if ctx.spec is not None:
+        return ctx.spec
+    from envtool.spec.model import HorovodSpec, Pin, Spec
+
+    fws = tuple(sorted(installed_frameworks(info))) or ("pytorch",)
+    caps = info.data.get("capabilities") or {}
+    controllers = ["gloo"]
+    if caps.get("mpi_built") or info.data.get("mpi"):
+        controllers.append("mpi")
+    version = (info.module("horovod").get("version") or "").split("+")[0] or None
+    gpu = "nccl" if caps.get("nccl_built") or (info.data.get("cuda") or {}).get("available") else None
+    return Spec(name=Path(ctx.prefix).name, horovod=HorovodSpec(
+        version=Pin(version) if version else None, install="pip-build", frameworks=fws,
+        controllers=tuple(controllers), gpu_operations=gpu))
+
+
+def rebuild_command(ctx, info) -> str:
+    """The command that rebuilds Horovod in place with the right ``HOROVOD_*`` set.
+
+    ``HOROVOD_*`` come from :func:`envtool.horovod.flags.build_env`; pip flags from horovod.md
+    ("Known build pitfalls": ``--no-build-isolation --no-cache-dir``); ``--no-deps`` keeps pip
+    from reinstalling the framework. When a fix rule of :mod:`envtool.horovod.fixes` applies
+    (e.g. C++17 for torch >= 2.1), the ``envtool create … --force`` alternative is added.
+    """
+    from packaging.version import InvalidVersion, Version
+
+    from envtool.horovod import fixes, flags
+
+    spec = spec_for_rebuild(ctx, info)
+    try:
+        env = flags.build_env(spec)
+        req = flags.requirement(spec)
+    except Exception:  # a spec whose horovod section cannot be built from: keep the plain command
+        env, req = [], "horovod"
+    python = Path(ctx.prefix) / "bin" / "python"
+    cmd = " ".join(f"{k}={shlex.quote(v)}" for k, v in env)
+    cmd += (" " if cmd else "") + (f"{shlex.quote(str(python))} -m pip install --no-build-isolation --no-cache-dir "
+                                   f"--force-reinstall --no-deps {shlex.quote(req)}")
+    hvd = None
+    try:
+        hvd = Version(req.split("==", 1)[1]) if "==" in req else None
+    except InvalidVersion:
+        pass
+    fw_versions = {}
+    for fw, v in installed_frameworks(info).items():
+        try:
+            fw_versions[fw] = Version(v)
+        except InvalidVersion:
+            pass
+    rules = fixes.applicable(hvd, fw_versions)
+    if rules:
+        name = ctx.spec.name if ctx.spec is not None else "SPEC"
+        cmd += ("   # needs fix rule " + ", ".join(r.id for r in rules)
+                + f"; envtool applies it: envtool create {name} --prefix {shlex.quote(str(ctx.prefix))} --force")
+    return cmd
+
+
+def launch_markers(ctx) -> List[str]:
+    """Signs of an MPI/InfiniBand launch: the set variables among ``OMPI_COMM_WORLD_RANK``,
+    ``PMI_RANK``, ``PMIX_RANK``, ``SLURM_PROCID``, and ``/sys/class/infiniband`` when it has
+    devices (horovod.md, "DataLoader start method")."""
+    found = [v for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID") if ctx.environ.get(v)]
+    ib = Path(ctx.infiniband_dir)
+    try:
+        if ib.is_dir() and any(ib.iterdir()):
+            found.append(str(ib))
+    except OSError:
+        pass
+    return found
+
+
+def version_tuple(text: Optional[str], n: int = 3) -> tuple:
+    """Leading numeric parts of a version string (``"2.18.3-1"`` → ``(2, 18, 3)``)."""
+    import re
+
+    m = re.match(r"\s*v?(\d+(?:\.\d+)*)", text or "")
+    if not m:
+        return ()
+    return tuple(int(x) for x in m.group(1).split(".")[:n])

@@ -1,0 +1,142 @@
+"""Check 1, ``versions``: interpreter and framework versions against the spec; frameworks
+that fail to import, with the import error."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from envtool.checks.common import installed_pip
+from envtool.checks.registry import check, finding
+
+ID = "versions"
+
+
+def _python_matches(pin: str, installed: str) -> bool:
+    """``3.11`` / ``=3.10.8`` / ``3.10.*`` against ``3.11.7`` (leading components equal)."""
+    want = [p for p in pin.strip().lstrip("=").strip().rstrip("*").rstrip(".").split(".") if p]
+    return installed.split(".")[:len(want)] == want
+
+
+def _conda_records(prefix: Path):
+    meta = Path(prefix) / "conda-meta"
+    if not meta.is_dir():
+        return []
+    from rattler import PrefixRecord
+
+    out = []
+    for f in sorted(meta.glob("*.json")):
+        try:
+            out.append(PrefixRecord.from_path(str(f)))
+        except Exception:  # a foreign or damaged record: not ours to judge here
+            continue
+    return out
+
+
+def compare_pins(spec, prefix: Path, python_version: Optional[str]) -> Tuple[List[str], List[str]]:
+    """Compare the spec's pins with what ``prefix`` holds.
+
+    Returns:
+        ``(ok_lines, problem_lines)``, each ``"name: want X, found Y"``.
+    """
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    ok: List[str] = []
+    bad: List[str] = []
+    if spec.python is not None and python_version:
+        line = f"python: want {spec.python.value}, found {python_version}"
+        (ok if _python_matches(spec.python.value, python_version) else bad).append(line)
+    pip = installed_pip(prefix)
+    from packaging.utils import canonicalize_name
+
+    for pin in spec.packages.pip:
+        try:
+            req = Requirement(pin.value)
+        except InvalidRequirement:
+            continue
+        have = pip.get(canonicalize_name(req.name))
+        if have is None:
+            bad.append(f"{req.name}: want {pin.value}, not installed")
+        elif req.specifier and not req.specifier.contains(have, prereleases=True):
+            bad.append(f"{req.name}: want {pin.value}, found {have}")
+        else:
+            ok.append(f"{req.name}: {have}")
+    if spec.packages.conda:
+        from rattler import MatchSpec
+
+        records = _conda_records(prefix)
+        for pin in spec.packages.conda:
+            try:
+                ms = MatchSpec(pin.value)
+            except Exception:
+                continue
+            name = ms.name.normalized if ms.name else pin.value
+            same = [r for r in records if r.name.normalized == name]
+            if not same:
+                bad.append(f"{name}: want {pin.value}, not installed (conda-meta)")
+            elif not any(ms.matches(r) for r in same):
+                bad.append(f"{name}: want {pin.value}, found {same[0].version}")
+            else:
+                ok.append(f"{name}: {same[0].version}")
+    if spec.horovod.version is not None and spec.horovod.install != "none":
+        want = spec.horovod.version.value.strip().lstrip("=")
+        have = pip.get("horovod")
+        if have is None:
+            bad.append(f"horovod: want {want}, not installed")
+        elif not _python_matches(want.split("+")[0], have.split("+")[0]):
+            bad.append(f"horovod: want {want}, found {have}")
+    return ok, bad
+
+
+@check(ID, "Interpreter and framework versions, imports", needs=("info",), order=10,
+       fix="recreate the environment from its spec: envtool create SPEC --prefix PREFIX --force")
+def run(ctx):
+    info = ctx.probe("info")
+    if info.error:
+        return finding(ID, "fail", f"the environment's interpreter {ctx.python} did not answer: {info.error}",
+                       output_tail=info.output_tail)
+    data = info.data
+    found = {"python": data.get("python")}
+    failed = []
+    for name in ("torch", "tensorflow", "mxnet", "horovod"):
+        rec = info.module(name)
+        if not rec:
+            continue
+        if rec.get("ok"):
+            found[name] = rec.get("version")
+        else:
+            failed.append(f"import {name} failed: {rec.get('error')}")
+    items = list(failed)
+    ok_lines: List[str] = []
+    if ctx.spec is not None:
+        ok_lines, bad = compare_pins(ctx.spec, Path(ctx.prefix), data.get("python"))
+        items += bad
+        want_fw = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
+        for fw in ctx.spec.horovod.frameworks:
+            mod = want_fw[fw]
+            if not info.module(mod):
+                items.append(f"{mod}: the spec's horovod.frameworks has {fw}, but {mod} is not installed")
+    if ctx.lock is not None:
+        from envtool.checks import lockdrift
+
+        locked = lockdrift.locked_versions(ctx)
+        for name, module in (("python", None), ("torch", "torch"), ("pytorch", "torch"), ("tensorflow", "tensorflow"),
+                             ("horovod", "horovod")):
+            want = locked.get(name)
+            have = found.get(module or "python")
+            if want and have and want != have:
+                items.append(f"{name}: the lock has {want}, found {have}")
+            elif want and have:
+                ok_lines.append(f"{name}: {have} (lock)")
+    summary_found = ", ".join(f"{k} {v}" for k, v in found.items() if v)
+    details = {"found": found, "matched": ok_lines}
+    fix = ""
+    if items:
+        name = ctx.spec.name if ctx.spec is not None else "SPEC"
+        fix = f"recreate from the spec: envtool create {name} --prefix {ctx.prefix} --force"
+        if failed and not ctx.spec:
+            fix = f"reinstall the failing package(s) with {ctx.python} -m pip install --force-reinstall ..."
+        return finding(ID, "fail", f"{len(items)} problem(s); found {summary_found}", fix, items=items, **details)
+    against = [f"spec {ctx.spec.name}"] if ctx.spec is not None else []
+    against += [f"lock {ctx.lock}"] if ctx.lock is not None else []
+    against = f" (match {' and '.join(against)})" if against else ""
+    return finding(ID, "ok", f"{summary_found}{against}", **details)

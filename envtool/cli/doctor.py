@@ -1,0 +1,148 @@
+"""``envtool doctor``: say whether a deep-learning environment will work at scale, and how to fix it.
+
+One line per check (status, finding, fix); exit 0 when nothing failed, 1 when a check failed,
+2 on bad input. The checks live in :mod:`envtool.checks`.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from envtool.cli.common import add_json, print_json
+
+_MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "skipped": "skip"}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("doctor", help="check an environment: versions, Horovod capabilities, start method, scripts",
+                       description="Examine an environment (default: $CONDA_PREFIX, else $VIRTUAL_ENV, else this "
+                                   "interpreter's prefix) and print one line per check with a fix. Exit 0 when "
+                                   "nothing failed, 1 when a check failed, 2 on bad input.")
+    p.add_argument("--prefix", help="the environment to examine")
+    p.add_argument("--spec", help="spec the environment should match (name or file)")
+    p.add_argument("--site", help="site whose launcher and modules apply (default: the spec's)")
+    p.add_argument("--lock", metavar="FILE", help="lockfile to compare the environment with")
+    p.add_argument("--script", metavar="F", nargs="+", action="extend", default=[],
+                   help="training script(s) to scan statically for risky patterns")
+    p.add_argument("--only", metavar="ID", nargs="+", action="extend", default=[],
+                   help="run only these checks (ids as shown in the output; see --list)")
+    p.add_argument("--list", action="store_true", help="list the checks (id, title) and exit")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds each environment probe may take (120)")
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def default_prefix() -> Path:
+    """``$CONDA_PREFIX``, else ``$VIRTUAL_ENV``, else ``sys.prefix``."""
+    for var in ("CONDA_PREFIX", "VIRTUAL_ENV"):
+        if os.environ.get(var):
+            return Path(os.environ[var])
+    return Path(sys.prefix)
+
+
+def _site(name: str):
+    """A site by name through ``envtool.spec.sites`` when that module exists.
+
+    Raises:
+        UsageError: unknown site, or no site support in this build.
+    """
+    from envtool.errors import UsageError
+
+    try:
+        from envtool.spec import sites
+    except ImportError:
+        raise UsageError(f"--site {name}: site files are not supported by this envtool build "
+                         "(no envtool.spec.sites)") from None
+    for attr in ("load_site", "get_site", "load"):
+        fn = getattr(sites, attr, None)
+        if callable(fn):
+            return fn(name)
+    raise UsageError(f"--site {name}: envtool.spec.sites has no site loader")
+
+
+def _resolve(args):
+    """Validate the options into a :class:`envtool.checks.Context` (UsageError/SpecError: exit 2)."""
+    from envtool.checks import Context
+    from envtool.cli.common import load_spec
+    from envtool.errors import UsageError
+
+    prefix = Path(args.prefix).expanduser() if args.prefix else default_prefix()
+    if not prefix.is_dir():
+        raise UsageError(f"--prefix {prefix}: no such directory")
+    if not (prefix / "bin" / "python").exists():
+        raise UsageError(f"--prefix {prefix}: not an environment (no bin/python)")
+    spec = site = None
+    if args.spec:
+        try:
+            spec = load_spec(args.spec, site=args.site)
+        except ImportError:
+            raise UsageError(f"--site {args.site}: site files are not supported by this envtool build") from None
+        site = spec.site
+    elif args.site:
+        site = _site(args.site)
+    lock = None
+    if args.lock:
+        lock = Path(args.lock)
+        if not lock.is_file():
+            raise UsageError(f"--lock {args.lock}: no such file")
+        from envtool.checks import lockdrift
+
+        lockdrift.read(Context(prefix=prefix, lock=lock))  # UsageError (exit 2) for a bad lock, before any check
+    scripts = []
+    for s in args.script:
+        path = Path(s)
+        if not path.is_file():
+            raise UsageError(f"--script {s}: no such file")
+        scripts.append(path)
+    return Context(prefix=prefix.resolve() if not prefix.is_symlink() else prefix, spec=spec, site=site,
+                   lock=lock, scripts=tuple(scripts), environ=dict(os.environ), timeout=args.timeout)
+
+
+def format_text(findings, verbose: bool = False) -> str:
+    """The human report: ``STATUS  id  summary``, then items and ``fix:`` indented."""
+    lines = []
+    width = max([len(f.id) for f in findings] + [10])
+    for f in findings:
+        lines.append(f"{_MARK[f.status]:<5} {f.id:<{width}}  {f.summary}")
+        for item in f.details.get("items", []) if (verbose or f.status in ("warn", "fail")) else []:
+            lines.append(f"{'':<5} {'':<{width}}    - {item}")
+        if f.fix and f.status in ("warn", "fail"):
+            lines.append(f"{'':<5} {'':<{width}}    fix: {f.fix}")
+        if verbose:
+            for k, v in f.details.items():
+                if k != "items":
+                    lines.append(f"{'':<5} {'':<{width}}    {k}: {v}")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    from envtool.checks import registry, runner
+
+    started = time.monotonic()
+    if args.list:
+        checks = registry.all_checks()
+        if args.json:
+            print_json([{"id": c.id, "title": c.title, "fix": c.fix, "needs": list(c.needs)} for c in checks])
+        else:
+            for c in checks:
+                print(f"{c.id:<18} {c.title}")
+        return 0
+    checks = registry.select(tuple(args.only))
+    ctx = _resolve(args)
+    if not getattr(args, "quiet", False) and not args.json:
+        print(f"doctor: examining {ctx.prefix} ({len(checks)} checks) ...", file=sys.stderr)
+    findings = runner.run_checks(ctx, checks)
+    status = runner.exit_status(findings)
+    counts = {s: sum(1 for f in findings if f.status == s) for s in ("ok", "warn", "fail", "skipped")}
+    seconds = time.monotonic() - started
+    if args.json:
+        print_json({"prefix": str(ctx.prefix), "spec": ctx.spec.name if ctx.spec is not None else None,
+                    "site": getattr(ctx.site, "name", None), "lock": str(ctx.lock) if ctx.lock else None,
+                    "scripts": [str(s) for s in ctx.scripts], "ok": status == 0, "exit_status": status,
+                    "counts": counts, "seconds": round(seconds, 3), "findings": [f.to_dict() for f in findings]})
+    else:
+        print(format_text(findings, verbose=getattr(args, "verbose", False)))
+        print(", ".join(f"{n} {s}" for s, n in counts.items()) + f" ({seconds:.1f} s)")
+    return status
