@@ -122,15 +122,11 @@ def test_plan_clone_names_module_and_base_env(summit_here):
     assert "module load open-ce/1.1.3-py38-0" in text and summit_here["base"] in text
 
 
-@pytest.mark.xfail(strict=True, reason="the conda engine's conda-install-extra step (envtool/engines/conda.py) "
-                                       "does not print the spec's channels yet")
 def test_plan_clone_names_the_open_ce_channel(summit_here):
     text = ok("plan", "open-ce-1.1.3", "--site", "summit", "--clone", env=summit_here)
     assert "https://ftp.osuosl.org/pub/open-ce/1.1.3/" in text
 
 
-@pytest.mark.xfail(strict=True, reason="RattlerEngine.clone_steps resolves the clone source at plan time, so "
-                                       "Summit's base env must exist on this machine")
 def test_plan_clone_on_summit_from_elsewhere():
     text = ok("plan", "open-ce-1.1.3", "--site", "summit", "--clone")
     assert "/sw/summit/open-ce/anaconda-base/envs/open-ce-1.1.3-py38-0" in text
@@ -171,3 +167,11 @@ def test_specs_names_a_broken_user_spec(tmp_path):
     proc = envtool("specs", env={"ENVTOOL_SPEC_PATH": str(tmp_path)})
     assert proc.returncode == 2 and "mine.yaml" in proc.stderr and "horovod.frameworks" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_plan_applies_the_spec_env_to_install_steps():
+    # WML-CE's post-link scripts need IBM_POWERAI_LICENSE_ACCEPT=yes (specs/ibm-wml-ce-base.yaml)
+    plan = json.loads(ok("plan", "ibm-wml-ce-1.7.0", "--json"))
+    steps = {s["id"]: s for s in plan["steps"]}
+    assert steps["conda-create"]["env"].get("IBM_POWERAI_LICENSE_ACCEPT") == "yes"
+    assert "IBM_POWERAI_LICENSE_ACCEPT" not in steps["validate"]["env"]

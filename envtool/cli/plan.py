@@ -21,8 +21,8 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def options_from_args(args, spec):
-    """PlanOptions from the shared create/plan arguments."""
+def options_from_args(args, spec, preview: bool = False):
+    """PlanOptions from the shared create/plan arguments (``preview``: see ``PlanOptions.preview``)."""
     import os
     from pathlib import Path
 
@@ -31,14 +31,14 @@ def options_from_args(args, spec):
     prefix = Path(os.path.abspath(args.prefix)) if args.prefix else default_prefix(spec.name)
     return PlanOptions(prefix=prefix, clone=args.clone, from_lock=Path(args.from_lock) if args.from_lock else None,
                        engine=args.engine, modulefile_root=Path(args.modulefile_root) if args.modulefile_root else None,
-                       cpu_count=args.jobs or os.cpu_count() or 2, site=getattr(args, "site", None))
+                       cpu_count=args.jobs or os.cpu_count() or 2, site=getattr(args, "site", None), preview=preview)
 
 
 def run(args) -> int:
     from envtool.steps.planner import format_plan, make_plan
 
     spec = load_spec(args.spec, args.site, args.site_file)
-    plan = make_plan(spec, options_from_args(args, spec))
+    plan = make_plan(spec, options_from_args(args, spec, preview=True))
     if args.json:
         print_json(plan.to_dict())
     else:

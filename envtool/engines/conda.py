@@ -14,6 +14,7 @@ still gets conda's binary-prefix replacement right for the final prefix.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
@@ -135,10 +136,33 @@ def solve_records(channels: List[str], specs: List[str], platform: str,
     except Exception as exc:
         raise EnvtoolError(f"cannot solve {' '.join(specs)} for {platform} from {', '.join(channels)}: "
                            f"{str(exc).strip()}") from None
+    return sort_records_topologically(records)
+
+
+def sort_records_topologically(records: Sequence[Any]) -> list:
+    """``records`` (``rattler.RepoDataRecord``) ordered dependencies first, still as RepoDataRecords.
+
+    ``rattler.PackageRecord.sort_topologically`` (py-rattler 0.2x) returns ``PackageRecord``
+    wrappers that hide ``url`` and ``channel``; its order is kept and mapped back onto the
+    original records by (name, version, build).
+
+    Args:
+        records: solved records, each with ``name``, ``version``, ``build``.
+    Returns:
+        the same record objects, dependencies before their dependents; the input order when
+        py-rattler cannot sort them (a dependency cycle).
+    """
+    import rattler
+
+    records = list(records)
     try:
-        return list(rattler.PackageRecord.sort_topologically(records))
+        order = rattler.PackageRecord.sort_topologically(records)
     except Exception:
-        return list(records)
+        return records
+    by_key = {(r.name.normalized, str(r.version), r.build): r for r in records}
+    out = [by_key.pop((o.name.normalized, str(o.version), o.build), None) for o in order]
+    out = [r for r in out if r is not None]
+    return out + list(by_key.values())
 
 
 class _Progress:
@@ -342,13 +366,21 @@ class RattlerEngine(Engine):
         """
         from envtool.engines import clone
 
-        src = clone.resolve_source(source)
-        kind = clone.source_kind(src)
         prefix = Path(options.work_prefix)
-        if kind == "venv":
-            steps = [clone_layer_step(src, prefix, options.prefix)]
+        try:
+            src = clone.resolve_source(source)
+        except UsageError as exc:
+            if not (options.preview and source.startswith("/")):
+                raise
+            # plan for a site from elsewhere: the site's base env only exists on the site
+            steps = clone_conda_steps(Path(source), prefix, options.prefix, source_label=source)
+            steps[0] = dataclasses.replace(steps[0], notes=steps[0].notes + (
+                f"{source} is not on this machine ({exc}); it is read when create runs on the site",))
         else:
-            steps = clone_conda_steps(src, prefix, options.prefix, source_label=source or str(src))
+            if clone.source_kind(src) == "venv":
+                steps = [clone_layer_step(src, prefix, options.prefix)]
+            else:
+                steps = clone_conda_steps(src, prefix, options.prefix, source_label=source or str(src))
         if spec is not None:
             steps += _extra_conda_steps(spec, prefix, options.prefix) + _pip_step(spec, prefix)
         return steps
@@ -401,8 +433,9 @@ def _extra_conda_steps(spec: Spec, prefix: Path, final_prefix: Path) -> List[Ste
         return []
     platform = _platform_for(spec)
     return [Step(id="conda-install-extra", title="Install the spec's conda packages the clone lacks",
-                 commands=(("#", "py-rattler solve the specs not met by the clone's records, with those records "
-                                 "pinned; install the additions"),),
+                 commands=(("#", "py-rattler solve, from " + " ".join(spec.channels) + f" for {platform}, the specs "
+                                 "not met by the clone's records (" + ", ".join(p.value for p in spec.packages.conda)
+                                 + "), with those records pinned; install the additions"),),
                  action=_extra_action,
                  data={"channels": tuple(spec.channels), "specs": tuple(p.value for p in spec.packages.conda),
                        "platform": platform, "virtual_packages": spec_virtual_packages(spec, platform),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from envtool.errors import EnvtoolError, UsageError
+from envtool.errors import EnvtoolError
 from envtool.lock.model import LockedPackage
 from envtool.spec.model import Spec
 
@@ -78,31 +78,16 @@ def solve(spec: Spec, platform: str, virtual_packages: Mapping[str, str],
     Returns:
         one entry per record, in the solver's order.
     Raises:
-        UsageError: the conda engine is not available.
+        UsageError: no channels, or a malformed match spec / virtual package (from the engine).
         EnvtoolError: the solve failed (from the engine).
     """
-    try:
-        from envtool.engines.conda import solve_records
-    except ImportError as exc:
-        raise UsageError(f"locking conda packages needs the conda engine (envtool.engines.conda): {exc}") from None
+    from envtool.engines.conda import solve_records
+
     specs = conda_specs(spec)
     if progress:
         progress(f"py-rattler solves for {platform}: " + " ".join(specs))
     records = solve_records(list(spec.channels), specs, platform, virtual_packages=dict(virtual_packages))
-    return [record_to_package(_as_repodata_record(r), platform) for r in records]
-
-
-def _as_repodata_record(record):
-    """The ``RepoDataRecord`` view of a solved record.
-
-    ``rattler.PackageRecord.sort_topologically`` (py-rattler 0.28) hands back ``PackageRecord``
-    wrappers of the same underlying records, which hide ``url``/``channel``; re-wrap them.
-    """
-    if hasattr(record, "url"):
-        return record
-    from rattler import RepoDataRecord
-
-    return RepoDataRecord._from_py_record(record._record)
+    return [record_to_package(r, platform) for r in records]
 
 
 def conda_specs(spec: Spec) -> List[str]:

@@ -27,6 +27,9 @@ class PlanOptions:
         modulefile_root: write a modulefile under this directory, or None.
         cpu_count: parallel compile jobs for the Horovod build.
         site: site name the spec was resolved for, or None.
+        preview: True for ``plan`` (nothing runs): a clone source that does not exist on this
+            machine (the site's base env seen from a laptop) is planned with a note instead of
+            raising; ``create`` leaves it False so a missing source is an error before any step.
     """
 
     prefix: Path
@@ -37,6 +40,7 @@ class PlanOptions:
     modulefile_root: Optional[Path] = None
     cpu_count: int = 2
     site: Optional[str] = None
+    preview: bool = False
 
     @property
     def work_prefix(self) -> Path:
