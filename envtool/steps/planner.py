@@ -6,6 +6,8 @@ exactly the plan made for its temporary build prefix.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import os
 from typing import List
 
@@ -59,7 +61,27 @@ def make_plan(spec: Spec, options: PlanOptions) -> Plan:
     steps += validate.plan_steps(spec, options)
     steps += lock_step.plan_steps(spec, options)
     steps += modulefile_step.plan_steps(spec, options)
-    return Plan(spec=spec, options=options, steps=tuple(steps))
+    return Plan(spec=spec, options=options, steps=tuple(with_spec_env(spec, s) for s in steps))
+
+
+#: Steps that install packages: the spec's (and its site's) ``env`` applies to them, because
+#: package scripts read it — WML-CE's post-link scripts refuse to run without
+#: ``IBM_POWERAI_LICENSE_ACCEPT=yes`` (shared/reference/stacks.md, IBM WML-CE 1.6 docs).
+INSTALL_STEPS = frozenset({"conda-create", "conda-install-extra", "clone-external", "pip-install",
+                           "install-locked-conda", "install-locked-pip"})
+
+
+def with_spec_env(spec: Spec, step: Step) -> Step:
+    """``step`` with ``spec.site.env`` and ``spec.env`` added to its env when it installs packages
+    (:data:`INSTALL_STEPS`); a variable the step sets itself wins. Other steps are returned as is."""
+    if step.id not in INSTALL_STEPS:
+        return step
+    merged = dict(spec.site.env)
+    merged.update(spec.env)
+    merged.update(step.env)
+    if not merged or merged == dict(step.env):
+        return step
+    return dataclasses.replace(step, env=tuple(merged.items()))
 
 
 def format_plan(plan: Plan) -> str:

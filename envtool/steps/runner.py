@@ -135,7 +135,17 @@ class Runner:
             self.note(f"    note: {n}")
         started = time.monotonic()
         if step.action is not None:
-            step.action(step, self)
+            # an in-process action (py-rattler install) sees the step's env like a command would
+            saved = {k: os.environ.get(k) for k, _ in step.env}
+            os.environ.update(dict(step.env))
+            try:
+                step.action(step, self)
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
         else:
             for argv in step.commands:
                 if argv and not argv[0].startswith("#"):
