@@ -9,19 +9,17 @@ read-only before cloning. Everything runs offline.
 """
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from conftest import run_envtool
+from helpers import wheels
 from helpers.conda_channel import BINARY_PLACEHOLDER, TEXT_PLACEHOLDER, PackageDef, build_channel, python_package
 
 from envtool.engines import clone as cl
@@ -51,24 +49,9 @@ def channel_packages():
 
 
 def make_wheel(dest: Path, name: str = "userpkg", version: str = "1.2") -> Path:
-    """A minimal pure-Python wheel (PEP 427) with a console script, written with zipfile."""
-    files = {
-        f"{name}/__init__.py": "def main():\n    print('hello from userpkg')\n",
-        f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{name}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-        f"{name}-{version}.dist-info/entry_points.txt": f"[console_scripts]\n{name} = {name}:main\n",
-    }
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
-    record.append(f"{name}-{version}.dist-info/RECORD,,")
-    files[f"{name}-{version}.dist-info/RECORD"] = "\n".join(record) + "\n"
-    wheel = dest / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as zf:
-        for path, text in files.items():
-            zf.writestr(path, text)
-    return wheel
+    """A minimal pure-Python wheel with a console script."""
+    return wheels.make_wheel(dest, name, version, {f"{name}/__init__.py": "def main():\n    print('hello from userpkg')\n"},
+                             console_scripts=(f"{name} = {name}:main",))
 
 
 def chmod_tree(root: Path, writable: bool) -> None:

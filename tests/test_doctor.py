@@ -2,20 +2,18 @@
 
 Slow tests use ``cpu_horovod_env`` (tests/conftest.py); the rest need no environment.
 """
-import base64
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from conftest import run_envtool
+from helpers.wheels import make_wheel
 from envtool.checks import registry
 from envtool.checks.gpu import nccl_code_to_version
 from envtool.checks.launchers import mpi_identity
@@ -35,25 +33,6 @@ def write_spec(tmp_path, name, body):
     d.mkdir(exist_ok=True)
     (d / f"{name}.yaml").write_text(textwrap.dedent(body))
     return {"ENVTOOL_SPEC_PATH": str(d)}
-
-
-def make_wheel(dest: Path, name: str, version: str, files: dict) -> Path:
-    """A real (minimal) wheel file for ``pip install``."""
-    dist = f"{name}-{version}.dist-info"
-    contents = dict(files)
-    contents[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-    contents[f"{dist}/WHEEL"] = "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    record = []
-    for path, text in contents.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
-    record.append(f"{dist}/RECORD,,")
-    contents[f"{dist}/RECORD"] = "\n".join(record) + "\n"
-    wheel = dest / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as z:
-        for path, text in contents.items():
-            z.writestr(path, text)
-    return wheel
 
 
 # -- no environment needed -------------------------------------------------------------------
@@ -84,6 +63,24 @@ def test_site_modules_from_spec(tmp_path):
     proc = run_envtool("doctor", "--prefix", sys.prefix, "--spec", "cpu-with-modules", "--only", "site-modules",
                        env={**env, "LOADEDMODULES": "cudnn/8.7.0:evp-patch:gcc/12"})
     assert proc.returncode == 0, proc.stdout
+
+
+def test_site_without_spec_uses_the_site_file():
+    # bede's site file asks for slurm/dflt and launches with srun (sites/bede.yaml)
+    code, data, by_id = doctor_json("--prefix", sys.prefix, "--site", "bede", "--only", "site-modules", "launchers",
+                                    env={"LOADEDMODULES": "", "PATH": "/usr/bin:/bin"})
+    assert code == 1
+    assert by_id["site-modules"]["status"] == "fail" and "slurm/dflt" in by_id["site-modules"]["summary"]
+    if shutil.which("srun", path="/usr/bin:/bin") is None:
+        assert by_id["launchers"]["status"] == "fail" and "srun" in by_id["launchers"]["summary"]
+    code, _, by_id = doctor_json("--prefix", sys.prefix, "--site", "bede", "--only", "site-modules",
+                                 env={"LOADEDMODULES": "gcc/12:slurm/dflt"})
+    assert code == 0 and by_id["site-modules"]["status"] == "ok"
+
+
+def test_unknown_site_is_a_usage_error():
+    proc = run_envtool("doctor", "--prefix", sys.prefix, "--site", "summmit", "--only", "launchers")
+    assert proc.returncode == 2 and "did you mean summit" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_runtime_variables_are_shown():

@@ -43,23 +43,17 @@ def default_prefix() -> Path:
 
 
 def _site(name: str):
-    """A site by name through ``envtool.spec.sites`` when that module exists.
+    """The site file ``name`` (a bundled or ``$ENVTOOL_SITE_PATH`` site, or a path), parsed.
 
+    Returns:
+        :class:`envtool.spec.sites.SiteFile` (``name``, ``modules``, ``launcher``, ``scheduler``,
+        ``env``: what the checks read of a site).
     Raises:
-        UsageError: unknown site, or no site support in this build.
+        SpecError: unknown site or a bad site file (exit 2).
     """
-    from envtool.errors import UsageError
+    from envtool.spec import sites
 
-    try:
-        from envtool.spec import sites
-    except ImportError:
-        raise UsageError(f"--site {name}: site files are not supported by this envtool build "
-                         "(no envtool.spec.sites)") from None
-    for attr in ("load_site", "get_site", "load"):
-        fn = getattr(sites, attr, None)
-        if callable(fn):
-            return fn(name)
-    raise UsageError(f"--site {name}: envtool.spec.sites has no site loader")
+    return sites.load_site(sites.find(name))
 
 
 def _resolve(args):
@@ -75,10 +69,7 @@ def _resolve(args):
         raise UsageError(f"--prefix {prefix}: not an environment (no bin/python)")
     spec = site = None
     if args.spec:
-        try:
-            spec = load_spec(args.spec, site=args.site)
-        except ImportError:
-            raise UsageError(f"--site {args.site}: site files are not supported by this envtool build") from None
+        spec = load_spec(args.spec, site=args.site)
         site = spec.site
     elif args.site:
         site = _site(args.site)
