@@ -1,5 +1,6 @@
 """HOROVOD_* derivation, version-aware refusals, fix rules (with a real compile), wheel-cache keys."""
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -110,6 +111,87 @@ def test_fix_rule_applies_only_to_torch_2_1_and_later():
     assert ids("0.28.1", "2.0.1") == []
     assert ids("0.21.0", "1.7.1") == []
     assert fixes.applicable(v("0.28.1"), {"tensorflow": v("2.13.0")}) == []
+
+
+def test_toolchain_rules_need_the_toolchain_they_name():
+    v = Version
+    ids = lambda h, tc: [r.id for r in fixes.applicable(v(h), {}, tc)]  # noqa: E731
+    gcc12_cmake325 = fixes.Toolchain(cmake=v("3.25.1"), cxx_family="gnu", cxx_version=v("12.2.0"))
+    h100 = fixes.Toolchain(cmake=v("4.4.3"), cxx_family="gnu", cxx_version=v("13.3.0"))
+    clang18 = fixes.Toolchain(cmake=v("4.0.0"), cxx_family="clang", cxx_version=v("18.1.3"))
+    assert ids("0.28.1", gcc12_cmake325) == []
+    assert ids("0.28.1", h100) == ["horovod-cmake4-policy", "horovod-gcc13-includes"]
+    assert ids("0.28.1", clang18) == ["horovod-cmake4-policy"]
+    assert ids("0.29.0", h100) == []          # a release after 0.28.1 would carry master's fixes
+    assert ids("0.28.1", fixes.Toolchain()) == []   # unknown toolchain: no guess
+    # all three at once, in RULES order, as on the H100 (docs/gpu-proof.md)
+    assert [r.id for r in fixes.applicable(v("0.28.1"), {"pytorch": v("2.11.0")}, h100)] == [
+        "horovod-torch-cxx17", "horovod-cmake4-policy", "horovod-gcc13-includes"]
+
+
+def test_version_output_parsing():
+    # first lines as printed on this machine (Debian 12) and on the H100 machine (docs/gpu-proof.md)
+    assert fixes.parse_cmake_version("cmake version 3.25.1\n\nCMake suite maintained") == Version("3.25.1")
+    assert fixes.parse_cmake_version("cmake version 4.4.3") == Version("4.4.3")
+    assert fixes.parse_cmake_version("") is None
+    gpl = "\nCopyright (C) 2023 Free Software Foundation, Inc."
+    assert fixes.parse_cxx_version("c++ (Debian 12.2.0-14+deb12u1) 12.2.0" + gpl) == ("gnu", Version("12.2.0"))
+    assert fixes.parse_cxx_version("c++ (Ubuntu 13.3.0-6ubuntu2~24.04.1) 13.3.0" + gpl) == ("gnu", Version("13.3.0"))
+    assert fixes.parse_cxx_version("Ubuntu clang version 18.1.3 (1ubuntu1)\nTarget: x86_64") == ("clang",
+                                                                                                 Version("18.1.3"))
+    assert fixes.parse_cxx_version("icpx: unknown") == ("", None)
+
+
+@pytest.mark.skipif(not shutil.which("cmake") or not shutil.which("c++"), reason="no cmake or C++ compiler")
+def test_probe_toolchain_reads_the_real_tools():
+    tc = fixes.probe_toolchain()
+    cmake_line = subprocess.run(["cmake", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    assert tc.cmake is not None and cmake_line.endswith(str(tc.cmake))
+    cxx_out = subprocess.run(["c++", "--version"], capture_output=True, text=True).stdout
+    if "Free Software Foundation" in cxx_out:
+        assert tc.cxx_family == "gnu" and cxx_out.splitlines()[0].endswith(str(tc.cxx_version))
+
+
+@pytest.mark.skipif(not shutil.which("g++"), reason="no g++")
+def test_gcc13_includes_flags_supply_the_headers(tmp_path):
+    # The headers Horovod 0.28.1 forgets (group_table.h: std::string; common.h: std::logic_error; uint64_t).
+    src = tmp_path / "x.cpp"
+    src.write_text("std::string name() { return \"x\"; }\n"
+                   "int main() { std::uint64_t n = name().size(); if (n != 1) throw std::logic_error(\"n\"); }\n")
+    plain = subprocess.run(["g++", "-c", str(src), "-o", str(tmp_path / "a.o")], capture_output=True, text=True)
+    assert plain.returncode != 0 and "string" in plain.stderr
+    rule = next(r for r in fixes.RULES if r.id == "horovod-gcc13-includes")
+    env = dict(rule.prepare(tmp_path, {"CXXFLAGS": "-O2"}))
+    assert env["CXXFLAGS"].startswith("-O2 ")
+    fixed = subprocess.run(["g++", *env["CXXFLAGS"].split(), "-c", str(src), "-o", str(tmp_path / "b.o")],
+                           capture_output=True, text=True)
+    assert fixed.returncode == 0, fixed.stderr
+
+
+@pytest.mark.slow
+def test_cmake4_policy_rule_with_real_cmake4(tmp_path):
+    """CMake 4 from PyPI refuses Gloo's cmake_minimum_required(VERSION 2.8.12) unless the rule's
+    variable is set; ``plan`` sees that cmake on PATH and lists the rule with the variable."""
+    venv = tmp_path / "cmake4"
+    subprocess.run([shutil.which("python3") or "python3", "-m", "venv", str(venv)], check=True)
+    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                          "cmake>=4,<5"], capture_output=True, text=True)
+    if pip.returncode != 0:
+        pytest.skip("cmake>=4 not installable from PyPI here: " + pip.stderr[-300:])
+    cmake = str(venv / "bin" / "cmake")
+    project = tmp_path / "gloo-like"
+    project.mkdir()
+    (project / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 2.8.12 FATAL_ERROR)\nproject(g NONE)\n")
+    refused = subprocess.run([cmake, "-S", str(project), "-B", str(tmp_path / "b1")], capture_output=True, text=True)
+    assert refused.returncode != 0 and "Compatibility with CMake < 3.5 has been removed" in refused.stderr
+    rule = next(r for r in fixes.RULES if r.id == "horovod-cmake4-policy")
+    configured = subprocess.run([cmake, "-S", str(project), "-B", str(tmp_path / "b2")], capture_output=True,
+                                text=True, env={**os.environ, **dict(rule.prepare(tmp_path, {}))})
+    assert configured.returncode == 0, configured.stderr
+    plan = run_envtool("plan", "cpu-horovod", "--json", env={"PATH": f"{venv / 'bin'}:{os.environ['PATH']}"})
+    step = next(s for s in json.loads(plan.stdout)["steps"] if s["id"] == "build-horovod")
+    assert step["env"]["CMAKE_POLICY_VERSION_MINIMUM"] == "3.5"
+    assert any("horovod-cmake4-policy" in n for n in step["notes"])
 
 
 @pytest.mark.skipif(not shutil.which("c++"), reason="no C++ compiler")

@@ -80,7 +80,7 @@ def rebuild_command(ctx, info) -> str:
             fw_versions[fw] = Version(v)
         except InvalidVersion:
             pass
-    rules = fixes.applicable(hvd, fw_versions)
+    rules = fixes.applicable(hvd, fw_versions, fixes.probe_toolchain(Path(ctx.prefix)))
     if rules:
         name = ctx.spec.name if ctx.spec is not None else "SPEC"
         cmd += ("   # needs fix rule " + ", ".join(r.id for r in rules)

@@ -7,8 +7,10 @@ Horovod build step evaluates them again against the installed framework versions
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
@@ -20,6 +22,87 @@ FrameworkVersions = Mapping[str, Version]
 
 
 @dataclass(frozen=True)
+class Toolchain:
+    """The build tools a Horovod build will use, as far as fix rules care.
+
+    Attributes:
+        cmake: CMake version (``cmake --version``), or None when unknown / not found.
+        cxx_family: ``gnu``, ``clang`` or ``""`` (unknown), from ``$CXX --version``.
+        cxx_version: the C++ compiler's version, or None.
+    """
+
+    cmake: Optional[Version] = None
+    cxx_family: str = ""
+    cxx_version: Optional[Version] = None
+
+    def describe(self) -> str:
+        """``cmake 3.25.1, gnu c++ 12.2.0`` (unknown parts left out)."""
+        parts = []
+        if self.cmake is not None:
+            parts.append(f"cmake {self.cmake}")
+        if self.cxx_version is not None:
+            parts.append(f"{self.cxx_family or 'c++'} c++ {self.cxx_version}")
+        return ", ".join(parts) or "toolchain unknown"
+
+
+def parse_cmake_version(text: str) -> Optional[Version]:
+    """``cmake version 4.4.3`` (first line of ``cmake --version``) → ``Version('4.4.3')``, or None."""
+    m = re.search(r"cmake version (\d+(?:\.\d+)*)", text or "")
+    return Version(m.group(1)) if m else None
+
+
+def parse_cxx_version(text: str) -> Tuple[str, Optional[Version]]:
+    """Family and version from ``c++ --version`` output.
+
+    ``c++ (Debian 12.2.0-14+deb12u1) 12.2.0`` and ``g++ (GCC) 13.3.0`` → ``("gnu", 13.3.0)``
+    (GNU prints "Free Software Foundation" in its copyright line; the version is the last word
+    of the first line); ``clang version 17.0.6`` (and ``Apple clang``) → ``("clang", 17.0.6)``.
+    Returns ``("", None)`` when neither is recognised.
+    """
+    text = text or ""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    m = re.search(r"clang version (\d+(?:\.\d+)*)", text)
+    if m:
+        return "clang", Version(m.group(1))
+    if "Free Software Foundation" in text or re.match(r"\S*(g\+\+|c\+\+|gcc)\b", first):
+        m = re.search(r"(\d+\.\d+(?:\.\d+)?)\s*$", first)
+        if m:
+            return "gnu", Version(m.group(1))
+    return "", None
+
+
+def _version_output(argv: List[str]) -> str:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return (proc.stdout or proc.stderr) if proc.returncode == 0 else ""
+
+
+def probe_toolchain(prefix: Optional[Path] = None, cxx: Optional[str] = None) -> Toolchain:
+    """The CMake and C++ compiler a Horovod build in ``prefix`` will find.
+
+    Horovod's ``setup.py`` runs the first ``cmake`` on PATH (a ``cmake`` pip package in the
+    environment's ``bin`` counts: pip puts it there), so ``PREFIX/bin/cmake`` is tried first.
+
+    Args:
+        prefix: the environment the build runs in, or None (PATH only).
+        cxx: the C++ compiler (default ``$CXX``, else ``c++``).
+    Returns:
+        a :class:`Toolchain`; fields stay None for tools that are missing or print nothing known.
+        Runs two ``--version`` commands (about 10 ms each); nothing else.
+    """
+    cmake = None
+    if prefix is not None and (Path(prefix) / "bin" / "cmake").exists():
+        cmake = str(Path(prefix) / "bin" / "cmake")
+    cmake = cmake or shutil.which("cmake")
+    cmake_v = parse_cmake_version(_version_output([cmake, "--version"])) if cmake else None
+    cxx = cxx or os.environ.get("CXX") or "c++"
+    family, cxx_v = parse_cxx_version(_version_output([cxx, "--version"])) if shutil.which(cxx) else ("", None)
+    return Toolchain(cmake=cmake_v, cxx_family=family, cxx_version=cxx_v)
+
+
+@dataclass(frozen=True)
 class FixRule:
     """One named fix.
 
@@ -27,16 +110,19 @@ class FixRule:
         id: stable id shown in plans and logs, and part of the wheel-cache key.
         title: one line for people.
         source: where the breakage and the fix are documented.
-        applies: ``(horovod_version, framework_versions) -> bool``.
+        applies: ``(horovod_version, framework_versions, toolchain) -> bool``; ``toolchain`` is a
+            :class:`Toolchain` (fields None when unknown: a rule that needs one does not apply).
         prepare: ``(workdir, env) -> [(name, value), …]`` writes any helper files under
             ``workdir`` (a directory that outlives the build) and returns the variables to set.
+        writes_files: True when ``prepare`` writes helper files (``plan`` must not call it then).
     """
 
     id: str
     title: str
     source: str
-    applies: Callable[[Optional[Version], FrameworkVersions], bool]
+    applies: Callable[[Optional[Version], FrameworkVersions, "Toolchain"], bool]
     prepare: Callable[[Path, Mapping[str, str]], List[Tuple[str, str]]]
+    writes_files: bool = False
 
 
 _CXX_WRAPPER = """#!/bin/sh
@@ -56,7 +142,7 @@ exec "$real" "$@"
 """
 
 
-def _torch_cxx17_applies(horovod: Optional[Version], frameworks: FrameworkVersions) -> bool:
+def _torch_cxx17_applies(horovod: Optional[Version], frameworks: FrameworkVersions, toolchain: Toolchain) -> bool:
     torch = frameworks.get("pytorch")
     if torch is None:
         return False
@@ -75,6 +161,34 @@ def _torch_cxx17_prepare(workdir: Path, env: Mapping[str, str]) -> List[Tuple[st
     return [("CXX", str(wrapper)), ("ENVTOOL_REAL_CXX", real)]
 
 
+def _upto_0281(horovod: Optional[Version]) -> bool:
+    # Horovod 0.28.1 (2023-06) is the last release: the fixes below are only on master.
+    return horovod is None or horovod.release <= (0, 28, 1)
+
+
+def _cmake4_applies(horovod: Optional[Version], frameworks: FrameworkVersions, toolchain: Toolchain) -> bool:
+    return _upto_0281(horovod) and toolchain.cmake is not None and toolchain.cmake.release >= (4,)
+
+
+def _cmake4_prepare(workdir: Path, env: Mapping[str, str]) -> List[Tuple[str, str]]:
+    return [("CMAKE_POLICY_VERSION_MINIMUM", "3.5")]
+
+
+def _gcc13_applies(horovod: Optional[Version], frameworks: FrameworkVersions, toolchain: Toolchain) -> bool:
+    return (_upto_0281(horovod) and toolchain.cxx_family == "gnu" and toolchain.cxx_version is not None
+            and toolchain.cxx_version.release >= (13,))
+
+
+_GCC13_INCLUDES = "-include cstdint -include string -include stdexcept"
+
+
+def _gcc13_prepare(workdir: Path, env: Mapping[str, str]) -> List[Tuple[str, str]]:
+    current = env.get("CXXFLAGS", os.environ.get("CXXFLAGS", "")).strip()
+    if _GCC13_INCLUDES in current:
+        return []
+    return [("CXXFLAGS", (current + " " + _GCC13_INCLUDES).strip())]
+
+
 #: All rules, in the order they are applied.
 RULES: Tuple[FixRule, ...] = (
     FixRule(
@@ -84,13 +198,43 @@ RULES: Tuple[FixRule, ...] = (
                "builds and runs a 2-rank Gloo allreduce (shared/reference/horovod.md)",
         applies=_torch_cxx17_applies,
         prepare=_torch_cxx17_prepare,
+        writes_files=True,
+    ),
+    FixRule(
+        id="horovod-cmake4-policy",
+        title="let CMake >= 4 configure Gloo's cmake_minimum_required(VERSION 2.8.12) "
+              "(CMAKE_POLICY_VERSION_MINIMUM=3.5)",
+        source="CMake 4.0 release notes (compatibility with CMake < 3.5 removed; the "
+               "CMAKE_POLICY_VERSION_MINIMUM variable); horovod 0.28.1 third_party/gloo/CMakeLists.txt; "
+               "proven on an H100 with cmake 4.4.3 (docs/gpu-proof.md, run 2)",
+        applies=_cmake4_applies,
+        prepare=_cmake4_prepare,
+    ),
+    FixRule(
+        id="horovod-gcc13-includes",
+        title="force-include <cstdint>, <string>, <stdexcept> for GNU C++ >= 13 "
+              "(CXXFLAGS=" + _GCC13_INCLUDES + ")",
+        source="horovod PR #3957 (master only; shared/reference/horovod.md); gcc 13 porting notes (libstdc++ "
+               "headers no longer include <cstdint>); proven on an H100 with gcc 13.3 (docs/gpu-proof.md, run 2)",
+        applies=_gcc13_applies,
+        prepare=_gcc13_prepare,
     ),
 )
 
 
-def applicable(horovod: Optional[Version], frameworks: FrameworkVersions) -> List[FixRule]:
-    """The rules that apply to this Horovod version and these framework versions."""
-    return [rule for rule in RULES if rule.applies(horovod, frameworks)]
+def applicable(horovod: Optional[Version], frameworks: FrameworkVersions,
+               toolchain: Optional[Toolchain] = None) -> List[FixRule]:
+    """The rules that apply to this Horovod version, these framework versions and this toolchain.
+
+    Args:
+        horovod: the Horovod version to build, or None (unknown: every Horovod release counts).
+        frameworks: ``{"pytorch": Version, …}``.
+        toolchain: what :func:`probe_toolchain` found; None: unknown (toolchain rules do not apply).
+    Returns:
+        the rules in :data:`RULES` order.
+    """
+    tc = toolchain or Toolchain()
+    return [rule for rule in RULES if rule.applies(horovod, frameworks, tc)]
 
 
 _FRAMEWORK_NAMES = {"torch": "pytorch", "pytorch": "pytorch", "pytorch-base": "pytorch", "pytorch-cpu": "pytorch",

@@ -91,13 +91,17 @@ def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
     version = horovod_version(spec)
     pinned = fixes.framework_versions_from_pins([p.value for p in spec.packages.pip],
                                                 [p.value for p in spec.packages.conda])
-    rules = fixes.applicable(version, pinned)
+    toolchain = fixes.probe_toolchain(options.work_prefix, cxx=dict(env).get("CXX"))
+    rules = fixes.applicable(version, pinned, toolchain)
     notes = []
     display_env = list(env)
     for rule in rules:
-        names = ", ".join(f"{k} {v}" for k, v in sorted(pinned.items()))
+        names = ", ".join([f"{k} {v}" for k, v in sorted(pinned.items())] + [toolchain.describe()])
         notes.append(f"fix rule {rule.id} applies (horovod {version} x {names}): {rule.title}; source: {rule.source}")
-        display_env += [("CXX", str(wrapper_dir() / "c++17-wrapper"))] if rule.id == "horovod-torch-cxx17" else []
+        if rule.id == "horovod-torch-cxx17":
+            display_env += [("CXX", str(wrapper_dir() / "c++17-wrapper"))]
+        elif not rule.writes_files:
+            display_env += rule.prepare(wrapper_dir(), dict(display_env))
     cache = wheel_cache.WheelCache()
     notes.append(f"built wheels are cached in {cache.dir} (key: Horovod version, HOROVOD_* set, framework "
                  "versions, Python tag, compiler, platform, MPI, fix rules); a cache hit skips the compile")
@@ -135,7 +139,9 @@ def _run_build(step: Step, runner) -> None:
                          + " installed; add it to packages (or drop it from horovod.frameworks)", runner.log_path)
     framework_versions = {k: Version(v[1].split("+")[0]) for k, v in installed.items()}
     hvd_version = Version(step.data["version"]) if step.data.get("version") else None
-    rules = fixes.applicable(hvd_version, framework_versions)
+    toolchain = fixes.probe_toolchain(prefix, cxx=dict(env).get("CXX"))
+    runner.note(f"toolchain: {toolchain.describe()}")
+    rules = fixes.applicable(hvd_version, framework_versions, toolchain)
     build_vars = dict(env)
     for rule in rules:
         runner.note(f"applying fix rule {rule.id}: {rule.title}")
