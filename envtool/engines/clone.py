@@ -556,7 +556,7 @@ def clone_env(source: str, prefix: Path, engine: str = "rattler", mode: str = "l
     """
     from envtool.engines import conda as ce
     from envtool.steps.create import new_log_path
-    from envtool.steps.relocate import rewrite_prefix
+    from envtool.steps.relocate import move_into_place, note_failure, rewrite_prefix
     from envtool.steps.runner import Runner
 
     target = Path(os.path.abspath(prefix))
@@ -592,22 +592,11 @@ def clone_env(source: str, prefix: Path, engine: str = "rattler", mode: str = "l
                 reloc = rewrite_prefix(build, str(build), str(target))
                 runner.note(f"relocated: {len(reloc.rewritten)} text files named the build prefix; "
                             f"{len(reloc.binaries)} binaries do")
-            old = None
-            if target.exists():
-                old = target.parent / f".{target.name}.envtool-old-{os.getpid()}"
-                os.rename(target, old)
-            os.rename(build, target)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
+            move_into_place(build, target)
             runner.note(f"clone ready at {target}")
         return CloneResult(prefix=target, source=src, log=log, results=runner.results, timings=runner.timings)
     except BaseException as exc:  # noqa: B902 - clean up on anything, then re-raise
-        shutil.rmtree(build, ignore_errors=True)
-        try:
-            with open(log, "a") as fh:
-                fh.write(f"FAILED: {type(exc).__name__}: {exc}\nremoved {build}; nothing was left at {target}\n")
-        except OSError:
-            pass
+        note_failure(log, exc, build, target)
         if isinstance(exc, EnvtoolError):
             exc.log = log  # type: ignore[attr-defined]
             exc.results = runner.results  # type: ignore[attr-defined]

@@ -23,7 +23,7 @@ from envtool.horovod.cache import cache_root
 from envtool.spec.model import Spec
 from envtool.steps.model import PlanOptions
 from envtool.steps.planner import make_plan
-from envtool.steps.relocate import rewrite_prefix
+from envtool.steps.relocate import move_into_place, note_failure, rewrite_prefix
 from envtool.steps.runner import Runner
 
 
@@ -106,24 +106,13 @@ def create(spec: Spec, options: PlanOptions, force: bool = False, verbose: bool 
                 "spec": spec.name, "spec_file": spec.path, "prefix": str(target), "created": time.time(),
                 "steps": [s.to_dict() for s in plan.steps], "results": _jsonable(runner.results),
                 "timings": runner.timings}, indent=2, default=str) + "\n")
-            old = None
-            if target.exists():
-                old = target.parent / f".{target.name}.envtool-old-{os.getpid()}"
-                os.rename(target, old)
-            os.rename(build, target)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
+            move_into_place(build, target)
             runner.note(f"environment ready at {target}")
         shutil.copy2(log, target / ".envtool" / "create.log")
         return CreateResult(prefix=target, log=log, results=runner.results, timings=runner.timings,
                             relocation={"rewritten": len(report.rewritten), "binaries": report.binaries})
     except (BaseException) as exc:  # noqa: B902 - clean up on anything, then re-raise
-        shutil.rmtree(build, ignore_errors=True)
-        try:
-            with open(log, "a") as fh:
-                fh.write(f"FAILED: {type(exc).__name__}: {exc}\nremoved {build}; nothing was left at {target}\n")
-        except OSError:
-            pass
+        note_failure(log, exc, build, target)
         if isinstance(exc, _Terminated):
             exc = KeyboardInterrupt("terminated")
         if isinstance(exc, EnvtoolError) or isinstance(exc, KeyboardInterrupt):

@@ -30,8 +30,14 @@ def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
 
 def _run_lock(step: Step, runner) -> None:
     from envtool.errors import EnvtoolError
-    from envtool.lock import build, lockio
 
+    try:
+        from envtool.lock import build, lockio
+    except ImportError as exc:  # conda-lock is a dependency, but a site install may lack it
+        runner.results["lock"] = {"ok": False, "error": f"cannot import the lock writer: {exc}"}
+        runner.progress(f"      warning: no lock written (cannot import {exc.name or 'conda-lock'}: "
+                        "pip install conda-lock); the environment is kept")
+        return
     prefix = Path(step.data["work_prefix"])
     keys = {}
     key = (runner.results.get("build-horovod") or {}).get("cache_key")
