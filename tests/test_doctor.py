@@ -134,8 +134,10 @@ def test_missing_capability_fails_with_rebuild_command(cpu_horovod_env, tmp_path
     env = write_spec(tmp_path, "cpu-horovod-nccl", """\
         extends: cpu-horovod
         name: cpu-horovod-nccl
+        cuda: {value: "12.4", mark: I, source: horovod-pypi}
         horovod:
           frameworks: [pytorch, mxnet]
+          gpu_operations: nccl
         expect:
           check_build:
             frameworks: [PyTorch, MXNet]
@@ -148,13 +150,29 @@ def test_missing_capability_fails_with_rebuild_command(cpu_horovod_env, tmp_path
     out = proc.stdout
     assert "FAIL  horovod-build" in out
     assert "MXNet: expected by spec cpu-horovod-nccl, not built" in out
-    nccl = next(line for line in out.splitlines() if "NCCL tensor operations: expected by spec" in line)
-    assert "does not request it (horovod.gpu_operations)" in nccl  # the spec's build section lacks it
+    assert "NCCL tensor operations: expected by spec cpu-horovod-nccl, not built" in out
+    assert "hvd.cuda_built() and hvd.rocm_built() are False" in out
     fix = next(line for line in out.splitlines() if "fix:" in line)
-    for part in ("HOROVOD_WITH_PYTORCH=1", "HOROVOD_WITH_MXNET=1", "HOROVOD_WITH_GLOO=1", "HOROVOD_WITH_MPI=1",
-                 "HOROVOD_WITHOUT_TENSORFLOW=1",
+    for part in ("HOROVOD_GPU_OPERATIONS=NCCL", "HOROVOD_WITH_PYTORCH=1", "HOROVOD_WITH_MXNET=1", "HOROVOD_WITH_GLOO=1",
+                 "HOROVOD_WITH_MPI=1", "HOROVOD_WITHOUT_TENSORFLOW=1",
                  "-m pip install --no-build-isolation --no-cache-dir --force-reinstall", "horovod==0.28.1"):
         assert part in fix, fix
+
+
+def test_spec_expecting_nccl_without_asking_for_it_is_refused(tmp_path):
+    # check-build can only show NCCL when the build asks for it: the spec is inconsistent (exit 2),
+    # which doctor reports before examining anything.
+    env = write_spec(tmp_path, "nccl-expected-only", """\
+        extends: cpu-horovod
+        name: nccl-expected-only
+        expect:
+          check_build: {frameworks: [PyTorch], controllers: [Gloo, MPI], tensor_operations: [NCCL, Gloo, MPI]}
+        """)
+    proc = run_envtool("doctor", "--prefix", sys.prefix, "--spec", "nccl-expected-only", "--only", "horovod-build",
+                       env=env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "nccl-expected-only.yaml" in proc.stderr and "expect.check_build.tensor_operations" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 @pytest.fixture(scope="module")

@@ -144,17 +144,28 @@ def allreduce_command(prefix: Path, ranks: int = 2, controller: str = "gloo") ->
 
 
 def parse_allreduce(output: str, ranks: int = 2) -> bool:
-    """True when every rank printed the expected average ((1 + … + N) / N)."""
+    """True when every rank printed the expected average ((1 + … + N) / N).
+
+    Each rank prints one JSON object (``{"rank": 0, "size": 2, "value": 1.5}``). Launchers tag
+    and interleave output — Open MPI's ``--tag-output`` can glue a rank's empty tagged line to
+    the end of another (``…1.5}[1,1]<stdout>:``) — so the objects are found with a JSON decoder
+    at each ``{`` rather than line by line.
+    """
     expected = sum(range(1, ranks + 1)) / ranks
     seen = set()
-    for line in output.splitlines():
-        start = line.find("{")
-        if start < 0:
-            continue
+    decoder = json.JSONDecoder()
+    pos = output.find("{")
+    while pos >= 0:
         try:
-            data = json.loads(line[start:])
+            data, end = decoder.raw_decode(output, pos)
         except ValueError:
+            pos = output.find("{", pos + 1)
             continue
-        if data.get("size") == ranks and abs(float(data.get("value", -1)) - expected) < 1e-6:
-            seen.add(data.get("rank"))
+        if isinstance(data, dict) and data.get("size") == ranks:
+            try:
+                if abs(float(data.get("value", -1)) - expected) < 1e-6:
+                    seen.add(data.get("rank"))
+            except (TypeError, ValueError):
+                pass
+        pos = output.find("{", end)
     return seen == set(range(ranks))
