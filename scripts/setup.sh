@@ -32,3 +32,6 @@ if [ "$with_tests" = 1 ]; then
 else
   python3 -m pip install -q --disable-pip-version-check -e .
 fi
+# pyenv only sees a new console script after a rehash
+if command -v pyenv >/dev/null 2>&1; then pyenv rehash >/dev/null 2>&1 || true; fi
+command -v envtool >/dev/null 2>&1 || echo "scripts/setup.sh: envtool is installed but not on PATH; use 'python3 -m envtool'" >&2

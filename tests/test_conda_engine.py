@@ -49,6 +49,14 @@ def test_ppc64le_cuda_solve_on_any_host(channel):
     assert {r.subdir for r in recs} == {"linux-ppc64le"}
 
 
+def test_solved_records_keep_urls_and_come_dependencies_first(channel):
+    recs = solve_records([channel], ["pytorch-base 1.7.1"], "linux-ppc64le", ["__cuda=10.2"])
+    assert all(str(r.url).startswith("file://") and str(r.url).endswith((".conda", ".tar.bz2")) for r in recs)
+    order = [r.name.normalized for r in recs]
+    assert order.index("cudatoolkit") < order.index("pytorch-base")
+    assert order.index("libtorch") < order.index("pytorch-base")
+
+
 def test_virtual_packages_decide(channel):
     # no __cuda: cudatoolkit cannot be installed
     with pytest.raises(EnvtoolError, match="cudatoolkit|__cuda"):

@@ -308,10 +308,8 @@ def test_create_from_conda_lock_then_drift(conda_spec, conda_lock, tmp_path):
 
     # drift: one more conda package installed with py-rattler
     from envtool.engines.conda import install_records, solve_records
-    from envtool.lock.conda_resolve import _as_repodata_record
 
-    records = [_as_repodata_record(r) for r in
-               solve_records([conda_spec["channel"]], ["foo 2.*", "bar", "baz"], "linux-64")]
+    records = solve_records([conda_spec["channel"]], ["foo 2.*", "bar", "baz"], "linux-64")
     install_records(records, prefix, tmp_path / "pkgs")
     proc = run_envtool("diff", "--prefix", prefix, "--lock", conda_lock, "--json")
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -323,10 +321,9 @@ def test_create_from_conda_lock_then_drift(conda_spec, conda_lock, tmp_path):
 def test_snapshot_of_a_conda_env_lists_pip_installs_but_not_conda_python_packages(conda_spec, tmp_path):
     from envtool.engines.conda import install_records, solve_records
     from envtool.lock import snapshot
-    from envtool.lock.conda_resolve import _as_repodata_record
 
     prefix = tmp_path / "cenv"
-    records = [_as_repodata_record(r) for r in solve_records([conda_spec["channel"]], ["purelib"], "linux-64")]
+    records = solve_records([conda_spec["channel"]], ["purelib"], "linux-64")
     install_records(records, prefix, tmp_path / "pkgs")
     site = next(prefix.glob("lib/python*/site-packages"))
     assert (site / "purelib-1.0.dist-info" / "METADATA").is_file()  # a conda-owned Python distribution
