@@ -167,3 +167,15 @@ def test_expected_nccl_needs_nccl_in_a_pip_build(spec_dir):
     spec_dir("ddl", GOOD.format(name="ddl") + ("expect:\n  check_build: {frameworks: [PyTorch], controllers: [MPI], "
                                                 "tensor_operations: [DDL, MPI]}\n"))
     assert catalog.load_spec("ddl").expect.check_build.tensor_operations == ("DDL", "MPI")
+
+
+def test_venv_section(spec_dir):
+    spec_dir("layered", "extends: cpu-horovod\nname: layered\nvenv: {system_site_packages: true}\n")
+    assert catalog.load_spec("layered").venv.system_site_packages is True
+    assert catalog.load_spec("cpu-horovod").venv.system_site_packages is False
+    err = load_error(spec_dir, "typo-venv", "extends: cpu-horovod\nname: typo-venv\nvenv: {system_site_package: true}\n")
+    assert err.field == "venv.system_site_package" and "did you mean 'system_site_packages'" in str(err)
+    err = load_error(spec_dir, "notbool", "extends: cpu-horovod\nname: notbool\nvenv: {system_site_packages: 'yes'}\n")
+    assert err.field == "venv.system_site_packages" and "true or false" in str(err)
+    text = GOOD.format(name="condavenv") + "venv: {system_site_packages: true}\n"
+    assert load_error(spec_dir, "condavenv", text).field == "venv.system_site_packages"

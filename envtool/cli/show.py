@@ -104,7 +104,8 @@ def describe(name: str, site: Optional[str] = None, site_file: Optional[str] = N
     return {
         "name": spec.name, "path": spec.path, "extends": [f for f, _ in chain[1:]], "summary": spec.summary,
         "distribution": {"name": spec.distribution.name, "version": spec.distribution.version},
-        "platforms": list(spec.platforms), "engine": spec.engine, "channels": list(spec.channels),
+        "platforms": list(spec.platforms), "engine": spec.engine,
+        "venv": {"system_site_packages": spec.venv.system_site_packages}, "channels": list(spec.channels),
         "pins": pins, "horovod": horovod,
         "expect": {"check_build": None if cb is None else {"frameworks": list(cb.frameworks),
                                                            "controllers": list(cb.controllers),
@@ -121,7 +122,8 @@ def format_text(d: Dict[str, Any]) -> str:
         lines.append("  extends: " + " -> ".join(d["extends"]))
     dist = d["distribution"]
     lines += [f"  distribution: {dist['name']} {dist['version'] or ''}".rstrip(),
-              f"  platforms: {', '.join(d['platforms'])}; engine: {d['engine']}",
+              f"  platforms: {', '.join(d['platforms'])}; engine: {d['engine']}"
+              + (" (venv --system-site-packages)" if d["venv"]["system_site_packages"] else ""),
               f"  channels: {', '.join(d['channels']) or '-'}", "", "Pins (mark: V primary, V2 secondary, I inferred):"]
     width = max([len(p["field"]) for p in d["pins"]] + [5])
     vwidth = max([len(p["value"]) for p in d["pins"]] + [5])

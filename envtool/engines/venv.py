@@ -73,8 +73,10 @@ class VenvEngine(Engine):
     def create_steps(self, spec: Spec, options: PlanOptions) -> List[Step]:
         prefix = options.work_prefix
         py = str(self.python(prefix))
-        steps = [Step(id="create-venv", title=f"Create a venv at {options.prefix}",
-                      commands=((find_interpreter(spec), "-m", "venv", str(prefix)),))]
+        layer = ("--system-site-packages",) if spec.venv.system_site_packages else ()
+        steps = [Step(id="create-venv", title=f"Create a venv at {options.prefix}"
+                      + (" over the base interpreter's packages" if layer else ""),
+                      commands=((find_interpreter(spec), "-m", "venv", *layer, str(prefix)),))]
         if spec.packages.conda:
             raise UsageError(f"spec {spec.name!r} lists conda packages but uses the venv engine; "
                              "set engine: conda")

@@ -40,6 +40,8 @@ def spec_content(spec: Spec) -> Dict[str, Any]:
         "pip": [p.value for p in spec.packages.pip],
         "horovod": horovod,
         "site": {"name": spec.site.name, "modules": list(spec.site.modules)},
+        # only when set, so that the hashes of specs without it (and their locks) stay as they were
+        **({"venv": {"system_site_packages": True}} if spec.venv.system_site_packages else {}),
     }
 
 

@@ -17,7 +17,7 @@ from envtool.spec.yamlload import LineDict, load_yaml
 
 #: Fields of each section; anything else is an unknown key (with a "did you mean").
 TOP_KEYS = ("name", "summary", "distribution", "extends", "abstract", "sources", "platforms", "engine", "python",
-            "cuda", "site", "channels", "packages", "horovod", "expect", "env", "notes")
+            "cuda", "site", "channels", "packages", "horovod", "expect", "env", "notes", "venv")
 #: Keys a child never inherits from its parent (``abstract: true`` marks a parent-only spec).
 NOT_INHERITED = ("extends", "name", "abstract")
 SITE_KEYS = ("name", "modules", "base_env", "launcher", "scheduler", "gpus_per_node", "env")
@@ -26,6 +26,7 @@ HOROVOD_KEYS = ("version", "install", "source", "frameworks", "controllers", "gp
                 "cpu_operations", "nccl_link", "allow_mixed_gpu_impl", "cuda_home", "nccl_home",
                 "cuda_cc_list", "extra_env")
 EXPECT_KEYS = ("check_build", "dataloader_start_method")
+VENV_KEYS = ("system_site_packages",)
 CHECK_BUILD_KEYS = ("frameworks", "controllers", "tensor_operations")
 PIN_KEYS = ("spec", "value", "mark", "source", "note")
 DISTRIBUTION_KEYS = ("name", "version")
@@ -322,6 +323,10 @@ def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False)
     expect = m.Expect(check_build=check_build,
                       dataloader_start_method=e.choice("dataloader_start_method", m.START_METHODS))
 
+    v = r.sub("venv")
+    v.check_keys(VENV_KEYS)
+    venv = m.VenvOptions(system_site_packages=v.bool("system_site_packages"))
+
     python = _pin(path, r.get("python"), "python", r.line_of("python"), source_ids, kind="version") \
         if r.get("python") is not None else None
     cuda = _pin(path, r.get("cuda"), "cuda", r.line_of("cuda"), source_ids, kind="version") \
@@ -334,7 +339,7 @@ def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False)
         platforms=platforms, engine=r.choice("engine", m.ENGINES, default="venv", nullable=False),
         python=python, cuda=cuda, site=site, channels=r.str_list("channels"), packages=packages,
         horovod=horovod, expect=expect, env=r.str_map("env"), notes=r.str("notes") or "",
-        extends=r.str("extends"),
+        extends=r.str("extends"), venv=venv,
     )
 
 

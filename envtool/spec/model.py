@@ -156,6 +156,21 @@ class CheckBuildExpectation:
 
 
 @dataclass(frozen=True)
+class VenvOptions:
+    """How the venv engine makes the environment (spec section ``venv``).
+
+    Attributes:
+        system_site_packages: ``python -m venv --system-site-packages``: the venv sees the base
+            interpreter's packages (a site module's Python with its PyTorch, say) and installs
+            only what it adds. NERSC recommends this for extending its ``pytorch`` and
+            ``tensorflow`` modules (docs.nersc.gov, "Machine learning / PyTorch: installing
+            additional packages").
+    """
+
+    system_site_packages: bool = False
+
+
+@dataclass(frozen=True)
 class Expect:
     """What validation checks after the build.
 
@@ -197,6 +212,7 @@ class Spec:
         horovod: the Horovod section.
         expect: what validation checks.
         env: variables exported by the environment's activation and its modulefile.
+        venv: options of the venv engine (:class:`VenvOptions`).
         notes: free text for ``show`` (e.g. where seeds and primary sources disagree).
         extends: the parent spec's name, or None.
     """
@@ -218,6 +234,7 @@ class Spec:
     env: Tuple[Tuple[str, str], ...] = ()
     notes: str = ""
     extends: Optional[str] = None
+    venv: VenvOptions = field(default_factory=VenvOptions)
 
     def pins(self):
         """Yield ``(field, Pin)`` for every pinned value, for provenance checks and ``show``."""

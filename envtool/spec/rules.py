@@ -100,6 +100,9 @@ def check(spec: Spec, raw: Optional[LineDict] = None) -> None:
     if h.install == "conda" and spec.engine != "conda":
         fail("horovod.install", "engine: conda when Horovod comes from a channel (install: conda)",
              got=spec.engine)
+    if spec.venv.system_site_packages and spec.engine != "venv":
+        fail("venv.system_site_packages", "engine: venv (a conda env has no system site packages)",
+             got=spec.engine, hint="drop the venv section, or clone a module's Python with --clone")
     if h.cpu_operations == "gloo" and "gloo" not in h.controllers:
         fail("horovod.cpu_operations", "gloo among horovod.controllers when cpu_operations is gloo")
     if h.cpu_operations == "mpi" and "mpi" not in h.controllers:
