@@ -75,3 +75,18 @@ def test_check_build_cli_against_live_env(cpu_horovod_env):
     assert json.loads(proc.stdout)["ok"] is True
     proc = run_envtool("check-build", "--prefix", cpu_horovod_env, "--spec", "perlmutter-horovod")
     assert proc.returncode == 1 and "NCCL" in proc.stderr
+
+
+def test_installed_packages_are_byte_compiled(cpu_horovod_env):
+    # pip runs with --no-compile and compileall compiles in parallel afterwards: every module of
+    # torch (and of its dependencies) must have its .pyc, as a plain pip install leaves it.
+    import sys as _sys
+
+    tag = f"cpython-{_sys.version_info.major}{_sys.version_info.minor}"
+    site = next(cpu_horovod_env.glob("lib/python*/site-packages"))
+    for pkg in ("torch", "sympy", "jinja2"):
+        sources = [p for p in (site / pkg).rglob("*.py")]
+        assert sources, pkg
+        missing = [p for p in sources if not (p.parent / "__pycache__" / f"{p.stem}.{tag}.pyc").exists()]
+        # a few files that do not compile (templates, python-2-only tests) are skipped, as pip skips them
+        assert len(missing) <= len(sources) // 100, (pkg, missing[:5])
