@@ -14,7 +14,6 @@ still gets conda's binary-prefix replacement right for the final prefix.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import shutil
@@ -373,8 +372,7 @@ class RattlerEngine(Engine):
             if not (options.preview and source.startswith("/")):
                 raise
             # plan for a site from elsewhere: the site's base env only exists on the site
-            steps = clone_conda_steps(Path(source), prefix, options.prefix, source_label=source)
-            steps[0] = dataclasses.replace(steps[0], notes=steps[0].notes + (
+            steps = clone_conda_steps(Path(source), prefix, options.prefix, source_label=source, notes=(
                 f"{source} is not on this machine ({exc}); it is read when create runs on the site",))
         else:
             if clone.source_kind(src) == "venv":
@@ -470,8 +468,10 @@ def _extra_action(step: Step, runner) -> None:
 
 def clone_conda_steps(source: Path, prefix: Path, final_prefix: Path, source_label: str = "",
                       verify_content: bool = True, cache_dir: Optional[Path] = None,
-                      source_caches: Optional[Sequence[Path]] = None) -> List[Step]:
+                      source_caches: Optional[Sequence[Path]] = None, notes: Sequence[str] = ()) -> List[Step]:
     """The steps that clone conda env ``source`` into ``prefix`` (which will live at ``final_prefix``).
+
+    ``notes`` are added to the first step's (shown by ``plan``).
 
     Step ids: ``clone-install`` (records from caches, then URLs), ``clone-untracked`` (untracked
     files, pinned, history), ``clone-verify``. Results go to ``runner.results["clone"]``.
@@ -487,7 +487,7 @@ def clone_conda_steps(source: Path, prefix: Path, final_prefix: Path, source_lab
                        ("#", f"read {source}/conda-meta/*.json; copy extracted packages from existing caches "
                              f"(read only) into {data['cache_dir']}"),
                        ("#", f"py-rattler install the same records (same builds and URLs) into {prefix}")),
-             notes=("the source and its package caches are only read",),
+             notes=("the source and its package caches are only read", *notes),
              action=_clone_install, data=data),
         Step(id="clone-untracked", title="Copy untracked files (pip-installed, user-added); carry pinned and history",
              commands=(("#", f"copy files of {source} no record tracks, {source} -> {final_prefix} in text files"),

@@ -112,17 +112,24 @@ class FixRule:
         source: where the breakage and the fix are documented.
         applies: ``(horovod_version, framework_versions, toolchain) -> bool``; ``toolchain`` is a
             :class:`Toolchain` (fields None when unknown: a rule that needs one does not apply).
-        prepare: ``(workdir, env) -> [(name, value), …]`` writes any helper files under
-            ``workdir`` (a directory that outlives the build) and returns the variables to set.
-        writes_files: True when ``prepare`` writes helper files (``plan`` must not call it then).
+        variables: ``(workdir, env) -> [(name, value), …]``: the variables to set, given the
+            build variables so far; pure (``plan`` shows them without running anything).
+        write_files: ``(workdir) -> None`` writes the helper files the variables point to under
+            ``workdir`` (a directory that outlives the build), or None when there are none.
     """
 
     id: str
     title: str
     source: str
     applies: Callable[[Optional[Version], FrameworkVersions, "Toolchain"], bool]
-    prepare: Callable[[Path, Mapping[str, str]], List[Tuple[str, str]]]
-    writes_files: bool = False
+    variables: Callable[[Path, Mapping[str, str]], List[Tuple[str, str]]]
+    write_files: Optional[Callable[[Path], None]] = None
+
+    def prepare(self, workdir: Path, env: Mapping[str, str]) -> List[Tuple[str, str]]:
+        """Write the helper files (if any) and return :attr:`variables` — what a build does."""
+        if self.write_files is not None:
+            self.write_files(workdir)
+        return self.variables(workdir, env)
 
 
 _CXX_WRAPPER = """#!/bin/sh
@@ -150,11 +157,15 @@ def _torch_cxx17_applies(horovod: Optional[Version], frameworks: FrameworkVersio
     return (horovod is None or horovod.release <= (0, 28, 1)) and torch.release >= (2, 1)
 
 
-def _torch_cxx17_prepare(workdir: Path, env: Mapping[str, str]) -> List[Tuple[str, str]]:
+def _torch_cxx17_write(workdir: Path) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     wrapper = workdir / "c++17-wrapper"
     wrapper.write_text(_CXX_WRAPPER)
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+def _torch_cxx17_variables(workdir: Path, env: Mapping[str, str]) -> List[Tuple[str, str]]:
+    wrapper = workdir / "c++17-wrapper"
     real = env.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
     if os.path.basename(real) == wrapper.name:
         real = shutil.which("g++") or "g++"
@@ -170,7 +181,7 @@ def _cmake4_applies(horovod: Optional[Version], frameworks: FrameworkVersions, t
     return _upto_0281(horovod) and toolchain.cmake is not None and toolchain.cmake.release >= (4,)
 
 
-def _cmake4_prepare(workdir: Path, env: Mapping[str, str]) -> List[Tuple[str, str]]:
+def _cmake4_variables(workdir: Path, env: Mapping[str, str]) -> List[Tuple[str, str]]:
     return [("CMAKE_POLICY_VERSION_MINIMUM", "3.5")]
 
 
@@ -182,7 +193,7 @@ def _gcc13_applies(horovod: Optional[Version], frameworks: FrameworkVersions, to
 _GCC13_INCLUDES = "-include cstdint -include string -include stdexcept"
 
 
-def _gcc13_prepare(workdir: Path, env: Mapping[str, str]) -> List[Tuple[str, str]]:
+def _gcc13_variables(workdir: Path, env: Mapping[str, str]) -> List[Tuple[str, str]]:
     current = env.get("CXXFLAGS", os.environ.get("CXXFLAGS", "")).strip()
     if _GCC13_INCLUDES in current:
         return []
@@ -197,8 +208,8 @@ RULES: Tuple[FixRule, ...] = (
         source="horovod issues #3996/#4014, PR #3998 (master only); proven here: 0.28.1 + torch 2.13.0+cpu "
                "builds and runs a 2-rank Gloo allreduce (shared/reference/horovod.md)",
         applies=_torch_cxx17_applies,
-        prepare=_torch_cxx17_prepare,
-        writes_files=True,
+        variables=_torch_cxx17_variables,
+        write_files=_torch_cxx17_write,
     ),
     FixRule(
         id="horovod-cmake4-policy",
@@ -208,7 +219,7 @@ RULES: Tuple[FixRule, ...] = (
                "CMAKE_POLICY_VERSION_MINIMUM variable); horovod 0.28.1 third_party/gloo/CMakeLists.txt; "
                "proven on an H100 with cmake 4.4.3 (docs/gpu-proof.md, run 2)",
         applies=_cmake4_applies,
-        prepare=_cmake4_prepare,
+        variables=_cmake4_variables,
     ),
     FixRule(
         id="horovod-gcc13-includes",
@@ -217,7 +228,7 @@ RULES: Tuple[FixRule, ...] = (
         source="horovod PR #3957 (master only; shared/reference/horovod.md); gcc 13 porting notes (libstdc++ "
                "headers no longer include <cstdint>); proven on an H100 with gcc 13.3 (docs/gpu-proof.md, run 2)",
         applies=_gcc13_applies,
-        prepare=_gcc13_prepare,
+        variables=_gcc13_variables,
     ),
 )
 

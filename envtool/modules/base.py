@@ -18,7 +18,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from envtool.errors import SpecError, UsageError
 from envtool.spec.model import Spec
@@ -366,6 +366,19 @@ def comment_text(text: str) -> str:
     (in Tcl a backslash before the newline would continue the comment onto the next line).
     """
     return CONTROL_RE.sub("?", text.replace("\t", " ")).replace("\\", "/")
+
+
+def change_lines(changes: Sequence[EnvChange], comment: str, line: Callable[[EnvChange], str]) -> List[str]:
+    """Modulefile lines for ``changes``: ``line(change)`` each, with a ``comment`` line
+    (``--`` in Lua, ``#`` in Tcl) naming the origin whenever it changes."""
+    out: List[str] = []
+    origin = None
+    for c in changes:
+        if c.origin != origin:
+            out.append(f"{comment} {comment_text(c.origin)}")
+            origin = c.origin
+        out.append(line(c))
+    return out
 
 
 def check_names(content: ModuleContent) -> None:

@@ -12,7 +12,7 @@ which is a long bracket ``[==[ … ]==]`` whose level is chosen so that the text
 from __future__ import annotations
 
 from envtool import __version__
-from envtool.modules.base import ModuleContent, check_names, comment_text, load_template
+from envtool.modules.base import ModuleContent, change_lines, check_names, comment_text, load_template
 
 #: File name suffix Lmod looks for.
 SUFFIX = ".lua"
@@ -62,13 +62,7 @@ def render(content: ModuleContent) -> str:
         ValueError: an invalid module or variable name in ``content``.
     """
     check_names(content)
-    changes = []
-    origin = None
-    for c in content.changes:
-        if c.origin != origin:
-            changes.append(f"-- {comment_text(c.origin)}")
-            origin = c.origin
-        changes.append(f"{c.op}({lua_string(c.name)}, {lua_string(c.value)})")
+    changes = change_lines(content.changes, "--", lambda c: f"{c.op}({lua_string(c.name)}, {lua_string(c.value)})")
     ext = ", ".join(f"{n}/{v}" for n, v in content.extensions)
     return load_template("modulefile.lua").substitute(
         full_name=content.full_name, name=content.name, envtool_version=__version__,

@@ -22,7 +22,7 @@ so no substitution or command can happen inside it.
 from __future__ import annotations
 
 from envtool import __version__
-from envtool.modules.base import ModuleContent, check_names, comment_text, load_template
+from envtool.modules.base import ModuleContent, change_lines, check_names, comment_text, load_template
 
 #: File name suffix: Tcl modulefiles have none.
 SUFFIX = ""
@@ -55,6 +55,14 @@ def tcl_string(text: str) -> str:
 _OPS = {"prepend_path": "prepend-path", "append_path": "append-path", "pushenv": "pushenv", "setenv": "setenv"}
 
 
+def _change(c) -> str:
+    if c.op == "pushenv":
+        # See the note in templates/modulefile.tcl: Lmod gets setenv.
+        return (f"if {{$envtool_lmod}} {{setenv {c.name} {tcl_string(c.value)}}} "
+                f"else {{pushenv {c.name} {tcl_string(c.value)}}}")
+    return f"{_OPS[c.op]} {c.name} {tcl_string(c.value)}"
+
+
 def render(content: ModuleContent) -> str:
     """The Tcl modulefile text for ``content`` (template ``templates/modulefile.tcl``).
 
@@ -62,18 +70,7 @@ def render(content: ModuleContent) -> str:
         ValueError: an invalid module or variable name in ``content``.
     """
     check_names(content)
-    changes = []
-    origin = None
-    for c in content.changes:
-        if c.origin != origin:
-            changes.append(f"# {comment_text(c.origin)}")
-            origin = c.origin
-        if c.op == "pushenv":
-            # See the note in templates/modulefile.tcl: Lmod gets setenv.
-            changes.append(f"if {{$envtool_lmod}} {{setenv {c.name} {tcl_string(c.value)}}} "
-                           f"else {{pushenv {c.name} {tcl_string(c.value)}}}")
-        else:
-            changes.append(f"{_OPS[c.op]} {c.name} {tcl_string(c.value)}")
+    changes = change_lines(content.changes, "#", _change)
     return load_template("modulefile.tcl").substitute(
         full_name=content.full_name, name=content.name, envtool_version=__version__,
         notes="\n".join(f"# note: {comment_text(n)}" for n in content.notes),

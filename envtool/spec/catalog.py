@@ -6,6 +6,7 @@ A name that contains ``/`` or ends in ``.yaml``/``.yml`` is read as a path.
 """
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 from typing import Dict, List
@@ -43,25 +44,38 @@ def available(kind: str = "specs", env_var: str = "ENVTOOL_SPEC_PATH") -> Dict[s
     return found
 
 
+def find_named(name: str, found: Dict[str, Path], kind: str, fallback_hint: str, list_known: bool = False) -> Path:
+    """The file for ``name`` among ``found`` (``available()``'s map), or ``name`` itself as a path.
+
+    Args:
+        name: a name, or a path when it contains ``/`` or ends in ``.yaml``/``.yml``.
+        found: name → file.
+        kind: ``spec`` or ``site`` (for the message).
+        fallback_hint: the hint when no name is close.
+        list_known: name every known entry in the message.
+    Raises:
+        SpecError: no such file, or no such name (the message lists close names).
+    """
+    if "/" in name or name.endswith((".yaml", ".yml")):
+        path = Path(name)
+        if not path.is_file():
+            raise SpecError(name, f"({kind} file)", f"an existing {kind} file")
+        return path
+    if name in found:
+        return found[name]
+    close = difflib.get_close_matches(name, list(found), n=3)
+    expected = f"a known {kind}" + (" (" + ", ".join(sorted(found)) + ")" if list_known else "")
+    raise SpecError(name, f"({kind} name)", expected, got=name,
+                    hint=("did you mean " + ", ".join(close) + "?") if close else fallback_hint)
+
+
 def find(name: str) -> Path:
     """The file for spec ``name`` (a name or a path).
 
     Raises:
         SpecError: no such spec (the message lists close names).
     """
-    if "/" in name or name.endswith((".yaml", ".yml")):
-        path = Path(name)
-        if not path.is_file():
-            raise SpecError(name, "(file)", "an existing spec file")
-        return path
-    specs = available()
-    if name in specs:
-        return specs[name]
-    import difflib
-    close = difflib.get_close_matches(name, list(specs), n=3)
-    raise SpecError(name, "(spec name)", "a known spec", got=name,
-                    hint=("did you mean " + ", ".join(close) + "?") if close else
-                    "see 'envtool specs'")
+    return find_named(name, available(), "spec", "see 'envtool specs'")
 
 
 def load_spec(name: str) -> Spec:

@@ -34,7 +34,6 @@ platforms the site runs is refused.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,17 +134,7 @@ def find(name: str) -> Path:
     Raises:
         SpecError: no such site (the message lists close names).
     """
-    if "/" in name or name.endswith((".yaml", ".yml")):
-        path = Path(name)
-        if not path.is_file():
-            raise SpecError(name, "(site file)", "an existing site file")
-        return path
-    sites = available()
-    if name in sites:
-        return sites[name]
-    close = difflib.get_close_matches(name, list(sites), n=3)
-    raise SpecError(name, "(site name)", "a known site (" + ", ".join(sorted(sites)) + ")", got=name,
-                    hint=("did you mean " + ", ".join(close) + "?") if close else "or give --site-file")
+    return catalog.find_named(name, available(), "site", "or give --site-file", list_known=True)
 
 
 def load_site(path: Path) -> SiteFile:

@@ -98,10 +98,7 @@ def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
     for rule in rules:
         names = ", ".join([f"{k} {v}" for k, v in sorted(pinned.items())] + [toolchain.describe()])
         notes.append(f"fix rule {rule.id} applies (horovod {version} x {names}): {rule.title}; source: {rule.source}")
-        if rule.id == "horovod-torch-cxx17":
-            display_env += [("CXX", str(wrapper_dir() / "c++17-wrapper"))]
-        elif not rule.writes_files:
-            display_env += rule.prepare(wrapper_dir(), dict(display_env))
+        display_env += rule.variables(wrapper_dir(), dict(display_env))
     cache = wheel_cache.WheelCache()
     notes.append(f"built wheels are cached in {cache.dir} (key: Horovod version, HOROVOD_* set, framework "
                  "versions, Python tag, compiler, platform, MPI, fix rules); a cache hit skips the compile")
