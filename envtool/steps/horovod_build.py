@@ -9,7 +9,6 @@ in seconds.
 from __future__ import annotations
 
 import json
-import platform
 import shutil
 import subprocess
 import tempfile
@@ -19,6 +18,7 @@ from typing import Dict, List, Optional, Tuple
 from packaging.version import Version
 
 from envtool.errors import StepFailed
+from envtool.platforms import conda_platform
 from envtool.horovod import cache as wheel_cache
 from envtool.horovod import fixes
 from envtool.horovod.flags import build_env, cache_relevant, requirement
@@ -45,14 +45,6 @@ print(json.dumps(out))
 """
 
 
-def conda_platform() -> str:
-    """This machine's conda platform (``linux-64``, ``linux-ppc64le``, ``linux-aarch64`` …)."""
-    machine = platform.machine()
-    system = {"Linux": "linux", "Darwin": "osx"}.get(platform.system(), platform.system().lower())
-    arch = {"x86_64": "64", "AMD64": "64", "arm64": "arm64"}.get(machine, machine)
-    return f"{system}-{arch}"
-
-
 def _first_line(argv: List[str]) -> Optional[str]:
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
@@ -77,11 +69,19 @@ def wrapper_dir() -> Path:
     return wheel_cache.cache_root() / "fixes"
 
 
-def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
+def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
     """The ``build-horovod`` step, or none when Horovod is not pip-built.
 
     The fix rules listed are those that apply to the spec's pins; the step re-evaluates them
     against the installed framework versions when it runs.
+
+    Args:
+        spec: the resolved spec.
+        options: plan options.
+        locked: the lock's entry for Horovod (a :class:`~envtool.lock.model.LockedPackage`) when
+            installing from a lock, else None. Its dependencies were installed from the lock, so
+            the wheel goes in with ``--no-deps``; when the entry is the source archive (a solve
+            lock) the download is checked against its SHA-256 (``--require-hashes``).
     """
     h = spec.horovod
     if h.install != "pip-build":
@@ -104,15 +104,24 @@ def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
                  "versions, Python tag, compiler, platform, MPI, fix rules); a cache hit skips the compile")
     wheel_dir = str(cache.root / "build" / "<tmp>")
     req = requirement(spec)
+    sdist_hash = ""
+    if locked is not None and locked.sha256 and locked.url.split("#")[0].endswith((".tar.gz", ".zip")):
+        sdist_hash = locked.sha256
+        notes.append(f"the source archive is checked against the lock's SHA-256 ({sdist_hash[:12]}…)")
+    if locked is not None:
+        notes.append("its dependencies come from the lock: the wheel is installed with --no-deps")
+    source = ("-r", f"{wheel_dir}/requirements.txt", "--require-hashes") if sdist_hash else (req,)
+    no_deps = ("--no-deps",) if locked is not None else ()
     return [Step(
         id="build-horovod",
         title=f"Build Horovod ({req}) with " + " ".join(f"{k}={v}" for k, v in env if k.startswith("HOROVOD_")),
         commands=(("#", "probe installed framework versions, compiler and MPI; look up the wheel cache"),
                   (py, "-m", "pip", "wheel", "--no-build-isolation", "--no-cache-dir", "--no-deps",
-                   "--wheel-dir", wheel_dir, req),
-                  (py, "-m", "pip", "install", "--disable-pip-version-check", f"{wheel_dir}/horovod-*.whl")),
+                   "--wheel-dir", wheel_dir, *source),
+                  (py, "-m", "pip", "install", "--disable-pip-version-check", *no_deps, f"{wheel_dir}/horovod-*.whl")),
         env=tuple(display_env), notes=tuple(notes), action=_run_build,
-        data={"env": tuple(env), "requirement": req, "version": str(version) if version else None},
+        data={"env": tuple(env), "requirement": req, "version": str(version) if version else None,
+              "sdist_sha256": sdist_hash, "no_deps": locked is not None},
     )]
 
 
@@ -165,8 +174,13 @@ def _run_build(step: Step, runner) -> None:
         (cache.root / "build").mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix="horovod-", dir=cache.root / "build"))
         try:
+            source = [step.data["requirement"]]
+            if step.data.get("sdist_sha256"):
+                reqs = tmp / "requirements.txt"
+                reqs.write_text(f"{step.data['requirement']} --hash=sha256:{step.data['sdist_sha256']}\n")
+                source = ["-r", str(reqs), "--require-hashes"]
             runner.run([py, "-m", "pip", "wheel", "--disable-pip-version-check", "--no-build-isolation",
-                        "--no-cache-dir", "--no-deps", "--wheel-dir", str(tmp), step.data["requirement"]],
+                        "--no-cache-dir", "--no-deps", "--wheel-dir", str(tmp), *source],
                        env=build_vars)
             built = sorted(tmp.glob("horovod-*.whl"))
             if not built:
@@ -177,4 +191,5 @@ def _run_build(step: Step, runner) -> None:
     else:
         runner.progress(f"      reusing cached wheel {wheel.name} (key {key.digest()})")
     runner.results["build-horovod"]["wheel"] = str(wheel)
-    runner.run([py, "-m", "pip", "install", "--disable-pip-version-check", str(wheel)])
+    no_deps = ["--no-deps"] if step.data.get("no_deps") else []
+    runner.run([py, "-m", "pip", "install", "--disable-pip-version-check", *no_deps, str(wheel)])
