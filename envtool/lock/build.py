@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from envtool.errors import UsageError
+from envtool.errors import EnvtoolError, UsageError
 from envtool.lock.model import LockData, LockedPackage
 from envtool.spec.model import Spec
 
@@ -51,8 +51,9 @@ def lock_spec(spec: Spec, platforms: Optional[Sequence[str]] = None, site: str =
         EnvtoolError: a solve failed.
     """
     from envtool.lock import conda_resolve, pip_resolve
-    from envtool.lock.spec_hash import platform_hash, spec_hash
-    from envtool.steps.horovod_build import conda_platform
+    from envtool.lock.portable import make_portable
+    from envtool.lock.spec_hash import field_digests, platform_hash, spec_hash
+    from envtool.platforms import conda_platform, probe_interpreter
 
     platforms = list(platforms or spec.platforms)
     for p in platforms:
@@ -61,6 +62,7 @@ def lock_spec(spec: Spec, platforms: Optional[Sequence[str]] = None, site: str =
     here = conda_platform()
     packages: List[LockedPackage] = []
     hashes: Dict[str, str] = {}
+    interpreter = None
     for platform in platforms:
         vp = conda_resolve.virtual_packages_for(spec, platform, virtual_overrides)
         hashes[platform] = platform_hash(spec, platform, vp if spec.engine == "conda" else None)
@@ -71,7 +73,9 @@ def lock_spec(spec: Spec, platforms: Optional[Sequence[str]] = None, site: str =
                                  f"machine's interpreter, for {here} only (asked for {platform})")
             from envtool.engines.venv import find_interpreter
 
-            packages += pip_resolve.resolve(pip_reqs, platform, python=find_interpreter(spec), built_requirements=built,
+            python = find_interpreter(spec)
+            interpreter = probe_interpreter(python)
+            packages += pip_resolve.resolve(pip_reqs, platform, python=python, built_requirements=built,
                                             progress=progress)
             continue
         conda = conda_resolve.solve(spec, platform, vp, progress=progress)
@@ -84,14 +88,20 @@ def lock_spec(spec: Spec, platforms: Optional[Sequence[str]] = None, site: str =
                                            glibc=vp.get("__glibc", "2.17"))
             packages += pip_resolve.resolve(pip_reqs, platform, built_requirements=built, target=target,
                                             progress=progress)
+    packages, notes = make_portable(packages, progress=progress)
+    for note in notes:
+        if progress:
+            progress(note)
     return LockData(packages=tuple(packages), platforms=tuple(platforms), channels=tuple(spec.channels),
                     content_hash=tuple(sorted(hashes.items())), spec=spec.name, spec_hash=spec_hash(spec),
                     site=site or spec.site.name, kind="solve", engine=spec.engine,
-                    sources=(spec.path,) if spec.path else ())
+                    sources=(spec.path,) if spec.path else (), interpreter=interpreter,
+                    spec_fields=tuple(sorted(field_digests(spec).items())))
 
 
 def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built_keys: Optional[Dict[str, str]] = None,
-                lookup: bool = True, progress: Optional[Callable[[str], None]] = None) -> LockData:
+                lookup: bool = True, progress: Optional[Callable[[str], None]] = None,
+                known: Optional[Mapping[Tuple[str, str], Tuple[str, str]]] = None) -> LockData:
     """Snapshot ``prefix`` (see :mod:`envtool.lock.snapshot`) as a lock for this machine's platform.
 
     Args:
@@ -102,23 +112,38 @@ def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built
         built_keys: name → wheel-cache key of packages envtool built.
         lookup: see :func:`envtool.lock.snapshot.snapshot`.
         progress: progress callback.
+        known: see :func:`envtool.lock.snapshot.snapshot` (URLs and hashes already known, e.g.
+            from the lock the environment was installed from).
     Returns:
-        the lock (kind ``snapshot``).
+        the lock (kind ``snapshot``); pip URLs made portable (:mod:`envtool.lock.portable`),
+        the interpreter recorded.
     Raises:
         UsageError: not an environment.
         EnvtoolError: the pip lookup failed.
     """
     from envtool.lock import snapshot
-    from envtool.lock.spec_hash import spec_hash
-    from envtool.steps.horovod_build import conda_platform
+    from envtool.lock.portable import make_portable
+    from envtool.lock.spec_hash import field_digests, spec_hash
+    from envtool.platforms import conda_platform, probe_interpreter
 
     platform = conda_platform()
-    packages = snapshot.snapshot(Path(prefix), platform, lookup=lookup, built_keys=built_keys, progress=progress)
-    name, digest, engine, sources = "", "", "", ()
+    packages = snapshot.snapshot(Path(prefix), platform, lookup=lookup, built_keys=built_keys, progress=progress,
+                                 known=known)
+    if lookup:
+        packages, _ = make_portable(packages, progress=progress)
+    python = Path(prefix) / "bin" / "python"
+    interpreter = None
+    if python.exists():
+        try:
+            interpreter = probe_interpreter(str(python))
+        except EnvtoolError:
+            interpreter = None
+    name, digest, engine, sources, fields = "", "", "", (), ()
     if spec is not None:
         name, digest, engine = spec.name, spec_hash(spec), spec.engine
         site = site or spec.site.name
         sources = (spec.path,) if spec.path else ()
+        fields = tuple(sorted(field_digests(spec).items()))
     else:
         own = Path(prefix) / "conda-lock.yml"
         if own.is_file():
@@ -127,6 +152,7 @@ def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built
             try:
                 prev = read_lock(own)
                 name, digest, engine, site, sources = prev.spec, prev.spec_hash, prev.engine, prev.site, prev.sources
+                fields = prev.spec_fields
             except UsageError:
                 pass
         if not name:
@@ -139,7 +165,7 @@ def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built
     engine = engine or ("conda" if (Path(prefix) / "conda-meta").is_dir() else "venv")
     return LockData(packages=tuple(packages), platforms=(platform,), channels=snapshot.channels_of(packages),
                     content_hash=((platform, digest or "unknown"),), spec=name, spec_hash=digest, site=site,
-                    kind="snapshot", engine=engine, sources=sources)
+                    kind="snapshot", engine=engine, sources=sources, interpreter=interpreter, spec_fields=fields)
 
 
 def relative_sources(data: LockData, lock_path: Path) -> LockData:

@@ -55,6 +55,38 @@ def committed_locks(dirs: Optional[Sequence[Path]] = None) -> Dict[str, Path]:
     return found
 
 
+def find_lock(spec) -> Optional[Path]:
+    """The spec's own lock, if there is one: ``SPEC.conda-lock.yml`` beside the spec file, then —
+    for the catalog's spec of that name only, not another file that happens to share the name —
+    the first of :func:`lock_dirs` that has ``SPEC.conda-lock.yml``.
+
+    Args:
+        spec: a resolved :class:`~envtool.spec.model.Spec` (``name``, ``path``).
+    Returns:
+        the lock's path, or None.
+    """
+    if spec.path:
+        beside = Path(spec.path).resolve().parent / lock_file_name(spec.name)
+        if beside.is_file():
+            return beside
+    from envtool.spec.catalog import available
+
+    catalog_file = available().get(spec.name)
+    if spec.path and (catalog_file is None or Path(catalog_file).resolve() != Path(spec.path).resolve()):
+        return None
+    return committed_locks().get(spec.name)
+
+
+def _load_spec(name: str, site: Optional[str] = None):
+    if site:
+        from envtool.spec import sites
+
+        return sites.resolve(name, site=site)
+    from envtool.spec.catalog import load_spec
+
+    return load_spec(name)
+
+
 def check_lock(spec_name: str, lock_path: Optional[Path]) -> CheckResult:
     """Compare the committed lock of ``spec_name`` with the spec as it is now.
 
@@ -64,7 +96,6 @@ def check_lock(spec_name: str, lock_path: Optional[Path]) -> CheckResult:
     Returns:
         the :class:`CheckResult` (never raises for a bad spec or lock: that is a failed check).
     """
-    from envtool.cli.common import load_spec
     from envtool.lock.lockio import read_lock
     from envtool.lock.spec_hash import spec_hash
 
@@ -78,9 +109,9 @@ def check_lock(spec_name: str, lock_path: Optional[Path]) -> CheckResult:
         return CheckResult(spec=spec_name, lock=str(lock_path), ok=False,
                            reason="the lock records no spec content hash (envtool.spec_hash)")
     try:
-        spec = load_spec(spec_name)
+        spec = _load_spec(spec_name)
         if lock.site and lock.site != spec.site.name:
-            spec = load_spec(spec_name, site=lock.site)
+            spec = _load_spec(spec_name, site=lock.site)
         now = spec_hash(spec)
     except EnvtoolError as exc:
         return CheckResult(spec=spec_name, lock=str(lock_path), ok=False, reason=f"cannot load the spec: {exc}",

@@ -8,14 +8,20 @@ render`` read. Reading goes through ``conda_lock.lockfile.parse_conda_lock_file`
 """
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Dict, List
 
 from envtool.errors import UsageError
-from envtool.lock.model import (BUILT_CATEGORY, META_BUILT_PREFIX, META_ENGINE, META_KIND, META_SITE,
-                                META_SPEC, META_SPEC_HASH, LockData, LockedPackage)
+from envtool.lock.model import (BUILT_CATEGORY, META_BUILT_PREFIX, META_ENGINE, META_KIND, META_PACKAGES,
+                                META_PYTHON, META_SITE, META_SPEC, META_SPEC_FIELDS, META_SPEC_HASH, LockData,
+                                LockedPackage, packages_stamp)
+from envtool.platforms import optional_interpreter
+
+#: Archive suffixes of conda packages (conda docs, "Package naming conventions").
+CONDA_ARCHIVES = (".conda", ".tar.bz2")
 
 
 def to_conda_lock(data: LockData):
@@ -35,6 +41,11 @@ def to_conda_lock(data: LockData):
                        (META_ENGINE, data.engine)):
         if value:
             custom[key] = value
+    if data.interpreter is not None:
+        custom[META_PYTHON] = data.interpreter.to_text()
+    if data.spec_fields:
+        custom[META_SPEC_FIELDS] = json.dumps(dict(data.spec_fields), sort_keys=True, separators=(",", ":"))
+    custom[META_PACKAGES] = packages_stamp(data.packages)
     packages = []
     try:
         for p in data.packages:
@@ -119,23 +130,92 @@ def read_lock(path: Path) -> LockData:
         raise UsageError(f"{path}: version: expected 1: {exc}") from None
     except yaml.YAMLError as exc:
         raise UsageError(f"{path}: expected YAML: {exc}") from None
-    except (ValidationError, AttributeError, TypeError) as exc:
-        raise UsageError(f"{path}: not a valid conda-lock file: {exc}") from None
+    except AssertionError:
+        # conda-lock asserts while merging entries of one package (conda_lock/lockfile/__init__.py)
+        raise UsageError(f"{path}: package: a package is listed twice for one platform with conflicting "
+                         "entries (expected one entry per package, platform and category)") from None
+    except (ValidationError, AttributeError, TypeError, KeyError, ValueError, IndexError) as exc:
+        detail = f"unexpected value for {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise UsageError(f"{path}: not a valid conda-lock file: {detail[:500]}") from None
     custom = dict(lock.metadata.custom_metadata or {})
     packages: List[LockedPackage] = []
+    seen: Dict[tuple, LockedPackage] = {}
     for d in lock.package:
         name_key = LockedPackage(manager=d.manager, name=d.name, version="", platform="", url="").key[1]
         built = custom.get(META_BUILT_PREFIX + name_key, "") if BUILT_CATEGORY in d.categories else ""
-        packages.append(LockedPackage(
+        entry = LockedPackage(
             manager=d.manager, name=d.name, version=d.version, platform=d.platform, url=d.url,
             sha256=d.hash.sha256 or "", md5=d.hash.md5 or "", build=d.build or "",
-            dependencies=tuple(d.dependencies.items()), built=built))
+            dependencies=tuple(d.dependencies.items()), built=built)
+        where = f"{path}: package {d.manager} {d.name} {d.version} ({d.platform})"
+        other = seen.get((entry.platform,) + entry.key)
+        if other is not None:
+            raise UsageError(f"{where}: expected one entry per package and platform, but {d.name} is listed "
+                             f"twice ({other.version} and {entry.version})")
+        seen[(entry.platform,) + entry.key] = entry
+        _check_entry(entry, where)
+        packages.append(entry)
     meta = lock.metadata
+    _check_complete(path, packages, custom.get(META_PACKAGES, ""))
+    try:
+        spec_fields = tuple(sorted(json.loads(custom.get(META_SPEC_FIELDS) or "{}").items()))
+    except (ValueError, AttributeError):
+        raise UsageError(f"{path}: metadata.custom_metadata.{META_SPEC_FIELDS}: expected a JSON object") from None
     return LockData(
         packages=tuple(packages), platforms=tuple(meta.platforms),
         channels=tuple(c.url for c in meta.channels), content_hash=tuple(sorted(meta.content_hash.items())),
         spec=custom.get(META_SPEC, ""), spec_hash=custom.get(META_SPEC_HASH, ""), site=custom.get(META_SITE, ""),
-        kind=custom.get(META_KIND, ""), engine=custom.get(META_ENGINE, ""), sources=tuple(meta.sources))
+        kind=custom.get(META_KIND, ""), engine=custom.get(META_ENGINE, ""), sources=tuple(meta.sources),
+        interpreter=optional_interpreter(custom.get(META_PYTHON)), spec_fields=spec_fields)
+
+
+def _check_entry(p: LockedPackage, where: str) -> None:
+    """Refuse an entry that no installer could use (exit 2, naming it).
+
+    Conda entries must have a URL ``<channel>/<subdir>/<file>`` whose subdir is the entry's
+    platform or ``noarch`` and whose file is a conda archive (``.conda``, ``.tar.bz2``); pip
+    entries must have a SHA-256 (installs are ``--require-hashes``) unless envtool builds them.
+
+    Raises:
+        UsageError: the entry fails one of those.
+    """
+    import re
+
+    if p.sha256 and not re.fullmatch(r"[0-9a-f]{64}", p.sha256):
+        raise UsageError(f"{where}: hash.sha256: expected 64 hex digits, got {p.sha256[:80]!r}")
+    if p.md5 and not re.fullmatch(r"[0-9a-f]{32}", p.md5):
+        raise UsageError(f"{where}: hash.md5: expected 32 hex digits, got {p.md5[:80]!r}")
+    if p.manager == "conda":
+        parts = p.url.rsplit("/", 2)
+        if len(parts) != 3 or "://" not in parts[0] or parts[1] not in (p.platform, "noarch") \
+                or not parts[2].endswith(CONDA_ARCHIVES):
+            raise UsageError(f"{where}: url: expected <channel>/{p.platform} or <channel>/noarch followed by a "
+                             f".conda or .tar.bz2 file, got {p.url[:200]!r}")
+    elif p.manager == "pip":
+        if not p.sha256 and not p.built:
+            raise UsageError(f"{where}: hash.sha256: expected a SHA-256 (pip installs locked packages with "
+                             "--require-hashes)")
+    else:
+        raise UsageError(f"{where}: manager: expected conda or pip, got {p.manager[:50]!r}")
+
+
+def _check_complete(path: Path, packages: List[LockedPackage], stamp: str) -> None:
+    """Compare the entries with the lock's own :data:`META_PACKAGES` stamp.
+
+    Locks written by other tools (no stamp) are taken as they are.
+
+    Raises:
+        UsageError: the stamp does not match (entries lost or edited).
+    """
+    if not stamp:
+        return
+    now = packages_stamp(packages)
+    if now != stamp:
+        declared = stamp.split(" ", 1)[0]
+        raise UsageError(f"{path}: package: the lock declares {declared} entries with digest "
+                         f"{stamp.split(':')[-1][:12]} (metadata.custom_metadata.{META_PACKAGES}) but holds "
+                         f"{len(packages)} with digest {now.split(':')[-1][:12]}: it is incomplete or was edited; "
+                         "write it again with 'envtool lock'")
 
 
 def render_explicit(path: Path, platform: str, extras=()) -> List[str]:

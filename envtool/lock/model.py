@@ -4,8 +4,12 @@
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from envtool.platforms import Interpreter
 
 #: Category (conda-lock "extra") of packages that envtool builds itself (Horovod): ``conda-lock
 #: install`` and ``render`` leave them out unless asked (``-e envtool-build``), and ``create
@@ -19,6 +23,14 @@ META_SITE = "envtool.site"
 META_KIND = "envtool.kind"
 META_ENGINE = "envtool.engine"
 META_BUILT_PREFIX = "envtool.built."
+#: ``cpython 3.11.7 linux-x86_64``: the interpreter a venv lock's pip part was resolved for.
+META_PYTHON = "envtool.python"
+#: JSON object: spec field → digest (:func:`envtool.lock.spec_hash.field_digests`), so that a
+#: stale lock can name what changed.
+META_SPEC_FIELDS = "envtool.spec_fields"
+#: ``<count> sha256:<digest>`` over every entry (:func:`entries_digest`): a lock cut short or
+#: edited by hand no longer matches and is refused.
+META_PACKAGES = "envtool.packages"
 
 
 @dataclass(frozen=True)
@@ -81,6 +93,8 @@ class LockData:
         kind: ``solve`` (``envtool lock SPEC``) or ``snapshot`` (``lock --prefix``, ``create``).
         engine: ``venv`` or ``conda``.
         sources: spec files, relative to the lock's directory where possible.
+        interpreter: the Python the pip part was resolved for (venv locks and snapshots), or None.
+        spec_fields: ``(field, digest)`` pairs of the spec's lock-relevant fields, or ``()``.
     """
 
     packages: Tuple[LockedPackage, ...]
@@ -93,6 +107,8 @@ class LockData:
     kind: str = "solve"
     engine: str = ""
     sources: Tuple[str, ...] = ()
+    interpreter: Optional[Interpreter] = None
+    spec_fields: Tuple[Tuple[str, str], ...] = ()
 
     def for_platform(self, platform: str) -> List[LockedPackage]:
         """The entries for ``platform`` (conda first, then pip, in file order)."""
@@ -114,7 +130,7 @@ def pick_platform(lock: LockData, wanted: Optional[str], path: str) -> str:
         UsageError: the lock has no entry for that platform (exit 2).
     """
     from envtool.errors import UsageError
-    from envtool.steps.horovod_build import conda_platform
+    from envtool.platforms import conda_platform
 
     if wanted:
         if wanted not in lock.platforms:
@@ -126,3 +142,22 @@ def pick_platform(lock: LockData, wanted: Optional[str], path: str) -> str:
     raise UsageError(f"{path}: metadata.platforms: expected this machine's platform {here}, "
                      f"got {list(lock.platforms)}")
 
+
+
+def entries_digest(packages: Sequence[LockedPackage]) -> str:
+    """SHA-256 (64 hex digits) over every entry's identity: manager, name, version, platform, build,
+    URL and hashes, in a canonical order. Written into a lock and checked when it is read, so a
+    lock that lost entries (cut at a package boundary, still valid YAML) or was edited is refused.
+
+    Args:
+        packages: the lock's entries, any order.
+    Returns:
+        64 hex digits.
+    """
+    rows = sorted([p.manager, p.key[1], p.version, p.platform, p.build, p.url, p.sha256, p.md5] for p in packages)
+    return hashlib.sha256(json.dumps(rows, separators=(",", ":")).encode("utf-8")).hexdigest()
+
+
+def packages_stamp(packages: Sequence[LockedPackage]) -> str:
+    """``<count> sha256:<digest>``: the value of :data:`META_PACKAGES`."""
+    return f"{len(packages)} sha256:{entries_digest(packages)}"

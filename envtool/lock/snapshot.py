@@ -10,11 +10,12 @@ wheel cache is marked as built, with its cache key.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from envtool.errors import UsageError
 from envtool.lock.model import LockedPackage, normalize
@@ -31,6 +32,24 @@ def seeded(prefix: Path) -> Tuple[str, ...]:
     return VENV_SEEDED if (Path(prefix) / "pyvenv.cfg").is_file() else ()
 
 _CACHE_KEY_RE = re.compile(r"/horovod-wheels/([0-9a-f]{20})/[^/]+\.whl$")
+
+
+def ensurepip_wheels(prefix: Path) -> Dict[Tuple[str, str], Path]:
+    """``(name, version)`` → the wheel ``python -m venv`` seeded ``prefix`` from: the base
+    interpreter's ``ensurepip/_bundled`` (CPython ``Lib/ensurepip``), found through ``pyvenv.cfg``'s
+    ``home``. Empty for a conda prefix or when the directory is not there."""
+    cfg = Path(prefix) / "pyvenv.cfg"
+    try:
+        home = next(line.split("=", 1)[1].strip() for line in cfg.read_text().splitlines()
+                    if line.split("=", 1)[0].strip() == "home")
+    except (OSError, StopIteration):
+        return {}
+    out: Dict[Tuple[str, str], Path] = {}
+    for whl in Path(home).parent.glob("lib/python*/ensurepip/_bundled/*.whl"):
+        parts = whl.name.split("-")
+        if len(parts) >= 2:
+            out[(normalize(parts[0], "pip"), parts[1])] = whl
+    return out
 
 
 def conda_records(prefix: Path) -> list:
@@ -104,7 +123,8 @@ def created_build_keys(prefix: Path) -> Dict[str, str]:
 
 
 def snapshot(prefix: Path, platform: str, lookup: bool = True, built_keys: Optional[Dict[str, str]] = None,
-             python: Optional[str] = None, progress: Optional[Callable[[str], None]] = None) -> List[LockedPackage]:
+             python: Optional[str] = None, progress: Optional[Callable[[str], None]] = None,
+             known: Optional[Mapping[Tuple[str, str], Tuple[str, str]]] = None) -> List[LockedPackage]:
     """Lock entries for what ``prefix`` holds.
 
     Args:
@@ -117,6 +137,8 @@ def snapshot(prefix: Path, platform: str, lookup: bool = True, built_keys: Optio
             ``create.json``; a wheel under ``…/horovod-wheels/<key>/`` is recognized anyway).
         python: the prefix's interpreter (default ``prefix/bin/python``).
         progress: progress callback.
+        known: ``(normalized name, version)`` → ``(url, sha256)`` of pip distributions whose
+            archive is already known (the lock the prefix was installed from); those need no lookup.
     Returns:
         conda entries then pip entries.
     Raises:
@@ -139,13 +161,19 @@ def snapshot(prefix: Path, platform: str, lookup: bool = True, built_keys: Optio
     pip_pkgs: Dict[str, LockedPackage] = {}
     missing: List[str] = []
     requires: Dict[str, List[str]] = {}
+    bundled = ensurepip_wheels(prefix)
     for name, version, direct, reqs, _ in dists:
         requires[name] = reqs
+        if not direct and (name, version) in bundled:
+            whl = bundled[(name, version)]
+            direct = {"url": whl.as_uri(), "archive_info": {"hashes": {"sha256": hashlib.sha256(whl.read_bytes()).hexdigest()}}}
         url = direct.get("url", "")
         hashes = (direct.get("archive_info") or {}).get("hashes") or {}
         sha256 = hashes.get("sha256", "")
         if not sha256 and (direct.get("archive_info") or {}).get("hash", "").startswith("sha256="):
             sha256 = direct["archive_info"]["hash"].split("=", 1)[1]
+        if not (url and sha256) and known and (name, version) in known:
+            url, sha256 = known[(name, version)]
         m = _CACHE_KEY_RE.search(url)
         built = keys.get(name, "") or (m.group(1) if m else "")
         if m and keys.get(name) and keys[name] != m.group(1):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from envtool.spec.model import Spec
 
@@ -48,6 +48,25 @@ def spec_content(spec: Spec) -> Dict[str, Any]:
 def _digest(obj: Any) -> str:
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def field_digests(spec: Spec) -> Dict[str, str]:
+    """Per-field digests of :func:`spec_content` (``engine``, ``pip``, ``horovod`` …): stored in a
+    lock so that a stale lock names the fields that changed.
+
+    Returns:
+        field → 16 hex digits.
+    """
+    return {k: _digest(v)[:16] for k, v in spec_content(spec).items() if k != "format"}
+
+
+def changed_fields(locked: Mapping[str, str], spec: Spec) -> List[str]:
+    """The spec fields whose digest differs from the lock's ``locked`` digests (sorted), including
+    fields present on one side only; empty when ``locked`` is empty (nothing to compare)."""
+    if not locked:
+        return []
+    now = field_digests(spec)
+    return sorted(k for k in set(now) | set(locked) if now.get(k) != locked.get(k))
 
 
 def spec_hash(spec: Spec) -> str:
