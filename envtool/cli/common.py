@@ -44,3 +44,12 @@ def add_spec_site(parser) -> None:
     parser.add_argument("--site", help="resolve the spec for this site (bundled: summit, perlmutter, polaris, "
                                        "bede, local; more in $ENVTOOL_SITE_PATH)")
     parser.add_argument("--site-file", help="a site file to resolve the spec with")
+
+
+def add_lock_options(parser) -> None:
+    """``--lock FILE`` (alias ``--from-lock``) and ``--resolve``: whether ``create`` installs a lock."""
+    parser.add_argument("--lock", "--from-lock", dest="lock", metavar="FILE",
+                        help="install exactly the packages of this lockfile (default: the spec's own lock when "
+                             "there is one: SPEC.conda-lock.yml beside the spec file, $ENVTOOL_LOCK_PATH, lockfiles/)")
+    parser.add_argument("--resolve", action="store_true",
+                        help="ignore any lock of the spec and solve the packages afresh")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from envtool.cli.common import add_json, add_spec_site, load_spec, print_json
+from envtool.cli.common import add_json, add_lock_options, add_spec_site, load_spec, print_json
 
 
 def register(sub) -> None:
@@ -16,7 +16,7 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace an existing target (once the new one is complete)")
     p.add_argument("--clone", nargs="?", const="", default=None, metavar="SOURCE",
                    help="clone SOURCE (env name or prefix; default: the site's base env)")
-    p.add_argument("--from-lock", metavar="FILE", help="install exactly the packages of a lockfile (no solve)")
+    add_lock_options(p)
     p.add_argument("--engine", help="venv, rattler (conda, default for conda specs), conda, mamba, micromamba")
     p.add_argument("--modulefile-root", metavar="DIR", help="also write a modulefile under DIR")
     p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: CPU count)")

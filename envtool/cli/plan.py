@@ -1,7 +1,7 @@
 """``envtool plan SPEC``: print the ordered steps with their exact commands; changes nothing."""
 from __future__ import annotations
 
-from envtool.cli.common import add_json, add_spec_site, default_prefix, load_spec, print_json
+from envtool.cli.common import add_json, add_lock_options, add_spec_site, default_prefix, load_spec, print_json
 
 
 def register(sub) -> None:
@@ -12,7 +12,7 @@ def register(sub) -> None:
     p.add_argument("--prefix", help="target prefix (default ./envs/SPEC)")
     p.add_argument("--clone", nargs="?", const="", default=None, metavar="SOURCE",
                    help="clone SOURCE (default: the site's base env) instead of creating from scratch")
-    p.add_argument("--from-lock", metavar="FILE", help="install exactly the packages of a lockfile")
+    add_lock_options(p)
     p.add_argument("--engine", help="venv, rattler (conda, default for conda specs), conda, mamba, micromamba")
     p.add_argument("--modulefile-root", metavar="DIR", help="also write a modulefile under DIR")
     p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: CPU count)")
@@ -26,10 +26,13 @@ def options_from_args(args, spec, preview: bool = False):
     import os
     from pathlib import Path
 
+    from envtool.steps.from_lock import choose
     from envtool.steps.model import PlanOptions
 
     prefix = Path(os.path.abspath(args.prefix)) if args.prefix else default_prefix(spec.name)
-    return PlanOptions(prefix=prefix, clone=args.clone, from_lock=Path(args.from_lock) if args.from_lock else None,
+    choice = choose(spec, explicit=Path(args.lock) if args.lock else None, resolve=args.resolve,
+                    clone=args.clone is not None)
+    return PlanOptions(prefix=prefix, clone=args.clone, from_lock=choice.path, lock_reason=choice.reason,
                        engine=args.engine, modulefile_root=Path(args.modulefile_root) if args.modulefile_root else None,
                        cpu_count=args.jobs or os.cpu_count() or 2, site=getattr(args, "site", None), preview=preview)
 

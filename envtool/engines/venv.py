@@ -89,6 +89,20 @@ def pip_install_commands(py: str, prefix: Path, reqs: List[str]) -> tuple:
             (py, "-c", _COMPILE, str(Path(prefix) / "lib")))
 
 
+def create_venv_step(spec: Spec, options: PlanOptions, notes: tuple = ()) -> Step:
+    """The ``create-venv`` step: ``python -m venv`` (``--system-site-packages`` when the spec layers
+    over the base interpreter, ``venv.system_site_packages``) at ``options.work_prefix``.
+
+    Raises:
+        UsageError: the spec pins a Python that is not on ``PATH`` (:func:`find_interpreter`).
+    """
+    layer = ("--system-site-packages",) if spec.venv.system_site_packages else ()
+    return Step(id="create-venv", title=f"Create a venv at {options.prefix}"
+                + (" over the base interpreter's packages" if layer else ""),
+                commands=((find_interpreter(spec), "-m", "venv", *layer, str(options.work_prefix)),),
+                notes=tuple(notes))
+
+
 class VenvEngine(Engine):
     """Creates a venv and installs ``packages.pip`` with the venv's own pip."""
 
@@ -97,10 +111,7 @@ class VenvEngine(Engine):
     def create_steps(self, spec: Spec, options: PlanOptions) -> List[Step]:
         prefix = options.work_prefix
         py = str(self.python(prefix))
-        layer = ("--system-site-packages",) if spec.venv.system_site_packages else ()
-        steps = [Step(id="create-venv", title=f"Create a venv at {options.prefix}"
-                      + (" over the base interpreter's packages" if layer else ""),
-                      commands=((find_interpreter(spec), "-m", "venv", *layer, str(prefix)),))]
+        steps = [create_venv_step(spec, options)]
         if spec.packages.conda:
             raise UsageError(f"spec {spec.name!r} lists conda packages but uses the venv engine; "
                              "set engine: conda")

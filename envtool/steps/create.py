@@ -94,6 +94,9 @@ def create(spec: Spec, options: PlanOptions, force: bool = False, verbose: bool 
     try:
         with runner:
             runner.note(f"envtool create {spec.name} ({spec.path}) -> {target}; building in {build}")
+            if options.lock_reason:
+                runner.note(f"packages: {options.lock_reason}")
+                runner.progress(f"packages: {options.lock_reason}")
             runner.run_plan(plan)
             report = rewrite_prefix(build, str(build), str(target))
             runner.note(f"relocated: {len(report.rewritten)} text files rewritten, "

@@ -1,43 +1,173 @@
-"""``create --from-lock FILE``: install exactly the locked packages; no solve happens.
+"""The lock decides: which lock ``create`` installs, and the steps that install exactly it.
 
-Conda entries: their records are looked up by URL in their channels (py-rattler, no solve) and
-installed with :func:`envtool.engines.conda.install_records`. pip entries: ``pip install
---require-hashes --no-deps`` of ``name==version --hash=sha256:…`` lines (pip checks every
-archive against the lock). Entries envtool builds (Horovod) are left to the ``build-horovod``
-step that the planner adds next, which reuses the wheel cache. After the install, the prefix is
-compared with the lock (:mod:`envtool.lock.diff`) and any difference fails the step.
+Choosing (:func:`choose`, once, before planning):
+
+1. ``--resolve``: no lock; solve afresh.
+2. ``--lock FILE`` (``--from-lock``): that lock; it must be current, cover this platform and
+   interpreter, or the command stops (exit 2).
+3. Otherwise the spec's own lock, found by :func:`envtool.lock.check.find_lock` (a
+   ``SPEC.conda-lock.yml`` beside the spec file, then ``$ENVTOOL_LOCK_PATH``, then the bundled
+   ``lockfiles/``). A lock for another site or another platform does not apply (a solve, with a
+   note); a stale one (its spec content hash differs) stops with exit 2 naming the changed spec
+   fields and the two ways on: ``envtool lock SPEC`` or ``create --resolve``.
+
+Installing (no solve): conda entries are looked up by URL in their channels (py-rattler) and
+installed with :func:`envtool.engines.conda.install_records`; pip entries with ``pip install
+--require-hashes --no-deps --force-reinstall`` of ``name==version --hash=sha256:…`` lines (with
+``PYTHONNOUSERSITE=1``), through the installing machine's pip configuration
+(:mod:`envtool.lock.portable`), so a distribution that the base interpreter or the user site
+already has cannot stand in for the locked one: pip puts every locked archive into the prefix (a
+copy outside the environment is left alone, one seeded inside it is replaced). Entries
+envtool builds (Horovod) are left to ``build-horovod``, which checks the locked source archive's
+hash. After the build, ``verify-lock`` compares the prefix with the lock; any difference fails.
 """
 from __future__ import annotations
 
+import shlex
+from dataclasses import dataclass
 from pathlib import Path
-from typing import List
+from typing import Any, List, Optional, Tuple
 
 from envtool.errors import StepFailed, UsageError
 from envtool.spec.model import Spec
 from envtool.steps.model import PlanOptions, Step
 
 
-def check_lock_matches(spec: Spec, lock, path: Path) -> List[str]:
-    """Notes about the lock's origin; raises when it was made from another spec or a changed one.
+@dataclass(frozen=True)
+class LockChoice:
+    """Where ``create`` takes its packages from.
 
-    Raises:
-        UsageError: the lock names another spec, or its spec content hash differs (a stale lock).
+    Attributes:
+        path: the lock to install, or None to solve.
+        reason: one line for ``plan`` and ``create`` (why this lock, or why a solve).
     """
-    from envtool.lock.spec_hash import spec_hash
 
-    notes = []
+    path: Optional[Path]
+    reason: str
+
+
+@dataclass(frozen=True)
+class LoadedLock:
+    """A lock read once and checked against the spec (:func:`load_checked`).
+
+    Attributes:
+        path: the lock file.
+        lock: its :class:`~envtool.lock.model.LockData`.
+        platform: this machine's platform, which the lock covers.
+        notes: lines for the plan (hash match, interpreter).
+    """
+
+    path: Path
+    lock: Any
+    platform: str
+    notes: Tuple[str, ...]
+
+    def entries(self) -> list:
+        """The lock's entries for :attr:`platform`."""
+        return self.lock.for_platform(self.platform)
+
+    def built(self, name: str):
+        """The entry of ``name`` that envtool builds (``horovod``), or None."""
+        return next((p for p in self.entries() if p.built and p.key[1] == name), None)
+
+
+def _interpreter_for(spec: Spec):
+    """The interpreter a venv spec's environment would get (probed; None for conda specs)."""
+    if spec.engine != "venv":
+        return None
+    from envtool.engines.venv import find_interpreter
+    from envtool.platforms import probe_interpreter
+
+    return probe_interpreter(find_interpreter(spec))
+
+
+def load_checked(spec: Spec, path: Path) -> LoadedLock:
+    """Read ``path`` and check that it can install ``spec`` here.
+
+    Args:
+        spec: the resolved spec.
+        path: the lock.
+    Returns:
+        the :class:`LoadedLock`.
+    Raises:
+        UsageError: unreadable or incomplete lock, another spec, a stale spec hash (naming the
+            changed fields and both ways on), no entries for this platform, or a lock resolved
+            for another interpreter (exit 2).
+    """
+    from envtool.lock.lockio import read_lock
+    from envtool.lock.model import pick_platform
+    from envtool.lock.spec_hash import changed_fields, spec_hash
+
+    lock = read_lock(path)
     if lock.spec and lock.spec != spec.name:
         raise UsageError(f"{path}: metadata.custom_metadata.envtool.spec: expected {spec.name!r}, got {lock.spec!r}")
+    notes = []
     if lock.spec_hash:
         now = spec_hash(spec)
         if now != lock.spec_hash:
-            raise UsageError(f"{path}: metadata.custom_metadata.envtool.spec_hash: the lock is stale for spec "
-                             f"{spec.name!r} (spec hash {now[:12]}, lock has {lock.spec_hash[:12]}); re-lock with "
-                             f"'envtool lock {spec.name}'")
-        notes.append(f"lock made from spec {spec.name} (content hash {now[:12]} matches)")
+            fields = changed_fields(dict(lock.spec_fields), spec)
+            what = ("changed since it was locked: " + ", ".join(fields)) if fields else \
+                "changed since it was locked (the lock does not say which fields)"
+            raise UsageError(
+                f"{path}: the lock is stale for spec {spec.name!r}: {what} (spec hash {now[:12]}, lock has "
+                f"{lock.spec_hash[:12]}).\n  Refresh the lock:      envtool lock {shlex.quote(spec.name)} -o "
+                f"{shlex.quote(str(path))}\n  Or ignore it and solve: envtool create {shlex.quote(spec.name)} --resolve")
+        notes.append(f"lock {path} made from spec {spec.name} (content hash {now[:12]} matches)")
     else:
-        notes.append("the lock records no spec content hash; installing it as it is")
-    return notes
+        notes.append(f"lock {path} records no spec content hash; installing it as it is")
+    platform = pick_platform(lock, None, str(path))
+    here = _interpreter_for(spec)
+    if here is not None and lock.interpreter is not None and not here.compatible_with(lock.interpreter):
+        raise UsageError(f"{path}: metadata.custom_metadata.envtool.python: the lock was resolved for "
+                         f"{lock.interpreter.describe()}, but spec {spec.name!r} gets {here.describe()} here; "
+                         f"lock it for this interpreter (envtool lock {shlex.quote(spec.name)}) or use --resolve")
+    if here is not None and lock.interpreter is not None:
+        notes.append(f"lock resolved for {lock.interpreter.describe()}; this interpreter: {here.describe()}")
+    return LoadedLock(Path(path), lock, platform, tuple(notes))
+
+
+def choose(spec: Spec, explicit: Optional[Path] = None, resolve: bool = False, clone: bool = False) -> LockChoice:
+    """Decide whether ``create`` installs a lock or solves (see the module docstring).
+
+    Args:
+        spec: the resolved spec.
+        explicit: ``--lock FILE``, or None.
+        resolve: ``--resolve`` (solve afresh, ignore any lock).
+        clone: ``--clone`` (a clone copies its source; no lock applies).
+    Returns:
+        the :class:`LockChoice`.
+    Raises:
+        UsageError: ``--lock`` with ``--resolve`` or ``--clone``; a chosen lock that cannot
+            install the spec here (:func:`load_checked`).
+    """
+    from envtool.lock.check import find_lock
+    from envtool.lock.model import pick_platform
+
+    if explicit is not None and (resolve or clone):
+        raise UsageError("--lock (--from-lock) cannot be combined with " + ("--resolve" if resolve else "--clone"))
+    if resolve:
+        return LockChoice(None, "--resolve: packages solved afresh; any lock of the spec is ignored")
+    if clone:
+        return LockChoice(None, "a clone copies its source environment; the spec's extras are solved")
+    if explicit is not None:
+        load_checked(spec, Path(explicit))
+        return LockChoice(Path(explicit), f"packages installed exactly as locked in {explicit} (no solve)")
+    found = find_lock(spec)
+    if found is None:
+        return LockChoice(None, f"no lock for spec {spec.name}: packages solved afresh "
+                                "(the new environment's own lock is written to PREFIX/conda-lock.yml)")
+    from envtool.lock.lockio import read_lock
+
+    lock = read_lock(found)
+    if lock.site and lock.site != spec.site.name:
+        return LockChoice(None, f"lock {found} is for site {lock.site}, not {spec.site.name}: packages solved afresh")
+    try:
+        pick_platform(lock, None, str(found))
+    except UsageError:
+        return LockChoice(None, f"lock {found} has no entries for this platform ({', '.join(lock.platforms)}): "
+                                "packages solved afresh")
+    load_checked(spec, found)
+    return LockChoice(found, f"packages installed exactly as locked in {found} (no solve; --resolve to solve afresh)")
 
 
 def requirements_lines(packages) -> List[str]:
@@ -57,24 +187,20 @@ def requirements_lines(packages) -> List[str]:
     return lines
 
 
-def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
-    """Steps that create ``options.work_prefix`` from ``options.from_lock``.
+def plan_steps(spec: Spec, options: PlanOptions, loaded: LoadedLock) -> List[Step]:
+    """Steps that create ``options.work_prefix`` from the lock ``loaded``.
 
     Returns:
         ``create-venv`` (venv specs) or ``install-locked-conda`` (conda specs), then
-        ``install-locked-pip`` when the lock has pip entries, then ``verify-lock``.
+        ``install-locked-pip`` when the lock has pip entries. :func:`verify_steps` comes after
+        the Horovod build.
     Raises:
-        UsageError: unreadable lock, no entries for this machine's platform, another or a
-            changed spec, a pip entry without SHA-256.
+        UsageError: a pip entry without SHA-256; conda entries in a lock for a venv spec.
     """
-    from envtool.lock.lockio import read_lock
-    from envtool.lock.model import pick_platform
+    from envtool.engines.venv import create_venv_step, pip_install_commands
 
-    path = Path(options.from_lock)
-    lock = read_lock(path)
-    platform = pick_platform(lock, None, str(path))
-    notes = check_lock_matches(spec, lock, path)
-    entries = lock.for_platform(platform)
+    path, lock, platform, notes = loaded.path, loaded.lock, loaded.platform, loaded.notes
+    entries = loaded.entries()
     conda = [p for p in entries if p.manager == "conda"]
     pip_lines = requirements_lines(entries)
     built = [p for p in entries if p.built]
@@ -84,10 +210,7 @@ def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
     if spec.engine == "venv" or not conda:
         if conda:
             raise UsageError(f"{path}: the lock has conda packages but spec {spec.name!r} uses the venv engine")
-        from envtool.engines.venv import find_interpreter
-
-        steps.append(Step(id="create-venv", title=f"Create a venv at {options.prefix}",
-                          commands=((find_interpreter(spec), "-m", "venv", str(prefix)),), notes=tuple(notes)))
+        steps.append(create_venv_step(spec, options, notes=tuple(notes)))
     else:
         steps.append(Step(
             id="install-locked-conda", title=f"Install {len(conda)} locked conda packages ({platform}) with py-rattler",
@@ -98,18 +221,28 @@ def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
                   "target_prefix": str(options.prefix)}))
     if pip_lines:
         req_file = prefix / ".envtool" / "locked-requirements.txt"
+        commands = pip_install_commands(py, prefix, ["--force-reinstall", "--require-hashes", "--no-deps",
+                                                     "-r", str(req_file)])
         steps.append(Step(
-            id="install-locked-pip", title=f"Install {len(pip_lines)} locked pip packages (hashes required, no deps)",
-            commands=((py, "-m", "pip", "install", "--disable-pip-version-check", "--require-hashes", "--no-deps",
-                       "-r", str(req_file)),),
-            notes=tuple(f"{p.key[1]} {p.version} is built by the build-horovod step, not installed from {p.url}"
-                        for p in built),
+            id="install-locked-pip",
+            title=f"Install {len(pip_lines)} locked pip packages (hashes required, no deps, nothing taken as installed)",
+            commands=commands,
+            notes=tuple(f"{p.key[1]} {p.version} is built by the build-horovod step from its locked source archive"
+                        for p in built) + ("pip finds each archive through this machine's pip configuration; "
+                                           "an archive whose SHA-256 differs from the lock is refused",),
             action=_install_pip, data={"lines": tuple(pip_lines), "req_file": str(req_file)}))
-    steps.append(Step(id="verify-lock", title="Compare the prefix with the lock",
-                      commands=(("#", f"envtool diff --prefix {prefix} --lock {path} (built packages excepted)"),),
-                      action=_verify, data={"packages": tuple(p for p in entries if not p.built),
-                                            "platform": platform, "prefix": str(prefix), "lock": str(path)}))
     return steps
+
+
+def verify_steps(options: PlanOptions, loaded: LoadedLock) -> List[Step]:
+    """The ``verify-lock`` step: the prefix against the lock (built packages excepted), after the build."""
+    path, platform = loaded.path, loaded.platform
+    prefix = Path(options.work_prefix)
+    return [Step(id="verify-lock", title="Compare the prefix with the lock",
+                 commands=(("#", "envtool diff --prefix " + shlex.quote(str(prefix)) + " --lock "
+                            + shlex.quote(str(path)) + " (built packages excepted)"),),
+                 action=_verify, data={"packages": tuple(p for p in loaded.entries() if not p.built),
+                                       "platform": platform, "prefix": str(prefix), "lock": str(path)})]
 
 
 def _install_conda(step: Step, runner) -> None:
@@ -138,7 +271,7 @@ def _install_pip(step: Step, runner) -> None:
     req.parent.mkdir(parents=True, exist_ok=True)
     req.write_text("\n".join(step.data["lines"]) + "\n")
     for argv in step.commands:
-        runner.run(argv)
+        runner.run(argv, env={"PYTHONNOUSERSITE": "1"})
 
 
 def _verify(step: Step, runner) -> None:

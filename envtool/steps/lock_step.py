@@ -25,7 +25,8 @@ def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
                  commands=(("#", f"snapshot conda-meta and pip dist-info of {options.work_prefix} into {target} "
                                  "(conda-lock v1)"),),
                  action=_run_lock, data={"spec": spec, "work_prefix": str(options.work_prefix),
-                                         "site": options.site or spec.site.name})]
+                                         "site": options.site or spec.site.name,
+                                         "from_lock": str(options.from_lock) if options.from_lock else ""})]
 
 
 def _run_lock(step: Step, runner) -> None:
@@ -44,8 +45,14 @@ def _run_lock(step: Step, runner) -> None:
     if key:
         keys["horovod"] = key
     try:
+        known = {}
+        if step.data.get("from_lock"):
+            # installed from that lock: its URLs and hashes are the archives pip checked
+            known = {(p.key[1], p.version): (p.url, p.sha256)
+                     for p in lockio.read_lock(Path(step.data["from_lock"])).packages
+                     if p.manager == "pip" and p.sha256 and not p.built}
         data = build.lock_prefix(prefix, spec=step.data["spec"], site=step.data["site"], built_keys=keys,
-                                 progress=runner.note)
+                                 progress=runner.note, known=known)
         lockio.write_lock(data, prefix / LOCK_NAME)
     except EnvtoolError as exc:
         runner.results["lock"] = {"ok": False, "error": str(exc)}

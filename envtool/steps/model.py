@@ -30,6 +30,8 @@ class PlanOptions:
         preview: True for ``plan`` (nothing runs): a clone source that does not exist on this
             machine (the site's base env seen from a laptop) is planned with a note instead of
             raising; ``create`` leaves it False so a missing source is an error before any step.
+        lock_reason: why packages come from ``from_lock`` or from a solve (one line, shown by
+            ``plan`` and logged by ``create``).
     """
 
     prefix: Path
@@ -41,6 +43,7 @@ class PlanOptions:
     cpu_count: int = 2
     site: Optional[str] = None
     preview: bool = False
+    lock_reason: str = ""
 
     @property
     def work_prefix(self) -> Path:
@@ -104,4 +107,6 @@ class Plan:
     def to_dict(self) -> Dict[str, Any]:
         return {"spec": self.spec.name, "spec_file": self.spec.path, "prefix": str(self.options.prefix),
                 "engine": self.options.engine or self.spec.engine, "site": self.options.site or self.spec.site.name,
+                "lock": {"file": str(self.options.from_lock) if self.options.from_lock else None,
+                         "reason": self.options.lock_reason},
                 "steps": [s.to_dict() for s in self.steps]}

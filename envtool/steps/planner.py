@@ -13,7 +13,7 @@ from typing import List
 
 from envtool.engines.base import get_engine
 from envtool.spec.model import Spec
-from envtool.steps import horovod_build, lock_step, modulefile_step, validate
+from envtool.steps import from_lock, horovod_build, lock_step, modulefile_step, validate
 from envtool.steps.model import Plan, PlanOptions, Step
 
 
@@ -48,16 +48,18 @@ def make_plan(spec: Spec, options: PlanOptions) -> Plan:
     engine = get_engine(options.engine or spec.engine)
     steps: List[Step] = []
     steps += module_steps(spec)
+    loaded = None
     if options.clone is not None:
         source = options.clone or spec.site.base_env or ""
         steps += engine.clone_steps(spec, source, options)
     elif options.from_lock is not None:
-        from envtool.steps import from_lock
-
-        steps += from_lock.plan_steps(spec, options)
+        loaded = from_lock.load_checked(spec, options.from_lock)
+        steps += from_lock.plan_steps(spec, options, loaded)
     else:
         steps += engine.create_steps(spec, options)
-    steps += horovod_build.plan_steps(spec, options)
+    steps += horovod_build.plan_steps(spec, options, locked=loaded.built("horovod") if loaded else None)
+    if loaded is not None:
+        steps += from_lock.verify_steps(options, loaded)
     steps += validate.plan_steps(spec, options)
     steps += lock_step.plan_steps(spec, options)
     steps += modulefile_step.plan_steps(spec, options)
@@ -90,6 +92,8 @@ def format_plan(plan: Plan) -> str:
     lines = [f"Plan for {spec.name} ({spec.path}) -> {plan.options.prefix}",
              f"engine: {plan.options.engine or spec.engine}; site: {plan.options.site or spec.site.name}; "
              f"platforms: {', '.join(spec.platforms)}"]
+    if plan.options.lock_reason:
+        lines.append(f"packages: {plan.options.lock_reason}")
     for i, step in enumerate(plan.steps, 1):
         lines.append(f"{i}. [{step.id}] {step.title}")
         if step.env:
