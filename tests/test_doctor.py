@@ -292,9 +292,14 @@ def test_lock_drift(cpu_horovod_env, tmp_path):
     code, _, by_id = doctor_json("--prefix", cpu_horovod_env, "--lock", LOCK, "--only", "lock-drift", "versions")
     assert code == 0 and by_id["lock-drift"]["status"] == "ok", by_id
     drifted = tmp_path / "drifted.conda-lock.yml"
-    text = LOCK.read_text()
-    assert "version: 2.13.0+cpu" in text
-    drifted.write_text(text.replace("version: 2.13.0+cpu", "version: 2.12.0+cpu", 1))
+    from dataclasses import replace
+
+    from envtool.lock import lockio
+
+    lock = lockio.read_lock(LOCK)
+    assert "2.13.0+cpu" in {p.version for p in lock.packages}
+    lockio.write_lock(replace(lock, packages=tuple(replace(p, version="2.12.0+cpu") if p.version == "2.13.0+cpu"
+                                                   else p for p in lock.packages)), drifted)
     code, _, by_id = doctor_json("--prefix", cpu_horovod_env, "--lock", drifted, "--only", "lock-drift", "versions")
     assert code == 1
     assert by_id["lock-drift"]["status"] == "fail"

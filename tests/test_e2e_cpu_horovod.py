@@ -90,3 +90,23 @@ def test_installed_packages_are_byte_compiled(cpu_horovod_env):
         missing = [p for p in sources if not (p.parent / "__pycache__" / f"{p.stem}.{tag}.pyc").exists()]
         # a few files that do not compile (templates, python-2-only tests) are skipped, as pip skips them
         assert len(missing) <= len(sources) // 100, (pkg, missing[:5])
+
+
+def test_the_environment_is_the_one_its_committed_lock_describes(cpu_horovod_env):
+    """``envtool create cpu-horovod`` installs the committed lock (issue 10): same names, same
+    versions, same archive hashes, whatever the index serves today; Horovod built from the locked sdist."""
+    from pathlib import Path
+
+    from envtool.lock import lockio, snapshot
+
+    if os.environ.get("ENVTOOL_TEST_CPU_ENV"):
+        pytest.skip("ENVTOOL_TEST_CPU_ENV reuses an environment that this run did not create")
+    committed = lockio.read_lock(Path(__file__).resolve().parent.parent / "lockfiles" / "cpu-horovod.conda-lock.yml")
+    locked = {(p.key[1], p.version) for p in committed.packages}
+    installed = {(p.key[1], p.version) for p in snapshot.snapshot(cpu_horovod_env, "linux-64", lookup=False)}
+    assert installed == locked
+    own = lockio.read_lock(cpu_horovod_env / "conda-lock.yml")
+    hashes = {p.key[1]: p.sha256 for p in committed.packages if not p.built}
+    assert {p.key[1]: p.sha256 for p in own.packages if not p.built} == hashes
+    created = json.loads((cpu_horovod_env / ".envtool" / "create.json").read_text())
+    assert created["results"]["verify-lock"]["ok"] is True
