@@ -94,7 +94,8 @@ def header(data: LockData, name: str) -> str:
     what = f"spec {data.spec}" if data.spec else "an environment"
     lines = [f"Lock of {what} ({data.kind}), written by envtool in the conda-lock v1 format. Do not edit.",
              "Recreate the environment (packages exactly as locked, Horovod built by envtool):",
-             f"    envtool create {data.spec or 'SPEC'} --from-lock {name} --prefix PREFIX",
+             f"    envtool create {data.spec or 'SPEC'} --lock {name} --prefix PREFIX",
+             "pip entries install by name, version and SHA-256 through the installing machine's pip configuration.",
              f"conda-lock reads it too: conda-lock render --kind explicit {name}; conda-lock install -n ENV {name}"]
     if any(p.built for p in data.packages):
         lines.append(f"Packages in the optional category {BUILT_CATEGORY} (Horovod) are built by envtool with the "
