@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from envtool.errors import SpecError
+from envtool.core.errors import SpecError
 from envtool.spec import catalog, sites
 from envtool.spec.model import MARKS
 from envtool.spec.yamlload import load_yaml
-from envtool.steps.model import PlanOptions
+from envtool.core.plan import PlanOptions
 from envtool.steps.planner import make_plan
 
 REPO = Path(__file__).resolve().parent.parent

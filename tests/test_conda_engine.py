@@ -17,7 +17,7 @@ from helpers.conda_channel import BINARY_PLACEHOLDER, TEXT_PLACEHOLDER, PackageD
 from envtool.engines.base import get_engine
 from envtool.engines.conda import (ExternalCondaEngine, RattlerEngine, install_records, parse_virtual_packages,
                                    read_prefix_records, solve_records)
-from envtool.errors import EnvtoolError, UsageError
+from envtool.core.errors import EnvtoolError, UsageError
 
 
 @pytest.fixture(scope="module")

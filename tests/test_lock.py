@@ -113,7 +113,7 @@ def test_write_then_read_is_lossless(tmp_path):
 
 
 def test_a_conda_entry_without_md5_is_refused_by_conda_locks_model(tmp_path):
-    from envtool.errors import UsageError
+    from envtool.core.errors import UsageError
 
     bad = LockData(packages=(LockedPackage(manager="conda", name="zlib", version="1", platform="linux-64",
                                            url="file:///c/linux-64/zlib-1-0.conda", sha256="1" * 64),),

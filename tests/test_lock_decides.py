@@ -163,7 +163,7 @@ def test_a_stale_lock_names_the_changed_fields_and_both_ways_on(world, tmp_path)
 def test_a_lock_for_another_interpreter_is_refused_before_anything(world, tmp_path):
     from dataclasses import replace
 
-    from envtool.platforms import Interpreter
+    from envtool.core.platforms import Interpreter
 
     data = lockio.read_lock(world["lock"])
     other = tmp_path / "other.conda-lock.yml"
@@ -205,7 +205,7 @@ def test_malformed_entries_are_exit_2_naming_the_entry(world, tmp_path, edit, wo
 
 
 def test_conda_entries_need_a_channel_subdir_url(tmp_path):
-    from envtool.errors import UsageError
+    from envtool.core.errors import UsageError
     from envtool.lock.model import LockData, LockedPackage
 
     for url in ("file:///etc/passwd", "http://example.invalid/zlib-1.3-h0_0.conda"):

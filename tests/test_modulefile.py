@@ -517,7 +517,7 @@ def test_create_step_keeps_env_when_modulefile_cannot_be_written(tmp_path):
     """The step reports a modulefile it cannot write instead of discarding a validated environment."""
     from envtool.spec.model import Spec
     from envtool.steps import modulefile_step
-    from envtool.steps.model import PlanOptions
+    from envtool.core.plan import PlanOptions
     from envtool.steps.runner import Runner
 
     prefix = tmp_path / "env"

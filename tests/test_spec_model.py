@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from envtool.errors import SpecError
+from envtool.core.errors import SpecError
 from envtool.spec import catalog, rules
 from envtool.spec.load import check_pin_value
 

@@ -12,10 +12,10 @@ FRAMEWORK_OF_MODULE = {"torch": ("pytorch", "PyTorch"), "tensorflow": ("tensorfl
 
 def installed_pip(prefix: Path) -> Dict[str, str]:
     """``{canonical name: version}`` of the prefix's Python distributions
-    (:func:`envtool.engines.venv.pip_distributions`)."""
-    from envtool.engines.venv import pip_distributions
+    (:class:`~envtool.core.prefix.PrefixData`)."""
+    from envtool.core.prefix import PrefixData
 
-    return {p.name: p.version for p in pip_distributions(Path(prefix))}
+    return PrefixData(Path(prefix)).versions()
 
 
 def installed_frameworks(info) -> Dict[str, str]:

@@ -64,7 +64,7 @@ def distributions(site_dir: Path) -> Dict[str, str]:
        fix="export PYTHONNOUSERSITE=1 (or remove the user-site copies)")
 def run_user_site(ctx):
     from envtool.checks.common import installed_pip
-    from envtool.engines.venv import site_packages
+    from envtool.core.prefix import PrefixData
 
     info = ctx.probe("info")
     if info.error:
@@ -74,7 +74,7 @@ def run_user_site(ctx):
     if not user_site or not Path(user_site).is_dir():
         return finding("user-site", "ok", f"no user site directory ({user_site})", user_site=user_site,
                        enabled=enabled)
-    env_sp = site_packages(Path(ctx.prefix))
+    env_sp = PrefixData(Path(ctx.prefix)).site_packages
     user_dists = distributions(Path(user_site))
     env_dists = installed_pip(Path(ctx.prefix))
     clash_dists = sorted(set(user_dists) & set(env_dists))
@@ -122,10 +122,10 @@ def is_read_only(path: Path) -> str:
 
 @check("read-only", "Environment writable", order=71, fix="clone it: envtool create SPEC --clone PREFIX")
 def run_read_only(ctx):
-    from envtool.engines.venv import site_packages
+    from envtool.core.prefix import PrefixData
 
     targets = [Path(ctx.prefix)]
-    sp = site_packages(Path(ctx.prefix))
+    sp = PrefixData(Path(ctx.prefix)).site_packages
     if sp is not None:
         targets.append(sp)
     reasons = [r for r in (is_read_only(t) for t in targets) if r]

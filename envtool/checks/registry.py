@@ -43,7 +43,7 @@ def select(only: Tuple[str, ...] = ()) -> List[Check]:
     Raises:
         UsageError: an unknown id (the message lists the known ones).
     """
-    from envtool.errors import UsageError
+    from envtool.core.errors import UsageError
 
     checks = all_checks()
     if not only:

@@ -347,7 +347,7 @@ def scan_file(path) -> List[ScanIssue]:
     Raises:
         UsageError: the file cannot be read (exit status 2).
     """
-    from envtool.errors import UsageError
+    from envtool.core.errors import UsageError
 
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace")

@@ -18,18 +18,9 @@ def _python_matches(pin: str, installed: str) -> bool:
 
 
 def _conda_records(prefix: Path):
-    meta = Path(prefix) / "conda-meta"
-    if not meta.is_dir():
-        return []
-    from rattler import PrefixRecord
+    from envtool.core.prefix import PrefixData
 
-    out = []
-    for f in sorted(meta.glob("*.json")):
-        try:
-            out.append(PrefixRecord.from_path(str(f)))
-        except Exception:  # a foreign or damaged record: not ours to judge here
-            continue
-    return out
+    return PrefixData(Path(prefix)).conda_records
 
 
 def compare_pins(spec, prefix: Path, python_version: Optional[str]) -> Tuple[List[str], List[str]]:

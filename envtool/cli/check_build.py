@@ -22,7 +22,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from envtool.engines.base import active_prefix
-    from envtool.errors import UsageError
+    from envtool.core.errors import UsageError
     from envtool.horovod import checkbuild
     from envtool.validate import probes
 

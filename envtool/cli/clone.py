@@ -29,7 +29,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from envtool.engines.clone import clone_env
-    from envtool.errors import EnvtoolError
+    from envtool.core.errors import EnvtoolError
 
     try:
         result = clone_env(args.source, args.prefix, engine=args.engine, mode=args.mode, force=args.force,

@@ -27,7 +27,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from envtool.cli.plan import options_from_args
-    from envtool.errors import EnvtoolError
+    from envtool.core.errors import EnvtoolError
     from envtool.steps import validate
     from envtool.steps.create import create
 

@@ -60,7 +60,7 @@ def _resolve(args):
     """Validate the options into a :class:`envtool.checks.Context` (UsageError/SpecError: exit 2)."""
     from envtool.checks import Context
     from envtool.cli.common import load_spec
-    from envtool.errors import UsageError
+    from envtool.core.errors import UsageError
 
     prefix = Path(args.prefix).expanduser() if args.prefix else default_prefix()
     if not prefix.is_dir():

@@ -43,7 +43,7 @@ def _progress(args):
 
 
 def _overrides(values):
-    from envtool.errors import UsageError
+    from envtool.core.errors import UsageError
 
     out = {}
     for v in values:
@@ -63,7 +63,7 @@ def run(args) -> int:
     Raises:
         UsageError: conflicting or missing arguments (exit 2).
     """
-    from envtool.errors import UsageError
+    from envtool.core.errors import UsageError
 
     if args.check:
         return run_check(args)
@@ -113,7 +113,7 @@ def run_spec(args) -> int:
 
 def run_prefix(args) -> int:
     """``envtool lock --prefix P``: snapshot and write the lock."""
-    from envtool.errors import UsageError
+    from envtool.core.errors import UsageError
     from envtool.lock import build, lockio
 
     if args.platform or args.virtual_package:

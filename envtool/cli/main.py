@@ -46,7 +46,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
-    from envtool.errors import EnvtoolError
+    from envtool.core.errors import EnvtoolError
 
     try:
         return int(args.func(args) or 0)

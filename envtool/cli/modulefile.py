@@ -35,7 +35,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from envtool.errors import UsageError
+    from envtool.core.errors import UsageError
     from envtool.modules import build_content, modulefile_path, parse_module_name, write_modulefile
 
     if args.spec is None and (args.site or args.site_file):

@@ -27,7 +27,7 @@ def options_from_args(args, spec, preview: bool = False):
     from pathlib import Path
 
     from envtool.steps.from_lock import choose
-    from envtool.steps.model import PlanOptions
+    from envtool.core.plan import PlanOptions
 
     prefix = Path(os.path.abspath(args.prefix)) if args.prefix else default_prefix(spec.name)
     choice = choose(spec, explicit=Path(args.lock) if args.lock else None, resolve=args.resolve,

@@ -34,7 +34,7 @@ def catalog_specs(site=None, site_file=None):
     """
     from pathlib import Path
 
-    from envtool.errors import SpecError
+    from envtool.core.errors import SpecError
     from envtool.spec import catalog, sites
     from envtool.spec.yamlload import load_yaml
 

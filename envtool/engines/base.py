@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from envtool.spec.model import Spec
-from envtool.steps.model import PlanOptions, Step
+from envtool.core.plan import PlanOptions, Step
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Engine(ABC):
         Raises:
             UsageError: the engine cannot clone.
         """
-        from envtool.errors import UsageError
+        from envtool.core.errors import UsageError
 
         raise UsageError(f"the {self.name} engine cannot clone; use a conda spec or engine")
 
@@ -72,7 +72,7 @@ def get_engine(name: str) -> Engine:
     Raises:
         UsageError: unknown engine name.
     """
-    from envtool.errors import UsageError
+    from envtool.core.errors import UsageError
 
     if name == "venv":
         from envtool.engines.venv import VenvEngine

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from envtool.errors import EnvtoolError, UsageError
+from envtool.core.errors import EnvtoolError, UsageError
 
 _CHUNK = 1 << 20
 
@@ -570,7 +570,7 @@ def clone_env(source: str, prefix: Path, engine: str = "rattler", mode: str = "l
     shutil.rmtree(build, ignore_errors=True)
     kind = source_kind(src)
     if engine in ("conda", "mamba", "micromamba", "conda-external"):
-        from envtool.steps.model import PlanOptions
+        from envtool.core.plan import PlanOptions
 
         steps = ce.ExternalCondaEngine("conda" if engine == "conda-external" else engine).clone_steps(
             None, str(src), PlanOptions(prefix=target, build_prefix=build))

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from envtool.engines.base import Engine, InstalledPackage
-from envtool.errors import EnvtoolError, StepFailed, UsageError
+from envtool.core.errors import EnvtoolError, StepFailed, UsageError
 from envtool.spec.model import Spec
-from envtool.steps.model import PlanOptions, Step
+from envtool.core.plan import PlanOptions, Step
 
 #: glibc assumed when solving for Linux without an override: 2.17, the manylinux2014 floor
 #: conda-forge builds against (conda-forge docs, "Using a newer glibc").
@@ -120,7 +120,7 @@ def solve_records(channels: List[str], specs: List[str], platform: str,
         raise UsageError("solving conda packages needs at least one channel (spec field `channels`)")
     vps = parse_virtual_packages(virtual_packages, platform)
     if cache_dir is None:
-        from envtool.horovod.cache import cache_root
+        from envtool.core.paths import cache_root
 
         cache_dir = cache_root() / "repodata"
     Path(cache_dir).mkdir(parents=True, exist_ok=True)
@@ -309,7 +309,7 @@ def spec_virtual_packages(spec: Spec, platform: str) -> Dict[str, str]:
 
 
 def _package_cache() -> Path:
-    from envtool.horovod.cache import cache_root
+    from envtool.core.paths import cache_root
 
     return cache_root() / "pkgs"
 

@@ -7,16 +7,16 @@ rename.
 """
 from __future__ import annotations
 
-import glob
 import shutil
 import sys
 from pathlib import Path
 from typing import List, Optional
 
+from envtool.core.prefix import PrefixData
 from envtool.engines.base import Engine, InstalledPackage
-from envtool.errors import UsageError
+from envtool.core.errors import UsageError
 from envtool.spec.model import Spec
-from envtool.steps.model import PlanOptions, Step
+from envtool.core.plan import PlanOptions, Step
 
 
 def find_interpreter(spec: Spec) -> str:
@@ -41,28 +41,14 @@ def find_interpreter(spec: Spec) -> str:
 
 
 def site_packages(prefix: Path) -> Optional[Path]:
-    """``prefix/lib/pythonX.Y/site-packages``, or None when absent."""
-    hits = sorted(glob.glob(str(Path(prefix) / "lib" / "python*" / "site-packages")))
-    return Path(hits[0]) if hits else None
+    """``prefix/lib/pythonX.Y/site-packages``, or None when absent (:class:`~envtool.core.prefix.PrefixData`)."""
+    return PrefixData(prefix).site_packages
 
 
 def pip_distributions(prefix: Path) -> List[InstalledPackage]:
-    """Distributions installed in ``prefix``'s site-packages, read with ``importlib.metadata``."""
-    from importlib import metadata
-
-    sp = site_packages(prefix)
-    if sp is None:
-        return []
-    out = {}
-    for dist in metadata.distributions(path=[str(sp)]):
-        name = (dist.metadata["Name"] or "").strip()
-        if not name:
-            continue
-        from packaging.utils import canonicalize_name
-
-        out[canonicalize_name(name)] = InstalledPackage(name=canonicalize_name(name), version=dist.version,
-                                                        manager="pip")
-    return sorted(out.values(), key=lambda p: p.name)
+    """Every distribution in ``prefix``'s site-packages as :class:`InstalledPackage` (``manager`` pip),
+    sorted by name, as :class:`~envtool.core.prefix.PrefixData` reads them."""
+    return [InstalledPackage(name=d.name, version=d.version, manager="pip") for d in PrefixData(prefix).distributions]
 
 
 #: Byte-compiles a tree on every CPU, ignoring files that do not compile (as pip does).

@@ -15,13 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional, Tuple
 
-
-def cache_root() -> Path:
-    """The cache directory (not created)."""
-    if os.environ.get("ENVTOOL_CACHE_DIR"):
-        return Path(os.environ["ENVTOOL_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "envtool"
+from envtool.core.paths import cache_root
 
 
 @dataclass(frozen=True)

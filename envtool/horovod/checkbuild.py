@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from envtool.errors import EnvtoolError
+from envtool.core.errors import EnvtoolError
 from envtool.spec.model import CheckBuildExpectation
 
 SECTIONS = {

@@ -16,7 +16,7 @@ from typing import List, Optional, Tuple
 
 from packaging.version import Version
 
-from envtool.errors import SpecError
+from envtool.core.errors import SpecError
 from envtool.spec.model import HorovodSpec, Spec
 from envtool.spec.rules import horovod_version
 

@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from envtool.errors import EnvtoolError, UsageError
+from envtool.core.errors import EnvtoolError, UsageError
 from envtool.lock.model import LockData, LockedPackage
 from envtool.spec.model import Spec
 
@@ -53,7 +53,7 @@ def lock_spec(spec: Spec, platforms: Optional[Sequence[str]] = None, site: str =
     from envtool.lock import conda_resolve, pip_resolve
     from envtool.lock.portable import make_portable
     from envtool.lock.spec_hash import field_digests, platform_hash, spec_hash
-    from envtool.platforms import conda_platform, probe_interpreter
+    from envtool.core.platforms import conda_platform, probe_interpreter
 
     platforms = list(platforms or spec.platforms)
     for p in platforms:
@@ -124,7 +124,7 @@ def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built
     from envtool.lock import snapshot
     from envtool.lock.portable import make_portable
     from envtool.lock.spec_hash import field_digests, spec_hash
-    from envtool.platforms import conda_platform, probe_interpreter
+    from envtool.core.platforms import conda_platform, probe_interpreter
 
     platform = conda_platform()
     packages = snapshot.snapshot(Path(prefix), platform, lookup=lookup, built_keys=built_keys, progress=progress,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from envtool.errors import EnvtoolError
+from envtool.core.errors import EnvtoolError
 
 
 @dataclass(frozen=True)

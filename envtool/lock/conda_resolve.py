@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from envtool.errors import EnvtoolError
+from envtool.core.errors import EnvtoolError
 from envtool.lock.model import LockedPackage
 from envtool.spec.model import Spec
 
@@ -133,7 +133,7 @@ def records_for(packages: Sequence[LockedPackage], channels: Sequence[str], plat
         base = p.url.rsplit("/", 2)[0]
         by_channel.setdefault(base, []).append(p)
 
-    from envtool.horovod.cache import cache_root
+    from envtool.core.paths import cache_root
 
     async def query():
         gateway = Gateway(cache_dir=str(cache_root() / "repodata"))

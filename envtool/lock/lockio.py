@@ -14,11 +14,11 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List
 
-from envtool.errors import UsageError
+from envtool.core.errors import UsageError
 from envtool.lock.model import (BUILT_CATEGORY, META_BUILT_PREFIX, META_ENGINE, META_KIND, META_PACKAGES,
                                 META_PYTHON, META_SITE, META_SPEC, META_SPEC_FIELDS, META_SPEC_HASH, LockData,
                                 LockedPackage, packages_stamp)
-from envtool.platforms import optional_interpreter
+from envtool.core.platforms import optional_interpreter
 
 #: Archive suffixes of conda packages (conda docs, "Package naming conventions").
 CONDA_ARCHIVES = (".conda", ".tar.bz2")

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from envtool.platforms import Interpreter
+from envtool.core.platforms import Interpreter
 
 #: Category (conda-lock "extra") of packages that envtool builds itself (Horovod): ``conda-lock
 #: install`` and ``render`` leave them out unless asked (``-e envtool-build``), and ``create
@@ -129,8 +129,8 @@ def pick_platform(lock: LockData, wanted: Optional[str], path: str) -> str:
     Raises:
         UsageError: the lock has no entry for that platform (exit 2).
     """
-    from envtool.errors import UsageError
-    from envtool.platforms import conda_platform
+    from envtool.core.errors import UsageError
+    from envtool.core.platforms import conda_platform
 
     if wanted:
         if wanted not in lock.platforms:

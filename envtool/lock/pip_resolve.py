@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from envtool.errors import EnvtoolError
+from envtool.core.errors import EnvtoolError
 from envtool.lock.model import LockedPackage, normalize
 
 #: pip's ``--platform`` tag family per conda platform (manylinux; pip expands older manylinux tags).

@@ -1,8 +1,8 @@
 """Snapshot an existing prefix into lock entries: conda records and pip distributions.
 
-Conda records come from ``<prefix>/conda-meta/*.json`` (py-rattler ``PrefixRecord``: URL,
-MD5, SHA-256). pip distributions come from the prefix's ``site-packages`` (``importlib.metadata``):
-those pip installed (``INSTALLER`` is ``pip``) are listed; the archive URL and SHA-256 come
+Both come from :class:`~envtool.core.prefix.PrefixData`: conda records (py-rattler
+``PrefixRecord``: URL, MD5, SHA-256) and the distributions pip installed (``INSTALLER`` is
+``pip``; not conda's, not the venv's own pip); the archive URL and SHA-256 come
 from ``direct_url.json`` where pip recorded one (a wheel installed from a file or URL, PEP 610),
 otherwise from pip's own resolver asked for exactly the installed versions (``--no-deps``),
 which names the archive this machine's pip installs for them. A Horovod wheel from envtool's
@@ -17,19 +17,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
-from envtool.errors import UsageError
+from envtool.core.errors import UsageError
+from envtool.core.prefix import VENV_SEEDED, PrefixData
 from envtool.lock.model import LockedPackage, normalize
-
-#: Distributions that ``python -m venv`` puts there itself (ensurepip), not a package step.
-VENV_BOOTSTRAP = ("pip",)
-#: Also seeded by ``python -m venv`` before Python 3.12 (ensurepip bundles setuptools); listed in a
-#: snapshot (a spec may upgrade it) but not counted as drift when a lock does not name it.
-VENV_SEEDED = ("setuptools",)
 
 
 def seeded(prefix: Path) -> Tuple[str, ...]:
     """Names that :func:`envtool.lock.diff.compare` may find added without drift: :data:`VENV_SEEDED` in a venv."""
-    return VENV_SEEDED if (Path(prefix) / "pyvenv.cfg").is_file() else ()
+    return VENV_SEEDED if PrefixData(prefix).is_venv else ()
+
 
 _CACHE_KEY_RE = re.compile(r"/horovod-wheels/([0-9a-f]{20})/[^/]+\.whl$")
 
@@ -50,65 +46,6 @@ def ensurepip_wheels(prefix: Path) -> Dict[Tuple[str, str], Path]:
         if len(parts) >= 2:
             out[(normalize(parts[0], "pip"), parts[1])] = whl
     return out
-
-
-def conda_records(prefix: Path) -> list:
-    """py-rattler ``PrefixRecord`` objects of ``prefix/conda-meta`` (empty for a venv)."""
-    meta = Path(prefix) / "conda-meta"
-    if not meta.is_dir():
-        return []
-    from rattler import PrefixRecord
-
-    return [PrefixRecord.from_path(f) for f in sorted(meta.glob("*.json"))]
-
-
-def site_packages(prefix: Path) -> Optional[Path]:
-    """``prefix/lib/pythonX.Y/site-packages``, or None."""
-    hits = sorted(Path(prefix).glob("lib/python*/site-packages"))
-    return hits[0] if hits else None
-
-
-def pip_distributions(prefix: Path, conda_files: frozenset = frozenset()) -> List[Tuple[str, str, Dict, List[str], str]]:
-    """pip-installed distributions of ``prefix``.
-
-    Args:
-        prefix: the environment.
-        conda_files: paths (relative to ``prefix``) that conda records own.
-    Returns:
-        ``(name, version, direct_url, requires_dist, installer)`` per distribution, sorted by
-        name; ``direct_url`` is the parsed ``direct_url.json`` or ``{}``. The venv bootstrap
-        (:data:`VENV_BOOTSTRAP`) and distributions a conda package installed (``INSTALLER`` not
-        ``pip``, or metadata files in ``conda_files``) are left out.
-    """
-    import os
-    from importlib import metadata
-
-    sp = site_packages(prefix)
-    if sp is None:
-        return []
-    is_venv = (Path(prefix) / "pyvenv.cfg").is_file()
-    out = {}
-    for dist in metadata.distributions(path=[str(sp)]):
-        name = (dist.metadata["Name"] or "").strip()
-        if not name:
-            continue
-        installer = (dist.read_text("INSTALLER") or "").strip()
-        if installer and installer != "pip":
-            continue
-        meta_dir = getattr(dist, "_path", None)
-        if conda_files and meta_dir is not None:
-            rel = os.path.relpath(str(meta_dir), str(prefix))
-            if any(f == rel or f.startswith(rel + "/") for f in conda_files):
-                continue
-        if is_venv and normalize(name, "pip") in VENV_BOOTSTRAP:
-            continue
-        try:
-            direct = json.loads(dist.read_text("direct_url.json") or "{}")
-        except json.JSONDecodeError:
-            direct = {}
-        out[normalize(name, "pip")] = (normalize(name, "pip"), dist.version, direct, list(dist.requires or []),
-                                       installer)
-    return [out[k] for k in sorted(out)]
 
 
 def created_build_keys(prefix: Path) -> Dict[str, str]:
@@ -150,10 +87,10 @@ def snapshot(prefix: Path, platform: str, lookup: bool = True, built_keys: Optio
     prefix = Path(prefix)
     if not prefix.is_dir():
         raise UsageError(f"{prefix}: expected an existing environment prefix")
-    records = conda_records(prefix)
-    conda_files = frozenset(str(f) for r in records for f in r.files)
-    dists = pip_distributions(prefix, conda_files)
-    if not records and site_packages(prefix) is None:
+    data = PrefixData(prefix)
+    records = data.conda_records
+    dists = [(d.name, d.version, d.direct, list(d.requires), d.installer) for d in data.pip_installed()]
+    if not records and data.site_packages is None:
         raise UsageError(f"{prefix}: expected a conda or venv prefix (no conda-meta/, no lib/python*/site-packages)")
     keys = dict(created_build_keys(prefix))
     keys.update(built_keys or {})

@@ -11,7 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from envtool.errors import UsageError
+from envtool.core.errors import UsageError
 from envtool.modules.base import ModuleContent, build_content, parse_module_name  # noqa: F401
 
 #: ``--format`` choices.

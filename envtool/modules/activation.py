@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from envtool.errors import EnvtoolError
+from envtool.core.errors import EnvtoolError
 
 #: A path entry no real directory has; marks "whatever the user had" in path-list variables.
 SENTINEL = "/__envtool_previous_value__"

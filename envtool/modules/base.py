@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from envtool.errors import SpecError, UsageError
+from envtool.core.errors import SpecError, UsageError
 from envtool.spec.model import Spec
 
 #: Module name and version components: what Lmod and Environment Modules accept as a path
@@ -139,22 +139,14 @@ def installed_packages(prefix: Path) -> List[Tuple[str, str]]:
 
     Conda records (``conda-meta/*.json``, read as JSON: the ``name`` and ``version`` fields
     every record has, per conda's PrefixRecord) come first and win over a pip distribution of
-    the same name; pip distributions come from :func:`envtool.engines.venv.pip_distributions`.
+    the same name; both come from :class:`~envtool.core.prefix.PrefixData`.
     A venv's Python version is read from ``pyvenv.cfg`` (``version``, written by ``venv`` since
     Python 3.11; ``version_info`` by virtualenv).
     """
-    from envtool.engines.venv import pip_distributions
+    from envtool.core.prefix import PrefixData
 
-    found: Dict[str, str] = {}
-    meta = Path(prefix) / "conda-meta"
-    if meta.is_dir():
-        for rec in sorted(meta.glob("*.json")):
-            try:
-                data = json.loads(rec.read_text())
-            except (OSError, ValueError):
-                continue
-            if isinstance(data, dict) and data.get("name") and data.get("version"):
-                found.setdefault(str(data["name"]), str(data["version"]))
+    data = PrefixData(Path(prefix))
+    found: Dict[str, str] = dict(data.conda_versions())
     cfg = Path(prefix) / "pyvenv.cfg"
     if cfg.is_file() and "python" not in found:
         for line in cfg.read_text(errors="replace").splitlines():
@@ -162,8 +154,8 @@ def installed_packages(prefix: Path) -> List[Tuple[str, str]]:
             if sep and key.strip() in ("version", "version_info") and value.strip():
                 found["python"] = value.strip()
                 break
-    for dist in pip_distributions(Path(prefix)):
-        found.setdefault(dist.name, dist.version)
+    for name, version in data.versions().items():
+        found.setdefault(name, version)
     return sorted(found.items())
 
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Dict, List
 
-from envtool.errors import SpecError
+from envtool.core.errors import SpecError
 from envtool.spec import load, rules
 from envtool.spec.model import Spec
 

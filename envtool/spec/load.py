@@ -11,7 +11,7 @@ import difflib
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from envtool.errors import SpecError
+from envtool.core.errors import SpecError
 from envtool.spec import model as m
 from envtool.spec.yamlload import LineDict, load_yaml
 

@@ -15,7 +15,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from envtool.errors import UsageError
+from envtool.core.errors import UsageError
 from envtool.spec.model import Spec
 
 #: Package names (conda and pip) that carry each framework's version.

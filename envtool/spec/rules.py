@@ -9,7 +9,7 @@ from typing import Optional
 
 from packaging.version import InvalidVersion, Version
 
-from envtool.errors import SpecError
+from envtool.core.errors import SpecError
 from envtool.spec.model import Spec
 from envtool.spec.yamlload import LineDict
 

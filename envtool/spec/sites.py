@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from envtool.errors import SpecError
+from envtool.core.errors import SpecError
 from envtool.spec import catalog, load, rules
 from envtool.spec import model as m
 from envtool.spec.yamlload import LineDict, load_yaml

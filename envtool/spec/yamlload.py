@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional
 
 import yaml
 
-from envtool.errors import SpecError
+from envtool.core.errors import SpecError
 
 
 class LineDict(dict):

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict
 
-from envtool.errors import EnvtoolError, UsageError
-from envtool.horovod.cache import cache_root
+from envtool.core.errors import EnvtoolError, UsageError
+from envtool.core.paths import cache_root
 from envtool.spec.model import Spec
-from envtool.steps.model import PlanOptions
+from envtool.core.plan import PlanOptions
 from envtool.steps.planner import make_plan
 from envtool.steps.relocate import move_into_place, note_failure, rewrite_prefix
 from envtool.steps.runner import Runner

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
-from envtool.errors import StepFailed, UsageError
+from envtool.core.errors import StepFailed, UsageError
 from envtool.spec.model import Spec
-from envtool.steps.model import PlanOptions, Step
+from envtool.core.plan import PlanOptions, Step
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def _interpreter_for(spec: Spec):
     if spec.engine != "venv":
         return None
     from envtool.engines.venv import find_interpreter
-    from envtool.platforms import probe_interpreter
+    from envtool.core.platforms import probe_interpreter
 
     return probe_interpreter(find_interpreter(spec))
 
@@ -246,14 +246,14 @@ def verify_steps(options: PlanOptions, loaded: LoadedLock) -> List[Step]:
 
 
 def _install_conda(step: Step, runner) -> None:
-    from envtool.errors import EnvtoolError
+    from envtool.core.errors import EnvtoolError
     from envtool.lock import conda_resolve
 
     try:
         from envtool.engines.conda import install_records
     except ImportError as exc:
         raise StepFailed(step.id, f"the conda engine is not available: {exc}", runner.log_path) from None
-    from envtool.horovod.cache import cache_root
+    from envtool.core.paths import cache_root
 
     try:
         records = conda_resolve.records_for(step.data["packages"], step.data["channels"], step.data["platform"],

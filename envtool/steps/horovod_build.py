@@ -17,14 +17,14 @@ from typing import Dict, List, Optional, Tuple
 
 from packaging.version import Version
 
-from envtool.errors import StepFailed
-from envtool.platforms import conda_platform
+from envtool.core.errors import StepFailed
+from envtool.core.platforms import conda_platform
 from envtool.horovod import cache as wheel_cache
 from envtool.horovod import fixes
 from envtool.horovod.flags import build_env, cache_relevant, requirement
 from envtool.spec.model import Spec
 from envtool.spec.rules import horovod_version
-from envtool.steps.model import PlanOptions, Step
+from envtool.core.plan import PlanOptions, Step
 
 #: Distribution names per framework, as ``importlib.metadata`` sees them.
 FRAMEWORK_DISTS = {"pytorch": ("torch",), "tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-gpu"),

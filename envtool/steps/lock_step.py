@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import List
 
 from envtool.spec.model import Spec
-from envtool.steps.model import PlanOptions, Step
+from envtool.core.plan import PlanOptions, Step
 
 #: The environment's own lock, relative to its prefix.
 LOCK_NAME = "conda-lock.yml"
@@ -30,7 +30,7 @@ def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
 
 
 def _run_lock(step: Step, runner) -> None:
-    from envtool.errors import EnvtoolError
+    from envtool.core.errors import EnvtoolError
 
     try:
         from envtool.lock import build, lockio

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import List
 
 from envtool.spec.model import Spec
-from envtool.steps.model import PlanOptions, Step
+from envtool.core.plan import PlanOptions, Step
 
 
 def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
@@ -45,7 +45,7 @@ def _write(step: Step, runner) -> None:
     """Write the modulefile. A failure (root not writable, an activate.d script failing) does not
     throw away the validated environment: it is reported, like a missing lock, and
     ``envtool modulefile`` can write the file later."""
-    from envtool.errors import EnvtoolError
+    from envtool.core.errors import EnvtoolError
     from envtool.modules import build_content, write_modulefile
 
     data = step.data

@@ -14,7 +14,7 @@ from typing import List
 from envtool.engines.base import get_engine
 from envtool.spec.model import Spec
 from envtool.steps import from_lock, horovod_build, lock_step, modulefile_step, validate
-from envtool.steps.model import Plan, PlanOptions, Step
+from envtool.core.plan import Plan, PlanOptions, Step
 
 
 def module_steps(spec: Spec) -> List[Step]:
@@ -28,7 +28,7 @@ def module_steps(spec: Spec) -> List[Step]:
 
 
 def _load_modules(step: Step, runner) -> None:
-    from envtool.errors import StepFailed
+    from envtool.core.errors import StepFailed
 
     lmod = os.environ.get("LMOD_CMD")
     if not lmod:

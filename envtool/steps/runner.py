@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Dict, List, Mapping, Optional, Sequence
 
-from envtool.errors import StepFailed
-from envtool.steps.model import Plan, Step
+from envtool.core.errors import StepFailed
+from envtool.core.plan import Plan, Step
 
 
 @dataclass

@@ -12,10 +12,10 @@ import subprocess
 from pathlib import Path
 from typing import List
 
-from envtool.errors import CheckFailed, StepFailed
+from envtool.core.errors import CheckFailed, StepFailed
 from envtool.horovod import checkbuild
 from envtool.spec.model import Spec
-from envtool.steps.model import PlanOptions, Step
+from envtool.core.plan import PlanOptions, Step
 from envtool.validate import probes
 
 

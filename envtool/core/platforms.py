@@ -5,7 +5,7 @@
 * an :class:`Interpreter`: implementation, version and platform tag of a Python, which decide
   which wheels pip may install (PEP 425 tags; ``sysconfig.get_platform()``).
 
-Nothing here imports from the rest of envtool except :mod:`envtool.errors`.
+Nothing here imports from the rest of envtool except :mod:`envtool.core.errors`.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import sysconfig
 from dataclasses import dataclass
 from typing import Optional
 
-from envtool.errors import EnvtoolError
+from envtool.core.errors import EnvtoolError
 
 #: ``platform.machine()`` → the arch part of a conda platform name.
 _CONDA_ARCH = {"x86_64": "64", "AMD64": "64", "arm64": "arm64"}

@@ -1,4 +1,4 @@
-"""Plain data for plans: a :class:`Plan` is an ordered tuple of :class:`Step`.
+"""The plan model (core layer): a :class:`Plan` is an ordered tuple of :class:`Step`, plain data.
 
 ``envtool plan`` prints a plan; ``envtool create`` executes the same plan (made for the
 temporary build prefix), so what is shown is what runs.
@@ -8,9 +8,10 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple
 
-from envtool.spec.model import Spec
+if TYPE_CHECKING:  # the plan carries the spec it was made from; the core does not import the spec layer
+    from envtool.spec.model import Spec
 
 
 @dataclass(frozen=True)

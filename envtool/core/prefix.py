@@ -1,0 +1,169 @@
+"""The one reader of an environment prefix (core layer), after conda's ``PrefixData``.
+
+Every part of envtool that asks "what is installed in this prefix" asks a :class:`PrefixData`:
+conda package records (``conda-meta/*.json``, read with py-rattler's ``PrefixRecord``) and Python
+distributions (``site-packages/*.dist-info``, read with ``importlib.metadata``). It reads; it
+never writes, and it runs no subprocess.
+
+Facts it encodes:
+* a venv has ``pyvenv.cfg`` (PEP 405); a conda environment has ``conda-meta/`` (conda docs,
+  "Conda environments");
+* ``INSTALLER`` in a ``.dist-info`` names the tool that installed it (PyPA "Recording installed
+  projects"): conda writes ``conda``, pip writes ``pip``;
+* ``python -m venv`` seeds ``pip`` (and, before Python 3.12, ``setuptools``) through ensurepip.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+#: Distributions ``python -m venv`` puts in every venv itself (ensurepip), not a package step.
+VENV_BOOTSTRAP = ("pip",)
+#: Also seeded by ``python -m venv`` before Python 3.12 (ensurepip bundles setuptools).
+VENV_SEEDED = ("setuptools",)
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503 normalized distribution name (``PyYAML`` → ``pyyaml``, ``typing_extensions`` →
+    ``typing-extensions``), by ``packaging.utils.canonicalize_name``."""
+    from packaging.utils import canonicalize_name
+
+    return str(canonicalize_name(name))
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """One Python distribution found in a prefix's ``site-packages``.
+
+    Attributes:
+        name: PEP 503 normalized name.
+        version: its version string (``2.13.0+cpu``).
+        installer: the ``INSTALLER`` file's text (``pip``, ``conda``, ``uv``) or ``""``.
+        direct_url: the parsed ``direct_url.json`` (PEP 610) or ``{}``.
+        requires: its ``Requires-Dist`` lines.
+        metadata_dir: the ``.dist-info``/``.egg-info`` path relative to the prefix, or ``""``.
+    """
+
+    name: str
+    version: str
+    installer: str = ""
+    direct_url: Tuple[Tuple[str, object], ...] = ()
+    requires: Tuple[str, ...] = ()
+    metadata_dir: str = ""
+
+    @property
+    def direct(self) -> Dict[str, object]:
+        """``direct_url`` as a dict."""
+        return dict(self.direct_url)
+
+
+class PrefixData:
+    """What a prefix holds, read once and cached on the object.
+
+    Args:
+        prefix: the environment (it need not exist: then everything is empty).
+    """
+
+    def __init__(self, prefix: Path):
+        self.prefix = Path(prefix)
+
+    @property
+    def is_conda(self) -> bool:
+        """True when ``conda-meta/`` exists."""
+        return (self.prefix / "conda-meta").is_dir()
+
+    @property
+    def is_venv(self) -> bool:
+        """True when ``pyvenv.cfg`` exists."""
+        return (self.prefix / "pyvenv.cfg").is_file()
+
+    @property
+    def kind(self) -> str:
+        """``conda``, ``venv`` or ``prefix`` (anything else with a Python)."""
+        return "conda" if self.is_conda else "venv" if self.is_venv else "prefix"
+
+    @cached_property
+    def site_packages(self) -> Optional[Path]:
+        """``prefix/lib/pythonX.Y/site-packages`` (the first, sorted), or None."""
+        hits = sorted(glob.glob(str(self.prefix / "lib" / "python*" / "site-packages")))
+        return Path(hits[0]) if hits else None
+
+    @cached_property
+    def conda_records(self) -> list:
+        """py-rattler ``PrefixRecord`` of every ``conda-meta/*.json``, sorted by file name (empty
+        without ``conda-meta/``). A file py-rattler cannot read is skipped."""
+        meta = self.prefix / "conda-meta"
+        if not meta.is_dir():
+            return []
+        from rattler import PrefixRecord
+
+        out = []
+        for path in sorted(meta.glob("*.json")):
+            try:
+                out.append(PrefixRecord.from_path(str(path)))
+            except Exception:  # noqa: BLE001 - py-rattler raises its own parse errors; a broken record is skipped
+                continue
+        return out
+
+    @cached_property
+    def conda_files(self) -> frozenset:
+        """Paths (relative to the prefix) that conda records own."""
+        return frozenset(str(f) for r in self.conda_records for f in r.files)
+
+    def conda_versions(self) -> Dict[str, str]:
+        """``{conda package name: version}``."""
+        out = {}
+        for r in self.conda_records:
+            name = r.name.normalized if hasattr(r.name, "normalized") else str(r.name)
+            out[name] = str(r.version)
+        return out
+
+    @cached_property
+    def distributions(self) -> Tuple[Distribution, ...]:
+        """Every distribution in :attr:`site_packages`, sorted by name (one per name)."""
+        from importlib import metadata
+
+        sp = self.site_packages
+        if sp is None:
+            return ()
+        out: Dict[str, Distribution] = {}
+        for dist in metadata.distributions(path=[str(sp)]):
+            raw = (dist.metadata["Name"] or "").strip()
+            if not raw:
+                continue
+            try:
+                direct = json.loads(dist.read_text("direct_url.json") or "{}")
+            except json.JSONDecodeError:
+                direct = {}
+            meta_dir = getattr(dist, "_path", None)
+            rel = os.path.relpath(str(meta_dir), str(self.prefix)) if meta_dir is not None else ""
+            name = canonical_name(raw)
+            out[name] = Distribution(name=name, version=dist.version,
+                                     installer=(dist.read_text("INSTALLER") or "").strip(),
+                                     direct_url=tuple(direct.items()) if isinstance(direct, dict) else (),
+                                     requires=tuple(dist.requires or ()), metadata_dir=rel)
+        return tuple(out[k] for k in sorted(out))
+
+    def versions(self) -> Dict[str, str]:
+        """``{normalized distribution name: version}`` of every distribution."""
+        return {d.name: d.version for d in self.distributions}
+
+    def pip_installed(self) -> List[Distribution]:
+        """The distributions a pip step put there: not conda's (``INSTALLER`` other than pip, or
+        metadata files a conda record owns) and not the venv's own ``pip`` (:data:`VENV_BOOTSTRAP`)."""
+        owned_dirs = {os.path.dirname(f) for f in self.conda_files}
+        out = []
+        for d in self.distributions:
+            if d.installer and d.installer != "pip":
+                continue
+            if d.metadata_dir and d.metadata_dir in owned_dirs:
+                continue
+            if self.is_venv and d.name in VENV_BOOTSTRAP:
+                continue
+            out.append(d)
+        return out
