@@ -1,4 +1,4 @@
 """``python -m envtool``: the same entry point as the ``envtool`` console script."""
-from envtool.cli.main import main
+from envtool.cli.entry import entry
 
-raise SystemExit(main())
+entry()

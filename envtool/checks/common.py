@@ -5,9 +5,10 @@ import shlex
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from envtool.core import frameworks
+
 #: Import name → spec framework name (``horovod.frameworks``) and check-build name.
-FRAMEWORK_OF_MODULE = {"torch": ("pytorch", "PyTorch"), "tensorflow": ("tensorflow", "TensorFlow"),
-                       "mxnet": ("mxnet", "MXNet")}
+FRAMEWORK_OF_MODULE = {f.module: (f.name, f.label) for f in frameworks.FRAMEWORKS}
 
 
 def installed_pip(prefix: Path) -> Dict[str, str]:
@@ -43,7 +44,7 @@ def spec_for_rebuild(ctx, info):
     version = (info.module("horovod").get("version") or "").split("+")[0] or None
     gpu = "nccl" if caps.get("nccl_built") or (info.data.get("cuda") or {}).get("available") else None
     return Spec(name=Path(ctx.prefix).name, horovod=HorovodSpec(
-        version=Pin(version) if version else None, install="pip-build", frameworks=fws,
+        version=Pin.bare(version) if version else None, install="pip-build", frameworks=fws,
         controllers=tuple(controllers), gpu_operations=gpu))
 
 

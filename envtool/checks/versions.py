@@ -11,12 +11,6 @@ from envtool.checks.registry import check, finding
 ID = "versions"
 
 
-def _python_matches(pin: str, installed: str) -> bool:
-    """``3.11`` / ``=3.10.8`` / ``3.10.*`` against ``3.11.7`` (leading components equal)."""
-    want = [p for p in pin.strip().lstrip("=").strip().rstrip("*").rstrip(".").split(".") if p]
-    return installed.split(".")[:len(want)] == want
-
-
 def _conda_records(prefix: Path):
     from envtool.core.prefix import PrefixData
 
@@ -35,7 +29,7 @@ def compare_pins(spec, prefix: Path, python_version: Optional[str]) -> Tuple[Lis
     bad: List[str] = []
     if spec.python is not None and python_version:
         line = f"python: want {spec.python.value}, found {python_version}"
-        (ok if _python_matches(spec.python.value, python_version) else bad).append(line)
+        (ok if spec.python.matches(python_version) is not False else bad).append(line)
     pip = installed_pip(prefix)
     from packaging.utils import canonicalize_name
 
@@ -69,11 +63,11 @@ def compare_pins(spec, prefix: Path, python_version: Optional[str]) -> Tuple[Lis
             else:
                 ok.append(f"{name}: {same[0].version}")
     if spec.horovod.version is not None and spec.horovod.install != "none":
-        want = spec.horovod.version.value.strip().lstrip("=")
+        want = spec.horovod.version.version or spec.horovod.version.value
         have = pip.get("horovod")
         if have is None:
             bad.append(f"horovod: want {want}, not installed")
-        elif not _python_matches(want.split("+")[0], have.split("+")[0]):
+        elif spec.horovod.version.matches(have) is False:
             bad.append(f"horovod: want {want}, found {have}")
     return ok, bad
 
@@ -101,9 +95,10 @@ def run(ctx):
     if ctx.spec is not None:
         ok_lines, bad = compare_pins(ctx.spec, Path(ctx.prefix), data.get("python"))
         items += bad
-        want_fw = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
+        from envtool.core import frameworks
+
         for fw in ctx.spec.horovod.frameworks:
-            mod = want_fw[fw]
+            mod = frameworks.get(fw).module
             if not info.module(mod):
                 items.append(f"{mod}: the spec's horovod.frameworks has {fw}, but {mod} is not installed")
     if ctx.lock is not None:

@@ -304,7 +304,7 @@ def spec_virtual_packages(spec: Spec, platform: str) -> Dict[str, str]:
     """:func:`default_virtual_packages` plus ``__cuda`` = the spec's CUDA version when it has one."""
     out = default_virtual_packages(platform)
     if spec.cuda is not None:
-        out["__cuda"] = spec.cuda.value.strip().lstrip("=").rstrip(".*")
+        out["__cuda"] = spec.cuda.version or spec.cuda.value.strip()
     return out
 
 

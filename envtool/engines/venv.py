@@ -27,7 +27,7 @@ def find_interpreter(spec: Spec) -> str:
     """
     if spec.python is None:
         return sys.executable
-    want = spec.python.value.strip().lstrip("=").rstrip(".*")
+    want = spec.python.version or spec.python.value.strip()
     parts = want.split(".")
     major_minor = ".".join(parts[:2])
     if f"{sys.version_info.major}.{sys.version_info.minor}" == major_minor:

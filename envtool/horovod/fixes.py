@@ -248,48 +248,29 @@ def applicable(horovod: Optional[Version], frameworks: FrameworkVersions,
     return [rule for rule in RULES if rule.applies(horovod, frameworks, tc)]
 
 
-_FRAMEWORK_NAMES = {"torch": "pytorch", "pytorch": "pytorch", "pytorch-base": "pytorch", "pytorch-cpu": "pytorch",
-                    "tensorflow": "tensorflow", "tensorflow-base": "tensorflow", "tensorflow-gpu": "tensorflow",
-                    "tensorflow-cpu": "tensorflow", "mxnet": "mxnet"}
+def _framework_of(package: str) -> str:
+    from envtool.core import frameworks
+
+    fw = frameworks.by_package(package)
+    return fw.name if fw else ""
 
 
-def framework_versions_from_pins(pip: List[str], conda: List[str]) -> Dict[str, Version]:
+def framework_versions_from_pins(pins) -> Dict[str, Version]:
     """Framework versions a spec pins to one version.
 
     Args:
-        pip: pip requirements (``torch==2.13.0``), parsed with ``packaging``.
-        conda: conda match specs (``pytorch-base 1.7.1.*``, ``pytorch==1.12.0``), parsed with
-            py-rattler's ``MatchSpec``.
+        pins: :class:`~envtool.spec.model.Pin` objects (pip and conda), parsed at load time.
     Returns:
         ``{"pytorch": Version, "tensorflow": Version, "mxnet": Version}`` for the frameworks
-        pinned to one version (``==X``, ``X``, ``X.*``); ranges are left out.
+        pinned to one exact version (``==X``, a bare ``X``); ranges and wildcards are left out.
     """
     out: Dict[str, Version] = {}
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    for text in pip:
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
+    for pin in pins:
+        key = _framework_of(pin.name or "")
+        if not key or pin.version is None or pin.wildcard:
             continue
-        key = _FRAMEWORK_NAMES.get(req.name.lower())
-        specs = list(req.specifier)
-        if key and len(specs) == 1 and specs[0].operator in ("==", "===") and "*" not in specs[0].version:
-            out.setdefault(key, Version(specs[0].version.split("+")[0]))
-    if conda:
-        from rattler import MatchSpec
-
-        for text in conda:
-            try:
-                ms = MatchSpec(text)
-            except Exception:  # rattler raises its own exception types
-                continue
-            key = _FRAMEWORK_NAMES.get(ms.name.normalized if ms.name else "")
-            version = str(ms.version) if ms.version is not None else ""
-            version = version.lstrip("=").removesuffix(".*")
-            if key and version and not any(c in version for c in "<>!,|*"):
-                try:
-                    out.setdefault(key, Version(version))
-                except Exception:
-                    continue
+        try:
+            out.setdefault(key, Version(pin.version.split("+")[0]))
+        except Exception:  # noqa: BLE001 - a conda version PEP 440 cannot read is not a pin we can use
+            continue
     return out

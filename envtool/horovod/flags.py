@@ -16,11 +16,12 @@ from typing import List, Optional, Tuple
 
 from packaging.version import Version
 
+from envtool.core import frameworks
 from envtool.core.errors import SpecError
 from envtool.spec.model import HorovodSpec, Spec
 from envtool.spec.rules import horovod_version
 
-_FRAMEWORK_VARS = (("tensorflow", "TENSORFLOW"), ("pytorch", "PYTORCH"), ("mxnet", "MXNET"))
+_FRAMEWORK_VARS = tuple((f.name, f.build_var) for f in frameworks.FRAMEWORKS)
 _CONTROLLER_VARS = (("mpi", "MPI"), ("gloo", "GLOO"))
 
 

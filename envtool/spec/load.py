@@ -140,12 +140,15 @@ class _Reader:
         return _Reader(self.path, self.data.get(key), self.field(key), line=self.line_of(key))
 
 
-def check_pin_value(path: str, value: str, field: str, line: Optional[int], kind: Optional[str]) -> None:
-    """Check that a pinned value parses: ``conda`` with py-rattler's ``MatchSpec``, ``pip`` with
+def check_pin_value(path: str, value: str, field: str, line: Optional[int], kind: Optional[str]) -> dict:
+    """Parse a pinned value once: ``conda`` with py-rattler's ``MatchSpec``, ``pip`` with
     ``packaging``'s ``Requirement``, ``version`` with ``packaging``'s ``Version`` (a leading ``=``
     and a trailing ``.*`` are allowed: ``=3.8``, ``10.2.*``) or, for a range (``>=3.8,<3.11``),
-    py-rattler's ``VersionSpec``. ``kind`` None checks nothing.
+    py-rattler's ``VersionSpec``. ``kind`` None parses nothing.
 
+    Returns:
+        the parsed fields of :class:`~envtool.spec.model.Pin`: ``kind``, ``name``, ``version``,
+        ``wildcard``.
     Raises:
         SpecError: the value does not parse (names file, line, field and the parser's reason).
     """
@@ -153,19 +156,28 @@ def check_pin_value(path: str, value: str, field: str, line: Optional[int], kind
         from rattler import MatchSpec  # lazy: py-rattler is heavy
 
         try:
-            MatchSpec(value)
+            ms = MatchSpec(value)
         except Exception as exc:  # rattler raises its own InvalidMatchSpecError
             raise SpecError(path, field, "a conda match spec such as 'pytorch-base 1.7.1.*'", got=value,
                             line=line, hint=str(exc)) from None
-    elif kind == "pip":
+        version, wildcard = m.one_version(str(ms.version) if ms.version is not None else None, fuzzy_equals=True)
+        return {"kind": kind, "name": ms.name.normalized if ms.name else None, "version": version,
+                "wildcard": wildcard}
+    if kind == "pip":
         from packaging.requirements import InvalidRequirement, Requirement
+        from packaging.utils import canonicalize_name
 
         try:
-            Requirement(value)
+            req = Requirement(value)
         except InvalidRequirement as exc:
             raise SpecError(path, field, "a pip requirement such as 'torch==2.13.0'", got=value, line=line,
                             hint=str(exc).splitlines()[0]) from None
-    elif kind == "version":
+        specs = list(req.specifier)
+        version, wildcard = (None, False)
+        if len(specs) == 1 and specs[0].operator in ("==", "==="):
+            version, wildcard = m.one_version(specs[0].version)
+        return {"kind": kind, "name": str(canonicalize_name(req.name)), "version": version, "wildcard": wildcard}
+    if kind == "version":
         from packaging.version import InvalidVersion, Version
 
         if value.strip()[:1] in "<>!~" or any(c in value for c in ",|"):
@@ -176,13 +188,16 @@ def check_pin_value(path: str, value: str, field: str, line: Optional[int], kind
             except Exception as exc:
                 raise SpecError(path, field, "a version or a conda version range such as '>=3.8,<3.11'",
                                 got=value, line=line, hint=str(exc)) from None
-            return
+            return {"kind": kind, "name": None, "version": None, "wildcard": False}
         text = value.strip().lstrip("=").strip()
         text = text[:-2] if text.endswith(".*") else text
         try:
             Version(text)
         except InvalidVersion:
             raise SpecError(path, field, "a version such as 3.8 or 10.2.89", got=value, line=line) from None
+        version, wildcard = m.one_version(value, fuzzy_equals=False)
+        return {"kind": kind, "name": None, "version": version, "wildcard": wildcard}
+    return {}
 
 
 def _pin(path: str, raw: Any, field: str, line: Optional[int], source_ids: Sequence[str],
@@ -203,12 +218,12 @@ def _pin(path: str, raw: Any, field: str, line: Optional[int], source_ids: Seque
         source = r.str("source")
         if source is not None and source_ids and source not in source_ids:
             raise r.error("source", "the id of an entry of 'sources' (" + ", ".join(source_ids) + ")", got=source)
-        check_pin_value(path, value, field, r.line_of("spec" if r.has("spec") else "value"), kind)
-        return m.Pin(value=value, mark=mark, source=source, note=r.str("note"))
+        parsed = check_pin_value(path, value, field, r.line_of("spec" if r.has("spec") else "value"), kind)
+        return m.Pin(value=value, mark=mark, source=source, note=r.str("note"), **parsed)
     if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
         raise SpecError(path, field, "a version string or {spec:, mark:, source:}", got=raw, line=line)
-    check_pin_value(path, str(raw), field, line, kind)
-    return m.Pin(value=str(raw))
+    parsed = check_pin_value(path, str(raw), field, line, kind)
+    return m.Pin(value=str(raw), **parsed)
 
 
 def _pin_list(r: _Reader, key: str, source_ids, kind: Optional[str] = None) -> Tuple[m.Pin, ...]:
@@ -289,7 +304,7 @@ def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False)
 
     h = r.sub("horovod")
     h.check_keys(HOROVOD_KEYS)
-    version = _pin(path, h.get("version"), h.field("version"), h.line_of("version"), source_ids) \
+    version = _pin(path, h.get("version"), h.field("version"), h.line_of("version"), source_ids, kind="version") \
         if h.get("version") is not None else None
     gpu_ops_raw = h.sub("gpu_ops")
     gpu_ops_raw.check_keys(tuple(m.GPU_OP_CHOICES))

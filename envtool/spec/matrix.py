@@ -15,14 +15,12 @@ from typing import Dict, Iterable, List, Optional, Tuple
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from envtool.core import frameworks
 from envtool.core.errors import UsageError
 from envtool.spec.model import Spec
 
 #: Package names (conda and pip) that carry each framework's version.
-FRAMEWORK_PACKAGES: Dict[str, Tuple[str, ...]] = {
-    "tensorflow": ("tensorflow", "tensorflow-base", "tensorflow-gpu", "tensorflow-cpu"),
-    "pytorch": ("pytorch", "pytorch-base", "torch", "pytorch-cpu"),
-}
+FRAMEWORK_PACKAGES: Dict[str, Tuple[str, ...]] = {f.name: f.package_names for f in frameworks.FRAMEWORKS}
 #: Column names, in table order (``--sort`` takes any of them).
 COLUMNS = ("name", "distribution", "version", "python", "tensorflow", "pytorch", "horovod", "backend",
            "install", "cuda", "platforms", "site")

@@ -22,12 +22,14 @@ MARKS: Dict[str, str] = {
     "I": "inferred (nobody has seen it)",
 }
 
+
+from envtool.core import frameworks
 #: conda platforms a spec may name.
 PLATFORMS = ("linux-64", "linux-ppc64le", "linux-aarch64", "linux-s390x", "osx-64", "osx-arm64")
 
 ENGINES = ("venv", "conda")
 HOROVOD_INSTALLS = ("pip-build", "conda", "none")
-FRAMEWORKS = ("tensorflow", "pytorch", "mxnet")
+FRAMEWORKS = frameworks.NAMES  # ("tensorflow", "pytorch", "mxnet"): envtool.core.frameworks
 CONTROLLERS = ("mpi", "gloo")
 GPU_OPERATION_CHOICES = ("nccl", "mpi")
 #: Per-operation GPU overrides (``HOROVOD_GPU_<OP>``) and the values each takes.
@@ -44,9 +46,29 @@ NCCL_LINKS = ("shared", "static")
 START_METHODS = ("fork", "spawn", "forkserver")
 
 #: Names that ``horovodrun --check-build`` prints, per section (horovod/runner/launch.py@v0.28.1).
-CHECK_BUILD_FRAMEWORKS = ("TensorFlow", "PyTorch", "MXNet")
+CHECK_BUILD_FRAMEWORKS = frameworks.LABELS
 CHECK_BUILD_CONTROLLERS = ("MPI", "Gloo")
 CHECK_BUILD_TENSOR_OPERATIONS = ("NCCL", "DDL", "CCL", "MLSL", "MPI", "Gloo")
+
+
+def one_version(text: Optional[str], fuzzy_equals: bool = False) -> Tuple[Optional[str], bool]:
+    """``(version, wildcard)`` of a version constraint that names one version (``==2.13.0``,
+    ``1.7.1.*``, ``=3.8``), else ``(None, False)`` for a range or nothing. ``fuzzy_equals``: a
+    single leading ``=`` means "starts with" (conda's ``=3.8`` is ``3.8.*``)."""
+    if not text:
+        return None, False
+    text = text.strip()
+    if any(c in text for c in "<>!~,|") or not text:
+        return None, False
+    wildcard = text.endswith(".*")
+    if wildcard:
+        text = text[:-2]
+    if text.startswith("=="):
+        text = text[2:]
+    elif text.startswith("="):
+        text, wildcard = text[1:], wildcard or fuzzy_equals
+    text = text.strip()
+    return (text or None), (wildcard and bool(text))
 
 
 @dataclass(frozen=True)
@@ -59,12 +81,46 @@ class Pin:
         mark: ``V``, ``V2``, ``I`` (see :data:`MARKS`) or None when the spec gives none.
         source: id of an entry of :attr:`Spec.sources`, or None.
         note: free text (e.g. why a pin differs from a seed document).
+        kind: how ``value`` was parsed at load time (pypa ``packaging`` for ``pip``, py-rattler
+            ``MatchSpec`` for ``conda``, ``packaging.version`` for a bare ``version``), or None
+            for a pin built in memory without parsing.
+        name: the package's name (PEP 503 normalized for pip, conda's for conda), None for a
+            bare version.
+        version: the one version the pin names, without operators or a trailing ``.*``
+            (``torch==2.13.0`` → ``2.13.0``, ``pytorch-base 1.7.1.*`` → ``1.7.1``, ``=3.8`` →
+            ``3.8``); None for a range (``>=3.8,<3.11``) or no version.
+        wildcard: True when ``version`` is a prefix (``1.7.1.*``, conda's ``=3.8``): any version
+            that starts with it matches.
     """
 
     value: str
     mark: Optional[str] = None
     source: Optional[str] = None
     note: Optional[str] = None
+    kind: Optional[str] = None
+    name: Optional[str] = None
+    version: Optional[str] = None
+    wildcard: bool = False
+
+    @classmethod
+    def bare(cls, value: str, **provenance) -> "Pin":
+        """A bare version pin made in memory (``0.28.1``, ``=3.8``, ``10.2.*``), parsed like a loaded one."""
+        version, wildcard = one_version(value)
+        return cls(value=value, kind="version", version=version, wildcard=wildcard, **provenance)
+
+    def matches(self, installed: str) -> Optional[bool]:
+        """Whether an installed version string fits :attr:`version` (leading release components
+        equal for a wildcard or a shorter pin: ``3.11`` fits ``3.11.7``; a local label such as
+        ``+cpu`` is ignored); None when the pin names no single version.
+
+        Args:
+            installed: the installed version (``2.13.0+cpu``).
+        """
+        if self.version is None:
+            return None
+        want = [p for p in self.version.split("+")[0].split(".") if p]
+        have = installed.split("+")[0].split(".")
+        return have[:len(want)] == want
 
     def __str__(self) -> str:
         return self.value

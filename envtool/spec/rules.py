@@ -29,9 +29,10 @@ def horovod_version(spec: Spec) -> Optional[Version]:
     pin = spec.horovod.version
     if pin is None:
         return None
-    text = pin.value.strip().lstrip("=").strip()
     try:
-        return Version(text.rstrip(".*"))
+        if pin.version is None:
+            raise InvalidVersion(pin.value)
+        return Version(pin.version)
     except InvalidVersion:
         raise SpecError(spec.path, "horovod.version", "a Horovod version such as 0.28.1", got=pin.value) from None
 
@@ -118,9 +119,10 @@ def check(spec: Spec, raw: Optional[LineDict] = None) -> None:
     if cb is not None and h.install != "none":
         # What --check-build can show follows from the build request (flags.build_env: a framework
         # or controller not requested gets HOROVOD_WITHOUT_*; horovod/runner/launch.py@v0.28.1).
-        requested = {"TensorFlow": "tensorflow", "PyTorch": "pytorch", "MXNet": "mxnet"}
+        from envtool.core import frameworks
+
         for name in cb.frameworks:
-            if requested[name] not in h.frameworks:
+            if frameworks.by_label(name).name not in h.frameworks:
                 fail("expect.check_build.frameworks", f"{name} among horovod.frameworks when check-build "
                      f"is to show it", got=list(h.frameworks))
         for name in cb.controllers:

@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Tuple
 
 from packaging.version import Version
 
+from envtool.core import frameworks
 from envtool.core.errors import StepFailed
 from envtool.core.platforms import conda_platform
 from envtool.horovod import cache as wheel_cache
@@ -27,8 +28,7 @@ from envtool.spec.rules import horovod_version
 from envtool.core.plan import PlanOptions, Step
 
 #: Distribution names per framework, as ``importlib.metadata`` sees them.
-FRAMEWORK_DISTS = {"pytorch": ("torch",), "tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-gpu"),
-                   "mxnet": ("mxnet",)}
+FRAMEWORK_DISTS = {f.name: f.pip_names for f in frameworks.FRAMEWORKS}
 
 _PROBE = r"""
 import json, sys, sysconfig
@@ -89,8 +89,7 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
     py = str(Path(options.work_prefix) / "bin" / "python")
     env = build_env(spec, cpu_count=options.cpu_count)
     version = horovod_version(spec)
-    pinned = fixes.framework_versions_from_pins([p.value for p in spec.packages.pip],
-                                                [p.value for p in spec.packages.conda])
+    pinned = fixes.framework_versions_from_pins(spec.packages.pip + spec.packages.conda)
     toolchain = fixes.probe_toolchain(options.work_prefix, cxx=dict(env).get("CXX"))
     rules = fixes.applicable(version, pinned, toolchain)
     notes = []

@@ -1,0 +1,29 @@
+"""The process entry point of ``envtool`` (console script and ``python -m envtool``).
+
+It runs :func:`envtool.cli.main.main` and leaves the process with its status. When py-rattler was
+used, the process ends with ``os._exit`` after flushing stdout and stderr, skipping interpreter
+finalization: py-rattler's background tokio tasks race with Python's shutdown and crashed
+envtool after it had finished (SIGSEGV or SIGABRT in about 1 run in 30 of a failing conda solve
+here; the race is known in pyo3's async runtimes, PyO3/pyo3-async-runtimes#40). Everything envtool
+writes is closed by then (logs, locks and modulefiles are written with context managers).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import NoReturn
+
+
+def entry() -> NoReturn:
+    """Run the CLI and exit with its status (see the module docstring)."""
+    from envtool.cli.main import main
+
+    code = main()
+    if "rattler" in sys.modules:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    sys.exit(code)
