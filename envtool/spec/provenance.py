@@ -6,21 +6,24 @@ A source entry (``sources: {id: REF}`` in a spec or site file) is one of:
   with ``#L12`` or ``#L12-L20`` (e.g. ``open-ce/open-ce@open-ce-v1.7.0:README.md#L27``);
 - ``https://…`` — a vendor or site page;
 - ``seed NNN_HASH:LINE`` (or ``:L1-L2``) — a line of a document in ``shared/seeds/``;
+- ``docs/FILE#L1-L2`` — a record in this repository of what was measured on our own machines
+  (``docs/gpu-proof.md``): first-hand, so primary;
 - ``shared/reference/…`` — the team's own summaries (``stacks.md``): a *secondary* source.
 
 Anything may follow the reference after whitespace, in parentheses (``(OLCF docs, 1.6.1 table)``).
 A ``V`` pin ("verified in a primary source", :data:`envtool.spec.model.MARKS`) must cite a
-primary reference (repository file, URL or seed line); ``V2`` and ``I`` may cite anything.
+primary reference (repository file, URL, seed line or project record); ``V2`` and ``I`` may cite anything.
 Nothing here does I/O.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
 #: Kinds a reference can be; the first three are primary.
-PRIMARY_KINDS = ("repo", "url", "seed")
+PRIMARY_KINDS = ("repo", "url", "seed", "project")
 SECONDARY_KINDS = ("secondary",)
 
 _DESC = r"(?:\s+\((?P<desc>.*)\))?\s*$"
@@ -29,6 +32,7 @@ _REPO_RE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)@(?P<ref>[^\s:@]+):
                       r"(?:#L(?P<l1>\d+)(?:-L?(?P<l2>\d+))?)?" + _DESC)
 _URL_RE = re.compile(r"^(?P<url>https?://\S+)" + _DESC)
 _SEED_RE = re.compile(r"^seed\s+(?P<seed>\d{3}_[0-9a-f]+)(?:\.txt)?:" + _LINES + _DESC)
+_PROJECT_RE = re.compile(r"^(?P<path>docs/[^\s#]+)(?:#L(?P<l1>\d+)(?:-L?(?P<l2>\d+))?)?" + _DESC)
 _SECONDARY_RE = re.compile(r"^(?P<path>shared/reference/\S+)" + _DESC)
 
 
@@ -38,7 +42,7 @@ class SourceRef:
 
     Attributes:
         text: the entry as written.
-        kind: ``repo``, ``url``, ``seed`` or ``secondary``.
+        kind: ``repo``, ``url``, ``seed``, ``project`` or ``secondary``.
         repo: ``owner/name`` (kind ``repo``), else None.
         ref: the tag or commit (kind ``repo``), else None.
         path: file path in the repository, the seed file name (``000_….txt``) or the
@@ -59,7 +63,7 @@ class SourceRef:
 
     @property
     def primary(self) -> bool:
-        """True for a repository file, a URL or a seed line."""
+        """True for a repository file, a URL, a seed line or a project record."""
         return self.kind in PRIMARY_KINDS
 
     def where(self) -> str:
@@ -69,8 +73,8 @@ class SourceRef:
             if self.lines:
                 anchor = f"#L{self.lines[0]}" + (f"-L{self.lines[1]}" if self.lines[1] != self.lines[0] else "")
             return f"https://github.com/{self.repo}/blob/{self.ref}/{self.path}{anchor}"
-        if self.kind == "seed":
-            where = f"shared/seeds/{self.path}"
+        if self.kind in ("seed", "project"):
+            where = f"shared/seeds/{self.path}" if self.kind == "seed" else str(self.path)
             if self.lines:
                 where += f" line {self.lines[0]}" + (f"-{self.lines[1]}" if self.lines[1] != self.lines[0] else "")
             return where
@@ -101,7 +105,7 @@ def parse(text: str) -> Optional[SourceRef]:
     if m:
         sref = SourceRef(text=text, kind="repo", repo=m.group("repo"), ref=m.group("ref"), path=m.group("path"),
                          lines=_lines(m), description=m.group("desc"))
-        return SourceRef(**{**sref.__dict__, "url": sref.where()})
+        return dataclasses.replace(sref, url=sref.where())
     m = _URL_RE.match(text)
     if m:
         return SourceRef(text=text, kind="url", url=m.group("url"), description=m.group("desc"))
@@ -109,6 +113,9 @@ def parse(text: str) -> Optional[SourceRef]:
     if m:
         return SourceRef(text=text, kind="seed", path=m.group("seed") + ".txt", lines=_lines(m),
                          description=m.group("desc"))
+    m = _PROJECT_RE.match(text)
+    if m:
+        return SourceRef(text=text, kind="project", path=m.group("path"), lines=_lines(m), description=m.group("desc"))
     m = _SECONDARY_RE.match(text)
     if m:
         return SourceRef(text=text, kind="secondary", path=m.group("path"), description=m.group("desc"))

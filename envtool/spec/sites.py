@@ -21,6 +21,7 @@ with ``--site-file``) holds::
         mark: V                         # provenance of the mapping (V, V2, I)
         source: seed-000
         note: free text
+        warning: text that `show` and `doctor` print (the stack may not work here, and why)
         overrides: {python: "3.8"}      # a partial spec merged over the stack (as ``extends`` does)
       open-ce-1.1.3-py36:               # a site variant: a name of its own for another module of a spec
         spec: open-ce-1.1.3
@@ -54,7 +55,7 @@ from envtool.spec.yamlload import LineDict, load_yaml
 
 SITE_FILE_KEYS = ("name", "summary", "sources", "platforms", "scheduler", "launcher", "gpus_per_node", "modules",
                   "env", "notes", "stacks")
-STACK_KEYS = ("spec", "modules", "base_env", "launcher", "env", "mark", "source", "note", "overrides")
+STACK_KEYS = ("spec", "modules", "base_env", "launcher", "env", "mark", "source", "note", "warning", "overrides")
 SCHEDULERS = ("slurm", "lsf", "pbs", "none")
 BUNDLED_SITES = ("summit", "perlmutter", "polaris", "bede", "local")
 
@@ -75,6 +76,7 @@ class StackMapping:
         overrides: partial spec mapping merged over the spec (raw YAML mapping).
         line: line of the entry in the site file.
         spec: for a site variant, the spec it resolves as (its key is then the variant's name); else None.
+        warning: what users of this stack at this site must know (``show`` and ``doctor`` print it), or None.
     """
 
     key: str
@@ -88,6 +90,7 @@ class StackMapping:
     overrides: Optional[LineDict] = None
     line: Optional[int] = None
     spec: Optional[str] = None
+    warning: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -209,7 +212,7 @@ def load_site(path: Path) -> SiteFile:
         stacks.append(StackMapping(key=str(key), modules=s.str_list("modules"), base_env=s.str("base_env"),
                                    launcher=s.str("launcher"), env=s.str_map("env"), mark=mark, source=source,
                                    note=s.str("note"), overrides=overrides, line=s.line,
-                                   spec=variant_of))
+                                   spec=variant_of, warning=s.str("warning")))
     return SiteFile(name=r.str("name") or Path(path).stem, path=spath, summary=r.str("summary") or "",
                     sources=sources, platforms=tuple(platforms), scheduler=None if scheduler == "none" else scheduler,
                     launcher=r.str("launcher"), gpus_per_node=r.int("gpus_per_node", 0),
