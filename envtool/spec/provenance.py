@@ -31,7 +31,7 @@ _LINES = r"(?:#?L?(?P<l1>\d+)(?:-L?(?P<l2>\d+))?)?"
 _REPO_RE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)@(?P<ref>[^\s:@]+):(?P<path>[^\s#]+)"
                       r"(?:#L(?P<l1>\d+)(?:-L?(?P<l2>\d+))?)?" + _DESC)
 _URL_RE = re.compile(r"^(?P<url>https?://\S+)" + _DESC)
-_SEED_RE = re.compile(r"^seed\s+(?P<seed>\d{3}_[0-9a-f]+)(?:\.txt)?:" + _LINES + _DESC)
+_SEED_RE = re.compile(r"^seed\s+(?P<seed>\d{3}_[0-9a-f]+)(?:\.txt)?(?::" + _LINES + ")?" + _DESC)
 _PROJECT_RE = re.compile(r"^(?P<path>docs/[^\s#]+)(?:#L(?P<l1>\d+)(?:-L?(?P<l2>\d+))?)?" + _DESC)
 _SECONDARY_RE = re.compile(r"^(?P<path>shared/reference/\S+)" + _DESC)
 
