@@ -104,7 +104,8 @@ def test_site_mappings_and_their_overrides_cite_primary_sources(site_file):
 
 
 def test_problems_finds_a_v_pin_citing_a_secondary_source_or_none():
-    sources = (("stacks", "shared/reference/stacks.md (Open-CE)"), ("rd", "open-ce/open-ce@open-ce-v1.7.0:README.md#L27"),
+    sources = (("stacks", "shared/reference/stacks.md (Open-CE)"),
+               ("rd", "open-ce/open-ce@open-ce-v1.7.0:README.md#L27"),
                ("bad", "my notes"), ("seed", "seed 000_21419d89f8c7e024"))
     pins = [("python", Pin("3.9", "V", "stacks")), ("cuda", Pin("11.4", "V", "nope")),
             ("x", Pin("1", "V2", "stacks")), ("y", Pin("2", "V", "rd"))]
