@@ -173,3 +173,11 @@ def test_summit_variants_resolve_under_their_own_name():
     # a variant is a site's name: without that site it is no spec
     proc = _envtool("show", "open-ce-1.1.3-py36")
     assert proc.returncode == 2 and "open-ce-1.1.3" in proc.stderr
+
+
+def test_a_variant_of_an_unknown_spec_names_the_site_file(tmp_path):
+    site = tmp_path / "x.yaml"
+    site.write_text("name: x\nplatforms: [linux-64]\nstacks:\n  foo:\n    spec: no-such-spec\n    modules: [a/1]\n")
+    proc = _envtool("show", "foo", "--site-file", str(site))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"{site}:5: stacks.foo.spec: expected the name of a known spec, got 'no-such-spec'" in proc.stderr

@@ -266,6 +266,9 @@ def resolve_full(name: str, site: Optional[str] = None, site_file: Optional[str]
     variant = None
     if "/" not in name and not name.endswith((".yaml", ".yml")) and name not in catalog.available():
         variant = next((s for s in sf.variants() if s.key == name), None)
+    if variant is not None and variant.spec not in catalog.available():
+        raise SpecError(sf.path, f"stacks.{variant.key}.spec", "the name of a known spec", got=variant.spec,
+                        line=variant.line, hint="see 'envtool specs'")
     spath = catalog.find(variant.spec if variant is not None else name)
     raw = load.resolve_raw(spath, catalog.find)
     if raw.get("abstract") is True:
