@@ -22,7 +22,7 @@ SITE_NAMES = sorted(p.stem for p in (REPO / "sites").glob("*.yaml"))
 REQUIRED = ["ibm-wml-ce-1.6.1", "ibm-wml-ce-1.6.2", "ibm-wml-ce-1.7.0", "open-ce-0.1", "open-ce-1.0.1",
             "open-ce-1.1.3"] + [f"open-ce-1.{n}" for n in range(2, 12)] + [
     "perlmutter-horovod", "nersc-pytorch-1.13.1", "nersc-tensorflow-2.9.0", "polaris-conda-2022-07-19",
-    "polaris-conda-2022-09-08", "polaris-conda-2023-01-10", "polaris-conda-2023-10-04", "cpu-horovod"]
+    "polaris-conda-2022-09-08", "polaris-conda-2022-09-08-hvd-nccl", "polaris-conda-2023-01-10", "polaris-conda-2023-10-04", "cpu-horovod"]
 
 
 @pytest.fixture(autouse=True)
@@ -87,7 +87,7 @@ def test_summit_overlay_for_open_ce_1_1_3():
     assert spec.site.base_env.endswith("open-ce-1.1.3-py38-0")
     assert spec.site.launcher == "jsrun -r1 -g6 -a6 -c42 -bpacked:7" and spec.site.scheduler == "lsf"
     assert spec.platforms == ("linux-ppc64le",)
-    assert spec.python.value == "3.8" and spec.python.source == "seed-000"
+    assert spec.python.value == "3.8" and spec.python.source == "seed-opence-modules"
     assert "https://ftp.osuosl.org/pub/open-ce/1.1.3/" in spec.channels
 
 

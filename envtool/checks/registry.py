@@ -11,7 +11,8 @@ from typing import Callable, Dict, List, Tuple
 from envtool.checks.model import Check, Finding
 
 #: Modules under ``envtool.checks`` that define checks, in the issue's order.
-MODULES = ("versions", "horovod_build", "start_method", "script", "launchers", "gpu", "hygiene", "runtime")
+MODULES = ("versions", "horovod_build", "start_method", "script", "launchers", "gpu", "hygiene", "runtime",
+           "site_notes")
 
 _CHECKS: Dict[str, Check] = {}
 

@@ -15,6 +15,9 @@ def register(sub) -> None:
     p.add_argument("spec", help="spec name (see 'envtool specs') or path to a spec file")
     p.add_argument("--site", help="resolve for this site (bundled: summit, perlmutter, polaris, bede, local)")
     p.add_argument("--site-file", help="resolve with this site file")
+    p.add_argument("--sources", action="store_true",
+                   help="list only the pins, each with its mark and where it can be read (repository file at a "
+                        "tag with line, URL, or seed line), then the site mapping's source")
     add_json(p)
     p.set_defaults(func=run)
 
@@ -62,7 +65,7 @@ def describe(name: str, site: Optional[str] = None, site_file: Optional[str] = N
         SpecError: exit 2.
     """
     from envtool.horovod.flags import build_env
-    from envtool.spec import catalog, sites
+    from envtool.spec import catalog, channels, provenance, sites
     from envtool.spec.model import MARKS
 
     resolved = None
@@ -75,11 +78,17 @@ def describe(name: str, site: Optional[str] = None, site_file: Optional[str] = N
     overrides = resolved.mapping.overrides if resolved and resolved.mapping else None
     site_path = resolved.site.path if resolved else None
     sources = dict(spec.sources)
+    def where(sid: Optional[str]) -> Dict[str, Any]:
+        text = sources.get(sid or "")
+        ref = provenance.parse(text) if text else None
+        return {"source_ref": text, "source_kind": ref.kind if ref else None,
+                "where": ref.where() if ref else None}
+
     pins = []
     for field, pin in spec.pins():
         pins.append({"field": field, "value": pin.value, "mark": pin.mark,
                      "mark_meaning": MARKS.get(pin.mark or "", "no mark"), "source": pin.source,
-                     "source_ref": sources.get(pin.source or ""), "note": pin.note,
+                     **where(pin.source), "note": pin.note,
                      "defined_in": _defined_in(chain, field, overrides, site_path)})
     h = spec.horovod
     horovod = {"version": h.version.value if h.version else None, "install": h.install, "source": h.source,
@@ -97,15 +106,19 @@ def describe(name: str, site: Optional[str] = None, site_file: Optional[str] = N
         m = resolved.mapping
         site_info["site_file"] = resolved.site.path
         site_info["site_sources"] = dict(resolved.site.sources)
+        site_sources = dict(resolved.site.sources)
+        ref = provenance.parse(site_sources.get(m.source or "", "")) if m is not None and m.source else None
         site_info["stack"] = None if m is None else {
-            "key": m.key, "mark": m.mark, "source": m.source,
-            "source_ref": dict(resolved.site.sources).get(m.source or ""), "note": m.note,
+            "key": m.key, "spec": m.spec, "mark": m.mark, "source": m.source,
+            "source_ref": site_sources.get(m.source or ""), "source_kind": ref.kind if ref else None,
+            "where": ref.where() if ref else None, "note": m.note, "warning": m.warning,
             "overrides": sorted(m.overrides) if m.overrides else []}
     return {
         "name": spec.name, "path": spec.path, "extends": [f for f, _ in chain[1:]], "summary": spec.summary,
         "distribution": {"name": spec.distribution.name, "version": spec.distribution.version},
         "platforms": list(spec.platforms), "engine": spec.engine,
         "venv": {"system_site_packages": spec.venv.system_site_packages}, "channels": list(spec.channels),
+        "channel_urls": channels.expand(spec.channels, spec.platforms[0] if spec.platforms else None),
         "pins": pins, "horovod": horovod,
         "expect": {"check_build": None if cb is None else {"frameworks": list(cb.frameworks),
                                                            "controllers": list(cb.controllers),
@@ -124,7 +137,10 @@ def format_text(d: Dict[str, Any]) -> str:
     lines += [f"  distribution: {dist['name']} {dist['version'] or ''}".rstrip(),
               f"  platforms: {', '.join(d['platforms'])}; engine: {d['engine']}"
               + (" (venv --system-site-packages)" if d["venv"]["system_site_packages"] else ""),
-              f"  channels: {', '.join(d['channels']) or '-'}", "", "Pins (mark: V primary, V2 secondary, I inferred):"]
+              f"  channels: {', '.join(d['channels']) or '-'}"]
+    if d["channel_urls"] != d["channels"]:
+        lines.append(f"  channel URLs: {', '.join(d['channel_urls'])}  ({channels_note()})")
+    lines += ["", "Pins (mark: V primary, V2 secondary, I inferred):"]
     width = max([len(p["field"]) for p in d["pins"]] + [5])
     vwidth = max([len(p["value"]) for p in d["pins"]] + [5])
     for p in d["pins"]:
@@ -155,7 +171,10 @@ def format_text(d: Dict[str, Any]) -> str:
     stack = s.get("stack")
     if stack:
         lines.append(f"  mapping: stacks.{stack['key']} [{stack['mark'] or '-'}] {stack['source'] or '-'}"
+                     + (f" (variant of {stack['spec']})" if stack["spec"] else "")
                      + (f" - {stack['note']}" if stack["note"] else ""))
+        if stack["warning"]:
+            lines.append(f"  WARNING: {stack['warning']}")
         if stack["overrides"]:
             lines.append("  overrides: " + ", ".join(stack["overrides"]))
     elif "stack" in s:
@@ -168,8 +187,56 @@ def format_text(d: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def channels_note() -> str:
+    """One line saying what ``defaults`` stands for (for ``show``)."""
+    from envtool.spec import channels
+
+    return "defaults = " + " + ".join(channels.DEFAULT_CHANNELS) + ", as conda means it"
+
+
+def sources_view(d: Dict[str, Any]) -> Dict[str, Any]:
+    """The ``--sources`` part of :func:`describe`'s mapping: each pin with where it can be read.
+
+    Returns:
+        ``{"name", "pins": [{"field", "value", "mark", "source", "source_kind", "where", "note"}],
+        "site": {"name", "modules", "mark", "source", "where", "warning"} or None}``.
+    """
+    stack = d["site"].get("stack")
+    return {"name": d["name"],
+            "pins": [{k: p[k] for k in ("field", "value", "mark", "source", "source_kind", "where", "note")}
+                     for p in d["pins"]],
+            "site": None if not stack else {"name": d["site"]["name"], "modules": d["site"]["modules"],
+                                            "mark": stack["mark"], "source": stack["source"],
+                                            "where": stack["where"], "warning": stack["warning"]}}
+
+
+def format_sources(v: Dict[str, Any]) -> str:
+    """Readable form of :func:`sources_view`: one line per pin (field, value, mark, where)."""
+    pins = v["pins"]
+    fw = max([len(p["field"]) for p in pins] + [5])
+    vw = max([len(p["value"]) for p in pins] + [5])
+    lines = [f"{v['name']}: where each pin can be read (V primary, V2 secondary, I inferred)"]
+    for p in pins:
+        kind = f" ({p['source_kind']})" if p["source_kind"] and p["source_kind"] != "repo" else ""
+        lines.append(f"  {p['field'].ljust(fw)}  {p['value'].ljust(vw)}  [{p['mark'] or '-'}] "
+                     f"{p['where'] or p['source'] or '-'}{kind}")
+    s = v["site"]
+    if s:
+        lines.append(f"  site {s['name']}: {' '.join(s['modules']) or '-'}  [{s['mark'] or '-'}] {s['where'] or '-'}")
+        if s["warning"]:
+            lines.append(f"  WARNING: {s['warning']}")
+    return "\n".join(lines)
+
+
 def run(args) -> int:
     d = describe(args.spec, args.site, args.site_file)
+    if args.sources:
+        v = sources_view(d)
+        if args.json:
+            print_json(v)
+        else:
+            print(format_sources(v))
+        return 0
     if args.json:
         print_json(d)
     else:

@@ -18,14 +18,16 @@ def register(sub) -> None:
     p.add_argument("--sort", default="version", metavar="COL",
                    help="sort by a column: name, distribution, version (default), python, tensorflow, pytorch, "
                         "horovod, backend, install, cuda, platforms, site")
-    p.add_argument("--site", help="resolve every spec for this site; specs the site cannot run are left out")
+    p.add_argument("--site", help="resolve every spec for this site (and list the site's variants, such as "
+                                  "Summit's per-Python open-ce modules); specs the site cannot run are left out")
     p.add_argument("--site-file", help="as --site, with a site file")
     add_json(p)
     p.set_defaults(func=run)
 
 
 def catalog_specs(site=None, site_file=None):
-    """Every concrete spec of the catalog, resolved (for ``site`` when given).
+    """Every concrete spec of the catalog, resolved (for ``site`` when given, followed then by the
+    site's variants: stack entries with ``spec:``, listed under their own names).
 
     Returns:
         a list of :class:`~envtool.spec.model.Spec`.
@@ -52,6 +54,11 @@ def catalog_specs(site=None, site_file=None):
                 raise
         else:
             out.append(catalog.load_spec(str(path)))
+    if site or site_file:
+        # the site's variants (stack entries with ``spec:``, e.g. Summit's open-ce/1.1.3-py36-0)
+        sf = sites.load_site(Path(site_file) if site_file else sites.find(site))
+        for variant in sf.variants():
+            out.append(sites.resolve(variant.key, site=site, site_file=site_file))
     return out
 
 

@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from envtool.engines.base import Engine, InstalledPackage
 from envtool.core.errors import EnvtoolError, StepFailed, UsageError
+from envtool.spec.channels import expand
 from envtool.spec.model import Spec
 from envtool.core.plan import PlanOptions, Step
 
@@ -103,7 +104,8 @@ def solve_records(channels: List[str], specs: List[str], platform: str,
 
     Args:
         channels: channel names or URLs (``conda-forge``, ``file:///tmp/ch``), highest priority
-            first (strict channel priority).
+            first (strict channel priority); ``defaults`` is expanded as conda means it
+            (:func:`envtool.spec.channels.expand`).
         specs: conda match specs (``pytorch-base 1.7.1.*``).
         platform: target platform (``linux-64``, ``linux-ppc64le``); ``noarch`` is added.
         virtual_packages: see :func:`parse_virtual_packages` (None: defaults for ``platform``).
@@ -118,6 +120,7 @@ def solve_records(channels: List[str], specs: List[str], platform: str,
 
     if not channels:
         raise UsageError("solving conda packages needs at least one channel (spec field `channels`)")
+    channels = expand(channels, platform)
     vps = parse_virtual_packages(virtual_packages, platform)
     if cache_dir is None:
         from envtool.core.paths import cache_root
@@ -346,14 +349,15 @@ class RattlerEngine(Engine):
         if spec.python is not None and not any(s.split()[0] == "python" for s in specs):
             specs.append("python " + spec.python.value.strip())
         prefix = Path(options.work_prefix)
+        channels = expand(spec.channels, platform)
         steps = [Step(
             id="conda-create", title=f"Solve and install {len(specs)} conda specs for {platform} with py-rattler",
-            commands=(("#", f"py-rattler solve {' '.join(specs)} from {' '.join(spec.channels)} for {platform} "
+            commands=(("#", f"py-rattler solve {' '.join(specs)} from {' '.join(channels)} for {platform} "
                             f"with virtual packages {' '.join(k + '=' + v for k, v in vps.items())}"),
                       ("#", f"py-rattler install into {prefix} (package cache {_package_cache()}, "
                             f"prefix written into files: {options.prefix})")),
             action=_create_action,
-            data={"channels": tuple(spec.channels), "specs": tuple(specs), "platform": platform,
+            data={"channels": tuple(channels), "specs": tuple(specs), "platform": platform,
                   "virtual_packages": vps, "prefix": str(prefix), "final_prefix": str(options.prefix)})]
         return steps + _pip_step(spec, prefix)
 
@@ -430,12 +434,13 @@ def _extra_conda_steps(spec: Spec, prefix: Path, final_prefix: Path) -> List[Ste
     if not spec.packages.conda or not spec.channels:
         return []
     platform = _platform_for(spec)
+    channels = expand(spec.channels, platform)
     return [Step(id="conda-install-extra", title="Install the spec's conda packages the clone lacks",
-                 commands=(("#", "py-rattler solve, from " + " ".join(spec.channels) + f" for {platform}, the specs "
+                 commands=(("#", "py-rattler solve, from " + " ".join(channels) + f" for {platform}, the specs "
                                  "not met by the clone's records (" + ", ".join(p.value for p in spec.packages.conda)
                                  + "), with those records pinned; install the additions"),),
                  action=_extra_action,
-                 data={"channels": tuple(spec.channels), "specs": tuple(p.value for p in spec.packages.conda),
+                 data={"channels": tuple(channels), "specs": tuple(p.value for p in spec.packages.conda),
                        "platform": platform, "virtual_packages": spec_virtual_packages(spec, platform),
                        "prefix": str(prefix), "final_prefix": str(final_prefix)})]
 

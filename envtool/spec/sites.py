@@ -21,7 +21,16 @@ with ``--site-file``) holds::
         mark: V                         # provenance of the mapping (V, V2, I)
         source: seed-000
         note: free text
+        warning: text that `show` and `doctor` print (the stack may not work here, and why)
         overrides: {python: "3.8"}      # a partial spec merged over the stack (as ``extends`` does)
+      open-ce-1.1.3-py36:               # a site variant: a name of its own for another module of a spec
+        spec: open-ce-1.1.3
+        modules: [open-ce/1.1.3-py36-0]
+        overrides: {python: "3.6"}
+
+A stack entry with ``spec:`` is a *site variant*: its key is a name of its own (not a spec's), usable
+wherever a spec name is (``envtool show open-ce-1.1.3-py36 --site summit``); it resolves as the named
+spec with the entry's modules and overrides, under the variant's name.
 
 Resolution (:func:`resolve`): the spec is loaded with its ``extends`` chain; the stack entry that
 names it (exact name first, then the first matching glob in file order) is applied: ``overrides``
@@ -46,7 +55,7 @@ from envtool.spec.yamlload import LineDict, load_yaml
 
 SITE_FILE_KEYS = ("name", "summary", "sources", "platforms", "scheduler", "launcher", "gpus_per_node", "modules",
                   "env", "notes", "stacks")
-STACK_KEYS = ("modules", "base_env", "launcher", "env", "mark", "source", "note", "overrides")
+STACK_KEYS = ("spec", "modules", "base_env", "launcher", "env", "mark", "source", "note", "warning", "overrides")
 SCHEDULERS = ("slurm", "lsf", "pbs", "none")
 BUNDLED_SITES = ("summit", "perlmutter", "polaris", "bede", "local")
 
@@ -66,6 +75,8 @@ class StackMapping:
         note: free text, or None.
         overrides: partial spec mapping merged over the spec (raw YAML mapping).
         line: line of the entry in the site file.
+        spec: for a site variant, the spec it resolves as (its key is then the variant's name); else None.
+        warning: what users of this stack at this site must know (``show`` and ``doctor`` print it), or None.
     """
 
     key: str
@@ -78,6 +89,8 @@ class StackMapping:
     note: Optional[str] = None
     overrides: Optional[LineDict] = None
     line: Optional[int] = None
+    spec: Optional[str] = None
+    warning: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -113,14 +126,21 @@ class SiteFile:
     stacks: Tuple[StackMapping, ...] = ()
 
     def mapping_for(self, spec_name: str) -> Optional[StackMapping]:
-        """The stack entry for ``spec_name``: exact key first, then the first matching glob; or None."""
+        """The stack entry for ``spec_name``: exact key first, then the first matching glob; or None.
+
+        Site variants (entries with ``spec:``) match only their own name, never a glob.
+        """
         for s in self.stacks:
             if s.key == spec_name:
                 return s
         for s in self.stacks:
-            if any(c in s.key for c in "*?[") and fnmatch.fnmatchcase(spec_name, s.key):
+            if s.spec is None and any(c in s.key for c in "*?[") and fnmatch.fnmatchcase(spec_name, s.key):
                 return s
         return None
+
+    def variants(self) -> Tuple[StackMapping, ...]:
+        """The site variants (entries with ``spec:``), in file order."""
+        return tuple(s for s in self.stacks if s.spec is not None)
 
 
 def available() -> Dict[str, Path]:
@@ -174,6 +194,9 @@ def load_site(path: Path) -> SiteFile:
         source = s.str("source")
         if source is not None and source not in source_ids:
             raise s.error("source", "the id of an entry of 'sources' (" + ", ".join(source_ids) + ")", got=source)
+        variant_of = s.str("spec")
+        if variant_of is not None and any(c in str(key) for c in "*?["):
+            raise s.error("spec", "no glob in the key of a site variant (an entry with 'spec:')", got=str(key))
         overrides = s.get("overrides")
         if overrides is not None:
             if not isinstance(overrides, dict):
@@ -188,7 +211,8 @@ def load_site(path: Path) -> SiteFile:
             load.build_spec(spath, overrides, name=str(key), partial=True)
         stacks.append(StackMapping(key=str(key), modules=s.str_list("modules"), base_env=s.str("base_env"),
                                    launcher=s.str("launcher"), env=s.str_map("env"), mark=mark, source=source,
-                                   note=s.str("note"), overrides=overrides, line=s.line))
+                                   note=s.str("note"), overrides=overrides, line=s.line,
+                                   spec=variant_of, warning=s.str("warning")))
     return SiteFile(name=r.str("name") or Path(path).stem, path=spath, summary=r.str("summary") or "",
                     sources=sources, platforms=tuple(platforms), scheduler=None if scheduler == "none" else scheduler,
                     launcher=r.str("launcher"), gpus_per_node=r.int("gpus_per_node", 0),
@@ -226,7 +250,7 @@ def resolve_full(name: str, site: Optional[str] = None, site_file: Optional[str]
     """Load spec ``name`` and overlay the site (see the module docstring).
 
     Args:
-        name: spec name or path.
+        name: spec name or path, or the name of a site variant of the site file.
         site: site name (bundled or in ``$ENVTOOL_SITE_PATH``), or None.
         site_file: a site file path (wins over ``site``), or None.
     Returns:
@@ -235,17 +259,23 @@ def resolve_full(name: str, site: Optional[str] = None, site_file: Optional[str]
         SpecError: the spec, the site file or the combination does not validate (no shared
             platform; a rule broken after the overrides), or the spec is abstract.
     """
-    spath = catalog.find(name)
-    raw = load.resolve_raw(spath, catalog.find)
-    if raw.get("abstract") is True:
-        raise SpecError(spath, "abstract", "a concrete spec (this one is only a parent for 'extends')",
-                        line=raw.line_of("abstract"))
-    spec_name = str(raw.get("name") or spath.stem)
     site_path = Path(site_file) if site_file else find(site or "local")
     if site_file and not site_path.is_file():
         raise SpecError(site_file, "(site file)", "an existing site file")
     sf = load_site(site_path)
-    mapping = sf.mapping_for(spec_name)
+    variant = None
+    if "/" not in name and not name.endswith((".yaml", ".yml")) and name not in catalog.available():
+        variant = next((s for s in sf.variants() if s.key == name), None)
+    if variant is not None and variant.spec not in catalog.available():
+        raise SpecError(sf.path, f"stacks.{variant.key}.spec", "the name of a known spec", got=variant.spec,
+                        line=variant.line, hint="see 'envtool specs'")
+    spath = catalog.find(variant.spec if variant is not None else name)
+    raw = load.resolve_raw(spath, catalog.find)
+    if raw.get("abstract") is True:
+        raise SpecError(spath, "abstract", "a concrete spec (this one is only a parent for 'extends')",
+                        line=raw.line_of("abstract"))
+    spec_name = variant.key if variant is not None else str(raw.get("name") or spath.stem)
+    mapping = variant if variant is not None else sf.mapping_for(spec_name)
     if sf.sources:
         own = raw.get("sources")
         if own is None or isinstance(own, dict):

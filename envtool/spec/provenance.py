@@ -1,0 +1,162 @@
+"""Where a pin can be read: parse a spec's ``sources`` entries and check the marks that cite them.
+
+A source entry (``sources: {id: REF}`` in a spec or site file) is one of:
+
+- ``owner/name@ref:path`` — a file of a public GitHub repository at a tag or commit, optionally
+  with ``#L12`` or ``#L12-L20`` (e.g. ``open-ce/open-ce@open-ce-v1.7.0:README.md#L27``);
+- ``https://…`` — a vendor or site page;
+- ``seed NNN_HASH:LINE`` (or ``:L1-L2``) — a line of a document in ``shared/seeds/``;
+- ``docs/FILE#L1-L2`` — a record in this repository of what was measured on our own machines
+  (``docs/gpu-proof.md``): first-hand, so primary;
+- ``shared/reference/…`` — the team's own summaries (``stacks.md``): a *secondary* source.
+
+Anything may follow the reference after whitespace, in parentheses (``(OLCF docs, 1.6.1 table)``).
+A ``V`` pin ("verified in a primary source", :data:`envtool.spec.model.MARKS`) must cite a
+primary reference (repository file, URL, seed line or project record); ``V2`` and ``I`` may cite anything.
+Nothing here does I/O.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Tuple
+
+#: Kinds a reference can be; the first three are primary.
+PRIMARY_KINDS = ("repo", "url", "seed", "project")
+SECONDARY_KINDS = ("secondary",)
+
+_DESC = r"(?:\s+\((?P<desc>.*)\))?\s*$"
+_LINES = r"(?:#?L?(?P<l1>\d+)(?:-L?(?P<l2>\d+))?)?"
+_REPO_RE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)@(?P<ref>[^\s:@]+):(?P<path>[^\s#]+)"
+                      r"(?:#L(?P<l1>\d+)(?:-L?(?P<l2>\d+))?)?" + _DESC)
+_URL_RE = re.compile(r"^(?P<url>https?://\S+)" + _DESC)
+_SEED_RE = re.compile(r"^seed\s+(?P<seed>\d{3}_[0-9a-f]+)(?:\.txt)?(?::" + _LINES + ")?" + _DESC)
+_PROJECT_RE = re.compile(r"^(?P<path>docs/[^\s#]+)(?:#L(?P<l1>\d+)(?:-L?(?P<l2>\d+))?)?" + _DESC)
+_SECONDARY_RE = re.compile(r"^(?P<path>shared/reference/\S+)" + _DESC)
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    """A parsed source entry.
+
+    Attributes:
+        text: the entry as written.
+        kind: ``repo``, ``url``, ``seed``, ``project`` or ``secondary``.
+        repo: ``owner/name`` (kind ``repo``), else None.
+        ref: the tag or commit (kind ``repo``), else None.
+        path: file path in the repository, the seed file name (``000_….txt``) or the
+            ``shared/reference`` path; None for URLs.
+        url: the address (kind ``url``) or a browsable GitHub address (kind ``repo``), else None.
+        lines: ``(first, last)`` line numbers (1-based, inclusive), or None.
+        description: the parenthesised text after the reference, or None.
+    """
+
+    text: str
+    kind: str
+    repo: Optional[str] = None
+    ref: Optional[str] = None
+    path: Optional[str] = None
+    url: Optional[str] = None
+    lines: Optional[Tuple[int, int]] = None
+    description: Optional[str] = None
+
+    @property
+    def primary(self) -> bool:
+        """True for a repository file, a URL, a seed line or a project record."""
+        return self.kind in PRIMARY_KINDS
+
+    def where(self) -> str:
+        """Where to read it, one line: a GitHub address with line anchor, a URL, or ``shared/seeds/F line N``."""
+        if self.kind == "repo":
+            anchor = ""
+            if self.lines:
+                anchor = f"#L{self.lines[0]}" + (f"-L{self.lines[1]}" if self.lines[1] != self.lines[0] else "")
+            return f"https://github.com/{self.repo}/blob/{self.ref}/{self.path}{anchor}"
+        if self.kind in ("seed", "project"):
+            where = f"shared/seeds/{self.path}" if self.kind == "seed" else str(self.path)
+            if self.lines:
+                where += f" line {self.lines[0]}" + (f"-{self.lines[1]}" if self.lines[1] != self.lines[0] else "")
+            return where
+        if self.kind == "url":
+            return self.url or self.text
+        return str(self.path)
+
+
+def _lines(m: "re.Match[str]") -> Optional[Tuple[int, int]]:
+    if not m.group("l1"):
+        return None
+    first = int(m.group("l1"))
+    last = int(m.group("l2")) if m.group("l2") else first
+    return (first, last)
+
+
+def parse(text: str) -> Optional[SourceRef]:
+    """Parse one source entry.
+
+    Args:
+        text: the entry (``owner/name@tag:path#L1``, ``https://…``, ``seed 000_…:12``,
+            ``shared/reference/stacks.md (…)``).
+    Returns:
+        the :class:`SourceRef`, or None when the entry is none of these forms (free text).
+    """
+    text = text.strip()
+    m = _REPO_RE.match(text)
+    if m:
+        sref = SourceRef(text=text, kind="repo", repo=m.group("repo"), ref=m.group("ref"), path=m.group("path"),
+                         lines=_lines(m), description=m.group("desc"))
+        return dataclasses.replace(sref, url=sref.where())
+    m = _URL_RE.match(text)
+    if m:
+        return SourceRef(text=text, kind="url", url=m.group("url"), description=m.group("desc"))
+    m = _SEED_RE.match(text)
+    if m:
+        return SourceRef(text=text, kind="seed", path=m.group("seed") + ".txt", lines=_lines(m),
+                         description=m.group("desc"))
+    m = _PROJECT_RE.match(text)
+    if m:
+        return SourceRef(text=text, kind="project", path=m.group("path"), lines=_lines(m), description=m.group("desc"))
+    m = _SECONDARY_RE.match(text)
+    if m:
+        return SourceRef(text=text, kind="secondary", path=m.group("path"), description=m.group("desc"))
+    return None
+
+
+def problems(name: str, sources: Iterable[Tuple[str, str]], pins: Iterable[Tuple[str, object]],
+             require_lines_for_seeds: bool = True) -> List[str]:
+    """What is wrong with a spec's (or site file's) provenance.
+
+    Args:
+        name: the spec or site name (for the messages).
+        sources: ``(id, entry)`` pairs.
+        pins: ``(field, pin)`` pairs; a pin needs ``mark``, ``source`` and ``value`` attributes
+            (:class:`envtool.spec.model.Pin`, or a site's stack mapping).
+        require_lines_for_seeds: a seed reference must name its line(s).
+    Returns:
+        one message per problem (empty when all is well): an entry that is neither a repository
+        file, a URL, a seed line nor a secondary reference; a seed cited without a line; a ``V``
+        pin that cites no source or a secondary one.
+    """
+    out: List[str] = []
+    parsed: Dict[str, Optional[SourceRef]] = {}
+    for sid, text in sources:
+        ref = parse(text)
+        parsed[sid] = ref
+        if ref is None:
+            out.append(f"{name}: source {sid!r} ({text!r}) is not owner/repo@tag:path, a URL, "
+                       "'seed NNN_HASH:LINE' or shared/reference/…")
+        elif ref.kind == "seed" and require_lines_for_seeds and ref.lines is None:
+            out.append(f"{name}: source {sid!r} cites seed {ref.path} without a line")
+    for field, pin in pins:
+        mark = getattr(pin, "mark", None)
+        if mark != "V":
+            continue
+        sid = getattr(pin, "source", None)
+        value = getattr(pin, "value", None) or ""
+        ref = parsed.get(sid or "")
+        if sid is None or sid not in parsed:
+            out.append(f"{name}: {field} ({value}) is marked V but cites no source of the file")
+        elif ref is not None and not ref.primary:
+            out.append(f"{name}: {field} ({value}) is marked V but cites {sid!r}, a secondary source "
+                       f"({ref.text}); cite where it can be read or mark it V2")
+    return out
