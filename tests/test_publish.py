@@ -105,11 +105,11 @@ def publish(site, *extra):
                        timeout=900)
 
 
-def as_user(user: str, script: str, site, timeout=600) -> subprocess.CompletedProcess:
-    """``script`` in a clean, real bash as ``user`` (runuser), Lmod initialised."""
+def as_user(user: str, script: str, site, timeout=600, init=None) -> subprocess.CompletedProcess:
+    """``script`` in a clean, real bash as ``user`` (runuser), Lmod (or ``init``) initialised."""
     env = {"HOME": str(site["home"]), "PATH": "/usr/bin:/bin", "LANG": "C", "PYTHONPATH": str(WORKTREE),
            "ENVTOOL_CACHE_DIR": f"{site['home']}/cache", "LMOD_RC": str(site["base"] / "lmodrc.lua")}
-    code = f"source {LMOD_INIT} || exit 90\ncd {site['home']}\n{script}"
+    code = f"source {init or LMOD_INIT} || exit 90\ncd {site['home']}\n{script}"
     return subprocess.run(["runuser", "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()],
                            "bash", "--noprofile", "--norc", "-c", code], capture_output=True, text=True,
                           timeout=timeout)
@@ -241,3 +241,34 @@ def test_publish_bad_input_exit_2(site, tmp_path):
                        env=site["env"])
     assert proc.returncode == 2 and "not published by envtool" in proc.stderr, proc.stderr
     assert (squatter / "keep").exists()
+
+
+def test_publish_tcl_for_environment_modules(site):
+    """``--format tcl``: the member loads the stack with Environment Modules 5 and unloads it cleanly."""
+    from test_modulefile import ENVMODULES_INIT
+
+    if not ENVMODULES_INIT.is_file():
+        pytest.skip("Environment Modules is not installed (tests/setup.d/modules.sh)")
+    root, mods = site["base"] / "sw-tcl", site["base"] / "modules-tcl"
+    proc = run_envtool("publish", "pubtest", "--root", root, "--modulefiles", mods, "--group", GROUP,
+                       "--format", "tcl", "--default", env=site["env"], timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"module use {mods}" in proc.stdout
+    assert (mods / "pubtest" / "1.0").is_file() and (mods / "pubtest" / ".version").is_file()
+    prefix = root / "pubtest" / "1.0"
+    home = site["home"]
+    script = textwrap.dedent(f"""\
+        module use {mods}
+        env -0 > {home}/before-tcl
+        module load pubtest || exit 91
+        python -c "import hello, sys; print(hello.GREETING, sys.prefix)" || exit 92
+        touch {prefix}/new 2>/dev/null && echo "WROTE new"
+        module unload pubtest
+        env -0 > {home}/after-tcl
+        """)
+    proc = as_user(USER, script, site, init=ENVMODULES_INIT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"hello from the published stack {prefix}\n" in proc.stdout and "WROTE" not in proc.stdout, \
+        proc.stdout + proc.stderr
+    assert_same_env(normalise(read_env0(home / "before-tcl"), "envmodules"),
+                    normalise(read_env0(home / "after-tcl"), "envmodules"))
