@@ -272,3 +272,30 @@ def test_publish_tcl_for_environment_modules(site):
         proc.stdout + proc.stderr
     assert_same_env(normalise(read_env0(home / "before-tcl"), "envmodules"),
                     normalise(read_env0(home / "after-tcl"), "envmodules"))
+
+
+def test_publish_on_a_site_clones_its_base_env(site, published, tmp_path):
+    """With ``--site-file``, a stack whose site names a base environment is cloned from it, not solved."""
+    base_env = site["root"] / "pubtest" / "1.0"
+    site_file = tmp_path / "testsite.yaml"
+    site_file.write_text(textwrap.dedent(f"""\
+        name: testsite
+        summary: a site whose base environment is the stack published above
+        platforms: [linux-64]
+        launcher: "mpirun -n {{ranks}}"
+        stacks:
+          pubtest:
+            base_env: {base_env}
+        """))
+    root, mods = tmp_path / "sw", tmp_path / "mods"
+    proc = run_envtool("publish", "pubtest", "--root", root, "--modulefiles", mods, "--site-file", site_file,
+                       "--json", env=site["env"], timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    prefix = root / "pubtest" / "1.0"
+    steps = [s["id"] for s in json.loads((prefix / ".envtool" / "create.json").read_text())["steps"]]
+    assert any("clone" in s for s in steps), steps
+    assert not any(s == "conda-create" for s in steps), steps
+    assert "mpirun -n 4 python train.py" in (mods / "pubtest" / "1.0.lua").read_text()
+    proc = subprocess.run([str(prefix / "bin" / "python"), "-c", "import hello; print(hello.GREETING)"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "hello from the published stack", proc.stderr
