@@ -161,6 +161,18 @@ def make_writable(top: Path) -> None:
             os.chmod(path, stat.S_IMODE(st.st_mode) | stat.S_IWUSR)
 
 
+def _write_marker(target: Path, data: Dict[str, object], gid: Optional[int], umask: int) -> None:
+    """Write ``target/.envtool/publish.json`` into the read-only tree (its directory is made
+    writable for the owner for the moment it takes)."""
+    meta = target / ".envtool"
+    os.chmod(meta, stat.S_IMODE(os.stat(meta).st_mode) | stat.S_IWUSR)
+    try:
+        (meta / "publish.json").write_text(json.dumps(data, indent=2) + "\n")
+        set_mode(meta / "publish.json", gid, umask, read_only=True)
+    finally:
+        set_mode(meta, gid, umask, read_only=True)
+
+
 def publish(specs: List[Spec], root: Path, modulefiles: Path, group: Optional[str] = None, default: bool = False,
             force: bool = False, fmt: str = "lua", extensions: str = "spec", umask: int = 0o022,
             clone_site_base: bool = False, verbose: bool = False, quiet: bool = False,
@@ -219,8 +231,9 @@ def publish(specs: List[Spec], root: Path, modulefiles: Path, group: Optional[st
             marker = target / MARKER
             published = marker.is_file()
             if target.exists() and not published and not force:
-                raise UsageError(f"{target} exists but was not published by envtool (no {MARKER}); "
-                                 "move it away or pass --force to replace it")
+                raise UsageError(f"{target} exists but was not published by envtool (no {MARKER}: another "
+                                 "tool's, or a publish that was interrupted); move it away, or pass --force to "
+                                 "rebuild and replace it")
             name_dir = root / spec.name
             name_dir.mkdir(exist_ok=True)
             set_mode(name_dir, gid, umask, read_only=False)
@@ -248,17 +261,19 @@ def publish(specs: List[Spec], root: Path, modulefiles: Path, group: Optional[st
             from envtool.sbom import write_sbom
 
             write_sbom(target, sbom, name=spec.name, version=version)
-            (target / MARKER).write_text(json.dumps({
-                "spec": spec.name, "spec_file": spec.path, "module": f"{spec.name}/{version}",
-                "prefix": str(target), "modulefiles": str(modulefiles), "format": fmt, "group": group,
-                "published": time.time(), "by": getpass.getuser(), "sbom": str(sbom),
-                "status": spec.status.value}, indent=2) + "\n")
             content = build_content(target, spec=spec, name=spec.name, version=version, extensions=extensions)
             path = write_modulefile(content, modulefiles, fmt, default=default)
             set_tree(target, gid, umask, read_only=True)
             set_mode(sbom, gid, umask, read_only=True)
             set_mode(path.parent, gid, mod_umask, read_only=False)
             set_mode(path, gid, mod_umask, read_only=True)
+            # The marker comes last, so that its presence means every step above is done (after an
+            # interrupted publish the next one refuses the unmarked target until --force).
+            _write_marker(target, {
+                "spec": spec.name, "spec_file": spec.path, "module": f"{spec.name}/{version}",
+                "prefix": str(target), "modulefiles": str(modulefiles), "format": fmt, "group": group,
+                "published": time.time(), "by": getpass.getuser(), "sbom": str(sbom),
+                "status": spec.status.value}, gid, umask)
             action = "replaced" if existed else "published"
             say(f"{spec.name}/{version}: {action}; module {content.full_name} at {path}; SBOM {sbom}")
             result.stacks.append(Published(spec.name, content.full_name, target, path, sbom, action,
