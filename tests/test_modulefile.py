@@ -35,7 +35,10 @@ import pytest
 
 from conftest import run_envtool
 
+from dataclasses import replace
+
 from envtool.modules import build_content, write_modulefile
+from envtool.modules.base import EnvChange
 from envtool.modules.lmod import lua_long_string, lua_string
 from envtool.modules.tcl import tcl_string
 
@@ -224,7 +227,11 @@ def test_conda_prefix_content(tmp_path):
     assert not any(str(prefix) in v for _, _, v in ops), "the build prefix leaked into the modulefile"
     assert "NOT_SH" not in {n for _, n, _ in ops}
     assert any("unsets CPATH" in n for n in content.notes)  # reported, not applied
-    assert dict(content.extensions) == {"pytorch": "1.12.0", "horovod": "0.27.0", "nccl": "2.15.5.1"}
+    # --extensions spec (default): without a spec, the frameworks and Horovod only
+    assert dict(content.extensions) == {"pytorch": "1.12.0", "horovod": "0.27.0"}
+    every = build_content(prefix, name="stack", version="1.0", runtime_prefix=final, extensions="all")
+    assert dict(every.extensions) == {"pytorch": "1.12.0", "horovod": "0.27.0", "nccl": "2.15.5.1"}
+    assert build_content(prefix, name="stack", version="1.0", extensions="none").extensions == ()
     assert "Packages: python 3.10.8, pytorch 1.12.0, horovod 0.27.0, nccl 2.15.5.1" in content.whatis
     assert content.family == "python" and content.conflicts == ("stack",)
 
@@ -272,26 +279,49 @@ def test_bad_input_exit_2(tmp_path):
 
 # --- Lmod ------------------------------------------------------------------------------------------
 
+FOUR = [("lua", "lmod"), ("tcl", "lmod"), ("tcl", "envmodules")]
+FOUR_IDS = ["lua-lmod", "tcl-lmod", "tcl-envmodules"]
+
+
 @pytest.mark.lmod
-@pytest.mark.parametrize("fmt", ["lua", "tcl"])
-def test_conda_prefix_load_unload_exact(tmp_path, fmt, request):
-    init = request.getfixturevalue("lmod" if fmt == "lua" else "envmodules")
-    system = "lmod" if fmt == "lua" else "envmodules"
+@pytest.mark.parametrize("fmt,system", FOUR + [("lua", "envmodules")], ids=FOUR_IDS + ["lua-envmodules"])
+def test_conda_prefix_load_unload_exact(tmp_path, fmt, system, request):
+    """Every module combination restores variables the user had set before ``module load``.
+
+    Lua under Environment Modules: Environment Modules 5.2 does not read Lua modulefiles, so
+    that combination checks that it refuses the file (nothing changes) rather than half-loading.
+    """
+    init = request.getfixturevalue(system)
     prefix = fake_conda_prefix(tmp_path / "env")
     root = tmp_path / "mods"
-    path = write_modulefile(build_content(prefix, name="stack", version="1.0"), root, fmt)
+    content = build_content(prefix, name="stack", version="1.0")
+    content = replace(content, changes=content.changes + (EnvChange("pushenv", "OMP_NUM_THREADS", "1", "spec env"),
+                                                          EnvChange("pushenv", "FRESH_VAR", "new", "spec env")))
+    path = write_modulefile(content, root, fmt)
     assert path == root / "stack" / ("1.0.lua" if fmt == "lua" else "1.0")
     # The user already has things set: the module must override and then restore them.
-    env = {"CONDA_PREFIX": "/opt/base", "LD_LIBRARY_PATH": "/opt/x/lib", "CPATH": "/opt/x/include"}
-    before, after, proc = load_unload(init, system, root, "stack/1.0", tmp_path, env=env, check=textwrap.dedent("""\
+    env = {"CONDA_PREFIX": "/opt/base", "CONDA_DEFAULT_ENV": "base", "OMP_NUM_THREADS": "16",
+           "LD_LIBRARY_PATH": "/opt/x/lib", "CPATH": "/opt/x/include"}
+    check = textwrap.dedent("""\
         echo "PATH=$PATH"; echo "CONDA_PREFIX=$CONDA_PREFIX"; echo "LD=$LD_LIBRARY_PATH"
-        echo "CPATH=$CPATH"
-        """))
+        echo "CPATH=$CPATH"; echo "CDE=$CONDA_DEFAULT_ENV"; echo "OMP=$OMP_NUM_THREADS"; echo "FRESH=$FRESH_VAR"
+        """)
+    if (fmt, system) == ("lua", "envmodules"):
+        proc = module_shell(init, f"module use {root}; env -0 > {tmp_path}/before; module load stack/1.0; "
+                                  f"env -0 > {tmp_path}/after", env=env)
+        assert proc.returncode == 0 and "stack/1.0" in proc.stderr, proc.stderr
+        assert_same_env(normalise(read_env0(tmp_path / "before"), system),
+                        normalise(read_env0(tmp_path / "after"), system))
+        return
+    before, after, proc = load_unload(init, system, root, "stack/1.0", tmp_path, env=env, check=check)
     assert f"PATH={prefix}/bin:/usr/bin:/bin" in proc.stdout
-    assert f"CONDA_PREFIX={prefix}\n" in proc.stdout
+    assert f"CONDA_PREFIX={prefix}\n" in proc.stdout and f"CDE={prefix}\n" in proc.stdout, proc.stdout
+    assert "OMP=1\n" in proc.stdout and "FRESH=new\n" in proc.stdout, proc.stdout
     assert f"LD={prefix}/lib:{prefix}/lib64:/opt/x/lib\n" in proc.stdout
     assert "CPATH=/opt/x/include\n" in proc.stdout  # an unset cannot be undone: not applied
-    assert before["CONDA_PREFIX"] == "/opt/base"
+    assert (before["CONDA_PREFIX"], before["CONDA_DEFAULT_ENV"], before["OMP_NUM_THREADS"]) == \
+        ("/opt/base", "base", "16")
+    assert "FRESH_VAR" not in after
     assert_same_env(before, after)
 
 
@@ -383,9 +413,8 @@ def test_site_modules_and_injection(tmp_path, fmt, system, request):
         module whatis site-stack > {tmp_path}/whatis 2>&1
         module help site-stack > {tmp_path}/help 2>&1
         """)
-    # A value the user had before is restored by pushenv; Lmod reading Tcl gets setenv instead
-    # (envtool/modules/tcl.py says why), whose unload unsets: that case starts without one.
-    preset = {} if (fmt, system) == ("tcl", "lmod") else {"OMP_NUM_THREADS": "16"}
+    # A value the user had before is restored by pushenv, in every combination.
+    preset = {"OMP_NUM_THREADS": "16"}
     before, after, proc = load_unload(init, system, root, "site-stack/2.0", tmp_path, check=check,
                                       extra_roots=(site,), env=preset)
     assert f"CUDNN=8.7.0 EVP=1 OMP=2 VENV={prefix}" in proc.stdout, proc.stdout + proc.stderr
@@ -536,3 +565,112 @@ def test_create_step_keeps_env_when_modulefile_cannot_be_written(tmp_path):
         step.action(step, runner)
     assert runner.results["modulefile"]["ok"] is True
     assert Path(runner.results["modulefile"]["path"]).parent == tmp_path / "mods" / "s"
+
+
+# --- issue 16: family clash, archived stacks, extensions filter -----------------------------------
+
+def pytorch_site_tree(root: Path, fmt: str) -> Path:
+    """A site tree whose ``pytorch/1.13.1`` claims ``family python`` (as NERSC's and ALCF's do)."""
+    path = root / "pytorch" / ("1.13.1.lua" if fmt == "lua" else "1.13.1")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "lua":
+        path.write_text('family("python")\nsetenv("SITE_PYTORCH", "1.13.1")\n')
+    else:
+        path.write_text('#%Module1.0\nfamily python\nsetenv SITE_PYTORCH 1.13.1\n')
+    return root
+
+
+@pytest.mark.lmod
+@pytest.mark.parametrize("fmt,system", FOUR, ids=FOUR_IDS)
+def test_no_family_clash_with_site_module(tmp_path, fmt, system, request):
+    """A stack layered over a site module of family python does not claim python itself,
+    so loading it keeps its dependency (no "automatically replacing"); without a family clash
+    (no such dependency) the stack keeps family python."""
+    init = request.getfixturevalue(system)
+    site = pytorch_site_tree(tmp_path / "site", "lua" if system == "lmod" else "tcl")
+    specs = tmp_path / "specs"
+    write_spec(specs, "layered", """\
+        name: layered
+        summary: extra packages over the site's PyTorch
+        distribution: {name: site, version: "1.0"}
+        engine: venv
+        site: {name: testsite, modules: [pytorch/1.13.1]}
+        """)
+    prefix = tmp_path / "env"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "pyvenv.cfg").write_text("version = 3.11.7\n")
+    root = tmp_path / "mods"
+    env = {"ENVTOOL_SPEC_PATH": str(specs), "MODULEPATH": str(site)}
+    proc = run_envtool("modulefile", "layered", "--prefix", prefix, "--root", root, "--format", fmt, "--json",
+                       env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["content"]["family"] is None and any("claims it" in n for n in out["content"]["notes"])
+    before, after, proc = load_unload(init, system, root, "layered/1.0", tmp_path, extra_roots=(site,),
+                                      check='echo "LOADED=$LOADEDMODULES SITE=$SITE_PYTORCH"')
+    assert "LOADED=pytorch/1.13.1:layered/1.0 SITE=1.13.1" in proc.stdout, proc.stdout + proc.stderr
+    assert "replacing" not in proc.stderr.lower() and "conflict" not in proc.stderr.lower(), proc.stderr
+    assert_same_env(before, after)
+    # the check can fail: forcing the family back in makes the module systems swap or refuse
+    content = build_content(prefix, name="clash", version="1.0", modulepath=str(site))
+    assert content.family == "python"
+    content = replace(content, depends_on=("pytorch/1.13.1",))
+    write_modulefile(content, root, fmt)
+    proc = module_shell(init, f'module use {site} {root}; module load clash/1.0; echo "LOADED=$LOADEDMODULES"')
+    clean = "LOADED=pytorch/1.13.1:clash/1.0\n" in proc.stdout and not re.search(r"replacing|conflict",
+                                                                                 proc.stderr, re.I)
+    assert not clean, proc.stdout + proc.stderr
+
+
+@pytest.mark.lmod
+@pytest.mark.parametrize("fmt,system", FOUR, ids=FOUR_IDS)
+def test_archived_stack_warns_on_load(tmp_path, fmt, system, request):
+    """A spec with status archived (the WML-CE specs: seed 001) warns on every load; the load works."""
+    init = request.getfixturevalue(system)
+    prefix = tmp_path / "env"
+    (prefix / "bin").mkdir(parents=True)
+    root = tmp_path / "mods"
+    proc = run_envtool("modulefile", "ibm-wml-ce-1.7.0", "--prefix", prefix, "--root", root, "--format", fmt)
+    assert proc.returncode == 0, proc.stderr
+    proc = module_shell(init, f'module use {root}; module load ibm-wml-ce-1.7.0/1.7.0; echo "rc=$? '
+                              f'LOADED=$LOADEDMODULES"; module unload ibm-wml-ce-1.7.0 2>&1; echo UNLOADED')
+    assert "rc=0 LOADED=ibm-wml-ce-1.7.0/1.7.0" in proc.stdout, proc.stdout + proc.stderr
+    err = " ".join(proc.stderr.split())
+    assert "is archived (since 2020-11-10)" in err and "Open-CE" in err, proc.stderr
+    # on load only
+    assert "archived" not in proc.stdout.split("UNLOADED")[0].split("LOADED=")[1], proc.stdout
+    # an active stack says nothing
+    proc = run_envtool("modulefile", "open-ce-1.11", "--prefix", prefix, "--root", root, "--format", fmt)
+    assert proc.returncode == 0, proc.stderr
+    proc = module_shell(init, f"module use {root}; module load open-ce-1.11/1.11")
+    assert proc.returncode == 0 and "archived" not in proc.stderr, proc.stderr
+
+
+def test_extensions_spec_filter(tmp_path):
+    """--extensions spec keeps what the spec names (conda and pip pins), the frameworks and Horovod."""
+    prefix = fake_conda_prefix(tmp_path / "env")
+    for name, version in (("pip", "23.0"), ("setuptools", "65.0"), ("libfoo", "1.0"), ("mpi4py", "3.1.4")):
+        (prefix / "conda-meta" / f"{name}-{version}-0.json").write_text(
+            json.dumps({"name": name, "version": version, "build": "0", "build_number": 0}))
+    specs = tmp_path / "specs"
+    write_spec(specs, "named", """\
+        name: named
+        engine: conda
+        channels: [conda-forge]
+        packages:
+          conda: ["mpi4py 3.1.*", "python 3.10.*"]
+          pip: ["NCCL==2.15.5.1"]
+        """)
+    env = {"ENVTOOL_SPEC_PATH": str(specs)}
+    got = {}
+    for mode in ("spec", "all", "none"):
+        proc = run_envtool("modulefile", "named", "--prefix", prefix, "--root", tmp_path / mode, "--json",
+                           "--extensions", mode, "--name", "named/1", env=env)
+        assert proc.returncode == 0, proc.stderr
+        got[mode] = {e.split("/")[0] for e in json.loads(proc.stdout)["content"]["extensions"]}
+    assert got["spec"] == {"pytorch", "horovod", "mpi4py", "nccl"}
+    assert got["all"] == got["spec"] | {"pip", "setuptools", "libfoo"}
+    assert got["none"] == set()
+    assert "extensions(" not in (tmp_path / "none" / "named" / "1.lua").read_text()
+    proc = run_envtool("modulefile", "--prefix", prefix, "--extensions", "some", env=env)
+    assert proc.returncode == 2 and "--extensions" in proc.stderr

@@ -175,3 +175,33 @@ def test_plan_applies_the_spec_env_to_install_steps():
     steps = {s["id"]: s for s in plan["steps"]}
     assert steps["conda-create"]["env"].get("IBM_POWERAI_LICENSE_ACCEPT") == "yes"
     assert "IBM_POWERAI_LICENSE_ACCEPT" not in steps["validate"]["env"]
+
+
+# --- status (issue 16) -------------------------------------------------------------------------------
+
+def test_specs_show_status_wml_ce_archived():
+    rows = {r["name"]: r for r in json.loads(ok("specs", "--json"))}
+    for name in ("ibm-wml-ce-1.6.1", "ibm-wml-ce-1.6.2", "ibm-wml-ce-1.7.0"):
+        assert rows[name]["status"] == "archived"
+    assert rows["open-ce-1.11"]["status"] == "active" and rows["cpu-horovod"]["status"] == "active"
+    table = ok("specs").splitlines()
+    assert table[0].split()[-1] == "STATUS"
+    line = next(line for line in table if line.startswith("ibm-wml-ce-1.7.0 "))
+    assert line.split()[-1] == "archived"
+    from envtool.spec.catalog import load_spec
+
+    status = load_spec("ibm-wml-ce-1.7.0").status
+    assert (status.since, status.source) == ("2020-11-10", "seed-001")
+
+
+@pytest.mark.parametrize("body,field,expected", [
+    ("status: retired\n", "status", "one of active, deprecated, archived"),
+    ("status: {value: archived, since: 11/10/2020}\n", "status.since", "a date YYYY-MM-DD"),
+    ("status: {value: archived, source: nowhere}\n", "status.source", "the id of an entry of sources"),
+    ("status: {value: archived, when: 2020}\n", "status.when", "unknown key"),
+])
+def test_status_bad_input_exit_2(tmp_path, body, field, expected):
+    (tmp_path / "s.yaml").write_text("name: s\nsources: {doc: a document}\n" + body)
+    proc = envtool("show", "s", env={"ENVTOOL_SPEC_PATH": str(tmp_path)})
+    assert proc.returncode == 2 and field in proc.stderr and expected in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,7 +1,7 @@
 """``envtool modulefile``: write an Lmod (Lua) or Tcl modulefile for an environment.
 
 ``envtool modulefile [SPEC] --prefix P [--format lua|tcl] [--root DIR] [--name NAME/VERSION]
-[--default] [--json]`` writes ``DIR/NAME/VERSION.lua`` (or ``DIR/NAME/VERSION`` for Tcl) and
+[--default] [--extensions all|spec|none] [--json]`` writes ``DIR/NAME/VERSION.lua`` (or ``DIR/NAME/VERSION`` for Tcl) and
 prints its path. Without SPEC the module describes the prefix alone (no site modules, launcher
 or spec ``env``).
 """
@@ -18,7 +18,7 @@ def register(sub) -> None:
                        description="Write a modulefile that loads an environment with static, reversible changes "
                                    "(PATH, CONDA_PREFIX or VIRTUAL_ENV, the spec's env, what the env's "
                                    "etc/conda/activate.d scripts set), depends_on the spec's site modules, and "
-                                   "lists the installed packages as extensions for 'module spider'.")
+                                   "lists the spec's packages as extensions for 'module spider'. An archived stack warns on load.")
     p.add_argument("spec", nargs="?", help="the spec the environment was made from (optional)")
     p.add_argument("--prefix", required=True, help="the environment's prefix")
     p.add_argument("--format", default="lua", choices=("lua", "tcl"),
@@ -29,6 +29,9 @@ def register(sub) -> None:
                    help="module name (default: SPEC/<distribution version>, or <prefix dir>/<date made>)")
     p.add_argument("--default", action="store_true",
                    help="mark this version the default (Lmod: a 'default' symlink; Tcl: a .version file)")
+    p.add_argument("--extensions", default="spec", choices=("all", "spec", "none"),
+                   help="packages listed for 'module spider': spec (default: the spec's named packages, "
+                        "the frameworks and Horovod), all installed packages, or none")
     add_spec_site(p)
     add_json(p)
     p.set_defaults(func=run)
@@ -45,7 +48,7 @@ def run(args) -> int:
     if args.name:
         name, version = parse_module_name(args.name)
     root = Path(os.path.abspath(args.root)) if args.root else Path(os.getcwd()) / "modulefiles"
-    content = build_content(Path(args.prefix), spec=spec, name=name, version=version)
+    content = build_content(Path(args.prefix), spec=spec, name=name, version=version, extensions=args.extensions)
     existed = modulefile_path(root, content, args.format).exists()
     path = write_modulefile(content, root, args.format, default=args.default)
     if args.json:

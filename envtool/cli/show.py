@@ -125,6 +125,8 @@ def describe(name: str, site: Optional[str] = None, site_file: Optional[str] = N
                                                            "tensor_operations": list(cb.tensor_operations)},
                    "dataloader_start_method": spec.expect.dataloader_start_method},
         "site": site_info, "env": dict(spec.env), "sources": sources, "notes": spec.notes,
+        "status": {"value": spec.status.value, "since": spec.status.since, "source": spec.status.source,
+                   "note": spec.status.note},
     }
 
 
@@ -133,6 +135,10 @@ def format_text(d: Dict[str, Any]) -> str:
     lines = [f"{d['name']}: {d['summary']}", f"  file: {d['path']}"]
     if d["extends"]:
         lines.append("  extends: " + " -> ".join(d["extends"]))
+    st = d["status"]
+    if st["value"] != "active":
+        lines.append(f"  status: {st['value']}" + (f" since {st['since']}" if st["since"] else "")
+                     + (f" [{st['source']}]" if st["source"] else "") + (f": {st['note']}" if st["note"] else ""))
     dist = d["distribution"]
     lines += [f"  distribution: {dist['name']} {dist['version'] or ''}".rstrip(),
               f"  platforms: {', '.join(d['platforms'])}; engine: {d['engine']}"

@@ -185,7 +185,8 @@ def source_pkgs_dirs(source: Path, records: Sequence[Any]) -> List[Path]:
 
     The parents of each record's ``extracted_package_dir`` (conda and py-rattler write it),
     ``$CONDA_PKGS_DIRS``, ``<source>/pkgs``, ``<root>/pkgs`` for a source under
-    ``<root>/envs/``, and ``~/.conda/pkgs``. Only existing directories are returned.
+    ``<root>/envs/``, and ``~/.conda/pkgs``. Only existing directories this user can reach are
+    returned (a shared environment's records name the admin's cache, often private to them).
     """
     cands: List[Path] = []
     for r in records:
@@ -199,7 +200,11 @@ def source_pkgs_dirs(source: Path, records: Sequence[Any]) -> List[Path]:
     cands.append(Path.home() / ".conda" / "pkgs")
     out, seen = [], set()
     for c in cands:
-        if str(c) not in seen and c.is_dir():
+        try:
+            usable = c.is_dir() and os.access(c, os.R_OK | os.X_OK)
+        except OSError:  # a parent this user may not enter (PermissionError)
+            usable = False
+        if str(c) not in seen and usable:
             seen.add(str(c))
             out.append(c)
     return out

@@ -42,6 +42,17 @@ KEY_PACKAGES = ("python", "torch", "pytorch", "pytorch-base", "tensorflow", "ten
                 "openmpi", "mpich", "numpy")
 
 
+#: ``--extensions`` choices: every installed package, the spec's own (see
+#: :func:`extension_names`), or none.
+EXTENSIONS_CHOICES = ("all", "spec", "none")
+#: Package names (conda and pip) of the frameworks and Horovod, always listed under ``spec``.
+FRAMEWORK_NAMES = ("torch", "pytorch", "pytorch-base", "pytorch-cpu", "tensorflow", "tensorflow-gpu",
+                   "tensorflow-cpu", "tensorflow-base", "mxnet", "horovod")
+#: ``family("x")`` in a Lua modulefile, ``family x`` / ``family "x"`` in a Tcl one (Lmod's
+#: ``050_lua_modulefiles.rst``; Environment Modules' modulefile(4)).
+_FAMILY_RE = re.compile(r"""^\s*family\s*(?:\(\s*["']([^"']+)["']\s*\)|\s"?([A-Za-z0-9_.+-]+)"?)""", re.M)
+
+
 @dataclass(frozen=True)
 class EnvChange:
     """One reversible change to the environment.
@@ -78,6 +89,7 @@ class ModuleContent:
         changes: environment changes, in order.
         extensions: ``(name, version)`` of every installed package, for ``module spider``.
         notes: comments for the admin (e.g. what an activate.d script did that was not applied).
+        warning: printed on every ``module load`` (an archived or deprecated stack), or None.
     """
 
     name: str
@@ -92,6 +104,7 @@ class ModuleContent:
     changes: Tuple[EnvChange, ...] = ()
     extensions: Tuple[Tuple[str, str], ...] = ()
     notes: Tuple[str, ...] = ()
+    warning: Optional[str] = None
 
     @property
     def full_name(self) -> str:
@@ -105,7 +118,8 @@ class ModuleContent:
                 "conflicts": list(self.conflicts), "depends_on": list(self.depends_on),
                 "changes": [{"op": c.op, "name": c.name, "value": c.value, "origin": c.origin}
                             for c in self.changes],
-                "extensions": [f"{n}/{v}" for n, v in self.extensions], "notes": list(self.notes)}
+                "extensions": [f"{n}/{v}" for n, v in self.extensions], "notes": list(self.notes),
+                "warning": self.warning}
 
 
 def prefix_kind(prefix: Path) -> str:
@@ -185,6 +199,76 @@ def default_name(spec: Optional[Spec], prefix: Path) -> Tuple[str, str]:
     return clean(name), clean(version)
 
 
+def extension_names(spec: Optional[Spec]) -> set:
+    """The package names ``--extensions spec`` keeps: every package the spec names (conda match
+    specs read with py-rattler's ``MatchSpec``, pip requirements with ``packaging``), the
+    frameworks and Horovod (:data:`FRAMEWORK_NAMES`). Names are compared canonicalised (PEP 503).
+
+    Args:
+        spec: the spec, or None (then only the frameworks and Horovod).
+    Returns:
+        a set of canonical names.
+    """
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    names = {canonicalize_name(n) for n in FRAMEWORK_NAMES}
+    if spec is None:
+        return names
+    if spec.packages.conda:
+        from rattler import MatchSpec  # lazy: heavy import
+
+        for pin in spec.packages.conda:
+            try:
+                ms = MatchSpec(pin.value)
+            except Exception:  # noqa: BLE001 - the spec loader already checked the pin
+                continue
+            if ms.name is not None:
+                names.add(canonicalize_name(ms.name.normalized))
+    for pin in spec.packages.pip:
+        try:
+            names.add(canonicalize_name(Requirement(pin.value).name))
+        except InvalidRequirement:
+            continue
+    return names
+
+
+def module_families(modules: Sequence[str], modulepath: Optional[str] = None) -> Dict[str, str]:
+    """The ``family`` that each of ``modules`` declares, found in the module tree.
+
+    Each ``name/version`` is looked up as ``<dir>/name/version.lua`` or ``<dir>/name/version``
+    in every directory of ``modulepath`` (``:``-separated; default ``$MODULEPATH``), first hit
+    wins; a bare ``name`` looks at every version under ``<dir>/name/``. The file's
+    ``family(...)`` line (Lua) or ``family ...`` command (Tcl) is read with a regular
+    expression; a family set dynamically is not seen.
+
+    Returns:
+        module → family, for the modules found that declare one.
+    """
+    if modulepath is None:
+        modulepath = os.environ.get("MODULEPATH", "")
+    found: Dict[str, str] = {}
+    for mod in modules:
+        name, _, version = mod.partition("/")
+        for d in (Path(p) for p in modulepath.split(":") if p):
+            if version:
+                candidates = [d / name / (version + ".lua"), d / name / version]
+            else:
+                candidates = sorted((d / name).glob("*")) if (d / name).is_dir() else []
+            hits = [c for c in candidates if c.is_file() and not c.name.startswith(".")]
+            for c in hits:
+                try:
+                    match = _FAMILY_RE.search(c.read_text(errors="replace"))
+                except OSError:
+                    continue
+                if match:
+                    found[mod] = match.group(1) or match.group(2)
+                    break
+            if hits:
+                break
+    return found
+
+
 def _check_value(value: str, where: str, spec: Optional[Spec]) -> None:
     if CONTROL_RE.search(value):
         if spec is not None and where.startswith(("env.", "site.env.")):
@@ -254,7 +338,8 @@ def _help_text(spec: Optional[Spec], name: str, version: str, prefix: str, kind:
 
 def build_content(prefix: Path, spec: Optional[Spec] = None, name: Optional[str] = None,
                   version: Optional[str] = None, runtime_prefix: Optional[Path] = None,
-                  run_activate_d: bool = True) -> ModuleContent:
+                  run_activate_d: bool = True, extensions: str = "spec",
+                  modulepath: Optional[str] = None) -> ModuleContent:
     """Describe the modulefile for the environment at ``prefix``.
 
     Args:
@@ -268,6 +353,14 @@ def build_content(prefix: Path, spec: Optional[Spec] = None, name: Optional[str]
             values is replaced by it. Default: ``prefix``.
         run_activate_d: compute what ``etc/conda/activate.d/*.sh`` set (runs them in a clean
             ``bash``; see :mod:`envtool.modules.activation`).
+        extensions: which installed packages ``extensions(...)`` lists for ``module spider``:
+            ``all``, ``spec`` (:func:`extension_names`: what the spec names, the frameworks,
+            Horovod; the default: a large conda env would otherwise flood ``module avail``) or
+            ``none``.
+        modulepath: where the spec's site modules are looked up for their family
+            (:func:`module_families`; default ``$MODULEPATH``). A module that ``depends_on`` a
+            module of family ``python`` does not declare that family itself: Lmod would swap
+            the dependency out for it ("automatically replacing …").
     Returns:
         a :class:`ModuleContent`.
     Raises:
@@ -336,12 +429,35 @@ def build_content(prefix: Path, spec: Optional[Spec] = None, name: Optional[str]
     if spec is not None:
         changes += _spec_env(spec)
 
-    extensions = tuple((n, v) for n, v in packages if EXT_RE.match(n) and EXT_RE.match(v) and n != "python")
+    if extensions not in EXTENSIONS_CHOICES:
+        raise UsageError(f"--extensions: expected one of {', '.join(EXTENSIONS_CHOICES)}, got {extensions!r}")
+    listed = [(n, v) for n, v in packages if EXT_RE.match(n) and EXT_RE.match(v) and n != "python"]
+    if extensions == "none":
+        listed = []
+    elif extensions == "spec":
+        from packaging.utils import canonicalize_name
+
+        keep = extension_names(spec)
+        listed = [(n, v) for n, v in listed if canonicalize_name(n) in keep]
+
+    depends_on = tuple(spec.site.modules) if spec is not None else ()
+    family: Optional[str] = "python"
+    for mod, fam in module_families(depends_on, modulepath).items():
+        if fam == family:
+            notes.append(f"no family({family!r}): the site module {mod} this one depends on claims it")
+            family = None
+    warning = None
+    if spec is not None and not spec.status.active:
+        warning = spec.status.message(f"{name}/{version} ({spec.name})")
+        whatis.append(f"Status: {spec.status.value}" + (f" since {spec.status.since}" if spec.status.since else ""))
+    help_text = _help_text(spec, name, version, shown_s, kind, lock, key)
+    if warning:
+        help_text = f"WARNING: {warning}\n\n{help_text}"
     return ModuleContent(
         name=name, version=version, prefix=shown_s, kind=kind, whatis=tuple(whatis),
-        help=_help_text(spec, name, version, shown_s, kind, lock, key), family="python",
-        conflicts=(name,), depends_on=tuple(spec.site.modules) if spec is not None else (),
-        changes=tuple(changes), extensions=extensions, notes=tuple(notes))
+        help=help_text, family=family,
+        conflicts=(name,), depends_on=depends_on,
+        changes=tuple(changes), extensions=tuple(listed), notes=tuple(notes), warning=warning)
 
 
 def load_template(filename: str):

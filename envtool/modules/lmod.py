@@ -3,7 +3,9 @@
 Functions used (Lmod ``docs/source/050_lua_modulefiles.rst``): ``whatis``, ``help``, ``family``,
 ``conflict``, ``depends_on`` (loads a module and unloads it again only if it loaded it),
 ``prepend_path``/``append_path``, ``pushenv`` (set; unload restores the previous value),
-``extensions`` (Lmod >= 8.2: ``module spider <package>`` finds the module).
+``extensions`` (Lmod >= 8.2: ``module spider <package>`` finds the module), ``LmodMessage`` in load
+mode for an archived or deprecated stack (printed on ``module load``; ``LmodWarning`` would make
+Lmod 8.6's ``module load`` exit 1, seen with Debian's 8.6.19).
 
 Escaping: every string is a Lua double-quoted literal (:func:`lua_string`), except the help text,
 which is a long bracket ``[==[ … ]==]`` whose level is chosen so that the text cannot close it
@@ -74,4 +76,6 @@ def render(content: ModuleContent) -> str:
         depends_on="\n".join(f"depends_on({lua_string(m)})" for m in content.depends_on),
         changes="\n".join(changes),
         extensions=f"extensions({lua_string(ext)})" if ext else "",
+        warning=(f"if (mode() == \"load\") then\n    LmodMessage({lua_string('WARNING: ' + content.warning)})\nend"
+                 if content.warning else ""),
     )

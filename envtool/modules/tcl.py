@@ -6,14 +6,19 @@ For Environment Modules (>= 5.1 for ``family``, ``pushenv``, ``depends-on``; Deb
 loaded with it and unloaded with it when nothing else needs it), ``prepend-path``/``append-path``,
 ``pushenv``, ``extensions`` (a no-op in Environment Modules 5.2; Lmod uses it for spider).
 
-Lmod reads Tcl modulefiles too, but Lmod 8.6's ``tcl2lua.tcl`` runs ``pushenv`` by first setting
-the variable in its own environment and then calling Lmod's ``pushenv``, which therefore
-records the new value as the old one (and emits no change for a variable that was unset). Seen
-with Debian's lmod 8.6.19: ``__LMOD_STACK_X`` holds the new value twice. So each ``pushenv`` is
-written as ``if {$envtool_lmod} {setenv …} else {pushenv …}``, where ``$envtool_lmod`` is true
-when ``$ModuleTool`` is ``Lmod`` (both tools set that variable); under Lmod, unloading then
-unsets such a variable rather than restoring a value the user had set before. Lmod sites should
-use the Lua form, which has no such limit.
+Lmod reads Tcl modulefiles too. Lmod 8.6 translates them with ``tcl2lua.tcl`` in its own
+process (the ``tcl2lua`` C module, when Lmod is built with it, as Debian's is), and that
+script's ``pushenv`` first sets the variable in the process environment, then emits Lmod's
+``pushenv``; Lmod then records the *new* value as the one to restore (seen with Debian's lmod
+8.6.19: ``__LMOD_STACK_X`` holds the new value twice, and ``module unload`` leaves the module's
+value in place). So every ``pushenv`` goes through ``envtool_pushenv`` (defined in the
+template): under Lmod (``$ModuleTool`` is ``Lmod``) it calls ``pushenv`` and then puts the
+process environment back the way it was (the old value, or unset), so Lmod's ``pushenv``
+sees and records the real previous value; under Environment Modules it is plain ``pushenv``.
+Either way unload restores a value the user had set before, or unsets the variable.
+
+An archived or deprecated stack prints its status on ``module load`` with ``puts stderr`` in
+load mode (Lmod turns it into a message; Environment Modules prints it).
 
 Escaping: every string is a Tcl double-quoted word in which ``\\ " $ [ ] { }`` are
 backslash-escaped and control characters use ``\\n``/``\\t``/``\\uXXXX`` (:func:`tcl_string`),
@@ -57,9 +62,8 @@ _OPS = {"prepend_path": "prepend-path", "append_path": "append-path", "pushenv":
 
 def _change(c) -> str:
     if c.op == "pushenv":
-        # See the note in templates/modulefile.tcl: Lmod gets setenv.
-        return (f"if {{$envtool_lmod}} {{setenv {c.name} {tcl_string(c.value)}}} "
-                f"else {{pushenv {c.name} {tcl_string(c.value)}}}")
+        # envtool_pushenv: see the module docstring (Lmod's Tcl pushenv).
+        return f"envtool_pushenv {c.name} {tcl_string(c.value)}"
     return f"{_OPS[c.op]} {c.name} {tcl_string(c.value)}"
 
 
@@ -82,4 +86,6 @@ def render(content: ModuleContent) -> str:
         changes="\n".join(changes),
         extensions=("extensions " + " ".join(tcl_string(f"{n}/{v}") for n, v in content.extensions))
         if content.extensions else "",
+        warning=(f"if {{[module-info mode load]}} {{\n    puts stderr {tcl_string('WARNING: ' + content.warning)}\n}}"
+                 if content.warning else ""),
     )

@@ -17,7 +17,8 @@ from envtool.spec.yamlload import LineDict, load_yaml
 
 #: Fields of each section; anything else is an unknown key (with a "did you mean").
 TOP_KEYS = ("name", "summary", "distribution", "extends", "abstract", "sources", "platforms", "engine", "python",
-            "cuda", "site", "channels", "packages", "horovod", "expect", "env", "notes", "venv")
+            "cuda", "site", "channels", "packages", "horovod", "expect", "env", "notes", "venv",
+            "status")
 #: Keys a child never inherits from its parent (``abstract: true`` marks a parent-only spec).
 NOT_INHERITED = ("extends", "name", "abstract")
 SITE_KEYS = ("name", "modules", "base_env", "launcher", "scheduler", "gpus_per_node", "env")
@@ -30,6 +31,7 @@ VENV_KEYS = ("system_site_packages",)
 CHECK_BUILD_KEYS = ("frameworks", "controllers", "tensor_operations")
 PIN_KEYS = ("spec", "value", "mark", "source", "note")
 DISTRIBUTION_KEYS = ("name", "version")
+STATUS_KEYS = ("value", "since", "source", "note")
 
 
 class _Reader:
@@ -349,13 +351,43 @@ def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False)
     if r.get("abstract") is not None and not isinstance(r.get("abstract"), bool):
         raise r.error("abstract", "true or false", got=r.get("abstract"))
 
+    status = _status(r, source_ids, partial)
+
     return m.Spec(
         name=name, path=path, summary=r.str("summary") or "", distribution=dist, sources=sources,
         platforms=platforms, engine=r.choice("engine", m.ENGINES, default="venv", nullable=False),
         python=python, cuda=cuda, site=site, channels=r.str_list("channels"), packages=packages,
         horovod=horovod, expect=expect, env=r.str_map("env"), notes=r.str("notes") or "",
-        extends=r.str("extends"), venv=venv,
+        extends=r.str("extends"), venv=venv, status=status,
     )
+
+
+def _status(r: _Reader, source_ids: Sequence[str], partial: bool) -> m.Status:
+    """The ``status`` field: a word of :data:`~envtool.spec.model.STATUSES`, or a mapping
+    ``{value, since: YYYY-MM-DD, source: <source id>, note}``."""
+    import datetime
+
+    raw = r.get("status")
+    if raw is None:
+        return m.Status()
+    if isinstance(raw, str):
+        return m.Status(value=r.choice("status", m.STATUSES, nullable=False))
+    s = r.sub("status")
+    s.check_keys(STATUS_KEYS)
+    value = s.choice("value", m.STATUSES, nullable=False)
+    since = s.get("since")
+    if isinstance(since, datetime.date):  # YAML reads an unquoted 2020-11-10 as a date
+        since = since.isoformat()
+    if since is not None:
+        try:
+            datetime.date.fromisoformat(str(since))
+        except ValueError:
+            raise s.error("since", "a date YYYY-MM-DD", got=since) from None
+    source = s.str("source")
+    if source is not None and not partial and source not in source_ids:
+        raise s.error("source", "the id of an entry of sources (" + ", ".join(source_ids) + ")", got=source)
+    return m.Status(value=value, since=str(since) if since is not None else None, source=source,
+                    note=s.str("note"))
 
 
 def _names(r: _Reader, key: str, allowed: Sequence[str]) -> Tuple[str, ...]:

@@ -3,7 +3,7 @@ table, one column per stack there, one row per stack here).
 
 Columns (:data:`COLUMNS`): spec name, distribution and version, Python, TensorFlow, PyTorch,
 Horovod and its GPU backend (NCCL, DDL, MPI; the CPU controllers when no GPU operation is built),
-how Horovod is installed, CUDA, platforms and site. Versions are read from the spec's pins:
+how Horovod is installed, CUDA, platforms, site and status (``active``, ``deprecated``, ``archived``). Versions are read from the spec's pins:
 conda match specs through py-rattler's ``MatchSpec``, pip requirements through ``packaging``.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from envtool.spec.model import Spec
 FRAMEWORK_PACKAGES: Dict[str, Tuple[str, ...]] = {f.name: f.package_names for f in frameworks.FRAMEWORKS}
 #: Column names, in table order (``--sort`` takes any of them).
 COLUMNS = ("name", "distribution", "version", "python", "tensorflow", "pytorch", "horovod", "backend",
-           "install", "cuda", "platforms", "site")
+           "install", "cuda", "platforms", "site", "status")
 #: ``--has`` names and the column each compares.
 HAS_NAMES = {"horovod": "horovod", "tensorflow": "tensorflow", "tf": "tensorflow", "pytorch": "pytorch",
              "torch": "pytorch", "python": "python", "cuda": "cuda"}
@@ -51,6 +51,7 @@ class Row:
     cuda: str
     platforms: str
     site: str
+    status: str = "active"
     summary: str = ""
     path: str = ""
 
@@ -121,7 +122,7 @@ def row(spec: Spec) -> Row:
         horovod=hvd, backend=backend(spec), install=h.install if h.install != "none" else "",
         cuda=spec.cuda.value if spec.cuda else "",
         platforms=", ".join(_SHORT_PLATFORM.get(p, p) for p in spec.platforms),
-        site=spec.site.name, summary=spec.summary, path=spec.path or "")
+        site=spec.site.name, status=spec.status.value, summary=spec.summary, path=spec.path or "")
 
 
 def first_version(text: str) -> Optional[Version]:
@@ -177,7 +178,7 @@ def sort_key(column: str):
     def key(r: Row):
         value = getattr(r, column)
         version = first_version(value) if column not in ("name", "distribution", "backend", "install",
-                                                         "platforms", "site") else None
+                                                         "platforms", "site", "status") else None
         if column == "version":
             return (r.distribution, version is None, version or Version("0"), value)
         return (version is None, version or Version("0"), value, r.name)
@@ -211,7 +212,7 @@ def build(specs: List[Spec], distribution: Optional[str] = None, has: Iterable[s
 def format_table(rows: List[Row]) -> str:
     """Aligned text table of ``rows`` (the columns of :data:`COLUMNS`, '-' for empty cells)."""
     headers = ("SPEC", "DISTRIBUTION", "VERSION", "PYTHON", "TENSORFLOW", "PYTORCH", "HOROVOD", "BACKEND",
-               "INSTALL", "CUDA", "PLATFORMS", "SITE")
+               "INSTALL", "CUDA", "PLATFORMS", "SITE", "STATUS")
     cells = [[getattr(r, c) or "-" for c in COLUMNS] for r in rows]
     widths = [max([len(h)] + [len(row_[i]) for row_ in cells]) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]

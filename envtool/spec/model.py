@@ -44,6 +44,10 @@ GPU_OP_CHOICES: Dict[str, Tuple[str, ...]] = {
 CPU_OPERATION_CHOICES = ("mpi", "gloo", "ccl")
 NCCL_LINKS = ("shared", "static")
 START_METHODS = ("fork", "spawn", "forkserver")
+#: Lifecycle of a stack (spec field ``status``): ``active`` (maintained), ``deprecated`` (still
+#: usable, a replacement exists) or ``archived`` (its vendor stopped maintaining it, e.g. IBM
+#: archived WML-CE on 2020-11-10: seed ``001_…``, Bede's "IBM WMLCE" page).
+STATUSES = ("active", "deprecated", "archived")
 
 #: Names that ``horovodrun --check-build`` prints, per section (horovod/runner/launch.py@v0.28.1).
 CHECK_BUILD_FRAMEWORKS = frameworks.LABELS
@@ -249,6 +253,33 @@ class Distribution:
 
 
 @dataclass(frozen=True)
+class Status:
+    """A stack's lifecycle state (spec field ``status``).
+
+    Attributes:
+        value: one of :data:`STATUSES`.
+        since: the day it took that state (``YYYY-MM-DD``), or None.
+        source: id of an entry of :attr:`Spec.sources` that says so, or None.
+        note: free text shown with it (what replaces the stack).
+    """
+
+    value: str = "active"
+    since: Optional[str] = None
+    source: Optional[str] = None
+    note: Optional[str] = None
+
+    @property
+    def active(self) -> bool:
+        """True for ``active``."""
+        return self.value == "active"
+
+    def message(self, name: str) -> str:
+        """One line for users, e.g. ``ibm-wml-ce-1.7.0 is archived (since 2020-11-10): …``."""
+        text = f"{name} is {self.value}" + (f" (since {self.since})" if self.since else "")
+        return text + (f": {self.note}" if self.note else "")
+
+
+@dataclass(frozen=True)
 class Spec:
     """One resolved spec (``extends`` already merged).
 
@@ -271,6 +302,7 @@ class Spec:
         venv: options of the venv engine (:class:`VenvOptions`).
         notes: free text for ``show`` (e.g. where seeds and primary sources disagree).
         extends: the parent spec's name, or None.
+        status: lifecycle state (:class:`Status`; ``active`` unless the spec says otherwise).
     """
 
     name: str
@@ -291,6 +323,7 @@ class Spec:
     notes: str = ""
     extends: Optional[str] = None
     venv: VenvOptions = field(default_factory=VenvOptions)
+    status: Status = field(default_factory=Status)
 
     def pins(self):
         """Yield ``(field, Pin)`` for every pinned value, for provenance checks and ``show``."""

@@ -5,6 +5,7 @@ ${notes}
 ${whatis}
 
 help(${help})
+${warning}
 
 ${family}
 ${conflicts}

@@ -1,0 +1,61 @@
+"""``envtool publish SPEC … --root DIR --modulefiles DIR``: build stacks into a shared tree.
+
+``[--site S | --site-file F] [--group G] [--umask 022] [--default] [--force] [--format lua|tcl]
+[--extensions all|spec|none] [--json]``. Each stack goes to ``DIR/NAME/VERSION`` (built, or
+cloned from the site's base environment when ``--site`` names a site that has one), with its
+modulefile, its SBOM beside it, group ownership, setgid directories and a read-only
+environment (:mod:`envtool.steps.publish`).
+"""
+from __future__ import annotations
+
+from envtool.cli.common import add_json, add_spec_site, load_spec, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("publish", help="build stacks into a shared tree with modulefiles and SBOMs (site admins)",
+                       description="Build (or, with --site, clone the site's base environment into) DIR/NAME/VERSION "
+                                   "for each SPEC, write its modulefile and a CycloneDX SBOM beside it, mark defaults, "
+                                   "refresh Lmod's spider cache when the site uses one, and leave the tree group-owned "
+                                   "(setgid directories), group-readable and the environments read-only. A stack "
+                                   "already published is left alone unless --force.")
+    p.add_argument("spec", nargs="+", help="spec names or files")
+    p.add_argument("--root", required=True, metavar="DIR", help="software tree: environments go to DIR/NAME/VERSION")
+    p.add_argument("--modulefiles", required=True, metavar="DIR", help="module tree users 'module use'")
+    p.add_argument("--group", metavar="G", help="group that owns the published tree (its members can use it)")
+    p.add_argument("--umask", default="022", metavar="OCTAL",
+                   help="permissions taken from everyone (022: world-readable, default; 027: the group only)")
+    p.add_argument("--default", action="store_true", help="make each published version the default of its name")
+    p.add_argument("--force", action="store_true", help="rebuild and replace stacks already published")
+    p.add_argument("--format", default="lua", choices=("lua", "tcl"), help="modulefile format (default lua)")
+    p.add_argument("--extensions", default="spec", choices=("all", "spec", "none"),
+                   help="packages listed for 'module spider' (default: the spec's, the frameworks, Horovod)")
+    add_spec_site(p)
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from envtool.core.errors import UsageError
+    from envtool.steps.publish import publish
+
+    try:
+        umask = int(args.umask, 8)
+    except ValueError:
+        umask = -1
+    if not 0 <= umask <= 0o777 or umask & 0o440:
+        raise UsageError(f"--umask: expected an octal mask such as 022 or 027 that leaves owner and group "
+                         f"read access, got {args.umask!r}")
+    specs = [load_spec(s, args.site, args.site_file) for s in args.spec]
+    result = publish(specs, args.root, args.modulefiles, group=args.group, default=args.default, force=args.force,
+                     fmt=args.format, extensions=args.extensions, umask=umask,
+                     clone_site_base=bool(args.site or args.site_file), verbose=args.verbose,
+                     quiet=args.quiet or args.json)
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    import shlex
+
+    print(f"module use {shlex.quote(str(args.modulefiles))}")
+    for s in result.stacks:
+        print(f"  {s.module:30} {s.action:9} {s.prefix}")
+    return 0

@@ -1,0 +1,236 @@
+"""A CycloneDX SBOM of an environment prefix, for a site's security office.
+
+Built with the CycloneDX Python library (``cyclonedx-python-lib``; imported inside the
+functions, so that CLI start-up does not pay for it) and ``packageurl-python``:
+
+* every conda package record (``conda-meta/*.json``: conda's PrefixRecord, fields ``name``,
+  ``version``, ``build``, ``channel``, ``subdir``, ``url``, ``md5``, ``sha256``) becomes a
+  component with a ``pkg:conda/<name>@<version>?build=…&channel=…&subdir=…`` purl (the
+  ``conda`` type of the purl spec: package-url/purl-spec ``PURL-TYPES.rst``) and its MD5 and
+  SHA-256 hashes;
+* every pip distribution in site-packages that conda did not install (``INSTALLER`` is not
+  ``conda``) becomes a ``pkg:pypi/<name>@<version>`` component (PEP 503 name), with the
+  archive hash pip recorded in ``direct_url.json`` (PEP 610) when there is one;
+* the Horovod component carries how envtool built it, read from ``PREFIX/.envtool/create.json``:
+  one ``envtool:horovod:env:<VAR>`` property per ``HOROVOD_*`` variable of the build, one
+  ``envtool:horovod:fix-rule`` per fix rule applied, and the wheel cache key.
+
+The environment itself is the BOM's metadata component (``application``), and every package is
+registered as its dependency.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from envtool import __version__
+from envtool.core.errors import UsageError
+
+#: ``--format`` choices.
+FORMATS = ("cyclonedx-json",)
+#: CycloneDX specification version written.
+SPEC_VERSION = "1.6"
+
+
+def _conda_records(prefix: Path) -> List[Dict]:
+    out = []
+    meta = prefix / "conda-meta"
+    if not meta.is_dir():
+        return out
+    for rec in sorted(meta.glob("*.json")):
+        try:
+            data = json.loads(rec.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("name") and data.get("version"):
+            out.append(data)
+    return out
+
+
+def _pip_dists(prefix: Path) -> List[Tuple[str, str, Optional[Dict]]]:
+    """``(canonical name, version, direct_url or None)`` of the pip-installed distributions."""
+    from importlib import metadata
+
+    from packaging.utils import canonicalize_name
+
+    from envtool.engines.venv import site_packages
+
+    sp = site_packages(prefix)
+    if sp is None:
+        return []
+    out: Dict[str, Tuple[str, str, Optional[Dict]]] = {}
+    for dist in metadata.distributions(path=[str(sp)]):
+        name = (dist.metadata["Name"] or "").strip()
+        if not name:
+            continue
+        if (dist.read_text("INSTALLER") or "").strip() == "conda":
+            continue  # a conda package: its record is the component
+        direct = None
+        try:
+            direct = json.loads(dist.read_text("direct_url.json") or "null")
+        except ValueError:
+            direct = None
+        out[canonicalize_name(name)] = (canonicalize_name(name), dist.version, direct)
+    return [out[k] for k in sorted(out)]
+
+
+def _channel_name(channel: str) -> str:
+    """``https://conda.anaconda.org/conda-forge`` → ``conda-forge``; other URLs as they are."""
+    channel = channel.rstrip("/")
+    for host in ("https://conda.anaconda.org/", "http://conda.anaconda.org/"):
+        if channel.startswith(host):
+            return channel[len(host):]
+    return channel
+
+
+def horovod_build(prefix: Path) -> Optional[Dict]:
+    """How envtool built Horovod in ``prefix``, from ``PREFIX/.envtool/create.json``.
+
+    Returns:
+        ``{"env": {HOROVOD_*: value}, "fixes": [rule ids], "cache_key": str or None}``, or None
+        when the prefix has no record of a Horovod build step.
+    """
+    path = prefix / ".envtool" / "create.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    step = next((s for s in data.get("steps", []) if isinstance(s, dict) and s.get("id") == "build-horovod"), None)
+    if step is None:
+        return None
+    result = (data.get("results") or {}).get("build-horovod") or {}
+    env = {k: str(v) for k, v in (step.get("env") or {}).items() if k.startswith("HOROVOD_")}
+    return {"env": env, "fixes": list(result.get("fixes") or []), "cache_key": result.get("cache_key")}
+
+
+def build_bom(prefix: Path, name: Optional[str] = None, version: Optional[str] = None):
+    """The CycloneDX :class:`~cyclonedx.model.bom.Bom` of the environment at ``prefix``.
+
+    Args:
+        prefix: an environment prefix (conda env or venv).
+        name, version: the metadata component's name and version (default: the prefix's
+            directory name, and no version).
+    Returns:
+        a ``cyclonedx.model.bom.Bom``.
+    Raises:
+        UsageError: ``prefix`` is not a directory, or holds neither ``conda-meta/`` nor a
+            site-packages directory.
+    """
+    from cyclonedx.model import HashAlgorithm, HashType, Property
+    from cyclonedx.model.bom import Bom
+    from cyclonedx.model.component import Component, ComponentType
+    from packageurl import PackageURL
+
+    prefix = Path(prefix).absolute()
+    if not prefix.is_dir():
+        raise UsageError(f"--prefix: {prefix} is not a directory (expected an environment prefix)")
+    from envtool.engines.venv import site_packages
+
+    if not (prefix / "conda-meta").is_dir() and site_packages(prefix) is None:
+        raise UsageError(f"--prefix: {prefix} is not an environment (no conda-meta/ and no site-packages)")
+
+    hvd = horovod_build(prefix)
+
+    def hvd_properties() -> List:
+        if hvd is None:
+            return []
+        props = [Property(name=f"envtool:horovod:env:{k}", value=v) for k, v in sorted(hvd["env"].items())]
+        props += [Property(name="envtool:horovod:fix-rule", value=r) for r in hvd["fixes"]]
+        if hvd.get("cache_key"):
+            props.append(Property(name="envtool:horovod:wheel-cache-key", value=str(hvd["cache_key"])))
+        return props
+
+    components = []
+    for rec in _conda_records(prefix):
+        qualifiers = {}
+        if rec.get("build"):
+            qualifiers["build"] = str(rec["build"])
+        if rec.get("channel"):
+            qualifiers["channel"] = _channel_name(str(rec["channel"]))
+        if rec.get("subdir"):
+            qualifiers["subdir"] = str(rec["subdir"])
+        fn = str(rec.get("fn") or rec.get("url", "").rsplit("/", 1)[-1] or "")
+        if fn.endswith(".conda"):
+            qualifiers["type"] = "conda"
+        elif fn.endswith(".tar.bz2"):
+            qualifiers["type"] = "tar.bz2"
+        purl = PackageURL(type="conda", name=str(rec["name"]).lower(), version=str(rec["version"]),
+                          qualifiers=qualifiers)
+        hashes = []
+        if rec.get("sha256"):
+            hashes.append(HashType(alg=HashAlgorithm.SHA_256, content=str(rec["sha256"])))
+        if rec.get("md5"):
+            hashes.append(HashType(alg=HashAlgorithm.MD5, content=str(rec["md5"])))
+        props = [Property(name="envtool:package-manager", value="conda")]
+        if rec.get("url"):
+            props.append(Property(name="envtool:conda:url", value=str(rec["url"])))
+        if rec["name"] == "horovod":
+            props += hvd_properties()
+        components.append(Component(name=str(rec["name"]), version=str(rec["version"]), type=ComponentType.LIBRARY,
+                                    purl=purl, bom_ref=purl.to_string(), hashes=hashes, properties=props))
+    for dname, dversion, direct in _pip_dists(prefix):
+        purl = PackageURL(type="pypi", name=dname, version=dversion)
+        hashes = []
+        archive = (direct or {}).get("archive_info") or {}
+        for alg, value in ((archive.get("hashes") or {}).items()):
+            algo = {"sha256": HashAlgorithm.SHA_256, "sha512": HashAlgorithm.SHA_512,
+                    "md5": HashAlgorithm.MD5}.get(alg)
+            if algo is not None:
+                hashes.append(HashType(alg=algo, content=str(value)))
+        props = [Property(name="envtool:package-manager", value="pip")]
+        if direct and direct.get("url"):
+            props.append(Property(name="envtool:pip:direct-url", value=str(direct["url"])))
+        if dname == "horovod":
+            props += hvd_properties()
+        ref = purl.to_string()
+        if any(str(c.bom_ref) == ref for c in components):
+            continue
+        components.append(Component(name=dname, version=dversion, type=ComponentType.LIBRARY, purl=purl,
+                                    bom_ref=ref, hashes=hashes, properties=props))
+
+    root = Component(name=name or prefix.name, version=version, type=ComponentType.APPLICATION,
+                     bom_ref=f"envtool-environment:{prefix}",
+                     properties=[Property(name="envtool:prefix", value=str(prefix))])
+    bom = Bom(components=components)
+    bom.metadata.component = root
+    bom.metadata.tools.components.add(Component(name="envtool", version=__version__, type=ComponentType.APPLICATION))
+    bom.register_dependency(root, components)
+    return bom
+
+
+def render(bom, fmt: str = "cyclonedx-json") -> str:
+    """The SBOM text (CycloneDX :data:`SPEC_VERSION` JSON).
+
+    Raises:
+        UsageError: a format other than :data:`FORMATS`.
+    """
+    if fmt not in FORMATS:
+        raise UsageError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+    from cyclonedx.output.json import JsonV1Dot6
+
+    return JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
+
+
+def write_sbom(prefix: Path, path: Path, name: Optional[str] = None, version: Optional[str] = None) -> Path:
+    """Write the SBOM of ``prefix`` to ``path`` (atomically: a temporary file, then rename).
+
+    Returns:
+        ``path``.
+    """
+    import os
+    import tempfile
+
+    text = render(build_bom(prefix, name=name, version=version))
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
