@@ -45,7 +45,7 @@ class Launcher:
     @property
     def needs_mpi_runtime(self) -> bool:
         """True when the launcher starts ranks through an ``mpirun``/``mpiexec`` on PATH."""
-        return self.program in MPI_RUNTIME_LAUNCHERS and not (self.native and self.scheduler == "pbs")
+        return self.program in MPI_RUNTIME_LAUNCHERS
 
     def argv(self, ranks: int) -> List[str]:
         """The template with ``{ranks}`` filled in, as words (for an interactive run)."""
