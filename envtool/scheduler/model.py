@@ -50,12 +50,14 @@ class LaunchStep:
             e.g. the 1-rank run of a scaling benchmark).
         redirect: a file the step's output is appended to, or None.
         direct: run the command once in the batch shell, without the launcher.
+        may_fail: the script goes on when the step fails (``|| true``).
     """
 
     argv: Tuple[str, ...]
     layout: Optional[Layout] = None
     redirect: Optional[str] = None
     direct: bool = False
+    may_fail: bool = False
 
 
 @dataclass(frozen=True)

@@ -131,6 +131,8 @@ def render(req: JobRequest, version: str = "") -> str:
         line = quote_words(words)
         if step.redirect:
             line += f" >> {shlex.quote(step.redirect)} 2>&1"
+        if step.may_fail:
+            line += " || true"
         body.append(line)
     src = dict(site.sources).get(b.source, "") if b.source else ""
     lay = req.layout

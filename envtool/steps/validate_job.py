@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from envtool.errors import CheckFailed, UsageError
+from envtool.errors import CheckFailed, EnvtoolError, UsageError
 from envtool.scheduler.model import LaunchStep, Layout
 from envtool.steps.jobscript import Target, build_request, render
 from envtool.validate import ranks as rk
@@ -39,7 +39,10 @@ def _check_build(target: Target, text: Optional[str]) -> Dict[str, object]:
     out: Dict[str, object] = {"ok": True}
     if not text:
         return {"ok": False, "error": "no horovodrun --check-build output"}
-    found = checkbuild.parse(text)
+    try:
+        found = checkbuild.parse(text)
+    except EnvtoolError as exc:
+        return {"ok": False, "error": str(exc)}
     out["found"] = found.to_dict()
     out["controllers"] = [n for n, ok in found.controllers if ok]
     if target.spec is not None and target.spec.expect.check_build is not None:
@@ -110,8 +113,8 @@ def run_here(target: Target, ranks: int = 2, benchmark: bool = False, steps: int
         cb = _check_build(target, text)
         result["check_build"] = cb
         if not cb["ok"]:
-            problems.append("check-build: " + (", ".join(cb.get("missing") or []) or str(cb.get("error"))) +
-                            " expected but not built")
+            problems.append("check-build: " + (", ".join(cb.get("missing") or []) + " expected but not built"
+                                               if cb.get("missing") else str(cb.get("error"))))
         runs: Dict[str, List[dict]] = {}
         for controller in [c.lower() for c in cb.get("controllers", []) if c.lower() in ("gloo", "mpi")]:
             progress(f"{ranks}-rank probe with the {controller} controller ...")
@@ -181,7 +184,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     method = _method(target)
     job_steps = [LaunchStep(tuple(([python, str(target.prefix / "bin" / "horovodrun")] if target.prefix
                                    else ["horovodrun"]) + ["--check-build"]),
-                            redirect=str(run_dir / "check-build.txt"), direct=True),
+                            redirect=str(run_dir / "check-build.txt"), direct=True, may_fail=True),
                  LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, "probe", method)))]
     probe_layout = None
     req = build_request(target, nodes, job_steps, ranks_per_node, gpus_per_rank, time_limit, account, queue,
@@ -222,8 +225,9 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     cb_text = (run_dir / "check-build.txt").read_text(errors="replace") if (run_dir / "check-build.txt").exists() else ""
     cb = _check_build(target, cb_text)
     result["check_build"] = cb
-    if not cb["ok"] and cb_text:
-        problems.append("check-build: " + ", ".join(cb.get("missing") or []) + " expected but not built")
+    if not cb["ok"]:
+        problems.append("check-build: " + (", ".join(cb.get("missing") or []) + " expected but not built"
+                                           if cb.get("missing") else str(cb.get("error"))))
     recs = rk.gather(run_dir, "probe")
     result["ranks"] = recs
     problems += rk.judge(recs, lay.ranks)

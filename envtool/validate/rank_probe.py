@@ -129,7 +129,7 @@ def main(argv):
         hvd.init()
         rec.update(rank=hvd.rank(), local_rank=hvd.local_rank(), size=hvd.size(),
                    controller="mpi" if hvd.mpi_enabled() else ("gloo" if hvd.gloo_enabled() else "?"))
-        if phase == "probe":
+        if phase.startswith("probe"):
             rec["checks"]["allreduce_cpu"] = allreduce_check(hvd, torch)
             if torch.cuda.is_available():
                 dev = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
