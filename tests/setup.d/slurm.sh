@@ -25,4 +25,4 @@ fi
 ls /usr/lib/x86_64-linux-gnu/slurm-wlm/mpi_pmix*.so >/dev/null 2>&1 \
     || ls /usr/lib/*/slurm-wlm/mpi_pmix*.so >/dev/null 2>&1 \
     || echo "slurm.sh: warning: no mpi_pmix plugin found; srun --mpi=pmix will not work" >&2
-echo "slurm.sh: slurm $(sbatch --version 2>/dev/null | awk '{print $2}'), munge $(munged --version 2>&1 | awk '{print $1}')"
+echo "slurm.sh: slurm-wlm $(dpkg-query -W -f='${Version}' slurmctld 2>/dev/null), munge $(dpkg-query -W -f='${Version}' munge 2>/dev/null)"
