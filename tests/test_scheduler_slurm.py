@@ -99,6 +99,19 @@ def test_failing_rank_is_reported_with_its_error(slurm_cluster, slurm_site, tmp_
     assert slurm_cluster.queue() == ""
 
 
+def test_mpi_not_started_through_pmix_is_reported(slurm_cluster, slurm_site, cpu_horovod_env, tmp_path):
+    """srun --mpi=none: Open MPI cannot initialise under srun without PMIx; the ranks die in MPI_Init."""
+    site = tmp_path / "nopmix.yaml"
+    site.write_text(slurm_site.read_text().replace("mpi: pmix", "mpi: none"))
+    proc = envtool(slurm_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", site, "--submit",
+                   "--nodes", "1", "--ranks-per-node", "2", "--workdir", tmp_path / "run")
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    assert "srun --mpi=none " in (tmp_path / "run" / "job.sh").read_text()
+    assert "rank 0: no result" in proc.stderr and "rank 1: no result" in proc.stderr
+    assert "the job output says:" in proc.stderr and "MPI_Init" in proc.stderr, proc.stderr
+    assert slurm_cluster.queue() == ""
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_cancels_the_job(slurm_cluster, slurm_site, tmp_path, sig):
     """A job that waits behind another is cancelled (scancel) on Ctrl-C / SIGTERM; nothing stays queued."""

@@ -231,6 +231,10 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     recs = rk.gather(run_dir, "probe")
     result["ranks"] = recs
     problems += rk.judge(recs, lay.ranks)
+    if any(": no result" in p for p in problems):
+        said = rk.errors_in_output(run_dir / "job.out")
+        if said:
+            problems.append("the job output says: " + " | ".join(said))
     if benchmark:
         one_recs, many_recs = rk.gather(run_dir, "bench-1"), rk.gather(run_dir, f"bench-{lay.ranks}")
         if not problems:

@@ -49,6 +49,7 @@ class Squares:
 
 
 def dataloader_check(method):
+    """Iterate a DataLoader with 2 workers under start ``method``; returns ok/method/seconds/error."""
     from torch.utils.data import DataLoader
 
     started = time.monotonic()
@@ -60,6 +61,7 @@ def dataloader_check(method):
 
 
 def allreduce_check(hvd, torch, device=None):
+    """Average ``rank + 1`` over all ranks (on ``device``); must be ``(size + 1) / 2``."""
     t = torch.tensor([float(hvd.rank() + 1)])
     if device is not None:
         t = t.to(device)
@@ -112,6 +114,7 @@ def benchmark(hvd, torch, batch_size, steps):
 
 
 def main(argv):
+    """Run PHASE, write this rank's record, exit 1 when a check failed (see the module docstring)."""
     out_dir, phase = argv[1], argv[2]
     opts = {"--method": None, "--batch-size": "32", "--steps": "20"}
     rest = argv[3:]
@@ -142,7 +145,9 @@ def main(argv):
     except BaseException as exc:  # report anything, including SystemExit from a library
         rec["error"] = f"{type(exc).__name__}: {exc}".strip()
         rec["traceback"] = traceback.format_exc()[-4000:]
-    rank = rec.get("rank", rec["launcher_rank"])
+    # The launcher's rank names the file: two processes that both think they are Horovod's rank 0
+    # (MPI not initialised through the launcher's PMI) must not overwrite each other.
+    rank = rec["launcher_rank"] if rec["launcher_rank"] is not None else rec.get("rank")
     name = f"rank-{rank}.json" if rank is not None else f"pid-{os.getpid()}.json"
     d = os.path.join(out_dir, phase)
     os.makedirs(d, exist_ok=True)

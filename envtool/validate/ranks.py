@@ -42,7 +42,8 @@ def gather(run_dir: Path, phase: str) -> List[dict]:
         except (OSError, ValueError) as exc:
             rec = {"ok": False, "error": f"unreadable result {f.name}: {exc}", "checks": {}}
         out.append(rec)
-    return sorted(out, key=lambda r: (r.get("rank") if r.get("rank") is not None else r.get("launcher_rank") or 0))
+    return sorted(out, key=lambda r: (r.get("launcher_rank") if r.get("launcher_rank") is not None
+                                      else r.get("rank") or 0))
 
 
 def judge(records: List[dict], ranks: int) -> List[str]:
@@ -55,9 +56,13 @@ def judge(records: List[dict], ranks: int) -> List[str]:
     problems = []
     seen = set()
     for r in records:
-        rank = r.get("rank", r.get("launcher_rank"))
+        rank = r.get("launcher_rank") if r.get("launcher_rank") is not None else r.get("rank")
         seen.add(rank)
         where = f"rank {rank if rank is not None else '?'} on {r.get('host', '?')}"
+        if r.get("rank") is not None and r.get("launcher_rank") is not None and r["rank"] != r["launcher_rank"]:
+            problems.append(f"{where}: the launcher started it as rank {r['launcher_rank']}, Horovod sees rank "
+                            f"{r['rank']} of {r.get('size')} (MPI did not initialise through the launcher: "
+                            f"a PMI mismatch, e.g. srun --mpi)")
         if r.get("error"):
             problems.append(f"{where}: {r['error']}")
             continue
@@ -70,6 +75,26 @@ def judge(records: List[dict], ranks: int) -> List[str]:
         if rank not in seen:
             problems.append(f"rank {rank}: no result (it did not start or was killed; see the job output)")
     return problems
+
+
+def errors_in_output(path: Path, limit: int = 3) -> List[str]:
+    """Up to ``limit`` distinct error lines of a job's output (MPI aborts, tracebacks' last lines),
+    for ranks that died before writing a result. Warnings are skipped."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return []
+    out: List[str] = []
+    for line in text.splitlines():
+        s = line.strip()
+        low = s.lower()
+        if not s or "warning" in low:
+            continue
+        if ("error" in low or "abort" in low or "not built with" in low) and s not in out:
+            out.append(s[:200])
+            if len(out) >= limit:
+                break
+    return out
 
 
 def table(records: List[dict]) -> str:
