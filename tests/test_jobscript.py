@@ -231,3 +231,23 @@ def test_json_and_output_file(tmp_path):
     data = json.loads(proc.stdout)
     assert data["scheduler"] == "cobalt" and data["layout"]["ranks"] == 8 and data["layout"]["cpus_per_rank"] == 16
     assert target.read_text() == data["script"] and os.access(target, os.X_OK)
+
+
+def test_launcher_model_is_the_one_doctor_uses():
+    from envtool.scheduler import launcher
+    from envtool.spec import sites
+
+    summit = sites.load_site(sites.find("summit"))
+    bede = sites.load_site(sites.find("bede"))
+    assert launcher.for_site(summit) == launcher.Launcher("jsrun", "jsrun -r1 -g6 -a6 -c42 -bpacked:7", "lsf", True)
+    ddl = launcher.for_site(bede, bede.mapping_for("ibm-wml-ce-1.7.0"))
+    assert (ddl.program, ddl.native) == ("bede-ddlrun", False)
+    local = launcher.for_site(None)
+    assert local.argv(3) == ["horovodrun", "-np", "3", "-H", "localhost:3"] and local.needs_mpi_runtime
+    proc = run_envtool("doctor", "--prefix", sys.prefix, "--site", "theta", "--only", "launchers", "--json",
+                       timeout=120)
+    import json
+
+    f = json.loads(proc.stdout)["findings"][0]
+    assert f["status"] == "fail" and "'aprun'" in f["summary"], f
+    assert f["details"]["scheduler"] == "cobalt"
