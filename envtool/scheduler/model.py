@@ -78,6 +78,7 @@ class JobRequest:
         env: variables exported before the launcher lines, in order.
         workdir: directory the script changes to first (absolute), or None.
         launcher: the :class:`envtool.scheduler.launcher.Launcher` to use (None: the site's).
+        comments: extra comment lines for the script's header (one line each).
     """
 
     site: object

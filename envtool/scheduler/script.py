@@ -144,5 +144,5 @@ def render(req: JobRequest, version: str = "") -> str:
     if not directives:
         text = text.replace("\n\n# Job script", "\n# Job script", 1)
     for c in req.comments:
-        text = text.replace("set -e\n", f"# {c}\nset -e\n", 1)
+        text = text.replace("set -e\n", "# " + " ".join(str(c).split()) + "\nset -e\n", 1)
     return text

@@ -18,7 +18,6 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -186,7 +185,6 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
                                    else ["horovodrun"]) + ["--check-build"]),
                             redirect=str(run_dir / "check-build.txt"), direct=True, may_fail=True),
                  LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, "probe", method)))]
-    probe_layout = None
     req = build_request(target, nodes, job_steps, ranks_per_node, gpus_per_rank, time_limit, account, queue,
                         "envtool-validate", str(run_dir / "job.out"), str(run_dir),
                         extra_env=[("PYTHONUNBUFFERED", "1")])
@@ -196,7 +194,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
         job_steps += [LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, "bench-1", batch_size=batch_size,
                                                      steps=steps)), layout=one),
                       LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, f"bench-{lay.ranks}",
-                                                     batch_size=batch_size, steps=steps)), layout=probe_layout)]
+                                                     batch_size=batch_size, steps=steps)))]
         req = build_request(target, nodes, job_steps, ranks_per_node, gpus_per_rank, time_limit, account, queue,
                             "envtool-validate", str(run_dir / "job.out"), str(run_dir),
                             extra_env=[("PYTHONUNBUFFERED", "1")])
