@@ -59,6 +59,7 @@ def envtool(cluster, *args, timeout=900):
                           env=env, cwd=REPO, timeout=timeout)
 
 
+@pytest.mark.slow  # needs the cpu-horovod environment
 def test_validate_submit_runs_ranks_under_srun_pmix(slurm_cluster, slurm_site, cpu_horovod_env, tmp_path):
     run = tmp_path / "run"
     proc = envtool(slurm_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", slurm_site, "--submit",
@@ -99,6 +100,7 @@ def test_failing_rank_is_reported_with_its_error(slurm_cluster, slurm_site, tmp_
     assert slurm_cluster.queue() == ""
 
 
+@pytest.mark.slow  # needs the cpu-horovod environment
 def test_mpi_not_started_through_pmix_is_reported(slurm_cluster, slurm_site, cpu_horovod_env, tmp_path):
     """srun --mpi=none: Open MPI cannot initialise under srun without PMIx; the ranks die in MPI_Init."""
     site = tmp_path / "nopmix.yaml"
