@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional, Tuple
 
 from envtool.checks.registry import check, finding
+from envtool.scheduler import launcher
 
 ID = "launchers"
 LAUNCHERS = ("horovodrun", "mpirun", "mpiexec", "srun", "jsrun", "aprun")
@@ -51,10 +52,11 @@ def run(ctx):
     found = {name: shutil.which(name, path=path) for name in LAUNCHERS}
     on_path = {k: v for k, v in found.items() if v}
     site = ctx.site
-    template = getattr(site, "launcher", None) or "horovodrun -np {ranks}"
-    wanted = template.split()[0]
+    launch = launcher.for_site(site)  # the one launcher model (envtool.scheduler.launcher)
+    template = launch.template
+    wanted = launch.program
     items = [f"{k}: {v}" for k, v in on_path.items()]
-    details = {"on_path": on_path, "site_launcher": template}
+    details = {"on_path": on_path, "site_launcher": template, "scheduler": launch.scheduler}
     status = "ok"
     problems = []
     fixes = []
@@ -69,7 +71,7 @@ def run(ctx):
         lib_family, lib_version = mpi_identity(built_mpi.get("version") or "")
         runner = on_path.get("mpirun") or on_path.get("mpiexec")
         if runner is None:
-            if wanted in ("mpirun", "mpiexec", "horovodrun") and (ctx.environ.get("SLURM_JOB_ID") is None):
+            if launch.needs_mpi_runtime and (ctx.environ.get("SLURM_JOB_ID") is None):
                 problems.append(f"Horovod's MPI controller is built ({built_mpi.get('library')}) but no "
                                 "mpirun/mpiexec is on PATH (horovodrun --mpi needs one)")
                 fixes.append("load the MPI module Horovod was built against")

@@ -41,7 +41,7 @@ def default_prefix(spec_name: str) -> Path:
 
 def add_spec_site(parser) -> None:
     """``--site NAME`` and ``--site-file FILE`` (site overlays)."""
-    parser.add_argument("--site", help="resolve the spec for this site (bundled: summit, perlmutter, polaris, "
+    parser.add_argument("--site", help="resolve the spec for this site (bundled: summit, perlmutter, polaris, theta, "
                                        "bede, local; more in $ENVTOOL_SITE_PATH)")
     parser.add_argument("--site-file", help="a site file to resolve the spec with")
 

@@ -139,7 +139,7 @@ class Site:
         modules: Lmod modules loaded before any step, in order (``cudnn/8.7.0``).
         base_env: what ``--clone`` copies: a conda env name, a prefix, or None.
         launcher: command template; ``{ranks}`` is replaced by the number of ranks.
-        scheduler: ``slurm``, ``lsf``, ``pbs`` or None.
+        scheduler: ``slurm``, ``lsf``, ``pbs``, ``cobalt`` or None.
         gpus_per_node: GPUs on one node (0 for CPU-only).
         env: variables the site sets for every environment.
     """

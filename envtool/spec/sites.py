@@ -10,6 +10,11 @@ with ``--site-file``) holds::
     scheduler: lsf
     launcher: "jsrun -r1 -g6 -a6 -c42 -bpacked:7"
     gpus_per_node: 6
+    batch:                              # what ``envtool jobscript`` needs (see BatchSection)
+      source: seed-000
+      cpus_per_node: 42
+      queue: batch
+      account_required: true
     modules: []                         # loaded for every stack
     env: {VAR: value}                   # set for every stack
     stacks:                             # per spec: a spec name or a glob (``ibm-wml-ce-*``)
@@ -54,10 +59,16 @@ from envtool.spec import model as m
 from envtool.spec.yamlload import LineDict, load_yaml
 
 SITE_FILE_KEYS = ("name", "summary", "sources", "platforms", "scheduler", "launcher", "gpus_per_node", "modules",
-                  "env", "notes", "stacks")
+                  "env", "notes", "stacks", "batch")
+BATCH_KEYS = ("source", "cpus_per_node", "queue", "queue_option", "constraint", "gpu_option", "mpi",
+              "account_required", "directives", "env", "module_use", "shell")
 STACK_KEYS = ("spec", "modules", "base_env", "launcher", "env", "mark", "source", "note", "warning", "overrides")
-SCHEDULERS = ("slurm", "lsf", "pbs", "none")
-BUNDLED_SITES = ("summit", "perlmutter", "polaris", "bede", "local")
+SCHEDULERS = ("slurm", "lsf", "pbs", "cobalt", "none")
+#: Slurm options a site's queue name goes to (``-q`` is ``--qos``, ``-p`` is ``--partition``).
+QUEUE_OPTIONS = ("partition", "qos")
+#: How a Slurm site wants GPUs asked for: ``--gpus-per-node=N`` or ``--gres=gpu:N``.
+GPU_OPTIONS = ("gpus-per-node", "gres")
+BUNDLED_SITES = ("summit", "perlmutter", "polaris", "bede", "theta", "local")
 
 
 @dataclass(frozen=True)
@@ -94,6 +105,44 @@ class StackMapping:
 
 
 @dataclass(frozen=True)
+class BatchSection:
+    """A site file's ``batch`` section: what its job scripts need beyond ``scheduler``/``gpus_per_node``.
+
+    Every field is optional; a job-script flag that needs a missing one stops with an error
+    naming ``batch.<field>`` (see :mod:`envtool.scheduler`).
+
+    Attributes:
+        source: id in the site file's ``sources`` the layout comes from, or None.
+        cpus_per_node: CPUs one job may use on a node (Slurm CPUs, LSF cores per resource set,
+            PBS/ALPS depth units); divided among the ranks of a node for ``-c``/``-c``/``--depth``/
+            ``-d`` and ``OMP_NUM_THREADS``. 0 when unknown.
+        queue: the queue (partition, QOS) used when ``--queue`` is not given, or None.
+        queue_option: Slurm only: ``partition`` (``-p``, the default) or ``qos`` (``-q``).
+        constraint: Slurm ``-C`` node feature (Perlmutter's ``gpu``), or None.
+        gpu_option: Slurm only: ``gpus-per-node`` (the default) or ``gres`` (``--gres=gpu:N``).
+        mpi: Slurm only: the ``srun --mpi=`` plugin (``pmix``), or None (the site's default).
+        account_required: the site refuses jobs without an account (``--account``).
+        directives: further directive arguments written as they are (``-l filesystems=home:eagle``).
+        env: variables exported in job scripts only (``SLURM_CPU_BIND: cores``).
+        module_use: directories ``module use`` adds before any ``module load``.
+        shell: the script's interpreter line after ``#!`` (default ``/bin/bash``).
+    """
+
+    source: Optional[str] = None
+    cpus_per_node: int = 0
+    queue: Optional[str] = None
+    queue_option: str = "partition"
+    constraint: Optional[str] = None
+    gpu_option: str = "gpus-per-node"
+    mpi: Optional[str] = None
+    account_required: bool = False
+    directives: Tuple[str, ...] = ()
+    env: Tuple[Tuple[str, str], ...] = ()
+    module_use: Tuple[str, ...] = ()
+    shell: str = "/bin/bash"
+
+
+@dataclass(frozen=True)
 class SiteFile:
     """A parsed site file (see the module docstring for the format).
 
@@ -110,6 +159,7 @@ class SiteFile:
         env: variables set for every stack.
         notes: free text.
         stacks: the per-spec mappings, in file order.
+        batch: the job-script layout (:class:`BatchSection`).
     """
 
     name: str
@@ -124,6 +174,7 @@ class SiteFile:
     env: Tuple[Tuple[str, str], ...] = ()
     notes: str = ""
     stacks: Tuple[StackMapping, ...] = ()
+    batch: BatchSection = BatchSection()
 
     def mapping_for(self, spec_name: str) -> Optional[StackMapping]:
         """The stack entry for ``spec_name``: exact key first, then the first matching glob; or None.
@@ -213,11 +264,38 @@ def load_site(path: Path) -> SiteFile:
                                    launcher=s.str("launcher"), env=s.str_map("env"), mark=mark, source=source,
                                    note=s.str("note"), overrides=overrides, line=s.line,
                                    spec=variant_of, warning=s.str("warning")))
+    batch = _batch(spath, raw, source_ids)
     return SiteFile(name=r.str("name") or Path(path).stem, path=spath, summary=r.str("summary") or "",
                     sources=sources, platforms=tuple(platforms), scheduler=None if scheduler == "none" else scheduler,
                     launcher=r.str("launcher"), gpus_per_node=r.int("gpus_per_node", 0),
                     modules=r.str_list("modules"), env=r.str_map("env"), notes=r.str("notes") or "",
-                    stacks=tuple(stacks))
+                    stacks=tuple(stacks), batch=batch)
+
+
+def _batch(spath: str, raw, source_ids) -> BatchSection:
+    """Parse the ``batch`` section (SpecError naming ``batch.<field>`` on a bad value)."""
+    data = raw.get("batch")
+    if data is None:
+        return BatchSection()
+    line = raw.line_of("batch") if isinstance(raw, LineDict) else None
+    if not isinstance(data, dict):
+        raise SpecError(spath, "batch", "a mapping of job-script settings (" + ", ".join(BATCH_KEYS) + ")",
+                        got=data, line=line)
+    b = load._Reader(spath, data, "batch", line=line)
+    b.check_keys(BATCH_KEYS)
+    source = b.str("source")
+    if source is not None and source not in source_ids:
+        raise b.error("source", "the id of an entry of 'sources' (" + ", ".join(source_ids) + ")", got=source)
+    mpi = b.str("mpi")
+    if mpi is not None and not mpi.replace("_", "").isalnum():
+        raise b.error("mpi", "an srun --mpi plugin name (pmix, pmi2, cray_shasta)", got=mpi)
+    return BatchSection(source=source, cpus_per_node=b.int("cpus_per_node", 0), queue=b.str("queue"),
+                        queue_option=b.choice("queue_option", QUEUE_OPTIONS, default="partition", nullable=False),
+                        constraint=b.str("constraint"),
+                        gpu_option=b.choice("gpu_option", GPU_OPTIONS, default="gpus-per-node", nullable=False),
+                        mpi=mpi, account_required=b.bool("account_required", False),
+                        directives=b.str_list("directives"), env=b.str_map("env"),
+                        module_use=b.str_list("module_use"), shell=b.str("shell") or "/bin/bash")
 
 
 def _merge_env(*parts: Tuple[Tuple[str, str], ...]) -> Tuple[Tuple[str, str], ...]:

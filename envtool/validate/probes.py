@@ -134,12 +134,14 @@ def check_build_output(prefix: Path, timeout: float = 180.0) -> str:
 
 
 def allreduce_command(prefix: Path, ranks: int = 2, controller: str = "gloo") -> list:
-    """``horovodrun -np N -H localhost:N --gloo python -c PROBE`` for the env (argv list)."""
+    """``horovodrun -np N -H localhost:N --gloo python -c PROBE`` for the env (argv list).
+
+    The launcher words come from the launcher model (:func:`envtool.scheduler.launcher.horovodrun_argv`).
+    """
+    from envtool.scheduler import launcher
+
     bin_dir = Path(prefix) / "bin"
-    argv = [str(bin_dir / "python"), str(bin_dir / "horovodrun"), "-np", str(ranks), "-H", f"localhost:{ranks}"]
-    argv.append("--gloo" if controller == "gloo" else "--mpi")
-    if controller == "mpi" and hasattr(os, "geteuid") and os.geteuid() == 0:
-        argv += ["--mpi-args=--allow-run-as-root --oversubscribe"]
+    argv = launcher.horovodrun_argv(Path(prefix), ranks, "gloo" if controller == "gloo" else "mpi")
     return argv + [str(bin_dir / "python"), "-c", ALLREDUCE_PROBE]
 
 

@@ -1,0 +1,93 @@
+"""``envtool jobscript``: write a batch script for the site's scheduler (Slurm, LSF, PBS Pro,
+Cobalt/ALPS, or plain bash on ``local``) that runs COMMAND in an environment at scale."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from envtool.cli.common import add_json, print_json
+
+
+def add_target(p) -> None:
+    """``--prefix``/``--module``, ``--spec``, ``--site``, ``--site-file`` (shared with ``validate``)."""
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prefix", help="the environment (a directory made by envtool create/clone)")
+    src.add_argument("--module", metavar="NAME/VERSION", help="the environment's module (loaded in the job)")
+    p.add_argument("--spec", help="the spec (default: the one the environment was created from)")
+    p.add_argument("--site", help="site whose scheduler and layout apply (default: the spec's, else local)")
+    p.add_argument("--site-file", help="a site file (wins over --site)")
+
+
+def add_layout(p, nodes_required: bool) -> None:
+    """``--nodes``, ``--ranks-per-node``, ``--gpus-per-rank``, ``--time``, ``--account``, ``--queue``."""
+    p.add_argument("--nodes", type=int, required=nodes_required, default=None if nodes_required else 1,
+                   help="nodes of the job")
+    p.add_argument("--ranks-per-node", type=int, help="ranks per node (default: one per GPU)")
+    p.add_argument("--gpus-per-rank", type=int, help="GPUs per rank (default: 1 on a GPU site, else 0)")
+    p.add_argument("--time", metavar="HH:MM:SS", help="wall-clock limit")
+    p.add_argument("--account", help="project/account to charge")
+    p.add_argument("--queue", help="queue, partition or QOS (default: the site file's batch.queue)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("jobscript", help="write a batch script for the site's scheduler (Slurm, LSF, PBS, Cobalt)",
+                       description="Write a batch script that runs COMMAND on every rank of a job: the site's "
+                                   "directives, module loads, the environment's activation, runtime variables and "
+                                   "the site's launcher line. Every value is quoted for the shell. Exit 2 when the "
+                                   "site file lacks a value a flag needs (the message names the field).")
+    add_target(p)
+    add_layout(p, nodes_required=True)
+    p.add_argument("--job-name", help="the job's name")
+    p.add_argument("--job-output", metavar="FILE", help="file the job's stdout and stderr go to")
+    p.add_argument("--workdir", metavar="DIR", help="directory the job changes to first")
+    p.add_argument("--output", "-o", metavar="FILE", help="write the script here (default: stdout)")
+    add_json(p)
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                   help="what every rank runs (after --)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import os
+    from pathlib import Path
+
+    from envtool.core.errors import UsageError
+    from envtool.scheduler.model import LaunchStep
+    from envtool.steps import jobscript
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("no command: end the options with -- COMMAND ...")
+    target = jobscript.resolve_target(args.prefix, args.module, args.spec, args.site, args.site_file)
+    workdir = str(Path(args.workdir).absolute()) if args.workdir else None
+    req = jobscript.build_request(target, args.nodes, [LaunchStep(tuple(command))], args.ranks_per_node,
+                                  args.gpus_per_rank, args.time, args.account, args.queue, args.job_name,
+                                  args.job_output, workdir)
+    text = jobscript.render(req)
+    if args.output:
+        out = Path(args.output)
+        tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+        try:
+            tmp.write_text(text)
+            tmp.chmod(0o755)
+            os.replace(tmp, out)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise UsageError(f"--output {args.output}: cannot write ({exc.strerror})") from None
+    if args.json:
+        lay = req.layout
+        print_json({"site": target.site.name, "site_file": target.site.path,
+                    "scheduler": target.site.scheduler or "none", "launcher": target.launcher.program,
+                    "spec": target.spec.name if target.spec is not None else None,
+                    "layout": {"nodes": lay.nodes, "ranks_per_node": lay.ranks_per_node, "ranks": lay.ranks,
+                               "gpus_per_rank": lay.gpus_per_rank, "cpus_per_rank": lay.cpus_per_rank},
+                    "path": str(Path(args.output).absolute()) if args.output else None, "script": text})
+    elif args.output:
+        if not getattr(args, "quiet", False):
+            print(f"jobscript: wrote {args.output} ({target.site.scheduler or 'no scheduler'}, "
+                  f"{req.layout.nodes} x {req.layout.ranks_per_node} ranks)", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,152 @@
+"""What a job script is made of: the layout of ranks on nodes, and the request for one job.
+
+Plain data, no scheduler knowledge: each scheduler module (:mod:`envtool.scheduler.slurm` …)
+turns a :class:`JobRequest` into directives and launcher lines.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
+
+from envtool.core.errors import SpecError, UsageError
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Ranks on nodes.
+
+    Attributes:
+        nodes: nodes of the job (>= 1).
+        ranks_per_node: ranks (processes) on each node (>= 1).
+        gpus_per_rank: GPUs each rank drives (0 for CPU-only).
+        cpus_per_rank: CPUs (cores or hardware threads, the site's unit) each rank is bound to;
+            0 when the site file does not say how many a node has.
+    """
+
+    nodes: int
+    ranks_per_node: int
+    gpus_per_rank: int = 0
+    cpus_per_rank: int = 0
+
+    @property
+    def ranks(self) -> int:
+        """All ranks of the job (nodes × ranks per node)."""
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs the job uses on one node (ranks per node × GPUs per rank)."""
+        return self.ranks_per_node * self.gpus_per_rank
+
+
+@dataclass(frozen=True)
+class LaunchStep:
+    """One launcher line of a job script.
+
+    Attributes:
+        argv: the command every rank runs (words; each is quoted in the script).
+        layout: the ranks of this step, or None for the whole job's layout (a step may use fewer,
+            e.g. the 1-rank run of a scaling benchmark).
+        redirect: a file the step's output is appended to, or None.
+        direct: run the command once in the batch shell, without the launcher.
+        may_fail: the script goes on when the step fails (``|| true``).
+    """
+
+    argv: Tuple[str, ...]
+    layout: Optional[Layout] = None
+    redirect: Optional[str] = None
+    direct: bool = False
+    may_fail: bool = False
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """Everything a job script says.
+
+    Attributes:
+        site: the :class:`envtool.spec.sites.SiteFile` (scheduler, launcher, ``batch`` section).
+        layout: the job's :class:`Layout`.
+        steps: launcher lines, in order.
+        seconds: wall-clock limit (s), or None for the site's default.
+        account: project/account to charge, or None.
+        queue: queue (partition, QOS), or None for the site's ``batch.queue``.
+        job_name: the job's name, or None.
+        output: file the job's stdout and stderr go to, or None for the scheduler's default.
+        modules: modules loaded in order (the site's, then the environment's).
+        activation: shell lines (already quoted) that activate the environment.
+        env: variables exported before the launcher lines, in order.
+        workdir: directory the script changes to first (absolute), or None.
+        launcher: the :class:`envtool.scheduler.launcher.Launcher` to use (None: the site's).
+        comments: extra comment lines for the script's header (one line each).
+    """
+
+    site: object
+    layout: Layout
+    steps: Tuple[LaunchStep, ...]
+    seconds: Optional[int] = None
+    account: Optional[str] = None
+    queue: Optional[str] = None
+    job_name: Optional[str] = None
+    output: Optional[str] = None
+    modules: Tuple[str, ...] = ()
+    activation: Tuple[str, ...] = ()
+    env: Tuple[Tuple[str, str], ...] = ()
+    workdir: Optional[str] = None
+    launcher: object = None
+    comments: Tuple[str, ...] = field(default=())
+
+    @property
+    def effective_queue(self) -> Optional[str]:
+        """``queue`` or the site's ``batch.queue``."""
+        return self.queue or getattr(self.site.batch, "queue", None)
+
+
+def missing(site, field_name: str, expected: str, why: str) -> SpecError:
+    """The error for a site file lacking what a job-script flag needs (exit 2).
+
+    Args:
+        site: the site file (``path`` is named in the message).
+        field_name: dotted field to add (``batch.cpus_per_node``).
+        expected: what to add, in words.
+        why: the flag or line that needs it.
+    Returns:
+        a :class:`SpecError` to raise.
+    """
+    return SpecError(site.path, field_name, expected, hint=f"site {site.name} lacks it; {why}")
+
+
+_TIME = re.compile(r"^(?:(\d+)-)?(\d+):(\d{2}):(\d{2})$")
+
+
+def parse_time(text: str) -> int:
+    """``H:MM:SS`` or ``D-H:MM:SS`` (or minutes alone, as ``sbatch -t 30`` reads it) → seconds.
+
+    Two fields (``10:00``) are refused: Slurm reads them as minutes:seconds, LSF as hours:minutes.
+
+    Args:
+        text: the ``--time`` value.
+    Returns:
+        seconds (int, > 0).
+    Raises:
+        UsageError: unreadable, ambiguous, or zero.
+    """
+    t = text.strip()
+    if t.isdigit():
+        seconds = int(t) * 60
+    else:
+        m = _TIME.match(t)
+        if not m or int(m.group(3)) >= 60 or int(m.group(4)) >= 60:
+            raise UsageError(f"--time {text!r}: expected HH:MM:SS (or D-HH:MM:SS, or whole minutes)")
+        days, h, mi, se = m.groups()
+        seconds = int(days or 0) * 86400 + int(h) * 3600 + int(mi) * 60 + int(se)
+    if seconds <= 0:
+        raise UsageError(f"--time {text!r}: expected a limit above zero")
+    return seconds
+
+
+def hms(seconds: int) -> str:
+    """Seconds → ``H:MM:SS`` (hours not padded: ``2:00:00``, as the seeds write it)."""
+    h, rest = divmod(int(seconds), 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}"

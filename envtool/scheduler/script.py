@@ -1,0 +1,148 @@
+"""Job scripts: the layout of a job from a site file, and the script text from the template
+``templates/jobscript.sh`` (``string.Template``; the scheduler modules give the directives and
+launcher words).
+
+Quoting guarantee: every value written into a script (directive arguments, module names, paths,
+variable values, the command's words) goes through :func:`shlex.quote`, so a value is one shell
+word whatever it holds; nothing in a value is expanded. Values without special characters are
+written bare (``gpu``, ``select=2:system=polaris``), as the seeds write them.
+"""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from string import Template
+from typing import Iterable, List, Optional, Tuple
+
+from envtool.core.errors import UsageError
+from envtool.scheduler.model import JobRequest, Layout, missing
+
+_TEMPLATE = Path(__file__).with_name("templates") / "jobscript.sh"
+
+
+def make_layout(site, nodes: int, ranks_per_node: Optional[int] = None,
+                gpus_per_rank: Optional[int] = None) -> Layout:
+    """The :class:`Layout` of a job on ``site``.
+
+    Args:
+        site: the :class:`envtool.spec.sites.SiteFile`.
+        nodes: nodes (>= 1).
+        ranks_per_node: ranks per node; default one per GPU (Horovod's pattern) on a GPU site.
+        gpus_per_rank: GPUs per rank; default 1 on a GPU site, else 0.
+    Returns:
+        the layout; ``cpus_per_rank`` is ``batch.cpus_per_node // ranks_per_node`` (0 when the
+        site does not say).
+    Raises:
+        UsageError: a count below 1 (nodes, ranks) or below 0 (GPUs).
+        SpecError: the site file lacks ``gpus_per_node`` for the default or for the GPUs asked,
+            or has fewer ``batch.cpus_per_node`` than ranks on a node (names the field).
+    """
+    gpn = int(site.gpus_per_node or 0)
+    if nodes is None or nodes < 1:
+        raise UsageError(f"--nodes: expected 1 or more, got {nodes}")
+    if gpus_per_rank is None:
+        gpus_per_rank = 1 if gpn else 0
+    if gpus_per_rank < 0:
+        raise UsageError(f"--gpus-per-rank: expected 0 or more, got {gpus_per_rank}")
+    if ranks_per_node is None:
+        if not gpn:
+            raise missing(site, "gpus_per_node", "the GPUs of one node (ranks per node default to one per GPU)",
+                          "or give --ranks-per-node")
+        ranks_per_node = max(1, gpn // max(1, gpus_per_rank))
+    if ranks_per_node < 1:
+        raise UsageError(f"--ranks-per-node: expected 1 or more, got {ranks_per_node}")
+    if gpus_per_rank and ranks_per_node * gpus_per_rank > gpn:
+        raise missing(site, "gpus_per_node", f"at least {ranks_per_node * gpus_per_rank} GPUs per node "
+                      f"({ranks_per_node} ranks x {gpus_per_rank} GPUs; the file says {gpn})",
+                      "the job asks for more GPUs than a node has")
+    cpn = int(getattr(site.batch, "cpus_per_node", 0) or 0)
+    if cpn and ranks_per_node > cpn:
+        raise missing(site, "batch.cpus_per_node", f"at least {ranks_per_node} CPUs (the file says {cpn})",
+                      "there are more ranks on a node than CPUs")
+    return Layout(nodes=nodes, ranks_per_node=ranks_per_node, gpus_per_rank=gpus_per_rank,
+                  cpus_per_rank=cpn // ranks_per_node if cpn else 0)
+
+
+def quote_words(words: Iterable[str]) -> str:
+    """Words joined with each one :func:`shlex.quote`-d."""
+    return " ".join(shlex.quote(str(w)) for w in words)
+
+
+def activation_lines(prefix: Path) -> Tuple[str, ...]:
+    """Shell lines that activate the environment at ``prefix``.
+
+    A venv (``bin/activate`` without ``conda-meta``) is sourced; a conda prefix gets
+    ``CONDA_PREFIX`` and ``PATH`` as ``conda activate`` sets them, then its
+    ``etc/conda/activate.d/*.sh`` sourced in name order (conda/activate.py).
+    """
+    p = Path(prefix)
+    q = shlex.quote(str(p))
+    if (p / "bin" / "activate").is_file() and not (p / "conda-meta").is_dir():
+        return (f"source {shlex.quote(str(p / 'bin' / 'activate'))}",)
+    return (f"export CONDA_PREFIX={q}",
+            f'export PATH={shlex.quote(str(p / "bin"))}:"$PATH"',
+            f"for f in {shlex.quote(str(p / 'etc' / 'conda' / 'activate.d'))}/*.sh; do "
+            '[ -e "$f" ] && source "$f"; done')
+
+
+def render(req: JobRequest, version: str = "") -> str:
+    """The job script for ``req``.
+
+    Args:
+        req: the :class:`JobRequest`.
+        version: envtool's version for the header.
+    Returns:
+        the script text (ends with a newline).
+    Raises:
+        SpecError: the site file lacks a value a directive or launcher flag needs (the message
+            names the field, e.g. ``batch.cpus_per_node``).
+        UsageError: the site requires ``--account`` and none was given, or more than one node
+            without a scheduler.
+    """
+    from envtool import scheduler
+    from envtool.scheduler import launcher as launcher_mod
+
+    site = req.site
+    sched = scheduler.get(site.scheduler)
+    b = site.batch
+    if b.account_required and not req.account and sched.NAME != "local":
+        raise UsageError(f"site {site.name} charges every job to an account (batch.account_required in "
+                         f"{site.path}): give --account")
+    directives = [f"{sched.DIRECTIVE} {quote_words(d)}" for d in sched.directives(req)]
+    for extra in b.directives:
+        directives.append(f"{sched.DIRECTIVE} {quote_words(shlex.split(extra))}")
+    body: List[str] = []
+    if req.workdir:
+        body.append(f"cd {shlex.quote(req.workdir)}")
+    if req.modules:
+        for d in b.module_use:
+            body.append(f"module use {shlex.quote(d)}")
+        body.append("module load " + quote_words(req.modules))
+    body.extend(req.activation)
+    for k, v in req.env:
+        if not k.replace("_", "").isalnum() or k[0].isdigit():
+            raise UsageError(f"variable name {k!r} is not a shell variable name")
+        body.append(f"export {k}={shlex.quote(str(v))}")
+    launch = req.launcher or launcher_mod.for_site(site)
+    for step in req.steps:
+        layout = step.layout or req.layout
+        words = list(step.argv) if step.direct else (
+            launch.batch_argv(req, layout, whole_job=step.layout is None) + list(step.argv))
+        line = quote_words(words)
+        if step.redirect:
+            line += f" >> {shlex.quote(step.redirect)} 2>&1"
+        if step.may_fail:
+            line += " || true"
+        body.append(line)
+    src = dict(site.sources).get(b.source, "") if b.source else ""
+    lay = req.layout
+    text = Template(_TEMPLATE.read_text()).substitute(
+        shell=b.shell, directives="\n".join(directives), version=version, site=site.name, site_file=site.path,
+        scheduler=site.scheduler or "none", nodes=lay.nodes, ranks_per_node=lay.ranks_per_node,
+        gpus_per_rank=lay.gpus_per_rank, cpus_per_rank=lay.cpus_per_rank or "?",
+        layout_source=(f"{b.source}: {src}" if src else (b.source or "the site file")), body="\n".join(body))
+    if not directives:
+        text = text.replace("\n\n# Job script", "\n# Job script", 1)
+    for c in req.comments:
+        text = text.replace("set -e\n", "# " + " ".join(str(c).split()) + "\nset -e\n", 1)
+    return text

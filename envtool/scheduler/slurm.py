@@ -1,0 +1,123 @@
+"""Slurm: ``#SBATCH`` directives and ``srun``.
+
+Layout facts (seed 003, Perlmutter's ``horovod_batch.sh``): ``-A``, ``-C gpu``, ``-q regular``,
+``-t``, ``-N``, ``-c 32``, ``--ntasks-per-node=4``, ``--gpus-per-node=4``, ``-o``; ``srun``
+inside the allocation inherits the layout. Bede (seed 001) asks GPUs as ``--gres=gpu:4`` and
+queues with ``-p gpu``. ``srun --mpi=pmix`` where the site's ``batch.mpi`` says so (the local test
+Slurm; Open MPI 4 initialises through PMIx).
+
+Jobs: ``sbatch --parsable`` prints ``JOBID[;CLUSTER]``; ``squeue -h -j ID -o %T`` gives the state
+while the job is known to the queue, ``scontrol -o show job ID`` the final ``JobState`` and
+``ExitCode`` afterwards (kept ``MinJobAge``, 300 s by default); ``scancel ID`` cancels.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+from typing import List, Optional, Tuple
+
+from envtool.scheduler.model import hms, missing
+
+NAME = "slurm"
+DIRECTIVE = "#SBATCH"
+LAUNCHER = "srun"
+#: Job states (``squeue %T``) that mean "waiting", "running", or finished.
+QUEUED = ("PENDING", "CONFIGURING", "REQUEUED", "RESV_DEL_HOLD", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED",
+          "RESIZING")
+RUNNING = ("RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING")
+
+
+def directives(req) -> List[Tuple[str, ...]]:
+    """Directive argument tuples (each line is ``#SBATCH`` + the quoted words), seed 003's order.
+
+    Raises:
+        SpecError: GPUs asked for a site whose ``gpus_per_node`` is 0.
+    """
+    site, lay, b = req.site, req.layout, req.site.batch
+    out: List[Tuple[str, ...]] = []
+    if req.job_name:
+        out.append(("-J", req.job_name))
+    if req.account:
+        out.append(("-A", req.account))
+    if b.constraint:
+        out.append(("-C", b.constraint))
+    queue = req.effective_queue
+    if queue:
+        out.append(("-q" if b.queue_option == "qos" else "-p", queue))
+    if req.seconds:
+        out.append(("-t", hms(req.seconds)))
+    out.append(("-N", str(lay.nodes)))
+    if lay.cpus_per_rank:
+        out.append(("-c", str(lay.cpus_per_rank)))
+    out.append((f"--ntasks-per-node={lay.ranks_per_node}",))
+    if lay.gpus_per_rank:
+        if not site.gpus_per_node:
+            raise missing(site, "gpus_per_node", "the GPUs of one node", "--gpus-per-rank needs it")
+        out.append((f"--gres=gpu:{lay.gpus_per_node}",) if b.gpu_option == "gres"
+                   else (f"--gpus-per-node={lay.gpus_per_node}",))
+    if req.output:
+        out.append(("-o", req.output))
+    return out
+
+
+def launch_argv(req, layout, whole_job: bool = True) -> List[str]:
+    """``srun [--mpi=P]`` (+ ``-N n -n r`` for a step smaller than the job)."""
+    argv = ["srun"]
+    if req.site.batch.mpi:
+        argv.append(f"--mpi={req.site.batch.mpi}")
+    if not whole_job:
+        argv += ["-N", str(layout.nodes), "-n", str(layout.ranks)]
+        if layout.cpus_per_rank:
+            argv += ["-c", str(layout.cpus_per_rank)]
+    return argv
+
+
+def submit_argv(script: str) -> List[str]:
+    """``sbatch --parsable SCRIPT``."""
+    return ["sbatch", "--parsable", script]
+
+
+def parse_job_id(text: str) -> Optional[str]:
+    """The job id from ``sbatch --parsable`` output (``123`` or ``123;cluster``), or None."""
+    m = re.search(r"^\s*(\d+)(?:;\S+)?\s*$", text, re.M)
+    return m.group(1) if m else None
+
+
+def cancel_argv(job_id: str) -> List[str]:
+    """``scancel ID``."""
+    return ["scancel", str(job_id)]
+
+
+def state(job_id: str) -> Tuple[str, str, Optional[int]]:
+    """Where job ``job_id`` is: ``(phase, scheduler state, exit status)``.
+
+    Returns:
+        phase ``queued``, ``running``, ``done`` or ``unknown``; the Slurm state name
+        (``PENDING``, ``RUNNING``, ``COMPLETED``, ``FAILED``, ``CANCELLED`` …); the batch script's
+        exit status once done (None before).
+    """
+    try:
+        proc = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True,
+                              timeout=30)
+        st = proc.stdout.strip().split("\n")[0].strip() if proc.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        st = ""
+    if st in QUEUED:
+        return "queued", st, None
+    if st in RUNNING:
+        return "running", st, None
+    try:
+        proc = subprocess.run(["scontrol", "-o", "show", "job", str(job_id)], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown", st or "?", None
+    m = re.search(r"\bJobState=(\S+)", proc.stdout)
+    if not m:
+        return ("done", st, None) if st else ("unknown", "?", None)
+    js = m.group(1)
+    if js in QUEUED:
+        return "queued", js, None
+    if js in RUNNING:
+        return "running", js, None
+    code = re.search(r"\bExitCode=(\d+):(\d+)", proc.stdout)
+    return "done", js, (int(code.group(1)) if code else None)

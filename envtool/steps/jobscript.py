@@ -1,0 +1,164 @@
+"""The ``jobscript`` step: a batch script for a site's scheduler, from an environment (a prefix or
+a module) and a layout. Composes :mod:`envtool.scheduler` (directives, launcher) with the spec and
+site file (modules, runtime variables, start method).
+
+What goes in, in order: the site's directives for the layout; ``cd`` to the working directory;
+``module use``/``module load`` of the site's modules, the stack's, then the environment's own
+module; the environment's activation (for ``--prefix``); the variables — ``OMP_NUM_THREADS``
+from the CPUs per rank, then the site's ``env``, its ``batch.env``, the spec's ``env`` (a later
+one wins), and ``ENVTOOL_START_METHOD`` where the spec expects a DataLoader start method; then the
+launcher lines.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Optional, Sequence, Tuple
+
+from envtool.core.errors import SpecError, UsageError
+from envtool.scheduler import launcher as launcher_mod
+from envtool.scheduler.model import JobRequest, LaunchStep, parse_time
+from envtool.scheduler.script import activation_lines, make_layout
+
+
+@dataclass(frozen=True)
+class Target:
+    """The environment a job runs in, resolved for a site.
+
+    Attributes:
+        site: the :class:`envtool.spec.sites.SiteFile`.
+        spec: the spec resolved for the site (:class:`envtool.spec.model.Spec`), or None when the
+            environment names none and ``--spec`` was not given.
+        prefix: the environment's prefix, or None (a module).
+        module: ``NAME/VERSION`` of the environment's module, or None.
+        modules: every module loaded, in order.
+        env: variables exported, in order (later entries already merged over earlier ones).
+        launcher: the site's :class:`envtool.scheduler.launcher.Launcher`.
+    """
+
+    site: object
+    spec: object
+    prefix: Optional[Path]
+    module: Optional[str]
+    modules: Tuple[str, ...] = ()
+    env: Tuple[Tuple[str, str], ...] = ()
+    launcher: object = None
+    python: str = "python"
+    notes: Tuple[str, ...] = field(default=())
+
+
+def spec_of_prefix(prefix: Path) -> Optional[str]:
+    """The spec an environment was created from (``P/.envtool/create.json`` ``spec``), or None."""
+    meta = Path(prefix) / ".envtool" / "create.json"
+    try:
+        return json.loads(meta.read_text()).get("spec") or None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def resolve_target(prefix: Optional[str] = None, module: Optional[str] = None, spec: Optional[str] = None,
+                   site: Optional[str] = None, site_file: Optional[str] = None) -> Target:
+    """Find the site file, the spec and what the job loads and exports.
+
+    Args:
+        prefix: ``--prefix`` (an environment directory), or None.
+        module: ``--module NAME[/VERSION]``, or None (one of the two is needed).
+        spec: ``--spec``; default the spec recorded in the prefix.
+        site: ``--site`` name; default the spec's own site, else ``local``.
+        site_file: ``--site-file`` path (wins over ``site``).
+    Returns:
+        a :class:`Target`.
+    Raises:
+        UsageError: neither or both of prefix/module; no such prefix.
+        SpecError: a bad or missing site file or spec (exit 2).
+    """
+    from envtool.spec import catalog, sites
+
+    if bool(prefix) == bool(module):
+        raise UsageError("give one of --prefix P or --module NAME/VERSION")
+    pfx = None
+    if prefix:
+        pfx = Path(prefix).expanduser().absolute()
+        if not (pfx / "bin" / "python").exists():
+            raise UsageError(f"--prefix {prefix}: not an environment (no bin/python)")
+    spec_name = spec or (spec_of_prefix(pfx) if pfx else None)
+    resolved_spec = None
+    mapping = None
+    if site_file:
+        if not Path(site_file).is_file():
+            raise SpecError(site_file, "(site file)", "an existing site file")
+        sf = sites.load_site(Path(site_file))
+    else:
+        if site is None and spec_name:
+            try:
+                site = catalog.load_spec(spec_name).site.name
+            except SpecError:
+                if spec:
+                    raise
+                spec_name = None  # the recorded spec is gone: go on without it
+        sf = sites.load_site(sites.find(site or "local"))
+    if spec_name:
+        try:
+            res = sites.resolve_full(spec_name, site_file=sf.path)
+        except SpecError:
+            if spec:
+                raise
+            res = None
+        if res is not None:
+            resolved_spec, mapping = res.spec, res.mapping
+    modules = list(resolved_spec.site.modules if resolved_spec is not None else sf.modules)
+    if module:
+        if module.startswith("-") or not module.strip():
+            raise UsageError(f"--module {module!r}: expected NAME/VERSION")
+        modules.append(module)
+    env: Dict[str, str] = {}
+    for k, v in (resolved_spec.site.env if resolved_spec is not None else sf.env):
+        env[k] = v
+    for k, v in sf.batch.env:
+        env[k] = v
+    if resolved_spec is not None:
+        for k, v in resolved_spec.env:
+            env[k] = v
+        if resolved_spec.expect.dataloader_start_method:
+            env["ENVTOOL_START_METHOD"] = resolved_spec.expect.dataloader_start_method
+    return Target(site=sf, spec=resolved_spec, prefix=pfx, module=module, modules=tuple(modules),
+                  env=tuple(env.items()), launcher=launcher_mod.for_site(sf, mapping),
+                  python=str(pfx / "bin" / "python") if pfx else "python")
+
+
+def build_request(target: Target, nodes: int, steps: Sequence[LaunchStep], ranks_per_node: Optional[int] = None,
+                  gpus_per_rank: Optional[int] = None, time: Optional[str] = None, account: Optional[str] = None,
+                  queue: Optional[str] = None, job_name: Optional[str] = None, output: Optional[str] = None,
+                  workdir: Optional[str] = None, extra_env: Sequence[Tuple[str, str]] = ()) -> JobRequest:
+    """The :class:`JobRequest` for ``target`` (see the module docstring for what goes in).
+
+    Raises:
+        UsageError: a bad ``--time`` or count.
+        SpecError: the site file lacks what the layout needs (names the field).
+    """
+    site = target.site
+    layout = make_layout(site, nodes, ranks_per_node, gpus_per_rank)
+    env: Dict[str, str] = {}
+    if layout.cpus_per_rank:
+        env["OMP_NUM_THREADS"] = str(layout.cpus_per_rank)
+    for k, v in list(target.env) + list(extra_env):
+        env.pop(k, None)
+        env[k] = v
+    comments = []
+    if target.spec is not None and target.spec.expect.dataloader_start_method:
+        comments.append(f"spec {target.spec.name} expects DataLoader(multiprocessing_context="
+                        f"{target.spec.expect.dataloader_start_method!r}); ENVTOOL_START_METHOD names it")
+    return JobRequest(site=site, layout=layout, steps=tuple(steps), seconds=parse_time(time) if time else None,
+                      account=account, queue=queue, job_name=job_name, output=output,
+                      modules=target.modules, activation=activation_lines(target.prefix) if target.prefix else (),
+                      env=tuple(env.items()), workdir=workdir, launcher=target.launcher,
+                      comments=tuple(comments))
+
+
+def render(req: JobRequest) -> str:
+    """The script text (see :func:`envtool.scheduler.script.render`)."""
+    from envtool import __version__
+    from envtool.scheduler.script import render as _render
+
+    return _render(req, version=__version__)

@@ -1,0 +1,45 @@
+"""``envtool validate`` on this machine: check-build, an N-rank probe per controller, the benchmark and --plot."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import run_envtool
+
+@pytest.mark.slow
+def test_validate_here_every_controller_and_benchmark_plot(cpu_horovod_env, tmp_path):
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib (the test extra installs it)")
+    png = tmp_path / "scaling.png"
+    proc = run_envtool("validate", "--prefix", cpu_horovod_env, "--benchmark", "--steps", "5", "--plot", png,
+                       "--json", timeout=1200)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    data = json.loads(proc.stdout)
+    assert data["check_build"]["ok"] and data["spec"] == "cpu-horovod"
+    assert sorted(data["runs"]) == ["gloo", "mpi"]
+    for controller, recs in data["runs"].items():
+        assert [r["rank"] for r in recs] == [0, 1]
+        assert all(r["controller"] == controller and r["checks"]["allreduce_cpu"]["value"] == 1.5 for r in recs)
+        assert all(r["checks"]["dataloader"]["method"] == "forkserver" and r["checks"]["dataloader"]["ok"]
+                   for r in recs)
+    points = data["benchmark"]["points"]
+    assert [p["ranks"] for p in points] == [1, 2] and all(p["samples_per_sec_per_rank"] > 0 for p in points)
+    eff = data["benchmark"]["efficiency"]
+    assert eff == pytest.approx(points[1]["samples_per_sec_per_rank"] / points[0]["samples_per_sec_per_rank"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_validate_here_reports_a_missing_horovod(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    proc = run_envtool("validate", "--prefix", venv, timeout=120)
+    assert proc.returncode == 2 and "no bin/horovodrun" in proc.stderr, proc.stderr
+
+
+def test_validate_bad_options(tmp_path):
+    proc = run_envtool("validate", "--prefix", tmp_path, "--plot", "x.png", timeout=60)
+    assert proc.returncode == 2 and "--benchmark" in proc.stderr
+    proc = run_envtool("validate", "--module", "x/1", timeout=60)
+    assert proc.returncode == 2 and "--submit" in proc.stderr, proc.stderr
