@@ -235,3 +235,66 @@ def test_cache_store_and_lookup(tmp_path):
     assert cache.lookup(key()) == stored and stored.read_bytes() == wheel.read_bytes()
     assert json.loads((stored.parent / "key.json").read_text())["python_tag"] == "cp311"
     assert cache.lookup(key(python_tag="cp312")) is None
+
+
+# --- a step decides once (issue 11) ---------------------------------------------------------
+
+def _gcc13_on_path(tmp_path: Path) -> Path:
+    """A directory with ``c++``/``g++`` that report GNU 13 and run the machine's real g++ (the
+    compiler a site module would put first on PATH)."""
+    real = shutil.which("g++") or shutil.which("c++")
+    bindir = tmp_path / "gcc13" / "bin"
+    bindir.mkdir(parents=True)
+    for name in ("c++", "g++"):
+        script = bindir / name
+        script.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then\n"
+                          "  echo 'g++ (GCC) 13.3.0'\n  echo 'Copyright (C) 2023 Free Software Foundation, Inc.'\n"
+                          f"  exit 0\nfi\nexec {real} \"$@\"\n")
+        script.chmod(0o755)
+    return bindir
+
+
+def test_build_step_carries_its_decision_and_run_time_probes_nothing(tmp_path, monkeypatch):
+    """Planned with an empty cache and GNU 13 first on PATH: the decision names the toolchain and
+    the rules (gcc13 includes among them); at run time, with that compiler gone and the cache still
+    empty (the fix-rule wrapper not yet written), the build applies exactly the planned rules."""
+    from envtool.core.plan import PlanOptions
+    from envtool.steps import horovod_build
+
+    monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("PATH", f"{_gcc13_on_path(tmp_path)}:{os.environ['PATH']}")
+    monkeypatch.delenv("CXX", raising=False)
+    spec = load_spec("cpu-horovod")
+    (step,) = horovod_build.plan_steps(spec, PlanOptions(prefix=tmp_path / "env"))
+    decision = step.data["build"]
+    assert decision.toolchain.cxx_family == "gnu" and str(decision.toolchain.cxx_version) == "13.3.0"
+    assert decision.rules == ("horovod-torch-cxx17", "horovod-gcc13-includes")
+    assert dict(step.env)["CXXFLAGS"].startswith("-include cstdint")
+    assert "g++ (GCC) 13.3.0" in decision.compiler
+    # run time: another PATH (no GNU 13), the wrapper file still absent
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert not (tmp_path / "empty-cache" / "fixes" / "c++17-wrapper").exists()
+    installed = {"pytorch": ["torch", "2.13.0+cpu"]}
+    assert [r.id for r in horovod_build.rules_for_run(decision, installed)] == list(decision.rules)
+
+
+def test_unpinned_framework_leaves_rules_to_the_run_and_plan_says_so(tmp_path, monkeypatch):
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    text = (Path(__file__).resolve().parent.parent / "specs" / "cpu-horovod.yaml").read_text()
+    (specs / "loose.yaml").write_text(text.replace("name: cpu-horovod", "name: loose")
+                                      .replace("torch==2.13.0", "torch>=2.1"))
+    proc = run_envtool("plan", "loose", "--resolve", env={"ENVTOOL_SPEC_PATH": str(specs)})
+    assert proc.returncode == 0, proc.stderr
+    assert "fix rules: decided when run (pytorch not pinned to one version" in proc.stdout
+    from envtool.core.plan import PlanOptions
+    from envtool.spec.catalog import load_spec as load
+    from envtool.steps import horovod_build
+
+    monkeypatch.setenv("ENVTOOL_SPEC_PATH", str(specs))
+    (step,) = horovod_build.plan_steps(load("loose"), PlanOptions(prefix=tmp_path / "env"))
+    d = step.data["build"]
+    assert d.rules is None
+    # decided from the installed version, with the planned toolchain: torch 2.0 needs no C++17 wrapper
+    assert "horovod-torch-cxx17" not in [r.id for r in horovod_build.rules_for_run(d, {"pytorch": ["torch", "2.0.1"]})]
+    assert "horovod-torch-cxx17" in [r.id for r in horovod_build.rules_for_run(d, {"pytorch": ["torch", "2.13.0"]})]

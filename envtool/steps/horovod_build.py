@@ -9,10 +9,12 @@ in seconds.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from packaging.version import Version
@@ -69,11 +71,59 @@ def wrapper_dir() -> Path:
     return wheel_cache.cache_root() / "fixes"
 
 
+@dataclass(frozen=True)
+class BuildDecision:
+    """Everything the ``build-horovod`` action needs, decided once when planning (the step's payload).
+
+    Attributes:
+        prefix: the environment the build runs in (the temporary build prefix during ``create``).
+        requirement: what pip builds (``horovod==0.28.1`` or a URL).
+        version: Horovod's version, or None for a URL requirement.
+        build_env: ``HOROVOD_*`` and ``MAKEFLAGS`` assignments, in plan order.
+        requested: the frameworks the build needs installed (spec names: ``pytorch`` …).
+        toolchain: CMake and the real C++ compiler, probed once here.
+        compiler: first line of the real C++ compiler's ``--version`` (a cache-key input).
+        mpi: first line of ``mpirun --version`` when MPI is requested, else ``not used``.
+        platform: the conda platform (a cache-key input).
+        rules: ids of the fix rules that apply, or None when they depend on framework versions
+            the spec does not pin to one version: then they are decided when the step runs, from
+            the installed versions and this same :attr:`toolchain`.
+        fix_env: the variables the decided rules set (empty while :attr:`rules` is None).
+        sdist_sha256: the locked source archive's SHA-256 (``--require-hashes``), or ``""``.
+        no_deps: install the wheel with ``--no-deps`` (its dependencies came from a lock).
+    """
+
+    prefix: Path
+    requirement: str
+    version: Optional[str]
+    build_env: Tuple[Tuple[str, str], ...]
+    requested: Tuple[str, ...]
+    toolchain: fixes.Toolchain
+    compiler: str
+    mpi: str
+    platform: str
+    rules: Optional[Tuple[str, ...]]
+    fix_env: Tuple[Tuple[str, str], ...] = ()
+    sdist_sha256: str = ""
+    no_deps: bool = False
+
+    @property
+    def python(self) -> str:
+        """The environment's interpreter."""
+        return str(self.prefix / "bin" / "python")
+
+
+def _real_cxx(env) -> str:
+    """The C++ compiler the build uses: ``CXX`` from the spec's build variables, ``$CXX``, else ``c++``."""
+    return dict(env).get("CXX") or os.environ.get("CXX") or "c++"
+
+
 def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
     """The ``build-horovod`` step, or none when Horovod is not pip-built.
 
-    The fix rules listed are those that apply to the spec's pins; the step re-evaluates them
-    against the installed framework versions when it runs.
+    The toolchain (CMake, the real C++ compiler, MPI) is probed here, once; the fix rules are
+    decided here from the spec's pins when every requested framework is pinned to one version,
+    else when the step runs (``plan`` says so). The step carries a :class:`BuildDecision`.
 
     Args:
         spec: the resolved spec.
@@ -90,17 +140,32 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
     env = build_env(spec, cpu_count=options.cpu_count)
     version = horovod_version(spec)
     pinned = fixes.framework_versions_from_pins(spec.packages.pip + spec.packages.conda)
-    toolchain = fixes.probe_toolchain(options.work_prefix, cxx=dict(env).get("CXX"))
-    rules = fixes.applicable(version, pinned, toolchain)
+    real_cxx = _real_cxx(env)
+    toolchain = fixes.probe_toolchain(options.work_prefix, cxx=real_cxx)
+    requested = tuple(f for f in h.frameworks if f in FRAMEWORK_DISTS)
     notes = []
     display_env = list(env)
-    for rule in rules:
-        names = ", ".join([f"{k} {v}" for k, v in sorted(pinned.items())] + [toolchain.describe()])
-        notes.append(f"fix rule {rule.id} applies (horovod {version} x {names}): {rule.title}; source: {rule.source}")
-        display_env += rule.variables(wrapper_dir(), dict(display_env))
+    rule_ids: Optional[Tuple[str, ...]] = None
+    fix_env: List[Tuple[str, str]] = []
+    if all(f in pinned for f in requested):
+        rules = fixes.applicable(version, pinned, toolchain)
+        rule_ids = tuple(r.id for r in rules)
+        for rule in rules:
+            names = ", ".join([f"{k} {v}" for k, v in sorted(pinned.items())] + [toolchain.describe()])
+            notes.append(f"fix rule {rule.id} applies (horovod {version} x {names}): {rule.title}; "
+                         f"source: {rule.source}")
+            added = rule.variables(wrapper_dir(), dict(display_env))
+            fix_env += added
+            display_env += added
+    else:
+        loose = ", ".join(f for f in requested if f not in pinned)
+        notes.append(f"fix rules: decided when run ({loose} not pinned to one version; toolchain: "
+                     f"{toolchain.describe()})")
+    uses_mpi = "mpi" in h.controllers
     cache = wheel_cache.WheelCache()
     notes.append(f"built wheels are cached in {cache.dir} (key: Horovod version, HOROVOD_* set, framework "
-                 "versions, Python tag, compiler, platform, MPI, fix rules); a cache hit skips the compile")
+                 "versions, Python tag, compiler, platform, MPI, fix rules); framework versions and the "
+                 "Python tag are decided when run; a cache hit skips the compile")
     wheel_dir = str(cache.root / "build" / "<tmp>")
     req = requirement(spec)
     sdist_hash = ""
@@ -111,16 +176,20 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
         notes.append("its dependencies come from the lock: the wheel is installed with --no-deps")
     source = ("-r", f"{wheel_dir}/requirements.txt", "--require-hashes") if sdist_hash else (req,)
     no_deps = ("--no-deps",) if locked is not None else ()
+    decision = BuildDecision(
+        prefix=Path(options.work_prefix), requirement=req, version=str(version) if version else None,
+        build_env=tuple(env), requested=requested, toolchain=toolchain,
+        compiler=_first_line([real_cxx, "--version"]) or real_cxx,
+        mpi=mpi_version() if uses_mpi else "not used", platform=conda_platform(), rules=rule_ids,
+        fix_env=tuple(fix_env), sdist_sha256=sdist_hash, no_deps=locked is not None)
     return [Step(
         id="build-horovod",
         title=f"Build Horovod ({req}) with " + " ".join(f"{k}={v}" for k, v in env if k.startswith("HOROVOD_")),
-        commands=(("#", "probe installed framework versions, compiler and MPI; look up the wheel cache"),
+        commands=(("#", "probe installed framework versions and the Python tag; look up the wheel cache"),
                   (py, "-m", "pip", "wheel", "--no-build-isolation", "--no-cache-dir", "--no-deps",
                    "--wheel-dir", wheel_dir, *source),
                   (py, "-m", "pip", "install", "--disable-pip-version-check", *no_deps, f"{wheel_dir}/horovod-*.whl")),
-        env=tuple(display_env), notes=tuple(notes), action=_run_build,
-        data={"env": tuple(env), "requirement": req, "version": str(version) if version else None,
-              "sdist_sha256": sdist_hash, "no_deps": locked is not None},
+        env=tuple(display_env), notes=tuple(notes), action=_run_build, data={"build": decision},
     )]
 
 
@@ -130,55 +199,71 @@ def probe_env(runner, py: str) -> Dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _run_build(step: Step, runner) -> None:
-    prefix = Path(step.commands[1][0]).parent.parent
-    py = str(prefix / "bin" / "python")
-    env: List[Tuple[str, str]] = list(step.data["env"])
-    requested = [k.split("HOROVOD_WITH_")[1].lower() for k, v in env if k.startswith("HOROVOD_WITH_")]
-    info = probe_env(runner, py)
+def rules_for_run(d: BuildDecision, installed: Dict[str, List[str]]) -> List[fixes.FixRule]:
+    """The fix rules a build applies: those decided when planning, or — when the plan left them to
+    the run (:attr:`BuildDecision.rules` is None) — those that apply to the installed framework
+    versions with the toolchain probed when planning. Nothing is probed again.
+
+    Args:
+        d: the step's decision.
+        installed: framework → ``[distribution, version]`` as :func:`probe_env` reports.
+    Returns:
+        the rules, in :data:`envtool.horovod.fixes.RULES` order.
+    """
+    if d.rules is not None:
+        return [r for r in fixes.RULES if r.id in d.rules]
+    framework_versions = {k: Version(v[1].split("+")[0]) for k, v in installed.items()}
+    return fixes.applicable(Version(d.version) if d.version else None, framework_versions, d.toolchain)
+
+
+def _run_build(step: Step, runner) -> Dict:
+    """Build (or take from the cache) and install the wheel the step's :class:`BuildDecision` describes.
+
+    Returns:
+        ``{"cache_key", "cache_hit", "fixes", "rules_decided", "wheel"}`` (JSON-ready).
+    Raises:
+        StepFailed: a requested framework is not installed, the build fails or makes no wheel.
+    """
+    d: BuildDecision = step.data["build"]
+    info = probe_env(runner, d.python)
     installed = info["frameworks"]
-    missing = [f for f in requested if f in FRAMEWORK_DISTS and f not in installed]
+    missing = [f for f in d.requested if f not in installed]
     if missing:
         raise StepFailed(step.id, "Horovod is to be built with " + ", ".join(missing) + " but the environment has no "
                          + ", ".join("/".join(FRAMEWORK_DISTS[f]) for f in missing)
                          + " installed; add it to packages (or drop it from horovod.frameworks)", runner.log_path)
-    framework_versions = {k: Version(v[1].split("+")[0]) for k, v in installed.items()}
-    hvd_version = Version(step.data["version"]) if step.data.get("version") else None
-    toolchain = fixes.probe_toolchain(prefix, cxx=dict(env).get("CXX"))
-    runner.note(f"toolchain: {toolchain.describe()}")
-    rules = fixes.applicable(hvd_version, framework_versions, toolchain)
-    build_vars = dict(env)
+    runner.note(f"toolchain (probed when planning): {d.toolchain.describe()}")
+    build_vars = dict(d.build_env)
+    rules = rules_for_run(d, installed)
     for rule in rules:
         runner.note(f"applying fix rule {rule.id}: {rule.title}")
         build_vars.update(rule.prepare(wrapper_dir(), build_vars))
-    real_cxx = build_vars.get("ENVTOOL_REAL_CXX") or build_vars.get("CXX") or "c++"
     key = wheel_cache.BuildKey(
-        requirement=step.data["requirement"],
-        build_env=tuple(cache_relevant(env)),
+        requirement=d.requirement,
+        build_env=tuple(cache_relevant(list(d.build_env))),
         frameworks=tuple(sorted((v[0], v[1]) for v in installed.values())),
         python_tag=info["python_tag"],
-        compiler=_first_line([real_cxx, "--version"]) or real_cxx,
-        platform=conda_platform(),
-        mpi=mpi_version() if "mpi" in [k.split("HOROVOD_WITH_")[1].lower() for k, _ in env
-                                       if k.startswith("HOROVOD_WITH_")] else "not used",
+        compiler=d.compiler,
+        platform=d.platform,
+        mpi=d.mpi,
         fixes=tuple(r.id for r in rules),
     )
     cache = wheel_cache.WheelCache()
     wheel = cache.lookup(key)
     runner.note(f"wheel cache key {key.digest()}: {'hit ' + str(wheel) if wheel else 'miss'}")
-    runner.results["build-horovod"] = {"cache_key": key.digest(), "cache_hit": wheel is not None,
-                                       "fixes": [r.id for r in rules]}
+    result = {"cache_key": key.digest(), "cache_hit": wheel is not None, "fixes": [r.id for r in rules],
+              "rules_decided": "when planned" if d.rules is not None else "when run"}
     if wheel is None:
         runner.progress("      compiling Horovod (minutes; output in the build log)")
         (cache.root / "build").mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix="horovod-", dir=cache.root / "build"))
         try:
-            source = [step.data["requirement"]]
-            if step.data.get("sdist_sha256"):
+            source = [d.requirement]
+            if d.sdist_sha256:
                 reqs = tmp / "requirements.txt"
-                reqs.write_text(f"{step.data['requirement']} --hash=sha256:{step.data['sdist_sha256']}\n")
+                reqs.write_text(f"{d.requirement} --hash=sha256:{d.sdist_sha256}\n")
                 source = ["-r", str(reqs), "--require-hashes"]
-            runner.run([py, "-m", "pip", "wheel", "--disable-pip-version-check", "--no-build-isolation",
+            runner.run([d.python, "-m", "pip", "wheel", "--disable-pip-version-check", "--no-build-isolation",
                         "--no-cache-dir", "--no-deps", "--wheel-dir", str(tmp), *source],
                        env=build_vars)
             built = sorted(tmp.glob("horovod-*.whl"))
@@ -189,6 +274,7 @@ def _run_build(step: Step, runner) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
     else:
         runner.progress(f"      reusing cached wheel {wheel.name} (key {key.digest()})")
-    runner.results["build-horovod"]["wheel"] = str(wheel)
-    no_deps = ["--no-deps"] if step.data.get("no_deps") else []
-    runner.run([py, "-m", "pip", "install", "--disable-pip-version-check", *no_deps, str(wheel)])
+    result["wheel"] = str(wheel)
+    no_deps = ["--no-deps"] if d.no_deps else []
+    runner.run([d.python, "-m", "pip", "install", "--disable-pip-version-check", *no_deps, str(wheel)])
+    return result

@@ -29,16 +29,15 @@ def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
                                          "from_lock": str(options.from_lock) if options.from_lock else ""})]
 
 
-def _run_lock(step: Step, runner) -> None:
+def _run_lock(step: Step, runner) -> dict:
     from envtool.core.errors import EnvtoolError
 
     try:
         from envtool.lock import build, lockio
     except ImportError as exc:  # conda-lock is a dependency, but a site install may lack it
-        runner.results["lock"] = {"ok": False, "error": f"cannot import the lock writer: {exc}"}
         runner.progress(f"      warning: no lock written (cannot import {exc.name or 'conda-lock'}: "
                         "pip install conda-lock); the environment is kept")
-        return
+        return {"ok": False, "error": f"cannot import the lock writer: {exc}"}
     prefix = Path(step.data["work_prefix"])
     keys = {}
     key = (runner.results.get("build-horovod") or {}).get("cache_key")
@@ -55,8 +54,7 @@ def _run_lock(step: Step, runner) -> None:
                                  progress=runner.note, known=known)
         lockio.write_lock(data, prefix / LOCK_NAME)
     except EnvtoolError as exc:
-        runner.results["lock"] = {"ok": False, "error": str(exc)}
         runner.note(f"no lock written: {exc}")
         runner.progress(f"      warning: no lock written ({exc}); the environment is kept")
-        return
-    runner.results["lock"] = {"ok": True, "packages": len(data.packages), "file": LOCK_NAME}
+        return {"ok": False, "error": str(exc)}
+    return {"ok": True, "packages": len(data.packages), "file": LOCK_NAME}

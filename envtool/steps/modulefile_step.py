@@ -19,7 +19,7 @@ def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
 
     Returns:
         ``[Step]`` whose action writes the modulefile; its result (path, module name) goes to
-        ``runner.results["modulefile"]``.
+        the step's result (returned).
     """
     if options.modulefile_root is None:
         return []
@@ -41,7 +41,7 @@ def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
                                       "work_prefix": str(options.work_prefix)})]
 
 
-def _write(step: Step, runner) -> None:
+def _write(step: Step, runner) -> dict:
     """Write the modulefile. A failure (root not writable, an activate.d script failing) does not
     throw away the validated environment: it is reported, like a missing lock, and
     ``envtool modulefile`` can write the file later."""
@@ -53,11 +53,9 @@ def _write(step: Step, runner) -> None:
         content = build_content(Path(data["work_prefix"]), spec=data["spec"], runtime_prefix=Path(data["prefix"]))
         path = write_modulefile(content, Path(data["root"]), "lua")
     except EnvtoolError as exc:
-        runner.results["modulefile"] = {"ok": False, "error": str(exc), "root": data["root"]}
         runner.note(f"no modulefile written: {exc}")
         runner.progress(f"      warning: no modulefile written ({exc}); the environment is kept; "
                         f"run 'envtool modulefile {data['spec'].name} --prefix {data['prefix']}' later")
-        return
+        return {"ok": False, "error": str(exc), "root": data["root"]}
     runner.note(f"modulefile {content.full_name} written to {path}")
-    runner.results["modulefile"] = {"ok": True, "path": str(path), "module": content.full_name,
-                                    "root": data["root"]}
+    return {"ok": True, "path": str(path), "module": content.full_name, "root": data["root"]}

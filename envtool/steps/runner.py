@@ -67,7 +67,8 @@ class Runner:
 
         Args:
             argv: the command.
-            env: variables added to (or replacing those of) the current environment.
+            env: variables added to (or replacing those of) the current environment and the
+                running step's ``env``.
             cwd: working directory.
             timeout: seconds before it is killed.
             check: raise on a non-zero exit.
@@ -77,6 +78,8 @@ class Runner:
             StepFailed: non-zero exit (with ``check``), a missing program, or the timeout.
         """
         full_env = dict(os.environ)
+        if self.current is not None:
+            full_env.update(dict(self.current.env))
         if env:
             full_env.update(env)
         step_id = self.current.id if self.current else "run"
@@ -135,21 +138,15 @@ class Runner:
             self.note(f"    note: {n}")
         started = time.monotonic()
         if step.action is not None:
-            # an in-process action (py-rattler install) sees the step's env like a command would
-            saved = {k: os.environ.get(k) for k, _ in step.env}
-            os.environ.update(dict(step.env))
-            try:
-                step.action(step, self)
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
+            # the step's env reaches the commands the action runs (Runner.run adds it), never
+            # os.environ; what the action returns is the step's result
+            result = step.action(step, self)
+            if result is not None:
+                self.results[step.id] = result
         else:
             for argv in step.commands:
                 if argv and not argv[0].startswith("#"):
-                    self.run(argv, env=dict(step.env))
+                    self.run(argv)
         self.timings[step.id] = time.monotonic() - started
         self.note(f"<== {step.id} done in {self.timings[step.id]:.1f} s")
         if not self.quiet:
