@@ -103,6 +103,9 @@ _ELASTIC_STATES = {"TorchState", "TensorFlowKerasState", "TensorFlowState", "Ker
 _ESTIMATORS_SCALING = {"horovod.spark.keras.KerasEstimator", "horovod.spark.keras.estimator.KerasEstimator",
                        "horovod.spark.lightning.TorchEstimator", "horovod.spark.lightning.estimator.TorchEstimator"}
 _CONTEXT_CALLS = {"set_start_method", "get_context"}
+#: Horovod calls that make a function part of the training itself (not a checkpoint helper).
+_HVD_WORK = {"init", "DistributedOptimizer", "DistributedGradientTape", "broadcast_parameters",
+             "broadcast_optimizer_state", "broadcast_variables", "allreduce", "allgather", "run"}
 _SIZE = {"size", "local_size"}
 _HVD_BINDINGS = ("horovod.torch", "horovod.tensorflow", "horovod.keras", "horovod.mxnet", "horovod.spark",
                  "horovod.ray")
@@ -201,6 +204,7 @@ class _Func:
     defaults: Dict[str, ast.AST]
     returns: List[ast.AST] = field(default_factory=list)
     sites: List["_Call"] = field(default_factory=list)
+    loops: bool = False
 
 
 @dataclass(eq=False)
@@ -316,7 +320,9 @@ def _collect(mod: _Module) -> None:
             continue
         if isinstance(node, ast.Call):
             mod.calls.append(_Call(node, mod, func, guarded, dead_if))
-        elif isinstance(node, ast.Return) and func is not None and node.value is not None:
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and func is not None:
+            func.loops = True
+        if isinstance(node, ast.Return) and func is not None and node.value is not None:
             func.returns.append(node.value)
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -524,6 +530,7 @@ class _Component:
                             for c in self.calls) or any(
             "elastic.run" in ast.unparse(d) for m in modules for f in m.funcs
             for d in getattr(f.node, "decorator_list", ()))
+        self.hvd_work = {id(c.func) for c in self.calls if c.func is not None and self.is_hvd_call(c, _HVD_WORK)}
         self.in_memory = {id(c.func) for c in self.calls if c.func is not None and _last(c.node.func) == "BytesIO"}
         self._covered: Dict[int, Optional[bool]] = {}
         self._scaled_names: Dict[int, Set[str]] = {}
@@ -706,35 +713,45 @@ class _Component:
                 consts[d] = consts.get(d, True) and isinstance(v, ast.Constant)
         defaults = self.argparse_defaults()
         leaves = 0
-        for sub in ast.walk(value):
+        stack = [value]
+        while stack:
+            sub = stack.pop()
             if isinstance(sub, ast.Constant):
                 leaves += 1
-            elif isinstance(sub, (ast.Name, ast.Attribute)) and not isinstance(getattr(sub, "ctx", None), ast.Store):
-                d = dotted(sub)
-                if d is None:
-                    continue
-                if isinstance(sub, ast.Attribute) and sub.attr in defaults and isinstance(sub.value, ast.Name):
-                    leaves += 1
-                    continue
-                if isinstance(sub, ast.Name) and sub.id == d and consts.get(d):
+                continue
+            if isinstance(sub, ast.Attribute) and sub.attr in defaults and isinstance(sub.value, ast.Name):
+                leaves += 1  # args.lr: a command-line option (the code never scales it)
+                continue
+            if isinstance(sub, ast.Name):
+                if consts.get(sub.id):
                     leaves += 1
                     continue
                 return False
-            elif isinstance(sub, ast.Call):
+            if isinstance(sub, (ast.Attribute, ast.Call, ast.Subscript)):
                 return False
+            stack.extend(ast.iter_child_nodes(sub))
         return leaves > 0
 
-    @staticmethod
-    def _bound(f: _Func, site: _Call, param: str) -> Optional[ast.AST]:
-        """The argument ``site`` binds to ``param`` of ``f`` (keyword, position, ``**{...}`` or default)."""
+    def _bound(self, f: _Func, site: _Call, param: str) -> Optional[ast.AST]:
+        """The argument ``site`` binds to ``param`` of ``f`` (keyword, position, ``**`` of a dict literal
+        or of a name assigned dict literals in the caller's scope, or the default); None: not resolved."""
         n = site.node
         v = _kw(n, param)
         if v is not None:
             return v
         for k in n.keywords:
-            if k.arg is None and isinstance(k.value, ast.Dict):
-                for key, val in zip(k.value.keys, k.value.values):
-                    if _const_str(key) == param:
+            if k.arg is None:
+                lits: List[ast.AST] = [k.value] if isinstance(k.value, ast.Dict) else []
+                if isinstance(k.value, ast.Name):
+                    got = self._dict_values(site, k.value.id)
+                    if got is not None:
+                        lits = list(got[0])
+                        for key, val, _ in got[1]:
+                            if key == param:
+                                return val
+                for lit in lits:
+                    ok, val = self._dict_get(lit, param)
+                    if val is not None:
                         return val
         params = f.params
         if f.cls is not None and params and params[0] in ("self", "cls") and isinstance(n.func, ast.Attribute):
@@ -752,8 +769,8 @@ class _Component:
         self.rule_start_methods()
         if self.uses_hvd:
             self.rule_lr()
-            self.rule_broadcast()
-            if self.has_init:  # without hvd.init() nothing here runs as a rank (a Spark/Ray driver)
+            if self.has_init:  # without hvd.init() nothing here runs as a rank (a library, a Spark/Ray driver)
+                self.rule_broadcast()
                 self.rule_checkpoint()
 
     def _dict_values(self, call: _Call, name: str) -> Optional[Tuple[List[ast.AST], List[Tuple[str, ast.AST,
@@ -791,6 +808,14 @@ class _Component:
                                              if _const_str(k))
                 return lits, items
         return None
+
+    def _returned_dicts(self, call: _Call) -> Optional[List[ast.AST]]:
+        """The dict literals a project function returns (``**options()``); None when any return is not one."""
+        funcs = self.resolve(call)
+        rets = [r for f in funcs for r in f.returns]
+        if not funcs or not rets or not all(isinstance(r, ast.Dict) for r in rets):
+            return None
+        return rets
 
     @staticmethod
     def _dict_get(lit: ast.AST, key: str) -> Tuple[bool, Optional[ast.AST]]:
@@ -873,10 +898,14 @@ class _Component:
         splats = [k.value for k in n.keywords if k.arg is None]
         unresolved_splat = None
         for s in splats:
-            if not isinstance(s, (ast.Name, ast.Dict)):
+            returned = self._returned_dicts(_Call(s, c.module, c.func, c.guarded, c.dead_if)) \
+                if isinstance(s, ast.Call) else None
+            if not isinstance(s, (ast.Name, ast.Dict)) and returned is None:
                 unresolved_splat = ast.unparse(s)
                 continue
-            if isinstance(s, ast.Dict):
+            if returned is not None:
+                lits, items = returned, []
+            elif isinstance(s, ast.Dict):
                 lits, items = [s], []
             else:
                 got = self._dict_values(c, s.id)
@@ -1013,13 +1042,13 @@ class _Component:
         if self.lightning_hvd:
             return
         inits = [c for c in self.calls if self.is_hvd_call(c, ("init",))]
+        mods = [m for m in self.modules if m.hvd_binding]
         if inits:
             where, line = inits[0].module, inits[0].node.lineno
-        else:
-            mods = [m for m in self.modules if m.hvd_binding]
-            if not mods:
-                return
+        elif mods:
             where, line = mods[0], mods[0].hvd_import_line or 1
+        else:
+            return
         fix = ("hvd.broadcast_parameters(model.state_dict(), root_rank=0) and "
                "hvd.broadcast_optimizer_state(optimizer, root_rank=0) after creating them")
         if any(m.hvd_framework == "tensorflow" for m in self.modules if m.hvd_binding):
@@ -1049,10 +1078,11 @@ class _Component:
     def rule_checkpoint(self) -> None:
         for c in self.calls:
             what = self._is_write(c)
-            if what is None or c.guarded:
+            if what is None or self.covered(c):
                 continue
             f = c.func
-            if f is None or not f.sites:
+            helper = f is not None and f.sites and not f.loops and id(f) not in self.hvd_work
+            if not helper:  # module level, an entry/training function, or no call site: change the write
                 self.p.add(c.module, c.node.lineno, "checkpoint-all-ranks",
                            f"{what}(...) writes a checkpoint on every rank (seed 004, step 6)",
                            "write checkpoints only under if hvd.rank() == 0:")
