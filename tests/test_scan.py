@@ -343,3 +343,19 @@ def test_cli_info_only_is_ok_and_shown_with_verbose(tmp_path):
     assert "[lr-not-scaled]" not in proc.stdout
     verbose = run_envtool("-v", "doctor", "--prefix", sys.prefix, "--only", "script", "--script", lib)
     assert f"{lib}:5: [lr-not-scaled] (info)" in verbose.stdout, verbose.stdout + verbose.stderr
+
+
+def test_horovod_examples_findings_match_the_classified_set():
+    """Horovod's public examples (horovod/horovod@v0.28.1:examples, not stored here): the scan
+    gives exactly the hand-classified findings kept in the test data. Runs where
+    ENVTOOL_TEST_HOROVOD_EXAMPLES names a checkout's directory holding ``examples/``."""
+    import os
+
+    root = os.environ.get("ENVTOOL_TEST_HOROVOD_EXAMPLES")
+    if not root or not (Path(root) / "examples").is_dir():
+        pytest.skip("ENVTOOL_TEST_HOROVOD_EXAMPLES not set (a horovod v0.28.1 checkout)")
+    kept = json.loads((CORPUS / "horovod_examples_findings.json").read_text())["findings"]
+    expected = sorted((f["path"], f["line"], f["rule"], f["level"]) for f in kept)
+    assert _found([Path(root) / "examples"], Path(root)) == expected
+    warns = [f for f in kept if f["level"] == "warn"]
+    assert warns and all(f["verdict"] == "true" for f in warns)

@@ -80,9 +80,9 @@ MECHANISMS: Dict[str, Tuple[str, ...]] = {
         "value involves hvd.size()",
         "PyTorch Lightning's Horovod strategy multiplies every param_group's lr by hvd.size() "
         "(Lightning-Universe/lightning-Horovod:src/pl_horovod/strategy.py)",
-        "horovod.spark KerasEstimator scales the optimizer's lr by hvd.size() "
-        "(horovod@v0.28.1:horovod/spark/keras/remote.py); the Lightning TorchEstimator uses "
-        "accelerator='horovod' (horovod@v0.28.1:horovod/spark/lightning/remote.py)",
+        "horovod.spark estimators: KerasEstimator and the torch TorchEstimator scale the optimizer's lr by "
+        "hvd.size() (horovod@v0.28.1:horovod/spark/keras/remote.py, horovod/spark/torch/remote.py); the "
+        "Lightning TorchEstimator uses accelerator='horovod' (horovod@v0.28.1:horovod/spark/lightning/remote.py)",
         "Adasum (hvd.Adasum): no scaling by size is wanted (horovod@v0.28.1:docs/adasum_user_guide.rst)"),
     "checkpoint-all-ranks": (
         "an enclosing if/conditional expression testing a rank (hvd.rank(), local_rank, is_root, ...)",
@@ -101,7 +101,8 @@ _BROADCAST = {"broadcast_parameters", "broadcast_optimizer_state", "broadcast_va
               "broadcast_object"}
 _ELASTIC_STATES = {"TorchState", "TensorFlowKerasState", "TensorFlowState", "KerasState", "ObjectState"}
 _ESTIMATORS_SCALING = {"horovod.spark.keras.KerasEstimator", "horovod.spark.keras.estimator.KerasEstimator",
-                       "horovod.spark.lightning.TorchEstimator", "horovod.spark.lightning.estimator.TorchEstimator"}
+                       "horovod.spark.lightning.TorchEstimator", "horovod.spark.lightning.estimator.TorchEstimator",
+                       "horovod.spark.torch.TorchEstimator", "horovod.spark.torch.estimator.TorchEstimator"}
 _CONTEXT_CALLS = {"set_start_method", "get_context"}
 #: Horovod calls that make a function part of the training itself (not a checkpoint helper).
 _HVD_WORK = {"init", "DistributedOptimizer", "DistributedGradientTape", "broadcast_parameters",
@@ -239,6 +240,7 @@ class _Module:
     main_guard: bool = False
     first_toplevel_call: Optional[int] = None
     mentions_adasum: bool = False
+    _dict_idx: Optional[tuple] = None
 
     @property
     def lightning(self) -> bool:
@@ -773,40 +775,54 @@ class _Component:
                 self.rule_broadcast()
                 self.rule_checkpoint()
 
+    def _dict_index(self, mod: _Module):
+        """Per module, built once: ``(id(scope), name)`` → values assigned to that plain name, and
+        → the ``name.update(...)`` calls (so that each lookup is a dict access: linear overall)."""
+        idx = getattr(mod, "_dict_idx", None)
+        if idx is None:
+            assigned: Dict[Tuple[int, str], List[ast.AST]] = {}
+            for fn, t, v, _ in mod.assigns:
+                if isinstance(t, ast.Name):
+                    assigned.setdefault((id(fn), t.id), []).append(v)
+            updates: Dict[Tuple[int, str], List[_Call]] = {}
+            for c in mod.calls:
+                fn = c.node.func
+                if isinstance(fn, ast.Attribute) and fn.attr == "update" and isinstance(fn.value, ast.Name):
+                    updates.setdefault((id(c.func), fn.value.id), []).append(c)
+            idx = mod._dict_idx = (assigned, updates)
+        return idx
+
     def _dict_values(self, call: _Call, name: str) -> Optional[Tuple[List[ast.AST], List[Tuple[str, ast.AST,
                                                                                                   Optional[ast.AST]]]]]:
-        """The dict literals assigned to ``name`` in the call's scope (or module), and its item assignments."""
+        """The dict literals assigned to ``name`` in the call's scope (or module), and its item assignments.
+
+        Returns:
+            ``(literals, [(key, value, dead guard if or None)])``, or None when ``name`` is also assigned
+            something that is not a dict literal (not resolved) or is not assigned at all.
+        """
         mod = call.module
+        assigned, updates = self._dict_index(mod)
         for scope in ((call.func, None) if call.func is not None else (None,)):
+            values = assigned.get((id(scope), name))
+            if not values:
+                continue
             lits: List[ast.AST] = []
-            resolved = True
-            found = False
-            for fn, t, v, _ in mod.assigns:
-                if fn is scope and isinstance(t, ast.Name) and t.id == name:
-                    found = True
-                    alts = [v.body, v.orelse] if isinstance(v, ast.IfExp) else [v]
-                    for alt in alts:
-                        if isinstance(alt, ast.Dict) or (isinstance(alt, ast.Call) and _last(alt.func) == "dict"
-                                                         and not alt.args):
-                            lits.append(alt)
-                        else:
-                            resolved = False
-            if found:
-                if not resolved:
-                    return None
-                items = list(mod.dict_items.get((id(scope), name), []))
-                for c in mod.calls:  # name.update({...}) / name.update(k=v)
-                    fn = c.node.func
-                    if c.func is scope and isinstance(fn, ast.Attribute) and fn.attr == "update" and \
-                            isinstance(fn.value, ast.Name) and fn.value.id == name:
-                        for k in c.node.keywords:
-                            if k.arg:
-                                items.append((k.arg, k.value, c.dead_if))
-                        for a in c.node.args:
-                            if isinstance(a, ast.Dict):
-                                items.extend((_const_str(k), v, c.dead_if) for k, v in zip(a.keys, a.values)
-                                             if _const_str(k))
-                return lits, items
+            for v in values:
+                for alt in ([v.body, v.orelse] if isinstance(v, ast.IfExp) else [v]):
+                    if isinstance(alt, ast.Dict) or (isinstance(alt, ast.Call) and _last(alt.func) == "dict"
+                                                     and not alt.args):
+                        lits.append(alt)
+                    else:
+                        return None
+            items = list(mod.dict_items.get((id(scope), name), []))
+            for c in updates.get((id(scope), name), []):  # name.update({...}) / name.update(k=v)
+                for k in c.node.keywords:
+                    if k.arg:
+                        items.append((k.arg, k.value, c.dead_if))
+                for a in c.node.args:
+                    if isinstance(a, ast.Dict):
+                        items.extend((_const_str(k), v, c.dead_if) for k, v in zip(a.keys, a.values) if _const_str(k))
+            return lits, items
         return None
 
     def _returned_dicts(self, call: _Call) -> Optional[List[ast.AST]]:
@@ -1054,9 +1070,17 @@ class _Component:
         if any(m.hvd_framework == "tensorflow" for m in self.modules if m.hvd_binding):
             fix = ("hvd.broadcast_variables(model.variables, root_rank=0) (or the Keras callback "
                    "hvd.callbacks.BroadcastGlobalVariablesCallback(0))")
-        self.p.add(where, line, "no-broadcast",
-                   "Horovod is used but nothing in the project broadcasts the initial model/optimizer state from "
-                   "rank 0: ranks start from different weights (seed 004, step 5)", fix)
+        wrapped = any(self.is_hvd_call(c, ("DistributedOptimizer", "DistributedGradientTape", "DistributedTrainer"))
+                      for c in self.calls)
+        if wrapped:
+            self.p.add(where, line, "no-broadcast",
+                       "Horovod is used but nothing in the project broadcasts the initial model/optimizer state from "
+                       "rank 0: ranks start from different weights (seed 004, step 5)", fix)
+        else:  # gradients averaged by hand: the scan cannot tell how the ranks' initial state is made equal
+            self.p.add(where, line, "no-broadcast",
+                       "Horovod is used without a distributed optimizer and nothing broadcasts the initial state "
+                       "from rank 0: unless every rank builds identical weights, ranks start apart "
+                       "(seed 004, step 5)", fix, "info")
 
     def _is_write(self, c: _Call) -> Optional[str]:
         n = c.node
