@@ -104,6 +104,7 @@ def load_scan(rev):
     path.write_text(text)
     spec = importlib.util.spec_from_file_location("scan_old", path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules["scan_old"] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 
@@ -137,6 +138,8 @@ def main(argv=None) -> int:
             worst = max(worst, ratio)
             rows.append({"shape": shape, "mb": round(len(texts[mb]) / 1e6, 3), "seconds": round(best[mb], 3),
                          "seconds_per_mb": round(per_mb, 3), "ratio_to_smallest": round(ratio, 2)})
+            if not args.json:
+                print(f"  ... {shape} {mb} MB: {best[mb]:.2f} s", file=sys.stderr, flush=True)
         if args.compare:
             old = load_scan(args.compare)
             mb = args.sizes[0]

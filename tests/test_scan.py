@@ -359,3 +359,19 @@ def test_horovod_examples_findings_match_the_classified_set():
     assert _found([Path(root) / "examples"], Path(root)) == expected
     warns = [f for f in kept if f["level"] == "warn"]
     assert warns and all(f["verdict"] == "true" for f in warns)
+
+
+def test_lr_through_assigned_names_is_resolved():
+    src = textwrap.dedent('''\
+        import torch
+        import horovod.torch as hvd
+        hvd.init()
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        base = 0.01
+        lr = base
+        opt = torch.optim.SGD(params, lr=lr)
+        scaled = base * hvd.size()
+        opt2 = torch.optim.SGD(params, lr=scaled)
+        opt3 = torch.optim.SGD(params, lr=schedule())
+        ''')
+    assert [(i.line, i.level) for i in scan.scan_source(src, "n.py")] == [(7, "warn"), (10, "info")]

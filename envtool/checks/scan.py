@@ -38,8 +38,10 @@ The Horovod rules apply to components that import a Horovod framework binding
 from __future__ import annotations
 
 import ast
+import gc
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
@@ -422,8 +424,6 @@ def _local_imports(mod: _Module) -> Iterator[Tuple[Path, Optional[str]]]:
                 bases = roots
             for b in bases:
                 f = _module_file(b, node.module or "")
-                if f is None and not node.module:
-                    f = None
                 found = False
                 if f is not None:
                     yield f, None
@@ -538,6 +538,7 @@ class _Component:
         self._scaled_names: Dict[int, Set[str]] = {}
         self._size_funcs: Optional[Set[int]] = None
         self._argparse: Optional[Dict[str, ast.AST]] = None
+        self._definite_cache: Dict[int, Set[str]] = {}
 
     # -- resolution ------------------------------------------------------------------------
     def resolve(self, call: _Call) -> List[_Func]:
@@ -706,13 +707,29 @@ class _Component:
             return [("unscaled", call, shown)]
         return [("unknown", call, shown)]
 
-    def _definite(self, value: ast.AST, mod: _Module) -> bool:
-        """A value built only from literals, command-line options and names assigned literals."""
-        consts: Dict[str, bool] = {}
-        for _, t, v, _ in mod.assigns:
-            d = dotted(t)
-            if d:
-                consts[d] = consts.get(d, True) and isinstance(v, ast.Constant)
+    def _definite_names(self, mod: _Module) -> Set[str]:
+        """Plain names of ``mod`` whose every assigned value is definite (see :meth:`_definite`);
+        computed once per module, 3 rounds of propagation (``lr = base``; ``base = 0.1``)."""
+        got = self._definite_cache.get(id(mod))
+        if got is None:
+            values: Dict[str, List[ast.AST]] = {}
+            for _, t, v, _ in mod.assigns:
+                if isinstance(t, ast.Name):
+                    values.setdefault(t.id, []).append(v)
+            got = set()
+            for _ in range(3):
+                new = {n for n, vs in values.items() if n not in got and all(self._definite(v, mod, got) for v in vs)}
+                if not new:
+                    break
+                got |= new
+            self._definite_cache[id(mod)] = got
+        return got
+
+    def _definite(self, value: ast.AST, mod: _Module, names: Optional[Set[str]] = None) -> bool:
+        """A value built only from literals, command-line options (``args.X`` with an
+        ``add_argument``) and names assigned only such values: nothing in the code scales it."""
+        if names is None:
+            names = self._definite_names(mod)
         defaults = self.argparse_defaults()
         leaves = 0
         stack = [value]
@@ -725,7 +742,7 @@ class _Component:
                 leaves += 1  # args.lr: a command-line option (the code never scales it)
                 continue
             if isinstance(sub, ast.Name):
-                if consts.get(sub.id):
+                if sub.id in names:
                     leaves += 1
                     continue
                 return False
@@ -1121,6 +1138,20 @@ class _Component:
 
 
 # -- public API ----------------------------------------------------------------------------------
+@contextmanager
+def _no_gc():
+    """Pause the cyclic garbage collector while a scan runs: its passes over a heap of millions
+    of AST nodes made the scan's time grow faster than the input. The few cycles a scan makes
+    (module ↔ function records) are collected once the collector runs again."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _load_project(paths: Sequence[Path]) -> _Project:
     given: List[Path] = []
     for p in paths:
@@ -1166,7 +1197,8 @@ def scan_paths(paths: Sequence) -> List[ScanIssue]:
     Raises:
         UsageError: a file cannot be read (exit status 2).
     """
-    return _load_project([Path(p) for p in paths]).run()
+    with _no_gc():
+        return _load_project([Path(p) for p in paths]).run()
 
 
 def scan_source(text: str, path: str = "<string>") -> List[ScanIssue]:
@@ -1175,8 +1207,9 @@ def scan_source(text: str, path: str = "<string>") -> List[ScanIssue]:
     Returns:
         the issues, by line; a file that does not parse gives one ``syntax`` issue.
     """
-    mod = _parse(text, path, Path(path))
-    return _Project([mod], {Path(path)}).run()
+    with _no_gc():
+        mod = _parse(text, path, Path(path))
+        return _Project([mod], {Path(path)}).run()
 
 
 def scan_file(path) -> List[ScanIssue]:

@@ -2,7 +2,8 @@
 
 Status: ``warn`` when the scan shows a risk (an issue of level ``warn``); ``ok`` when it shows
 none, with the issues it could not prove (level ``info``) listed as items (printed with ``-v``,
-always in ``--json``). The scan never fails the check: doctor's exit status is unchanged by it.
+always in ``--json``). ``details.mechanisms`` names, for each rule that fired, what would
+satisfy it (:data:`envtool.checks.scan.MECHANISMS`). The scan never fails the check: doctor's exit status is unchanged by it.
 """
 from __future__ import annotations
 
@@ -24,11 +25,12 @@ def run(ctx):
     items = [f"{i.path}:{i.line}: [{i.rule}]{' (info)' if i.level == 'info' else ''} {i.message}; fix: {i.fix}"
              for i in issues]
     warns = [i for i in issues if i.level != "info"]
+    mechanisms = {r: list(scan.MECHANISMS[r]) for r in sorted({i.rule for i in issues}) if r in scan.MECHANISMS}
     infos = len(issues) - len(warns)
     if not warns:
         note = f"; {infos} unproven note(s) (-v shows them)" if infos else ""
         return finding(ID, "ok", f"{names}: no risky pattern found{note}", items=items,
-                       issues=[i.to_dict() for i in issues], files=files)
+                       issues=[i.to_dict() for i in issues], files=files, mechanisms=mechanisms)
     note = f" and {infos} unproven note(s)" if infos else ""
     return finding(ID, "warn", f"{len(warns)} risky pattern(s){note} in {names}", "apply the fix named on each line",
-                   items=items, issues=[i.to_dict() for i in issues], files=files)
+                   items=items, issues=[i.to_dict() for i in issues], files=files, mechanisms=mechanisms)
