@@ -507,7 +507,18 @@ class _Project:
     def run(self) -> List[ScanIssue]:
         for comp in self.components:
             _Component(self, comp).run()
+        self.close()
         return sorted(list(self.issues.values()) + self.syntax, key=lambda i: (i.path, i.line, i.rule))
+
+    def close(self) -> None:
+        """Break the module ↔ function ↔ call reference cycles so that reference counting frees
+        the trees at once (the scan runs with the cyclic collector paused)."""
+        for m in self.modules:
+            for f in m.funcs:
+                f.sites.clear()
+            m.funcs.clear()
+            m.calls.clear()
+            m._dict_idx = None
 
 
 class _Component:
