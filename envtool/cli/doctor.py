@@ -24,8 +24,9 @@ def register(sub) -> None:
     p.add_argument("--spec", help="spec the environment should match (name or file)")
     p.add_argument("--site", help="site whose launcher and modules apply (default: the spec's)")
     p.add_argument("--lock", metavar="FILE", help="lockfile to compare the environment with")
-    p.add_argument("--script", metavar="F", nargs="+", action="extend", default=[],
-                   help="training script(s) to scan statically for risky patterns")
+    p.add_argument("--script", metavar="PATH", nargs="+", action="extend", default=[],
+                   help="training script(s) or project directories to scan statically for risky patterns "
+                        "(local imports are followed)")
     p.add_argument("--only", metavar="ID", nargs="+", action="extend", default=[],
                    help="run only these checks (ids as shown in the output; see --list)")
     p.add_argument("--list", action="store_true", help="list the checks (id, title) and exit")
@@ -84,8 +85,8 @@ def _resolve(args):
     scripts = []
     for s in args.script:
         path = Path(s)
-        if not path.is_file():
-            raise UsageError(f"--script {s}: no such file")
+        if not (path.is_file() or path.is_dir()):
+            raise UsageError(f"--script {s}: no such file or directory")
         scripts.append(path)
     return Context(prefix=prefix.resolve() if not prefix.is_symlink() else prefix, spec=spec, site=site,
                    lock=lock, scripts=tuple(scripts), environ=dict(os.environ), timeout=args.timeout)

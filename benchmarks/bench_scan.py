@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Benchmark: ``doctor --script`` scan time per MB of source at 1, 2 and 4 MB, side by side.
+
+Issue 12 measured the old scan growing quadratically (1 MB: 10 s, 2 MB: 39 s, 5 MB: 247 s).
+This script generates training-script source of each size from one block of typical code
+(imports, a dead ``mp._supports_context`` guard, DataLoaders through ``**kwargs``, an optimizer,
+a rank-guarded checkpoint helper and its call, a broadcast), in two shapes: ``functions`` (the
+block repeated as separate functions) and ``one-function`` (every block inside a single
+function body, the shape that made the old early-return check quadratic). For each shape and
+size it times :func:`envtool.checks.scan.scan_source` (best of ``--runs``, in this process,
+sizes interleaved so that all see the same load) and prints seconds, seconds per MB and the
+ratio of each size's seconds per MB to the 1 MB one: linear growth keeps the ratios near 1.
+
+Usage: python benchmarks/bench_scan.py [--runs 3] [--sizes 1 2 4] [--compare REV] [--json]
+  --compare REV also times the scan.py of git revision REV (e.g. the one before issue 18) at the
+  smallest size only, for scale (the old one takes minutes beyond 1 MB).
+Exit status: 0, or 1 when a ratio exceeds --max-ratio (default 1.5).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+BLOCK = '''
+def setup_{n}(args, dataset):
+    kwargs = {{"num_workers": 4, "pin_memory": True}} if args.cuda else {{}}
+    if (kwargs.get("num_workers", 0) > 0 and hasattr(mp, "_supports_context") and
+            mp._supports_context and "forkserver" in mp.get_all_start_methods()):
+        kwargs["multiprocessing_context"] = "forkserver"
+    loader = torch.utils.data.DataLoader(dataset, batch_size=32, **kwargs)
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9)
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    return loader, model, optimizer
+
+
+def save_{n}(model, epoch):
+    if hvd.rank() != 0:
+        return
+    torch.save(model.state_dict(), "checkpoint-%d.pt" % epoch)
+
+
+def train_{n}(args, dataset):
+    loader, model, optimizer = setup_{n}(args, dataset)
+    for epoch in range(args.epochs):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+        save_{n}(model, epoch)
+'''
+
+ONE_BODY = '''
+    kwargs_{n} = {{"num_workers": 4}}
+    if hasattr(mp, "_supports_context") and mp._supports_context:
+        kwargs_{n}["multiprocessing_context"] = "forkserver"
+    loader_{n} = torch.utils.data.DataLoader(dataset, batch_size=32, **kwargs_{n})
+    optimizer_{n} = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size())
+    for x, y in loader_{n}:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer_{n}.step()
+    if hvd.rank() == 0:
+        torch.save(model.state_dict(), "checkpoint-{n}.pt")
+    torch.save(model.state_dict(), "every-rank-{n}.pt")
+'''
+
+HEAD = "import torch\nimport torch.multiprocessing as mp\nimport horovod.torch as hvd\n\nhvd.init()\n"
+
+
+def source(shape: str, megabytes: float) -> str:
+    """Python source of about ``megabytes`` MB (10**6 bytes) in the given shape."""
+    target = int(megabytes * 1_000_000)
+    parts = [HEAD] if shape == "functions" else [HEAD, "\n\ndef main(args, dataset, model):\n"]
+    size, n = sum(map(len, parts)), 0
+    block = BLOCK if shape == "functions" else ONE_BODY
+    while size < target:
+        piece = block.format(n=n)
+        parts.append(piece)
+        size += len(piece)
+        n += 1
+    return "".join(parts)
+
+
+def load_scan(rev):
+    """The scan module of git revision ``rev`` (None: this checkout's)."""
+    if rev is None:
+        from envtool.checks import scan
+        return scan
+    text = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:envtool/checks/scan.py"], check=True,
+                          capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp()) / "scan_old.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location("scan_old", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["scan_old"] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def timed(scan, text: str) -> float:
+    started = time.perf_counter()
+    scan.scan_source(text, "bench.py")
+    return time.perf_counter() - started
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=float, nargs="+", default=[1, 2, 4], help="MB (default 1 2 4)")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs per size, best kept (default 3)")
+    parser.add_argument("--max-ratio", type=float, default=1.5)
+    parser.add_argument("--compare", metavar="REV", help="also time this git revision's scan at the smallest size")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    scan = load_scan(None)
+    rows, worst = [], 0.0
+    for shape in ("functions", "one-function"):
+        texts = {mb: source(shape, mb) for mb in args.sizes}
+        best = {mb: float("inf") for mb in args.sizes}
+        for _ in range(args.runs):
+            for mb in args.sizes:  # interleaved: every size sees the same machine load
+                best[mb] = min(best[mb], timed(scan, texts[mb]))
+        base = best[args.sizes[0]] / (len(texts[args.sizes[0]]) / 1e6)
+        for mb in args.sizes:
+            per_mb = best[mb] / (len(texts[mb]) / 1e6)
+            ratio = per_mb / base
+            worst = max(worst, ratio)
+            rows.append({"shape": shape, "mb": round(len(texts[mb]) / 1e6, 3), "seconds": round(best[mb], 3),
+                         "seconds_per_mb": round(per_mb, 3), "ratio_to_smallest": round(ratio, 2)})
+            if not args.json:
+                print(f"  ... {shape} {mb} MB: {best[mb]:.2f} s", file=sys.stderr, flush=True)
+        if args.compare:
+            old = load_scan(args.compare)
+            mb = args.sizes[0]
+            t_old = timed(old, texts[mb])
+            rows.append({"shape": shape, "mb": round(len(texts[mb]) / 1e6, 3), "seconds": round(t_old, 3),
+                         "seconds_per_mb": round(t_old / (len(texts[mb]) / 1e6), 3),
+                         "ratio_to_smallest": None, "revision": args.compare})
+    if args.json:
+        print(json.dumps({"rows": rows, "worst_ratio": round(worst, 2), "max_ratio": args.max_ratio}, indent=2))
+    else:
+        print(f"{'shape':<13} {'MB':>6} {'seconds':>9} {'s/MB':>8} {'ratio':>6}  revision")
+        for r in rows:
+            ratio = "" if r["ratio_to_smallest"] is None else f"{r['ratio_to_smallest']:.2f}"
+            print(f"{r['shape']:<13} {r['mb']:>6.2f} {r['seconds']:>9.3f} {r['seconds_per_mb']:>8.3f} {ratio:>6}  "
+                  f"{r.get('revision', 'this checkout')}")
+        print(f"worst s/MB ratio to the smallest size: {worst:.2f} (limit {args.max_ratio})")
+    return 0 if worst <= args.max_ratio else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

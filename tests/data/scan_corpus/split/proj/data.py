@@ -1,0 +1,5 @@
+"""DataLoader options shared by the project."""
+
+
+def loader_options():
+    return {"num_workers": 0}
