@@ -323,9 +323,11 @@ def _pip_step(spec: Spec, prefix: Path) -> List[Step]:
         return []
     if spec.horovod.install == "pip-build":
         reqs = ["setuptools", "wheel"] + reqs
+    from envtool.engines.venv import pip_install_commands
+
     py = str(Path(prefix) / "bin" / "python")
     return [Step(id="pip-install", title="Install pip packages with the env's pip: " + " ".join(p.value for p in spec.packages.pip),
-                 commands=((py, "-m", "pip", "install", "--disable-pip-version-check", *reqs),))]
+                 commands=pip_install_commands(py, Path(prefix), reqs))]
 
 
 class RattlerEngine(Engine):
