@@ -24,6 +24,7 @@ from helpers.conda_channel import BINARY_PLACEHOLDER, TEXT_PLACEHOLDER, PackageD
 
 from envtool.engines import clone as cl
 from envtool.engines.conda import install_records, read_prefix_records, record_key, solve_records
+from envtool.steps.clone import clone_env
 
 
 def channel_packages():
@@ -211,7 +212,7 @@ def test_clone_is_writable_and_independent(cloned, world):
 def test_warm_cache_clone_hard_links(cloned, world, tmp_path):
     """A second clone with the now-warm envtool cache links files instead of copying them."""
     t2 = tmp_path / "t2"
-    res = cl.clone_env(str(world["source"]), t2, cache_dir=cloned["cache"] / "pkgs", verify_content=False, quiet=True)
+    res = clone_env(str(world["source"]), t2, cache_dir=cloned["cache"] / "pkgs", verify_content=False, quiet=True)
     assert res.results["clone"]["cache"]["cached"] == len(world["records"])
     cached = cloned["cache"] / "pkgs" / "foo-2.1-h0_0" / "etc/conda/activate.d/foo.sh"
     assert os.stat(t2 / "etc/conda/activate.d/foo.sh").st_ino == os.stat(cached).st_ino

@@ -1,7 +1,6 @@
 """``envtool clone SOURCE --prefix P``: clone a (read-only) conda env, or layer on a module's Python."""
 from __future__ import annotations
 
-import sys
 
 from envtool.cli.common import add_json, print_json
 
@@ -28,7 +27,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from envtool.engines.clone import clone_env
+    from envtool.steps.clone import clone_env
     from envtool.errors import EnvtoolError
 
     try:
@@ -37,9 +36,8 @@ def run(args) -> int:
                            quiet=args.quiet or args.json)
     except EnvtoolError as exc:
         if args.json:
-            print_json({"ok": False, "error": str(exc), "log": str(getattr(exc, "log", "") or ""),
-                        "results": getattr(exc, "results", {})})
-        print(f"nothing was left at {args.prefix}", file=sys.stderr)
+            print_json({"ok": False, "error": str(exc), "log": str(exc.log or ""), "outcome": exc.outcome,
+                        "results": exc.results or {}})
         raise
     if args.json:
         print_json(result.to_dict())

@@ -36,13 +36,12 @@ def run(args) -> int:
     try:
         result = create(spec, options, force=args.force, verbose=args.verbose, quiet=args.quiet or args.json)
     except EnvtoolError as exc:
-        report = (getattr(exc, "results", None) or {}).get("validate")
+        report = (exc.results or {}).get("validate")
         if args.json:
-            print_json({"ok": False, "error": str(exc), "log": str(getattr(exc, "log", "")),
-                        "results": getattr(exc, "results", {})})
+            print_json({"ok": False, "error": str(exc), "log": str(exc.log or ""), "outcome": exc.outcome,
+                        "results": exc.results or {}})
         elif report:
             print(validate.format_report(report))
-        print(f"nothing was left at {options.prefix}", file=sys.stderr)
         raise
     if args.json:
         print_json({"ok": True, "prefix": str(result.prefix), "log": str(result.log), "results": result.results,

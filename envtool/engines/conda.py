@@ -512,6 +512,8 @@ def _clone_install(step: Step, runner) -> None:
         caches = (clone.source_pkgs_dirs(src, records) if d.get("source_caches") is None
                   else [Path(c) for c in d["source_caches"]])
         seed = clone.seed_cache(records, Path(d["cache_dir"]), caches)
+        for stale in seed.stale_removed:
+            runner.note(f"removed {stale}, the staging directory of an envtool process that no longer runs")
         runner.note(f"package cache: {len(seed.cached)} already cached, {len(seed.copied)} copied from "
                     f"{', '.join(map(str, caches)) or '-'}, {len(seed.missing)} to fetch from their URLs")
         runner.progress(f"      {len(records)} records: {len(seed.cached)} cached, {len(seed.copied)} from the "
