@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 
-from envtool.cli.common import add_json, print_json
+from envtool.cli.common import add_json, name_arg, path_arg, print_json
 
 
 def register(sub) -> None:
@@ -12,9 +12,9 @@ def register(sub) -> None:
                                    "conda-meta/pinned and history, and verify the clone and that the source is "
                                    "unchanged. A venv-style source (a module's Python) is layered with "
                                    "--system-site-packages, or copied with --mode copy.")
-    p.add_argument("source", nargs="?", default="",
+    p.add_argument("source", type=name_arg, nargs="?", default="",
                    help="env name (conda envs dirs, $CONDA_ENVS_PATH), prefix, or nothing for $CONDA_PREFIX")
-    p.add_argument("--prefix", required=True, help="the new environment's prefix")
+    p.add_argument("--prefix", type=path_arg, required=True, help="the new environment's prefix")
     p.add_argument("--engine", default="rattler", choices=("rattler", "conda", "mamba", "micromamba"),
                    help="rattler (embedded, default) or an external tool's own --clone")
     p.add_argument("--mode", default="layer", choices=("layer", "copy"),

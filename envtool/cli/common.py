@@ -8,6 +8,37 @@ from pathlib import Path
 from typing import Any, Optional
 
 
+def path_arg(text: str) -> str:
+    """argparse ``type`` for a path option: refuses control characters (a newline in ``--prefix``
+    made entry points that cannot run) and the empty string; argparse then exits 2."""
+    import argparse
+
+    from envtool.spec.names import has_control
+
+    if not text or has_control(text):
+        raise argparse.ArgumentTypeError(f"expected a path without control characters (newline, tab …), got {text[:200]!r}")
+    return text
+
+
+def name_arg(text: str) -> str:
+    """argparse ``type`` for a name option (spec, module, clone source): no control characters."""
+    return path_arg(text)
+
+
+def seconds_arg(text: str) -> float:
+    """argparse ``type`` for a duration: a finite number of seconds > 0 (``-1``, ``0``, ``nan``, ``inf`` are refused)."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text[:50]!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds greater than 0, got {text[:50]!r}")
+    return value
+
+
 def add_json(parser) -> None:
     """Add ``--json`` (machine-readable output) to a reporting command."""
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
@@ -41,6 +72,6 @@ def default_prefix(spec_name: str) -> Path:
 
 def add_spec_site(parser) -> None:
     """``--site NAME`` and ``--site-file FILE`` (site overlays)."""
-    parser.add_argument("--site", help="resolve the spec for this site (bundled: summit, perlmutter, polaris, "
+    parser.add_argument("--site", type=name_arg, help="resolve the spec for this site (bundled: summit, perlmutter, polaris, "
                                        "bede, local; more in $ENVTOOL_SITE_PATH)")
-    parser.add_argument("--site-file", help="a site file to resolve the spec with")
+    parser.add_argument("--site-file", type=path_arg, help="a site file to resolve the spec with")

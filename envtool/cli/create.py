@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from envtool.cli.common import add_json, add_spec_site, load_spec, print_json
+from envtool.cli.common import add_json, add_spec_site, load_spec, name_arg, path_arg, print_json
 
 
 def register(sub) -> None:
@@ -11,14 +11,14 @@ def register(sub) -> None:
                        description="Create an environment from a spec: clone or create, install packages, build "
                                    "Horovod, validate (check-build, DataLoader start method), lock. The environment "
                                    "is built in a temporary sibling and moved into place only if everything passed.")
-    p.add_argument("spec", help="spec name (see 'envtool specs') or path to a spec file")
-    p.add_argument("--prefix", help="target prefix (default ./envs/SPEC)")
+    p.add_argument("spec", type=name_arg, help="spec name (see 'envtool specs') or path to a spec file")
+    p.add_argument("--prefix", type=path_arg, help="target prefix (default ./envs/SPEC)")
     p.add_argument("--force", action="store_true", help="replace an existing target (once the new one is complete)")
-    p.add_argument("--clone", nargs="?", const="", default=None, metavar="SOURCE",
+    p.add_argument("--clone", type=name_arg, nargs="?", const="", default=None, metavar="SOURCE",
                    help="clone SOURCE (env name or prefix; default: the site's base env)")
-    p.add_argument("--from-lock", metavar="FILE", help="install exactly the packages of a lockfile (no solve)")
+    p.add_argument("--from-lock", type=path_arg, metavar="FILE", help="install exactly the packages of a lockfile (no solve)")
     p.add_argument("--engine", help="venv, rattler (conda, default for conda specs), conda, mamba, micromamba")
-    p.add_argument("--modulefile-root", metavar="DIR", help="also write a modulefile under DIR")
+    p.add_argument("--modulefile-root", type=path_arg, metavar="DIR", help="also write a modulefile under DIR")
     p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: CPU count)")
     add_spec_site(p)
     add_json(p)

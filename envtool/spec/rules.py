@@ -10,7 +10,7 @@ from typing import Optional
 from packaging.version import InvalidVersion, Version
 
 from envtool.errors import SpecError
-from envtool.spec.model import Spec
+from envtool.spec.model import FRAMEWORKS, Spec
 from envtool.spec.yamlload import LineDict
 
 #: conda platforms with no CUDA: NVIDIA ships CUDA for Linux on x86_64, ppc64le and aarch64
@@ -66,6 +66,11 @@ def check(spec: Spec, raw: Optional[LineDict] = None) -> None:
     if h.install == "pip-build" and version is None and not h.source:
         fail("horovod.version", "a version (or horovod.source) when horovod.install is pip-build")
 
+    # envtool builds with HOROVOD_WITHOUT_<X>=1 for every framework not listed, and "at least one
+    # [framework] must be enabled for Horovod to install successfully" (horovod@v0.28.1:docs/install.rst).
+    if h.install == "pip-build" and not h.frameworks:
+        fail("horovod.frameworks", "at least one of " + ", ".join(FRAMEWORKS) + " when Horovod is built",
+             got=list(h.frameworks), hint="a GPU build" if h.uses_gpu else "")
     # HOROVOD_GPU_OPERATIONS together with a per-op variable: CMake stops (CMakeLists.txt@v0.28.1).
     if h.gpu_operations and h.gpu_ops:
         fail("horovod.gpu_operations", "either gpu_operations or per-operation gpu_ops, not both",
