@@ -39,6 +39,19 @@ def seconds_arg(text: str) -> float:
     return value
 
 
+def jobs_arg(text: str) -> int:
+    """argparse ``type`` for a count of parallel jobs: an integer of at least 1."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of jobs, got {text[:50]!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 job, got {value}")
+    return value
+
+
 def add_json(parser) -> None:
     """Add ``--json`` (machine-readable output) to a reporting command."""
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from envtool.cli.common import add_json, add_spec_site, load_spec, name_arg, path_arg, print_json
+from envtool.cli.common import add_json, add_spec_site, jobs_arg, load_spec, name_arg, path_arg, print_json
 
 
 def register(sub) -> None:
@@ -19,7 +19,7 @@ def register(sub) -> None:
     p.add_argument("--from-lock", type=path_arg, metavar="FILE", help="install exactly the packages of a lockfile (no solve)")
     p.add_argument("--engine", help="venv, rattler (conda, default for conda specs), conda, mamba, micromamba")
     p.add_argument("--modulefile-root", type=path_arg, metavar="DIR", help="also write a modulefile under DIR")
-    p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: CPU count)")
+    p.add_argument("--jobs", type=jobs_arg, default=None, help="parallel compile jobs (default: CPU count)")
     add_spec_site(p)
     add_json(p)
     p.set_defaults(func=run)

@@ -1,7 +1,7 @@
 """``envtool plan SPEC``: print the ordered steps with their exact commands; changes nothing."""
 from __future__ import annotations
 
-from envtool.cli.common import add_json, add_spec_site, default_prefix, load_spec, name_arg, path_arg, print_json
+from envtool.cli.common import add_json, add_spec_site, default_prefix, jobs_arg, load_spec, name_arg, path_arg, print_json
 
 
 def register(sub) -> None:
@@ -15,7 +15,7 @@ def register(sub) -> None:
     p.add_argument("--from-lock", type=path_arg, metavar="FILE", help="install exactly the packages of a lockfile")
     p.add_argument("--engine", help="venv, rattler (conda, default for conda specs), conda, mamba, micromamba")
     p.add_argument("--modulefile-root", type=path_arg, metavar="DIR", help="also write a modulefile under DIR")
-    p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: CPU count)")
+    p.add_argument("--jobs", type=jobs_arg, default=None, help="parallel compile jobs (default: CPU count)")
     add_spec_site(p)
     add_json(p)
     p.set_defaults(func=run)

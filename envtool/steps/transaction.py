@@ -12,7 +12,7 @@ Guarantees (the brief's "nothing is lost"):
   environment is kept beside it (path printed); with ``--force`` the old one is swapped out
   whole (``renameat2(RENAME_EXCHANGE)``, one atomic step, where the filesystem has it);
 * on a failure, SIGINT, SIGTERM or SIGHUP — repeated ones too: after the first, further
-  signals are ignored until clean-up is over — the children are killed by process group
+  signals are ignored (until the process exits: it is on its way to exit 130) — the children are killed by process group
   (:mod:`envtool.procs`), the build directory and any registered scratch directory (the
   package-cache staging directory of a clone) are removed, the log says why, and the error
   carries the log path and what was left (``nothing was left at …`` or ``the old environment
@@ -327,6 +327,12 @@ class BuildTransaction:
         finally:
             if self._scratch is not None:
                 self._scratch.__exit__(None, None, None)
+            if self._signalled:
+                # the command is on its way out (exit 130): a further SIGINT/SIGTERM must not replace the
+                # Interrupted that carries the log path by a bare KeyboardInterrupt, or kill us mid-message
+                for sig in SIGNALS:
+                    signal.signal(sig, signal.SIG_IGN)
+                self._previous = {}
             self._restore_handlers()
             self._lock.release()
             self._cleaning = False
