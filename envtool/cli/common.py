@@ -10,13 +10,16 @@ from typing import Any, Optional
 
 def path_arg(text: str) -> str:
     """argparse ``type`` for a path option: refuses control characters (a newline in ``--prefix``
-    made entry points that cannot run) and the empty string; argparse then exits 2."""
+    made entry points that cannot run), the empty string and over-long paths; argparse then exits 2."""
     import argparse
 
-    from envtool.spec.names import has_control
+    from envtool.errors import echo
+    from envtool.spec.names import path_problem
 
-    if not text or has_control(text):
-        raise argparse.ArgumentTypeError(f"expected a path without control characters (newline, tab …), got {text[:200]!r}")
+    problem = path_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"expected a path without control characters and within the system's "
+                                         f"length limits, got {problem}: {echo(text, 200)}")
     return text
 
 

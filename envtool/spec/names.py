@@ -15,10 +15,11 @@ Every pattern is applied with ``fullmatch`` (``$`` would accept a trailing newli
 """
 from __future__ import annotations
 
+import os
 import re
 from typing import Optional
 
-from envtool.errors import SpecError, UsageError
+from envtool.errors import SpecError, UsageError, echo
 
 #: Spec names: a letter or digit, then letters, digits, ``._+-``; at most 100 characters.
 SPEC_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
@@ -29,6 +30,26 @@ ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MODULE_RE = re.compile(r"[A-Za-z0-9_.+-][A-Za-z0-9_.+/:@=,-]*")
 #: C0 control characters and DEL (tab included: no name or path needs one).
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+#: Longest path component and path (bytes), Linux's NAME_MAX and PATH_MAX (limits.h).
+NAME_MAX = 255
+PATH_MAX = 4096
+
+
+def path_problem(text: str) -> Optional[str]:
+    """Why ``text`` cannot be a path here, or None: empty, a control character, a component over
+    :data:`NAME_MAX` bytes or a path over :data:`PATH_MAX` bytes (the kernel would answer ENAMETOOLONG)."""
+    if not text:
+        return "an empty path"
+    if has_control(text):
+        return "a control character (newline, tab …)"
+    raw = os.fsencode(text)
+    if len(raw) >= PATH_MAX:
+        return f"a path of {len(raw)} bytes (at most {PATH_MAX - 1})"
+    if any(len(part) > NAME_MAX for part in raw.split(b"/")):
+        return f"a path component longer than {NAME_MAX} bytes"
+    return None
 
 
 def has_control(text: str) -> bool:
@@ -47,8 +68,10 @@ def check_prefix(text: str, option: str = "--prefix") -> str:
     Raises:
         UsageError: exit 2.
     """
-    if not text or has_control(text):
-        raise UsageError(f"{option}: expected a path without control characters (newline, tab …), got {text!r}"[:400])
+    problem = path_problem(text)
+    if problem:
+        raise UsageError(f"{option}: expected a path without control characters and within the system's "
+                         f"length limits, got {problem}: {echo(text)}")
     return text
 
 
