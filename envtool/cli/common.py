@@ -24,8 +24,9 @@ def path_arg(text: str) -> str:
 
 
 def name_arg(text: str) -> str:
-    """argparse ``type`` for a name option (spec, module, clone source): no control characters."""
-    return path_arg(text)
+    """argparse ``type`` for a name option (spec, module, clone source): as :func:`path_arg`, but the
+    empty string is allowed (``--clone`` with no value, ``clone`` with no source: "the default")."""
+    return text if text == "" else path_arg(text)
 
 
 def seconds_arg(text: str) -> float:
