@@ -30,6 +30,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import List, Optional, Tuple
 
@@ -149,6 +150,20 @@ def remove_cachedir_tag(prefix: Path) -> bool:
         tag.unlink()
         return True
     return False
+
+
+def _remove_settled(path: Path, tries: int = 10, pause: float = 0.2) -> None:
+    """Remove ``path`` until it stays away for ``pause`` seconds (at most ``tries`` rounds).
+
+    An in-process installer (py-rattler links packages from worker threads that an interrupt
+    of the Python thread does not stop at once) may still write into the build directory
+    right after the first removal.
+    """
+    for _ in range(tries):
+        if not os.path.lexists(path):
+            return
+        shutil.rmtree(path, ignore_errors=True)
+        time.sleep(pause)
 
 
 class PrefixLock:
@@ -298,8 +313,8 @@ class BuildTransaction:
             killed = procs.kill_children()
             removed = procs.remove_scratch()
             if os.path.lexists(self.build):
-                shutil.rmtree(self.build, ignore_errors=True)
                 removed.append(self.build)
+            _remove_settled(self.build)
             if self.committed:
                 outcome = f"the new environment is in place at {self.target}"
             elif isinstance(exc, TargetExists) and exc.kept:
