@@ -66,11 +66,6 @@ def check(spec: Spec, raw: Optional[LineDict] = None) -> None:
     if h.install == "pip-build" and version is None and not h.source:
         fail("horovod.version", "a version (or horovod.source) when horovod.install is pip-build")
 
-    # envtool builds with HOROVOD_WITHOUT_<X>=1 for every framework not listed, and "at least one
-    # [framework] must be enabled for Horovod to install successfully" (horovod@v0.28.1:docs/install.rst).
-    if h.install == "pip-build" and not h.frameworks:
-        fail("horovod.frameworks", "at least one of " + ", ".join(FRAMEWORKS) + " when Horovod is built",
-             got=list(h.frameworks), hint="a GPU build" if h.uses_gpu else "")
     # HOROVOD_GPU_OPERATIONS together with a per-op variable: CMake stops (CMakeLists.txt@v0.28.1).
     if h.gpu_operations and h.gpu_ops:
         fail("horovod.gpu_operations", "either gpu_operations or per-operation gpu_ops, not both",
@@ -151,3 +146,10 @@ def check(spec: Spec, raw: Optional[LineDict] = None) -> None:
             fail("expect.check_build.tensor_operations", "MLSL, not CCL, before Horovod 0.19.0")
         if version is not None and version >= Version("0.19.0") and "MLSL" in cb.tensor_operations:
             fail("expect.check_build.tensor_operations", "CCL, not MLSL, from Horovod 0.19.0")
+
+    # Checked last, so that a more specific rule above names its own field first. envtool builds
+    # with HOROVOD_WITHOUT_<X>=1 for every framework not listed, and "at least one [framework] must
+    # be enabled for Horovod to install successfully" (horovod@v0.28.1:docs/install.rst).
+    if h.install == "pip-build" and not h.frameworks:
+        fail("horovod.frameworks", "at least one of " + ", ".join(FRAMEWORKS) + " when Horovod is built",
+             got=list(h.frameworks), hint="a GPU build" if h.uses_gpu else "")
