@@ -24,6 +24,7 @@ from helpers.conda_channel import BINARY_PLACEHOLDER, TEXT_PLACEHOLDER, PackageD
 
 from envtool.engines import clone as cl
 from envtool.engines.conda import install_records, read_prefix_records, record_key, solve_records
+from envtool.steps.clone import clone_env
 
 
 def channel_packages():
@@ -190,6 +191,13 @@ def test_no_build_prefix_left_and_installed_view(cloned, world):
     assert got == sorted([(r.name.normalized, "conda") for r in world["records"]] + [("userpkg", "pip")])
 
 
+def test_no_cachedir_tag_at_the_clone_root(cloned, world):
+    """py-rattler tags the prefixes it installs into as caches (the source shows it); backup tools
+    then skip them: envtool removes the tag from the prefix (and only there)."""
+    assert (world["source"] / "CACHEDIR.TAG").is_file()  # what py-rattler leaves
+    assert not (cloned["target"] / "CACHEDIR.TAG").exists()
+
+
 def test_large_untracked_binary_is_scanned_not_loaded(tmp_path):
     src, dst = tmp_path / "src", tmp_path / "dst"
     (src / "lib").mkdir(parents=True)
@@ -211,10 +219,15 @@ def test_clone_is_writable_and_independent(cloned, world):
 def test_warm_cache_clone_hard_links(cloned, world, tmp_path):
     """A second clone with the now-warm envtool cache links files instead of copying them."""
     t2 = tmp_path / "t2"
-    res = cl.clone_env(str(world["source"]), t2, cache_dir=cloned["cache"] / "pkgs", verify_content=False, quiet=True)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = cloned["cache"] / "pkgs" / f".envtool-seed-{dead.pid}"  # left by a clone killed with -9
+    (stale / "foo-2.1-h0_0").mkdir(parents=True)
+    res = clone_env(str(world["source"]), t2, cache_dir=cloned["cache"] / "pkgs", verify_content=False, quiet=True)
     assert res.results["clone"]["cache"]["cached"] == len(world["records"])
     cached = cloned["cache"] / "pkgs" / "foo-2.1-h0_0" / "etc/conda/activate.d/foo.sh"
     assert os.stat(t2 / "etc/conda/activate.d/foo.sh").st_ino == os.stat(cached).st_ino
+    assert not stale.exists()
 
 
 def test_broken_url_leaves_nothing(world, tmp_path):
@@ -287,3 +300,4 @@ def test_create_spec_with_clone(world, tmp_path):
     want = [record_key(r) for r in read_prefix_records(world["source"])]
     assert [k for k in got if k[0] != "extra"] == want and [k[:2] for k in got if k[0] == "extra"] == [("extra", "1.0")]
     assert (target / "share/extra/README").read_text() == "added by the spec\n"
+    assert not (target / "CACHEDIR.TAG").exists()

@@ -85,7 +85,7 @@ def rebuild_command(ctx, info) -> str:
     if rules:
         name = ctx.spec.name if ctx.spec is not None else "SPEC"
         cmd += ("   # needs fix rule " + ", ".join(r.id for r in rules)
-                + f"; envtool applies it: envtool create {name} --prefix {shlex.quote(str(ctx.prefix))} --force")
+                + f"; envtool applies it: envtool create {shlex.quote(name)} --prefix {shlex.quote(str(ctx.prefix))} --force")
     return cmd
 
 

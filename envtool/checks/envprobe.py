@@ -147,8 +147,14 @@ print("ENVTOOL-PROBE " + json.dumps(out, default=str), flush=True)
 #: with 2 workers for each start method in argv[1] ("default" = the env's default).
 DATALOADER_HVD_PROBE = r"""
 import json, multiprocessing as mp, os, sys, time
-import torch
-from torch.utils.data import DataLoader, Dataset
+try:
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+except BaseException as exc:  # report why torch does not import, then stop
+    missing = isinstance(exc, ModuleNotFoundError) and exc.name == "torch"
+    print("ENVTOOL-PROBE " + json.dumps({"torch_import_error": f"{type(exc).__name__}: {exc}"[:500],
+                                         "missing": missing}), flush=True)
+    sys.exit(3)
 
 class Squares(Dataset):
     def __len__(self):
@@ -360,8 +366,12 @@ def probe_dataloader(ctx) -> DataLoaderProbe:
     default = hvd_init = controller = init_error = None
     results = []
     seen = set()
+    import_error = None
     for rec in run.records:
-        if "default" in rec:
+        if "torch_import_error" in rec:
+            import_error = "torch is not installed" if rec.get("missing") else \
+                "torch fails to import: " + rec["torch_import_error"]
+        elif "default" in rec:
             default = rec["default"]
         elif "hvd_init" in rec:
             hvd_init = rec["hvd_init"]
@@ -384,8 +394,8 @@ def probe_dataloader(ctx) -> DataLoaderProbe:
                 results.append(vprobes.DataLoaderResult(m, False, default, None, why))
     error = None
     if default is None:
-        error = run.error or "probe printed nothing"
-        if "No module named 'torch'" in run.output_tail:
+        error = import_error or run.error or "probe printed nothing"
+        if import_error is None and "No module named 'torch'" in run.output_tail:
             error = "torch is not installed"
     return DataLoaderProbe(default, hvd_init, controller, init_error, tuple(results), error, run.seconds)
 

@@ -132,9 +132,9 @@ def run_read_only(ctx):
     if not reasons:
         return finding("read-only", "ok", f"{ctx.prefix} is writable")
     name = ctx.spec.name if ctx.spec is not None else "SPEC"
-    target = f"~/envs/{Path(ctx.prefix).name}"
+    target = "~/envs/" + shlex.quote(Path(ctx.prefix).name)  # ~ stays unquoted so that the shell expands it
     return finding("read-only", "warn", f"the environment is read-only: {reasons[0]}",
-                   f"clone it to a prefix you own: envtool create {name} --clone {shlex.quote(str(ctx.prefix))} "
+                   f"clone it to a prefix you own: envtool create {shlex.quote(name)} --clone {shlex.quote(str(ctx.prefix))} "
                    f"--prefix {target}", items=reasons)
 
 
@@ -158,7 +158,7 @@ def run_site_modules(ctx):
     details = {"site": site.name, "needed": list(needed), "loaded": loaded, "missing": missing}
     if missing:
         return finding("site-modules", "fail", f"site {site.name!r} needs modules that are not loaded: "
-                       + ", ".join(missing), "module load " + " ".join(needed), **details)
+                       + ", ".join(missing), "module load " + shlex.join(needed), **details)
     return finding("site-modules", "ok", "loaded: " + ", ".join(needed), **details)
 
 

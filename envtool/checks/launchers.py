@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Optional, Tuple
 
+from envtool.checks.common import installed_pip
 from envtool.checks.registry import check, finding
 from envtool.scheduler import launcher
 
@@ -61,6 +62,13 @@ def run(ctx):
     problems = []
     fixes = []
     if not on_path.get(wanted) and not shutil.which(wanted, path=path):
+        if wanted == "horovodrun" and "horovod" not in installed_pip(Path(ctx.prefix)):
+            # not a launcher problem: the environment has no Horovod, so it has no horovodrun
+            details["horovod_installed"] = False
+            items.append(f"Horovod is not installed in {ctx.prefix}: it provides {wanted}")
+            return finding(ID, "warn", f"Horovod is not installed, so the site's launcher {wanted!r} is missing",
+                           "install Horovod into the environment (envtool create with a spec that builds it)",
+                           items=items, **details)
         problems.append(f"the site's launcher {wanted!r} ({template}) is not on PATH")
         fixes.append(f"run on the site ({getattr(site, 'name', 'local')}) or load the module that provides {wanted}")
     info = ctx.probe("info")

@@ -26,7 +26,12 @@ def run(ctx):
     if probe.error:
         if "torch is not installed" in probe.error:
             return finding(ID, "skipped", "torch is not installed: no DataLoader to probe", **details)
-        return finding(ID, "fail", f"the DataLoader probe failed: {probe.error}", FORKSERVER_FIX, **details)
+        if probe.error.startswith("torch fails to import"):
+            # no start method was tried: the import error is the finding, not the start method
+            return finding(ID, "fail", probe.error, "repair torch first (reinstall it, or load the modules its "
+                           "libraries need), then run doctor again", **details)
+        return finding(ID, "fail", f"the DataLoader probe failed before trying a start method: {probe.error}",
+                       "see the probe's error; the start method was not tested", **details)
     default = probe.default
     py = info.data.get("python") or ""
     markers = launch_markers(ctx)

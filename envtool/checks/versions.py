@@ -2,6 +2,7 @@
 that fail to import, with the import error."""
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import List, Optional, Tuple
 
@@ -118,9 +119,11 @@ def run(ctx):
     fix = ""
     if items:
         name = ctx.spec.name if ctx.spec is not None else "SPEC"
-        fix = f"recreate from the spec: envtool create {name} --prefix {ctx.prefix} --force"
+        fix = (f"recreate from the spec: envtool create {shlex.quote(name)} --prefix {shlex.quote(str(ctx.prefix))} "
+               "--force")
         if failed and not ctx.spec:
-            fix = f"reinstall the failing package(s) with {ctx.python} -m pip install --force-reinstall ..."
+            fix = (f"reinstall the failing package(s) with {shlex.quote(str(ctx.python))} -m pip install "
+                   "--force-reinstall ...")
         return finding(ID, "fail", f"{len(items)} problem(s); found {summary_found}", fix, items=items, **details)
     against = [f"spec {ctx.spec.name}"] if ctx.spec is not None else []
     against += [f"lock {ctx.lock}"] if ctx.lock is not None else []

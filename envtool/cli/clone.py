@@ -1,9 +1,8 @@
 """``envtool clone SOURCE --prefix P``: clone a (read-only) conda env, or layer on a module's Python."""
 from __future__ import annotations
 
-import sys
 
-from envtool.cli.common import add_json, print_json
+from envtool.cli.common import add_json, name_arg, path_arg, print_json
 
 
 def register(sub) -> None:
@@ -13,9 +12,9 @@ def register(sub) -> None:
                                    "conda-meta/pinned and history, and verify the clone and that the source is "
                                    "unchanged. A venv-style source (a module's Python) is layered with "
                                    "--system-site-packages, or copied with --mode copy.")
-    p.add_argument("source", nargs="?", default="",
+    p.add_argument("source", type=name_arg, nargs="?", default="",
                    help="env name (conda envs dirs, $CONDA_ENVS_PATH), prefix, or nothing for $CONDA_PREFIX")
-    p.add_argument("--prefix", required=True, help="the new environment's prefix")
+    p.add_argument("--prefix", type=path_arg, required=True, help="the new environment's prefix")
     p.add_argument("--engine", default="rattler", choices=("rattler", "conda", "mamba", "micromamba"),
                    help="rattler (embedded, default) or an external tool's own --clone")
     p.add_argument("--mode", default="layer", choices=("layer", "copy"),
@@ -28,7 +27,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from envtool.engines.clone import clone_env
+    from envtool.steps.clone import clone_env
     from envtool.core.errors import EnvtoolError
 
     try:
@@ -37,9 +36,8 @@ def run(args) -> int:
                            quiet=args.quiet or args.json)
     except EnvtoolError as exc:
         if args.json:
-            print_json({"ok": False, "error": str(exc), "log": str(getattr(exc, "log", "") or ""),
-                        "results": getattr(exc, "results", {})})
-        print(f"nothing was left at {args.prefix}", file=sys.stderr)
+            print_json({"ok": False, "error": str(exc), "log": str(exc.log or ""), "outcome": exc.outcome,
+                        "results": exc.results or {}})
         raise
     if args.json:
         print_json(result.to_dict())

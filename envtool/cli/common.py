@@ -8,6 +8,54 @@ from pathlib import Path
 from typing import Any, Optional
 
 
+def path_arg(text: str) -> str:
+    """argparse ``type`` for a path option: refuses control characters (a newline in ``--prefix``
+    made entry points that cannot run), the empty string and over-long paths; argparse then exits 2."""
+    import argparse
+
+    from envtool.core.errors import echo
+    from envtool.spec.names import path_problem
+
+    problem = path_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"expected a path without control characters and within the system's "
+                                         f"length limits, got {problem}: {echo(text, 200)}")
+    return text
+
+
+def name_arg(text: str) -> str:
+    """argparse ``type`` for a name option (spec, module, clone source): as :func:`path_arg`, but the
+    empty string is allowed (``--clone`` with no value, ``clone`` with no source: "the default")."""
+    return text if text == "" else path_arg(text)
+
+
+def seconds_arg(text: str) -> float:
+    """argparse ``type`` for a duration: a finite number of seconds > 0 (``-1``, ``0``, ``nan``, ``inf`` are refused)."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text[:50]!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds greater than 0, got {text[:50]!r}")
+    return value
+
+
+def jobs_arg(text: str) -> int:
+    """argparse ``type`` for a count of parallel jobs: an integer of at least 1."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of jobs, got {text[:50]!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 job, got {value}")
+    return value
+
+
 def add_json(parser) -> None:
     """Add ``--json`` (machine-readable output) to a reporting command."""
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
@@ -41,14 +89,14 @@ def default_prefix(spec_name: str) -> Path:
 
 def add_spec_site(parser) -> None:
     """``--site NAME`` and ``--site-file FILE`` (site overlays)."""
-    parser.add_argument("--site", help="resolve the spec for this site (bundled: summit, perlmutter, polaris, theta, "
-                                       "bede, local; more in $ENVTOOL_SITE_PATH)")
-    parser.add_argument("--site-file", help="a site file to resolve the spec with")
+    parser.add_argument("--site", type=name_arg, help="resolve the spec for this site (bundled: summit, perlmutter, "
+                                                      "polaris, theta, bede, local; more in $ENVTOOL_SITE_PATH)")
+    parser.add_argument("--site-file", type=path_arg, help="a site file to resolve the spec with")
 
 
 def add_lock_options(parser) -> None:
     """``--lock FILE`` (alias ``--from-lock``) and ``--resolve``: whether ``create`` installs a lock."""
-    parser.add_argument("--lock", "--from-lock", dest="lock", metavar="FILE",
+    parser.add_argument("--lock", "--from-lock", dest="lock", type=path_arg, metavar="FILE",
                         help="install exactly the packages of this lockfile (default: the spec's own lock when "
                              "there is one: SPEC.conda-lock.yml beside the spec file, $ENVTOOL_LOCK_PATH, lockfiles/)")
     parser.add_argument("--resolve", action="store_true",

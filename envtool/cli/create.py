@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import sys
 
-from envtool.cli.common import add_json, add_lock_options, add_spec_site, load_spec, print_json
+from envtool.cli.common import (add_json, add_lock_options, add_spec_site, jobs_arg, load_spec, name_arg, path_arg,
+                                print_json)
 
 
 def register(sub) -> None:
@@ -11,15 +12,15 @@ def register(sub) -> None:
                        description="Create an environment from a spec: clone or create, install packages, build "
                                    "Horovod, validate (check-build, DataLoader start method), lock. The environment "
                                    "is built in a temporary sibling and moved into place only if everything passed.")
-    p.add_argument("spec", help="spec name (see 'envtool specs') or path to a spec file")
-    p.add_argument("--prefix", help="target prefix (default ./envs/SPEC)")
+    p.add_argument("spec", type=name_arg, help="spec name (see 'envtool specs') or path to a spec file")
+    p.add_argument("--prefix", type=path_arg, help="target prefix (default ./envs/SPEC)")
     p.add_argument("--force", action="store_true", help="replace an existing target (once the new one is complete)")
-    p.add_argument("--clone", nargs="?", const="", default=None, metavar="SOURCE",
+    p.add_argument("--clone", type=name_arg, nargs="?", const="", default=None, metavar="SOURCE",
                    help="clone SOURCE (env name or prefix; default: the site's base env)")
     add_lock_options(p)
     p.add_argument("--engine", help="venv, rattler (conda, default for conda specs), conda, mamba, micromamba")
-    p.add_argument("--modulefile-root", metavar="DIR", help="also write a modulefile under DIR")
-    p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: CPU count)")
+    p.add_argument("--modulefile-root", type=path_arg, metavar="DIR", help="also write a modulefile under DIR")
+    p.add_argument("--jobs", type=jobs_arg, default=None, help="parallel compile jobs (default: CPU count)")
     add_spec_site(p)
     add_json(p)
     p.set_defaults(func=run)
@@ -36,13 +37,12 @@ def run(args) -> int:
     try:
         result = create(spec, options, force=args.force, verbose=args.verbose, quiet=args.quiet or args.json)
     except EnvtoolError as exc:
-        report = (getattr(exc, "results", None) or {}).get("validate")
+        report = (exc.results or {}).get("validate")
         if args.json:
-            print_json({"ok": False, "error": str(exc), "log": str(getattr(exc, "log", "")),
-                        "results": getattr(exc, "results", {})})
+            print_json({"ok": False, "error": str(exc), "log": str(exc.log or ""), "outcome": exc.outcome,
+                        "results": exc.results or {}})
         elif report:
             print(validate.format_report(report))
-        print(f"nothing was left at {options.prefix}", file=sys.stderr)
         raise
     if args.json:
         print_json({"ok": True, "prefix": str(result.prefix), "log": str(result.log), "results": result.results,

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from envtool.cli.common import add_json, print_json
+from envtool.cli.common import add_json, name_arg, path_arg, print_json, seconds_arg
 
 _MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "skipped": "skip"}
 
@@ -20,17 +20,17 @@ def register(sub) -> None:
                        description="Examine an environment (default: $CONDA_PREFIX, else $VIRTUAL_ENV, else this "
                                    "interpreter's prefix) and print one line per check with a fix. Exit 0 when "
                                    "nothing failed, 1 when a check failed, 2 on bad input.")
-    p.add_argument("--prefix", help="the environment to examine")
-    p.add_argument("--spec", help="spec the environment should match (name or file)")
-    p.add_argument("--site", help="site whose launcher and modules apply (default: the spec's)")
-    p.add_argument("--lock", metavar="FILE", help="lockfile to compare the environment with")
-    p.add_argument("--script", metavar="PATH", nargs="+", action="extend", default=[],
+    p.add_argument("--prefix", type=path_arg, help="the environment to examine")
+    p.add_argument("--spec", type=name_arg, help="spec the environment should match (name or file)")
+    p.add_argument("--site", type=name_arg, help="site whose launcher and modules apply (default: the spec's)")
+    p.add_argument("--lock", type=path_arg, metavar="FILE", help="lockfile to compare the environment with")
+    p.add_argument("--script", type=path_arg, metavar="PATH", nargs="+", action="extend", default=[],
                    help="training script(s) or project directories to scan statically for risky patterns "
                         "(local imports are followed)")
     p.add_argument("--only", metavar="ID", nargs="+", action="extend", default=[],
                    help="run only these checks (ids as shown in the output; see --list)")
     p.add_argument("--list", action="store_true", help="list the checks (id, title) and exit")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds each environment probe may take (120)")
+    p.add_argument("--timeout", type=seconds_arg, default=120.0, help="seconds each environment probe may take (120)")
     add_json(p)
     p.set_defaults(func=run)
 

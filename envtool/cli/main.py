@@ -1,7 +1,8 @@
 """``envtool`` entry point: parse arguments, dispatch, turn errors into exit statuses.
 
-Exit statuses: 0 success, 1 a check failed, 2 usage or input error. Errors are one clear
-message on stderr, never a traceback (``ENVTOOL_DEBUG=1`` shows one).
+Exit statuses (see :mod:`envtool.core.errors`): 0 success, 1 a check failed (or a build step
+failed), 2 usage or input error, 3 internal error (a bug in envtool), 130 interrupted. Errors
+are one clear message on stderr, never a traceback (``ENVTOOL_DEBUG=1`` shows one).
 """
 from __future__ import annotations
 
@@ -46,26 +47,30 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
-    from envtool.core.errors import EnvtoolError
+    from envtool.core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EnvtoolError, Interrupted
 
     try:
         return int(args.func(args) or 0)
     except EnvtoolError as exc:
         print(f"envtool: error: {exc}", file=sys.stderr)
-        log = getattr(exc, "log", None)
-        if log:
-            print(f"envtool: build log: {log}", file=sys.stderr)
+        if exc.outcome:
+            print(f"envtool: {exc.outcome}", file=sys.stderr)
+        if exc.log:
+            print(f"envtool: build log: {exc.log}", file=sys.stderr)
         return exc.exit_status
     except KeyboardInterrupt as exc:
+        what = f"interrupted by {exc}" if isinstance(exc, Interrupted) else "interrupted"
+        outcome = getattr(exc, "outcome", "")
         log = getattr(exc, "log", None)
-        print("envtool: interrupted" + (f"; build log: {log}" if log else ""), file=sys.stderr)
-        return 130
+        print(f"envtool: {what}" + (f"; {outcome}" if outcome else "") + (f"; build log: {log}" if log else ""),
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
-    except Exception as exc:  # a bug: say so plainly, keep the traceback behind ENVTOOL_DEBUG
+    except (Exception, RecursionError, MemoryError) as exc:  # a bug: say so, traceback behind ENVTOOL_DEBUG
         if os.environ.get("ENVTOOL_DEBUG"):
             raise
         log = getattr(exc, "log", None)
-        print(f"envtool: internal error: {type(exc).__name__}: {exc} (set ENVTOOL_DEBUG=1 for a traceback)"
-              + (f"; build log: {log}" if log else ""), file=sys.stderr)
-        return 1
+        print(f"envtool: internal error: {type(exc).__name__}: {str(exc)[:500]} (set ENVTOOL_DEBUG=1 for a "
+              "traceback; please report it)" + (f"; build log: {log}" if log else ""), file=sys.stderr)
+        return EXIT_INTERNAL

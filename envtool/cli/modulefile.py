@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from envtool.cli.common import add_json, add_spec_site, load_spec, print_json
+from envtool.cli.common import add_json, add_spec_site, load_spec, name_arg, path_arg, print_json
 
 
 def register(sub) -> None:
@@ -19,13 +19,13 @@ def register(sub) -> None:
                                    "(PATH, CONDA_PREFIX or VIRTUAL_ENV, the spec's env, what the env's "
                                    "etc/conda/activate.d scripts set), depends_on the spec's site modules, and "
                                    "lists the spec's packages as extensions for 'module spider'. An archived stack warns on load.")
-    p.add_argument("spec", nargs="?", help="the spec the environment was made from (optional)")
-    p.add_argument("--prefix", required=True, help="the environment's prefix")
+    p.add_argument("spec", type=name_arg, nargs="?", help="the spec the environment was made from (optional)")
+    p.add_argument("--prefix", type=path_arg, required=True, help="the environment's prefix")
     p.add_argument("--format", default="lua", choices=("lua", "tcl"),
                    help="lua (Lmod, default) or tcl (Environment Modules, also read by Lmod)")
-    p.add_argument("--root", default=None, metavar="DIR",
+    p.add_argument("--root", type=path_arg, default=None, metavar="DIR",
                    help="module tree to write into (default ./modulefiles); users run 'module use DIR'")
-    p.add_argument("--name", metavar="NAME/VERSION",
+    p.add_argument("--name", type=name_arg, metavar="NAME/VERSION",
                    help="module name (default: SPEC/<distribution version>, or <prefix dir>/<date made>)")
     p.add_argument("--default", action="store_true",
                    help="mark this version the default (Lmod: a 'default' symlink; Tcl: a .version file)")

@@ -1,21 +1,22 @@
 """``envtool plan SPEC``: print the ordered steps with their exact commands; changes nothing."""
 from __future__ import annotations
 
-from envtool.cli.common import add_json, add_lock_options, add_spec_site, default_prefix, load_spec, print_json
+from envtool.cli.common import (add_json, add_lock_options, add_spec_site, default_prefix, jobs_arg, load_spec, name_arg,
+                                path_arg, print_json)
 
 
 def register(sub) -> None:
     p = sub.add_parser("plan", help="show the ordered steps create would run (no side effects)",
                        description="Print the ordered steps (modules, create or clone, packages, Horovod build with "
                                    "its exact HOROVOD_* set and fix rules, validation, lock, modulefile).")
-    p.add_argument("spec", help="spec name (see 'envtool specs') or path to a spec file")
-    p.add_argument("--prefix", help="target prefix (default ./envs/SPEC)")
-    p.add_argument("--clone", nargs="?", const="", default=None, metavar="SOURCE",
+    p.add_argument("spec", type=name_arg, help="spec name (see 'envtool specs') or path to a spec file")
+    p.add_argument("--prefix", type=path_arg, help="target prefix (default ./envs/SPEC)")
+    p.add_argument("--clone", type=name_arg, nargs="?", const="", default=None, metavar="SOURCE",
                    help="clone SOURCE (default: the site's base env) instead of creating from scratch")
     add_lock_options(p)
     p.add_argument("--engine", help="venv, rattler (conda, default for conda specs), conda, mamba, micromamba")
-    p.add_argument("--modulefile-root", metavar="DIR", help="also write a modulefile under DIR")
-    p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: CPU count)")
+    p.add_argument("--modulefile-root", type=path_arg, metavar="DIR", help="also write a modulefile under DIR")
+    p.add_argument("--jobs", type=jobs_arg, default=None, help="parallel compile jobs (default: CPU count)")
     add_spec_site(p)
     add_json(p)
     p.set_defaults(func=run)

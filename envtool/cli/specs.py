@@ -25,14 +25,18 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def catalog_specs(site=None, site_file=None):
+def catalog_specs(site=None, site_file=None, errors=None):
     """Every concrete spec of the catalog, resolved (for ``site`` when given, followed then by the
     site's variants: stack entries with ``spec:``, listed under their own names).
 
+    Args:
+        site / site_file: resolve for this site (a spec the site cannot run is skipped).
+        errors: a list: a spec file that fails to load is left out and its ``SpecError``
+            appended here; None: the first such error is raised.
     Returns:
         a list of :class:`~envtool.spec.model.Spec`.
     Raises:
-        SpecError: a spec fails to load (exit 2; a spec the site cannot run is skipped instead).
+        SpecError: a spec fails to load and ``errors`` is None (exit 2); the site file itself is bad.
     """
     from pathlib import Path
 
@@ -41,23 +45,27 @@ def catalog_specs(site=None, site_file=None):
     from envtool.spec.yamlload import load_yaml
 
     out = []
+    site_path = (Path(site_file) if site_file else sites.find(site)) if (site or site_file) else None
     for name, path in sorted(catalog.available().items()):
-        if load_yaml(path).get("abstract") is True:
-            continue
-        if site or site_file:
-            try:
-                out.append(sites.resolve(str(path), site=site, site_file=site_file))
-            except SpecError as exc:
-                site_path = Path(site_file) if site_file else sites.find(site)
-                if exc.field == "platforms" and Path(exc.path).resolve() == site_path.resolve():
-                    continue
+        try:
+            if load_yaml(path).get("abstract") is True:
+                continue
+            if site_path is not None:
+                try:
+                    out.append(sites.resolve(str(path), site=site, site_file=site_file))
+                except SpecError as exc:
+                    if exc.field == "platforms" and Path(exc.path).resolve() == site_path.resolve():
+                        continue
+                    raise
+            else:
+                out.append(catalog.load_spec(str(path)))
+        except SpecError as exc:
+            if errors is None or (site_path is not None and Path(exc.path).resolve() == site_path.resolve()):
                 raise
-        else:
-            out.append(catalog.load_spec(str(path)))
-    if site or site_file:
+            errors.append(exc)
+    if site_path is not None:
         # the site's variants (stack entries with ``spec:``, e.g. Summit's open-ce/1.1.3-py36-0)
-        sf = sites.load_site(Path(site_file) if site_file else sites.find(site))
-        for variant in sf.variants():
+        for variant in sites.load_site(site_path).variants():
             out.append(sites.resolve(variant.key, site=site, site_file=site_file))
     return out
 
@@ -65,10 +73,15 @@ def catalog_specs(site=None, site_file=None):
 def run(args) -> int:
     from envtool.spec import matrix
 
-    rows = matrix.build(catalog_specs(args.site, args.site_file), distribution=args.distribution, has=args.has,
-                        sort=args.sort)
+    import sys
+
+    errors: list = []
+    rows = matrix.build(catalog_specs(args.site, args.site_file, errors=errors), distribution=args.distribution,
+                        has=args.has, sort=args.sort)
     if args.json:
         print_json([r.to_dict() for r in rows])
     else:
         print(matrix.format_table(rows) if rows else "no spec matches")
-    return 0
+    for exc in errors:  # the rest is listed; each bad file is named, and the exit status says so
+        print(f"envtool: error: skipped a spec file that does not load: {exc}", file=sys.stderr)
+    return 2 if errors else 0

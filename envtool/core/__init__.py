@@ -6,7 +6,8 @@
 * :mod:`envtool.core.prefix` — the one reader of an environment prefix (conda records, pip
   distributions);
 * :mod:`envtool.core.frameworks` — the one table of deep-learning frameworks and their names;
-* :mod:`envtool.core.paths` — envtool's cache directories.
+* :mod:`envtool.core.paths` — envtool's cache directories;
+* :mod:`envtool.core.procs` — child processes in their own process groups, killed as a group.
 
 The spec model (:mod:`envtool.spec`) sits beside the core: it imports only the core.
 """

@@ -5,6 +5,7 @@ temporary build prefix), so what is shown is what runs.
 """
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple
 
 if TYPE_CHECKING:  # the plan carries the spec it was made from; the core does not import the spec layer
     from envtool.spec.model import Spec
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -76,12 +79,20 @@ class Step:
     data: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def shell_lines(self, with_env: bool = True) -> Tuple[str, ...]:
-        """Commands as shell lines, with ``env`` assignments in front of each (``with_env``)."""
+        """Commands as shell lines, with ``env`` assignments in front of each (``with_env``).
+
+        Every word is shell-quoted (``shlex``), ``#`` comment lines too, so a pasted line runs
+        exactly the command shown and a comment cannot end early (control characters are shown
+        as ``\\n``, ``\\x1b`` …).
+        """
         prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env) if with_env else ""
         out = []
         for argv in self.commands:
             if argv and argv[0].startswith("#"):
-                out.append(" ".join(argv))
+                # a comment: a command shown as words is quoted word by word; prose is quoted where it is
+                # written; a control character (which could end the comment) is shown escaped
+                text = "# " + shlex.join(argv[1:]) if len(argv) > 2 else " ".join(argv)
+                out.append(_CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text))
             else:
                 line = shlex.join(argv)
                 out.append(f"{prefix} {line}" if prefix else line)

@@ -231,12 +231,14 @@ class SeedReport:
         copied: packages copied from another (read-only) cache: dist name → source directory.
         missing: packages found in no cache (py-rattler fetches them from their URL).
         bytes_copied: bytes copied.
+        stale_removed: staging directories of dead envtool processes that were removed.
     """
 
     cached: List[str] = field(default_factory=list)
     copied: Dict[str, str] = field(default_factory=dict)
     missing: List[str] = field(default_factory=list)
     bytes_copied: int = 0
+    stale_removed: List[str] = field(default_factory=list)
 
 
 def _parallel_cp(sources: Sequence[Path], dest: Path, jobs: int) -> None:
@@ -247,21 +249,31 @@ def _parallel_cp(sources: Sequence[Path], dest: Path, jobs: int) -> None:
     """
     import subprocess
 
+    from envtool.core import procs as children
+
     jobs = max(1, min(jobs, len(sources)))
     batches = [list(sources[i::jobs]) for i in range(jobs)]
-    procs = []
-    for batch in batches:
-        for j in range(0, len(batch), 500):
-            procs.append(subprocess.Popen(["cp", "-a", *[str(c) for c in batch[j:j + 500]], str(dest)],
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
-            if len(procs) >= jobs:
-                _wait_cp(procs.pop(0), dest)
-    for p in procs:
-        _wait_cp(p, dest)
+    running = []
+    try:
+        for batch in batches:
+            for j in range(0, len(batch), 500):
+                running.append(children.popen(["cp", "-a", *[str(c) for c in batch[j:j + 500]], str(dest)],
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+                if len(running) >= jobs:
+                    _wait_cp(running.pop(0), dest)
+        while running:
+            _wait_cp(running.pop(0), dest)
+    except BaseException:  # an error or a signal: no cp may outlive us
+        for p in running:
+            children.kill_group(p)
+        raise
 
 
 def _wait_cp(proc, dest: Path) -> None:
+    from envtool.core import procs as children
+
     _, err = proc.communicate()
+    children.forget(proc)
     if proc.returncode != 0:
         raise EnvtoolError(f"copying packages into the cache {dest.parent} failed: {err.decode(errors='replace').strip()}")
 
@@ -306,11 +318,24 @@ def seed_cache(records: Sequence[Any], cache_dir: Path, pkgs_dirs: Sequence[Path
                 break
         else:
             report.missing.append(dist)
+    from envtool.core import procs as children
+
+    for stale in children.remove_stale(cache_dir, ".envtool-seed-"):
+        report.stale_removed.append(str(stale))
     if not todo:
         return report
     staging = cache_dir / f".envtool-seed-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
+    with children.scratch(staging):
+        _seed_from(todo, staging, cache_dir, jobs, report)
+    return report
+
+
+def _seed_from(todo: List[Tuple[str, Path]], staging: Path, cache_dir: Path, jobs: int, report: SeedReport) -> None:
+    """Copy ``todo`` (dist name, source directory) through ``staging`` into ``cache_dir`` (see :func:`seed_cache`)."""
+    import subprocess
+
     try:
         _parallel_cp([c for _, c in todo], staging, jobs=jobs)
         subprocess.run(["chmod", "-R", "u+w", str(staging)], check=True, capture_output=True)
@@ -325,7 +350,6 @@ def seed_cache(records: Sequence[Any], cache_dir: Path, pkgs_dirs: Sequence[Path
                     report.bytes_copied += os.lstat(os.path.join(dirpath, n)).st_size
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return report
 
 
 # --------------------------------------------------------------------------- untracked files
@@ -515,94 +539,3 @@ def compare_records(source_records: Sequence[Any], target_records: Sequence[Any]
 def compare_pip_views(a: Dict[str, str], b: Dict[str, str]) -> List[str]:
     """Distributions that differ: ``name: source-version != target-version`` (``-`` when absent)."""
     return [f"{n}: {a.get(n, '-')} != {b.get(n, '-')}" for n in sorted(set(a) | set(b)) if a.get(n) != b.get(n)]
-
-
-# --------------------------------------------------------------------------- atomic clone
-@dataclass
-class CloneResult:
-    """What :func:`clone_env` did: the final prefix, the build log, step results and timings (seconds)."""
-
-    prefix: Path
-    source: Path
-    log: Path
-    results: Dict[str, Any] = field(default_factory=dict)
-    timings: Dict[str, float] = field(default_factory=dict)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"ok": True, "prefix": str(self.prefix), "source": str(self.source), "log": str(self.log),
-                "results": self.results, "timings": self.timings}
-
-
-def clone_env(source: str, prefix: Path, engine: str = "rattler", mode: str = "layer", force: bool = False,
-              verify_content: bool = True, cache_dir: Optional[Path] = None, verbose: bool = False,
-              quiet: bool = False, source_caches: Optional[Sequence[Path]] = None) -> CloneResult:
-    """Clone ``source`` to ``prefix`` atomically (``envtool clone``).
-
-    The clone is built in a temporary sibling of ``prefix`` and renamed into place only after
-    every step, verification included, has passed; on any failure the sibling is removed and
-    nothing is left at ``prefix``.
-
-    Args:
-        source: env name, prefix, or ``""`` for ``$CONDA_PREFIX`` (:func:`resolve_source`).
-        prefix: the target prefix.
-        engine: ``rattler`` (default), or ``conda``/``mamba``/``micromamba`` (the external tool).
-        mode: for a venv-style source: ``layer`` or ``copy``.
-        force: replace an existing target (once the clone is complete).
-        verify_content: fingerprint the source by content (sha256) rather than by ``stat``.
-        cache_dir: writable package cache (default ``<envtool cache>/pkgs``).
-        verbose / quiet: progress detail.
-        source_caches: read-only caches to take packages from (None: :func:`source_pkgs_dirs`;
-            ``[]``: none, every package not in ``cache_dir`` is downloaded).
-    Returns:
-        a :class:`CloneResult`.
-    Raises:
-        UsageError: bad source, or the target exists without ``force`` (exit 2).
-        EnvtoolError: a step failed (``exc.log`` names the build log); nothing is left at ``prefix``.
-    """
-    from envtool.engines import conda as ce
-    from envtool.steps.create import new_log_path
-    from envtool.steps.relocate import move_into_place, note_failure, rewrite_prefix
-    from envtool.steps.runner import Runner
-
-    target = Path(os.path.abspath(prefix))
-    src = resolve_source(source)
-    if target.exists() and not force:
-        raise UsageError(f"{target} exists; choose another --prefix or pass --force to replace it")
-    if target == src or str(target).startswith(str(src) + os.sep):
-        raise UsageError(f"--prefix {target} is inside the clone source {src}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    build = target.parent / f".{target.name}.envtool-build-{os.getpid()}"
-    shutil.rmtree(build, ignore_errors=True)
-    kind = source_kind(src)
-    if engine in ("conda", "mamba", "micromamba", "conda-external"):
-        from envtool.core.plan import PlanOptions
-
-        steps = ce.ExternalCondaEngine("conda" if engine == "conda-external" else engine).clone_steps(
-            None, str(src), PlanOptions(prefix=target, build_prefix=build))
-    elif kind == "venv":
-        steps = [ce.clone_layer_step(src, build, target, mode)]
-    else:
-        steps = ce.clone_conda_steps(src, build, target, source_label=source or str(src),
-                                     verify_content=verify_content, cache_dir=cache_dir, source_caches=source_caches)
-    log = new_log_path("clone-" + target.name)
-    runner = Runner(log_path=log, verbose=verbose, quiet=quiet)
-    try:
-        with runner:
-            runner.note(f"envtool clone {src} -> {target}; building in {build}")
-            for i, step in enumerate(steps, 1):
-                runner.run_step(step, i, len(steps))
-            if kind != "conda" or engine != "rattler":
-                # the rattler clone writes the final prefix itself (placeholders via py-rattler's
-                # alternative target prefix, untracked files by copy_untracked); others name the build prefix
-                reloc = rewrite_prefix(build, str(build), str(target))
-                runner.note(f"relocated: {len(reloc.rewritten)} text files named the build prefix; "
-                            f"{len(reloc.binaries)} binaries do")
-            move_into_place(build, target)
-            runner.note(f"clone ready at {target}")
-        return CloneResult(prefix=target, source=src, log=log, results=runner.results, timings=runner.timings)
-    except BaseException as exc:  # noqa: B902 - clean up on anything, then re-raise
-        note_failure(log, exc, build, target)
-        if isinstance(exc, EnvtoolError):
-            exc.log = log  # type: ignore[attr-defined]
-            exc.results = runner.results  # type: ignore[attr-defined]
-        raise

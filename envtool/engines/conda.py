@@ -16,9 +16,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import shutil
-import time
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
@@ -27,6 +28,11 @@ from envtool.core.errors import EnvtoolError, StepFailed, UsageError
 from envtool.spec.channels import expand
 from envtool.spec.model import Spec
 from envtool.core.plan import PlanOptions, Step
+
+
+def _q(value) -> str:
+    """``value`` (a path or string) shell-quoted, for the ``#`` lines ``plan`` prints."""
+    return shlex.quote(str(value))
 
 #: glibc assumed when solving for Linux without an override: 2.17, the manylinux2014 floor
 #: conda-forge builds against (conda-forge docs, "Using a newer glibc").
@@ -354,10 +360,10 @@ class RattlerEngine(Engine):
         channels = expand(spec.channels, platform)
         steps = [Step(
             id="conda-create", title=f"Solve and install {len(specs)} conda specs for {platform} with py-rattler",
-            commands=(("#", f"py-rattler solve {' '.join(specs)} from {' '.join(channels)} for {platform} "
-                            f"with virtual packages {' '.join(k + '=' + v for k, v in vps.items())}"),
-                      ("#", f"py-rattler install into {prefix} (package cache {_package_cache()}, "
-                            f"prefix written into files: {options.prefix})")),
+            commands=(("#", f"py-rattler solve {shlex.join(specs)} from {shlex.join(channels)} for {platform} "
+                            f"with virtual packages {shlex.join(k + '=' + v for k, v in vps.items())}"),
+                      ("#", f"py-rattler install into {_q(prefix)} (package cache {_q(_package_cache())}, "
+                            f"prefix written into files: {_q(options.prefix)})")),
             action=_create_action,
             data={"channels": tuple(channels), "specs": tuple(specs), "platform": platform,
                   "virtual_packages": vps, "prefix": str(prefix), "final_prefix": str(options.prefix)})]
@@ -438,8 +444,8 @@ def _extra_conda_steps(spec: Spec, prefix: Path, final_prefix: Path) -> List[Ste
     platform = _platform_for(spec)
     channels = expand(spec.channels, platform)
     return [Step(id="conda-install-extra", title="Install the spec's conda packages the clone lacks",
-                 commands=(("#", "py-rattler solve, from " + " ".join(channels) + f" for {platform}, the specs "
-                                 "not met by the clone's records (" + ", ".join(p.value for p in spec.packages.conda)
+                 commands=(("#", "py-rattler solve, from " + shlex.join(channels) + f" for {platform}, the "
+                                 "specs not met by the clone's records (" + shlex.join(p.value for p in spec.packages.conda)
                                  + "), with those records pinned; install the additions"),),
                  action=_extra_action,
                  data={"channels": tuple(channels), "specs": tuple(p.value for p in spec.packages.conda),
@@ -490,14 +496,15 @@ def clone_conda_steps(source: Path, prefix: Path, final_prefix: Path, source_lab
     check = "sha256 of every file" if verify_content else "stat data incl. ctime of every file"
     return [
         Step(id="clone-install", title=f"Clone {source}: install its exact package records",
-             commands=(("#", f"fingerprint {source} ({check})"),
-                       ("#", f"read {source}/conda-meta/*.json; copy extracted packages from existing caches "
-                             f"(read only) into {data['cache_dir']}"),
-                       ("#", f"py-rattler install the same records (same builds and URLs) into {prefix}")),
+             commands=(("#", f"fingerprint {_q(source)} ({check})"),
+                       ("#", f"read {_q(str(source) + '/conda-meta')}/*.json; copy extracted packages from existing "
+                             f"caches (read only) into {_q(data['cache_dir'])}"),
+                       ("#", f"py-rattler install the same records (same builds and URLs) into {_q(prefix)}")),
              notes=("the source and its package caches are only read", *notes),
              action=_clone_install, data=data),
         Step(id="clone-untracked", title="Copy untracked files (pip-installed, user-added); carry pinned and history",
-             commands=(("#", f"copy files of {source} no record tracks, {source} -> {final_prefix} in text files"),
+             commands=(("#", f"copy files of {_q(source)} no record tracks, {_q(source)} -> {_q(final_prefix)} in "
+                             "text files"),
                        ("#", "copy conda-meta/pinned; conda-meta/history + a clone entry")),
              action=_clone_untracked, data=data),
         Step(id="clone-verify", title="Verify the clone (records, source unchanged, importlib.metadata view)",
@@ -519,6 +526,8 @@ def _clone_install(step: Step, runner) -> None:
         caches = (clone.source_pkgs_dirs(src, records) if d.get("source_caches") is None
                   else [Path(c) for c in d["source_caches"]])
         seed = clone.seed_cache(records, Path(d["cache_dir"]), caches)
+        for stale in seed.stale_removed:
+            runner.note(f"removed {stale}, the staging directory of an envtool process that no longer runs")
         runner.note(f"package cache: {len(seed.cached)} already cached, {len(seed.copied)} copied from "
                     f"{', '.join(map(str, caches)) or '-'}, {len(seed.missing)} to fetch from their URLs")
         runner.progress(f"      {len(records)} records: {len(seed.cached)} cached, {len(seed.copied)} from the "
@@ -586,11 +595,12 @@ def clone_layer_step(source: Path, prefix: Path, final_prefix: Path, mode: str =
     if mode == "layer":
         return Step(id="clone-layer", title=f"Layer a venv on {source} (--system-site-packages)",
                     commands=((py, "-m", "venv", "--system-site-packages", str(prefix)),
-                              ("#", f"when {source} is itself a venv: a .pth file naming its site-packages")),
+                              ("#", f"when {_q(source)} is itself a venv: a .pth file naming its site-packages")),
                     notes=("the source's packages stay visible through the layer; new packages go to the layer",),
                     action=_layer_action, data={"source": str(source), "prefix": str(prefix)})
     return Step(id="clone-copy", title=f"Copy {source} and rewrite its prefix",
-                commands=(("#", f"copy {source} -> {prefix}, {source} -> {final_prefix} in text files"),),
+                commands=(("#", f"copy {_q(source)} -> {_q(prefix)}, {_q(source)} -> {_q(final_prefix)} in text "
+                                "files"),),
                 action=_copy_action, data={"source": str(source), "prefix": str(prefix), "final_prefix": str(final_prefix)})
 
 

@@ -25,12 +25,12 @@ from envtool.spec.model import Spec
 
 #: Module name and version components: what Lmod and Environment Modules accept as a path
 #: component without quoting, and never ``.``-leading (hidden) or ``default``.
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 #: Environment variable names a modulefile may set (POSIX shell names).
-VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+VAR_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: Package names and versions listed in ``extensions(...)`` (a comma-separated list that Lmod
 #: splits itself; anything else is left out rather than escaped).
-EXT_RE = re.compile(r"^[A-Za-z0-9_.+!-]+$")
+EXT_RE = re.compile(r"[A-Za-z0-9_.+!-]+")
 #: Control characters: Lmod 8.6 and Environment Modules 5.2 both emit a variable whose value
 #: holds a newline as two shell lines (the second is run as a command: seen with both on
 #: Debian 12), so values may not contain them. Text in whatis/help may (it is only displayed).
@@ -142,7 +142,7 @@ def parse_module_name(text: str) -> Tuple[str, str]:
             (or is ``default``, which Lmod reserves for the default marker).
     """
     parts = text.split("/")
-    if len(parts) != 2 or not all(NAME_RE.match(p) for p in parts) or parts[1] == "default":
+    if len(parts) != 2 or not all(NAME_RE.fullmatch(p) for p in parts) or parts[1] == "default":
         raise UsageError(f"--name: expected NAME/VERSION, each made of letters, digits and . _ + - "
                          f"(not starting with . or -, version not 'default'), got {text!r}")
     return parts[0], parts[1]
@@ -287,7 +287,7 @@ def _spec_env(spec: Spec) -> List[EnvChange]:
         merged[key] = (value, "spec env")
     for key, (value, origin) in merged.items():
         where = ("env." if origin == "spec env" else "site.env.") + key
-        if not VAR_RE.match(key):
+        if not VAR_RE.fullmatch(key):
             raise SpecError(spec.path, where, "a variable name of letters, digits and _ (not starting with a digit)",
                             got=key)
         _check_value(str(value), where, spec)
@@ -418,7 +418,7 @@ def build_content(prefix: Path, spec: Optional[Spec] = None, name: Optional[str]
         computed, skipped = activate_d_changes(prefix, shown)
         notes += skipped
         for change in computed:
-            if not VAR_RE.match(change.name):
+            if not VAR_RE.fullmatch(change.name):
                 notes.append(f"{change.origin} sets {change.name!r}, not a shell variable name (not applied)")
             elif change.op != "pushenv" and (change.value.startswith("-") or ":" in change.value):
                 notes.append(f"{change.origin} adds {change.value!r} to {change.name} (not applied: "
@@ -431,7 +431,7 @@ def build_content(prefix: Path, spec: Optional[Spec] = None, name: Optional[str]
 
     if extensions not in EXTENSIONS_CHOICES:
         raise UsageError(f"--extensions: expected one of {', '.join(EXTENSIONS_CHOICES)}, got {extensions!r}")
-    listed = [(n, v) for n, v in packages if EXT_RE.match(n) and EXT_RE.match(v) and n != "python"]
+    listed = [(n, v) for n, v in packages if EXT_RE.fullmatch(n) and EXT_RE.fullmatch(v) and n != "python"]
     if extensions == "none":
         listed = []
     elif extensions == "spec":
@@ -497,8 +497,8 @@ def check_names(content: ModuleContent) -> None:
             only makes valid ones).
     """
     for part in (content.name, content.version):
-        if not NAME_RE.match(part):
+        if not NAME_RE.fullmatch(part):
             raise ValueError(f"module name part {part!r} is not [A-Za-z0-9][A-Za-z0-9._+-]*")
     for change in content.changes:
-        if not VAR_RE.match(change.name):
+        if not VAR_RE.fullmatch(change.name):
             raise ValueError(f"variable name {change.name!r} is not a shell name")

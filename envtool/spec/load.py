@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from envtool.core.errors import SpecError
 from envtool.spec import model as m
+from envtool.spec import names
 from envtool.spec.yamlload import LineDict, load_yaml
 
 #: Fields of each section; anything else is an unknown key (with a "did you mean").
@@ -32,6 +33,10 @@ CHECK_BUILD_KEYS = ("frameworks", "controllers", "tensor_operations")
 PIN_KEYS = ("spec", "value", "mark", "source", "note")
 DISTRIBUTION_KEYS = ("name", "version")
 STATUS_KEYS = ("value", "since", "source", "note")
+#: Fields that hold prose (any text, shown only); every other string is checked for control characters.
+FREE_TEXT_KEYS = ("summary", "notes", "note")
+#: Mappings of environment variables (keys must be shell names).
+ENV_MAP_KEYS = ("env", "extra_env")
 
 
 class _Reader:
@@ -80,6 +85,8 @@ class _Reader:
             return None
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise self.error(key, "a string", got=value)
+        if key not in FREE_TEXT_KEYS:  # names, paths, launchers: no control characters
+            names.check_no_control(str(value), self.path, self.field(key), self.line_of(key))
         return str(value)
 
     def choice(self, key: str, choices: Sequence[str], default: Optional[str] = None,
@@ -108,21 +115,31 @@ class _Reader:
         if not isinstance(values, list) or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
                                                    for v in values):
             raise self.error(key, "a list of strings", got=values)
-        return tuple(str(v) for v in values)
+        out = tuple(str(v) for v in values)
+        for v in out:
+            if key == "modules":
+                names.check_module_name(v, self.path, self.field(key), self.line_of(key))
+            else:
+                names.check_no_control(v, self.path, self.field(key), self.line_of(key))
+        return out
 
     def str_map(self, key: str) -> Tuple[Tuple[str, str], ...]:
         values = self.data.get(key) or {}
         if not isinstance(values, dict):
             raise self.error(key, "a mapping of names to strings", got=values)
         out = []
+        env = key in ENV_MAP_KEYS
         for k, v in values.items():
             if not isinstance(k, str) or not k:
                 raise self.error(key, "variable names as keys", got=k)
+            if env:
+                names.check_env_key(k, self.path, self.field(key), line=self.line_of(key))
             if isinstance(v, bool):
                 v = "1" if v else "0"
             if not isinstance(v, (str, int, float)):
                 raise SpecError(self.path, f"{self.field(key)}.{k}", "a string value", got=v,
                                 line=self.line_of(key))
+            names.check_no_control(str(v), self.path, f"{self.field(key)}.{k}", self.line_of(key), allow_tab=env)
             out.append((k, str(v)))
         return tuple(out)
 
@@ -257,6 +274,9 @@ def check_file(path: str, raw: LineDict) -> None:
     Raises:
         SpecError: naming ``path``, the line and the field.
     """
+    if raw.get("name") is not None:
+        names.check_spec_name(raw.get("name") if isinstance(raw.get("name"), str) else repr(raw.get("name")),
+                              path, raw.line_of("name"))
     build_spec(path, raw, name=str(raw.get("name") or Path(path).stem), partial=True)
 
 
@@ -275,6 +295,8 @@ def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False)
     """
     r = _Reader(path, raw, "")
     r.check_keys(TOP_KEYS)
+    if not partial:
+        names.check_spec_name(name, path, r.line_of("name"))
     sources = _sources(r)
     source_ids = [k for k, _ in sources]
     if partial:

@@ -10,7 +10,7 @@ from typing import Optional
 from packaging.version import InvalidVersion, Version
 
 from envtool.core.errors import SpecError
-from envtool.spec.model import Spec
+from envtool.spec.model import FRAMEWORKS, Spec
 from envtool.spec.yamlload import LineDict
 
 #: conda platforms with no CUDA: NVIDIA ships CUDA for Linux on x86_64, ppc64le and aarch64
@@ -148,3 +148,10 @@ def check(spec: Spec, raw: Optional[LineDict] = None) -> None:
             fail("expect.check_build.tensor_operations", "MLSL, not CCL, before Horovod 0.19.0")
         if version is not None and version >= Version("0.19.0") and "MLSL" in cb.tensor_operations:
             fail("expect.check_build.tensor_operations", "CCL, not MLSL, from Horovod 0.19.0")
+
+    # Checked last, so that a more specific rule above names its own field first. envtool builds
+    # with HOROVOD_WITHOUT_<X>=1 for every framework not listed, and "at least one [framework] must
+    # be enabled for Horovod to install successfully" (horovod@v0.28.1:docs/install.rst).
+    if h.install == "pip-build" and not h.frameworks:
+        fail("horovod.frameworks", "at least one of " + ", ".join(FRAMEWORKS) + " when Horovod is built",
+             got=list(h.frameworks), hint="a GPU build" if h.uses_gpu else "")

@@ -1,6 +1,14 @@
 """YAML loading that remembers where each mapping key sits (for errors that name a line).
 
-PyYAML does the parsing; this module only records ``key -> line`` on every mapping it builds.
+PyYAML does the parsing (its C loader, libyaml, when installed; the pure-Python one otherwise);
+this module only records ``key -> line`` on every mapping it builds, and bounds what a hostile
+file can cost before anything is built from it:
+
+* size: at most :data:`MAX_BYTES` bytes, read as UTF-8 (anything else is refused, naming the file);
+* nesting: at most :data:`MAX_DEPTH` levels (5,000 ``[`` used to raise RecursionError);
+* aliases: the document with every alias expanded may hold at most :data:`MAX_NODES` nodes (a
+  1.2 KB "billion laughs" spec used to take 2.5 GB). The check walks PyYAML's composed node graph
+  iteratively, counting each shared node once per reference, before any Python object is made.
 """
 from __future__ import annotations
 
@@ -10,6 +18,15 @@ from typing import Any, Dict, Optional
 import yaml
 
 from envtool.core.errors import SpecError
+
+#: Largest spec, site or other YAML input file read (bytes). Bundled specs are under 10 KB.
+MAX_BYTES = 1 << 20
+#: Deepest nesting of sequences and mappings.
+MAX_DEPTH = 50
+#: Most nodes of a document once its aliases are expanded.
+MAX_NODES = 100_000
+
+_BaseLoader = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
 
 
 class LineDict(dict):
@@ -28,8 +45,8 @@ class LineDict(dict):
         return self.lines.get(key, self.line)
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that builds :class:`LineDict` mappings and refuses duplicate keys."""
+class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
+    """(C)SafeLoader that builds :class:`LineDict` mappings and refuses duplicate keys."""
 
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> LineDict:
@@ -61,21 +78,75 @@ def load_yaml(path: Path) -> LineDict:
             (the message names the file and line).
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_BYTES + 1)
     except OSError as exc:
         raise SpecError(path, "(file)", "a readable YAML file", hint=exc.strerror or str(exc)) from None
+    if len(data) > MAX_BYTES:
+        raise SpecError(path, "(file)", f"a YAML file of at most {MAX_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise SpecError(path, "(file)", "UTF-8 text", line=line,
+                        hint=f"byte 0x{data[exc.start]:02x} at offset {exc.start} is not UTF-8") from None
     return load_yaml_text(text, path)
+
+
+def _check_bounds(root: yaml.Node, path) -> None:
+    """Refuse a composed document nested deeper than :data:`MAX_DEPTH` or bigger than
+    :data:`MAX_NODES` nodes once aliases are expanded (iterative: no recursion, each node visited once).
+
+    Raises:
+        SpecError: naming the file and the line where the limit was crossed.
+    """
+    size: Dict[int, int] = {}
+    stack = [(root, 1, False)]
+    while stack:
+        node, depth, done = stack.pop()
+        if id(node) in size:
+            continue
+        if depth > MAX_DEPTH:
+            raise SpecError(path, "(yaml)", f"at most {MAX_DEPTH} levels of nesting", line=node.start_mark.line + 1)
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        else:
+            size[id(node)] = 1
+            continue
+        if done:
+            total = 1 + sum(size[id(c)] for c in children)
+            if total > MAX_NODES:
+                raise SpecError(path, "(yaml)", f"at most {MAX_NODES} values once aliases are expanded",
+                                line=node.start_mark.line + 1, hint="anchors and aliases that multiply")
+            size[id(node)] = total
+            continue
+        stack.append((node, depth, True))
+        stack.extend((c, depth + 1, False) for c in children if id(c) not in size)
 
 
 def load_yaml_text(text: str, path) -> LineDict:
     """Parse YAML ``text`` (see :func:`load_yaml`); ``path`` is used in messages only."""
+    if len(text) > MAX_BYTES:
+        raise SpecError(path, "(file)", f"a YAML document of at most {MAX_BYTES} characters")
+    loader = _Loader(text)
     try:
-        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - SafeLoader subclass
+        node = loader.get_single_node()
+        if node is None:
+            data = None
+        else:
+            _check_bounds(node, path)
+            data = loader.construct_document(node)
+    except RecursionError:  # the composer recursed before the bound could be checked
+        raise SpecError(path, "(yaml)", f"at most {MAX_DEPTH} levels of nesting") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError(path, "(yaml)", "valid YAML", line=line, hint=str(problem)) from None
+        raise SpecError(path, "(yaml)", "valid YAML", line=line, hint=str(problem)[:200]) from None
+    finally:
+        loader.dispose()
     if not isinstance(data, LineDict):
         raise SpecError(path, "(top level)", "a mapping of spec fields", got=type(data).__name__, line=1)
     return data

@@ -1,9 +1,7 @@
 """``create``: execute a plan in a temporary sibling of the target, then move it into place.
 
-Guarantees (the brief's "nothing is lost"):
-* the target appears only after every step, validation included, has passed;
-* on any failure, Ctrl-C or SIGTERM the temporary prefix is removed and nothing is left at the
-  target (an existing target replaced with ``--force`` is kept until the new one is in place);
+Guarantees (the brief's "nothing is lost"): those of :mod:`envtool.steps.transaction` (lock,
+build beside the target, rename, one clean-up path for failures and signals), and
 * the build log lives in the user cache (``<cache>/logs/``) from the first line, so a failure
   keeps it; on success a copy goes to ``<prefix>/.envtool/create.log``.
 """
@@ -12,19 +10,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict
 
-from envtool.core.errors import EnvtoolError, UsageError
+from envtool.core.errors import EnvtoolError, Interrupted
 from envtool.core.paths import cache_root
 from envtool.spec.model import Spec
 from envtool.core.plan import PlanOptions
 from envtool.steps.planner import make_plan
-from envtool.steps.relocate import move_into_place, note_failure, rewrite_prefix
+from envtool.steps.relocate import rewrite_prefix
 from envtool.steps.runner import Runner
+from envtool.steps.transaction import BuildTransaction
 
 
 @dataclass
@@ -52,51 +50,40 @@ def new_log_path(spec_name: str) -> Path:
     return cache_root() / "logs" / f"{spec_name}-{stamp}-{os.getpid()}.log"
 
 
-class _Terminated(BaseException):
-    """SIGTERM turned into an exception so that clean-up runs."""
-
-
 def create(spec: Spec, options: PlanOptions, force: bool = False, verbose: bool = False,
            quiet: bool = False) -> CreateResult:
-    """Build the environment for ``spec`` at ``options.prefix``.
+    """Build the environment for ``spec`` at ``options.prefix`` (through :class:`BuildTransaction`).
 
     Args:
         spec: the resolved spec.
         options: plan options; ``build_prefix`` is chosen here.
-        force: replace an existing target (only once the new one is complete).
+        force: replace the environment at the target (only once the new one is complete).
         verbose: echo subprocess output.
         quiet: no progress lines.
     Returns:
         a :class:`CreateResult`.
     Raises:
-        UsageError: the target exists and ``force`` is false (exit 2).
-        EnvtoolError: a step or the validation failed; ``exc.log`` names the build log and
-            ``exc.results`` holds what the steps reported (the target is untouched).
-        KeyboardInterrupt: interrupted (after clean-up).
+        TargetExists: the target exists without ``force``, or appeared during the build (exit 2;
+            the new environment is then kept beside it, see ``exc.kept``).
+        UsageError: the prefix is not a valid path (exit 2).
+        EnvtoolError: a step or the validation failed; ``exc.log`` names the build log,
+            ``exc.outcome`` what was left, ``exc.results`` what the steps reported.
+        Interrupted: SIGINT/SIGTERM/SIGHUP (after clean-up; exit 130).
     """
-    target = Path(os.path.abspath(options.prefix))
-    if target.exists() and not force:
-        raise UsageError(f"{target} exists; choose another --prefix or pass --force to replace it")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    build = target.parent / f".{target.name}.envtool-build-{os.getpid()}"
-    if build.exists():
-        shutil.rmtree(build)
-    options = replace(options, prefix=target, build_prefix=build)
-    plan = make_plan(spec, options)
     log = new_log_path(spec.name)
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def on_term(signum, frame):
-        raise _Terminated()
-
-    signal.signal(signal.SIGTERM, on_term)
+    tx = BuildTransaction(options.prefix, force, log)
+    target, build = tx.target, tx.build
     runner = Runner(log_path=log, verbose=verbose, quiet=quiet)
     try:
-        with runner:
+        with tx, runner:
+            options = replace(options, prefix=target, build_prefix=build)
+            plan = make_plan(spec, options)
             runner.note(f"envtool create {spec.name} ({spec.path}) -> {target}; building in {build}")
             if options.lock_reason:
                 runner.note(f"packages: {options.lock_reason}")
                 runner.progress(f"packages: {options.lock_reason}")
+            for p in tx.swept:
+                runner.note(f"removed stale build directory {p}")
             runner.run_plan(plan)
             report = rewrite_prefix(build, str(build), str(target))
             runner.note(f"relocated: {len(report.rewritten)} text files rewritten, "
@@ -109,22 +96,19 @@ def create(spec: Spec, options: PlanOptions, force: bool = False, verbose: bool 
                 "spec": spec.name, "spec_file": spec.path, "prefix": str(target), "created": time.time(),
                 "steps": [s.to_dict() for s in plan.steps], "results": _jsonable(runner.results),
                 "timings": runner.timings}, indent=2, default=str) + "\n")
-            move_into_place(build, target)
-            runner.note(f"environment ready at {target}")
-        shutil.copy2(log, target / ".envtool" / "create.log")
+            runner.note(f"moving {build} -> {target}")
+            shutil.copy2(log, build / ".envtool" / "create.log")
+            tx.commit()
+        with open(target / ".envtool" / "create.log", "a", encoding="utf-8") as fh:
+            fh.write(f"environment ready at {target}\n")
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(f"environment ready at {target}\n")
         return CreateResult(prefix=target, log=log, results=runner.results, timings=runner.timings,
                             relocation={"rewritten": len(report.rewritten), "binaries": report.binaries})
-    except (BaseException) as exc:  # noqa: B902 - clean up on anything, then re-raise
-        note_failure(log, exc, build, target)
-        if isinstance(exc, _Terminated):
-            exc = KeyboardInterrupt("terminated")
-        if isinstance(exc, EnvtoolError) or isinstance(exc, KeyboardInterrupt):
-            exc.log = log  # type: ignore[attr-defined]
-            exc.results = runner.results  # type: ignore[attr-defined]
-            raise exc
+    except (EnvtoolError, Interrupted) as exc:
+        if exc.results is None:
+            exc.results = runner.results
         raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _jsonable(value):

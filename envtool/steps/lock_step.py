@@ -8,6 +8,7 @@ environment is kept without its lock.
 """
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import List
 
@@ -22,7 +23,8 @@ def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
     """The ``lock`` step (always planned)."""
     target = Path(options.prefix) / LOCK_NAME
     return [Step(id="lock", title=f"Lock the environment ({target})",
-                 commands=(("#", f"snapshot conda-meta and pip dist-info of {options.work_prefix} into {target} "
+                 commands=(("#", f"snapshot conda-meta and pip dist-info of {shlex.quote(str(options.work_prefix))} into "
+                                 f"{shlex.quote(str(target))} "
                                  "(conda-lock v1)"),),
                  action=_run_lock, data={"spec": spec, "work_prefix": str(options.work_prefix),
                                          "site": options.site or spec.site.name,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import os
+import shlex
 from typing import List
 
 from envtool.engines.base import get_engine
@@ -97,7 +98,7 @@ def format_plan(plan: Plan) -> str:
     for i, step in enumerate(plan.steps, 1):
         lines.append(f"{i}. [{step.id}] {step.title}")
         if step.env:
-            lines.append("   env: " + " ".join(f"{k}={v}" for k, v in step.env))
+            lines.append("   env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in step.env))
         for line in step.shell_lines(with_env=False):
             lines.append(f"   $ {line}")
         for note in step.notes:

@@ -8,7 +8,6 @@ Compiled bytecode (``.pyc``) embeds source paths only for tracebacks and is left
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List
@@ -73,33 +72,3 @@ def rewrite_prefix(root: Path, old: str, new: str, max_text_bytes: int = 8 << 20
             os.replace(tmp, path)
             report.rewritten.append(rel)
     return report
-
-
-def move_into_place(build: Path, target: Path) -> None:
-    """Put the finished ``build`` directory at ``target`` (same filesystem: a rename).
-
-    An existing ``target`` (``--force``) is first renamed aside to ``.NAME.envtool-old-PID`` and
-    deleted only after the new one is in place, so at every moment ``target`` is either the old
-    environment or the new one.
-
-    Raises:
-        OSError: a rename failed (``build`` is then left where it was for the caller to remove).
-    """
-    build, target = Path(build), Path(target)
-    old = None
-    if target.exists():
-        old = target.parent / f".{target.name}.envtool-old-{os.getpid()}"
-        os.rename(target, old)
-    os.rename(build, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def note_failure(log: Path, exc: BaseException, build: Path, target: Path) -> None:
-    """Remove ``build`` and append why to ``log`` (best effort: an unwritable log is ignored)."""
-    shutil.rmtree(build, ignore_errors=True)
-    try:
-        with open(log, "a") as fh:
-            fh.write(f"FAILED: {type(exc).__name__}: {exc}\nremoved {build}; nothing was left at {target}\n")
-    except OSError:
-        pass

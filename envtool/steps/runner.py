@@ -9,11 +9,13 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Dict, List, Mapping, Optional, Sequence
 
+from envtool.core import procs
 from envtool.core.errors import StepFailed
 from envtool.core.plan import Plan, Step
 
@@ -70,7 +72,7 @@ class Runner:
             env: variables added to (or replacing those of) the current environment and the
                 running step's ``env``.
             cwd: working directory.
-            timeout: seconds before it is killed.
+            timeout: seconds before it is killed with its process group (also when it prints nothing).
             check: raise on a non-zero exit.
         Returns:
             the completed process; ``stdout`` holds the combined output (str).
@@ -86,39 +88,33 @@ class Runner:
         self.note("$ " + " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items()) +
                   (" " if env else "") + shlex.join([str(a) for a in argv]))
         try:
-            proc = subprocess.Popen([str(a) for a in argv], env=full_env, cwd=cwd, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-                                    errors="replace", start_new_session=False)
+            proc = procs.popen([str(a) for a in argv], env=full_env, cwd=cwd, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace")
         except OSError as exc:
             self.note(f"cannot start {argv[0]}: {exc}")
             raise StepFailed(step_id, f"cannot run {argv[0]}: {exc.strerror}", self.log_path) from None
         lines: List[str] = []
-        deadline = time.monotonic() + timeout if timeout else None
+        # output is read by a thread so that the timeout holds even while the command prints nothing
+        reader = threading.Thread(target=self._pump, args=(proc.stdout, lines), daemon=True)
+        reader.start()
+        timed_out = False
         try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                lines.append(line)
-                if self._log:
-                    self._log.write(line)
-                if self.verbose:
-                    sys.stderr.write("  | " + line)
-                if deadline and time.monotonic() > deadline:
-                    proc.kill()
-                    break
-            rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()) if deadline else None)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            rc = None
-        except BaseException:
-            proc.kill()
-            proc.wait()
+            try:
+                rc = proc.wait(timeout=timeout if timeout else None)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                procs.kill_group(proc)
+                rc = proc.returncode
+            reader.join(timeout=5)
+        except BaseException:  # an interrupt: the command and its children go too
+            procs.kill_group(proc)
             raise
         finally:
+            procs.forget(proc)
             if self._log:
                 self._log.flush()
         output = "".join(lines)
-        if rc is None or (deadline and time.monotonic() > deadline and rc != 0):
+        if timed_out:
             self.note(f"timed out after {timeout} s")
             raise StepFailed(step_id, f"{shlex.join([str(a) for a in argv][:3])} … timed out after {timeout:.0f} s",
                              self.log_path)
@@ -128,6 +124,18 @@ class Runner:
             raise StepFailed(step_id, f"{Path(str(argv[0])).name} exited with status {rc}; last lines:\n{tail}",
                              self.log_path)
         return subprocess.CompletedProcess(argv, rc, output, "")
+
+    def _pump(self, stream, lines: List[str]) -> None:
+        """Copy ``stream`` line by line into ``lines``, the log and (verbose) stderr, until EOF."""
+        try:
+            for line in stream:
+                lines.append(line)
+                if self._log:
+                    self._log.write(line)
+                if self.verbose:
+                    sys.stderr.write("  | " + line)
+        except (OSError, ValueError):
+            pass
 
     def run_step(self, step: Step, index: int, total: int) -> None:
         """Execute one step (its ``action``, or its commands in order) with a progress line."""

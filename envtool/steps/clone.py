@@ -1,0 +1,106 @@
+"""``clone``: copy a (read-only) conda environment, or layer on a module's Python, atomically.
+
+The pieces (source lookup, package-cache seeding, untracked files, verification) live in
+:mod:`envtool.engines.clone` and :mod:`envtool.engines.conda`; this module composes them and
+runs them through the same build-then-rename as ``create``
+(:class:`envtool.steps.transaction.BuildTransaction`: lock, build beside the target, rename,
+one clean-up path for failures and signals, stale build directories swept).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Optional, Sequence
+
+from envtool.engines.clone import resolve_source, source_kind
+from envtool.core.errors import EnvtoolError, Interrupted, UsageError
+from envtool.spec.names import check_prefix
+
+
+@dataclass
+class CloneResult:
+    """What :func:`clone_env` did: the final prefix, the build log, step results and timings (seconds)."""
+
+    prefix: Path
+    source: Path
+    log: Path
+    results: Dict[str, Any] = field(default_factory=dict)
+    timings: Dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"ok": True, "prefix": str(self.prefix), "source": str(self.source), "log": str(self.log),
+                "results": self.results, "timings": self.timings}
+
+
+def clone_env(source: str, prefix: Path, engine: str = "rattler", mode: str = "layer", force: bool = False,
+              verify_content: bool = True, cache_dir: Optional[Path] = None, verbose: bool = False,
+              quiet: bool = False, source_caches: Optional[Sequence[Path]] = None) -> CloneResult:
+    """Clone ``source`` to ``prefix`` atomically (``envtool clone``).
+
+    Args:
+        source: env name, prefix, or ``""`` for ``$CONDA_PREFIX`` (:func:`resolve_source`).
+        prefix: the target prefix.
+        engine: ``rattler`` (default), or ``conda``/``mamba``/``micromamba`` (the external tool).
+        mode: for a venv-style source: ``layer`` or ``copy``.
+        force: replace the environment at the target (once the clone is complete).
+        verify_content: fingerprint the source by content (sha256) rather than by ``stat``.
+        cache_dir: writable package cache (default ``<envtool cache>/pkgs``).
+        verbose / quiet: progress detail.
+        source_caches: read-only caches to take packages from (None: the source's caches;
+            ``[]``: none, every package not in ``cache_dir`` is downloaded).
+    Returns:
+        a :class:`CloneResult`.
+    Raises:
+        UsageError: bad source or prefix, or the target exists without ``force`` (exit 2).
+        EnvtoolError: a step failed (``exc.log`` names the build log, ``exc.outcome`` what was left).
+        Interrupted: SIGINT/SIGTERM/SIGHUP, after clean-up (exit 130).
+    """
+    from envtool.engines import conda as ce
+    from envtool.steps.create import new_log_path
+    from envtool.steps.relocate import rewrite_prefix
+    from envtool.steps.runner import Runner
+    from envtool.steps.transaction import BuildTransaction
+
+    check_prefix(str(prefix))
+    target = Path(os.path.abspath(prefix))
+    src = resolve_source(source)
+    if target == src or str(target).startswith(str(src) + os.sep):
+        raise UsageError(f"--prefix {target} is inside the clone source {src}")
+    log = new_log_path("clone-" + target.name)
+    tx = BuildTransaction(target, force, log)
+    build = tx.build
+    kind = source_kind(src)
+    runner = Runner(log_path=log, verbose=verbose, quiet=quiet)
+    try:
+        with tx, runner:
+            if engine in ("conda", "mamba", "micromamba", "conda-external"):
+                from envtool.core.plan import PlanOptions
+
+                steps = ce.ExternalCondaEngine("conda" if engine == "conda-external" else engine).clone_steps(
+                    None, str(src), PlanOptions(prefix=target, build_prefix=build))
+            elif kind == "venv":
+                steps = [ce.clone_layer_step(src, build, target, mode)]
+            else:
+                steps = ce.clone_conda_steps(src, build, target, source_label=source or str(src),
+                                             verify_content=verify_content, cache_dir=cache_dir,
+                                             source_caches=source_caches)
+            runner.note(f"envtool clone {src} -> {target}; building in {build}")
+            for p in tx.swept:
+                runner.note(f"removed stale build directory {p}")
+            for i, step in enumerate(steps, 1):
+                runner.run_step(step, i, len(steps))
+            if kind != "conda" or engine != "rattler":
+                # the rattler clone writes the final prefix itself (placeholders via py-rattler's
+                # alternative target prefix, untracked files by copy_untracked); others name the build prefix
+                reloc = rewrite_prefix(build, str(build), str(target))
+                runner.note(f"relocated: {len(reloc.rewritten)} text files named the build prefix; "
+                            f"{len(reloc.binaries)} binaries do")
+            runner.note(f"moving {build} -> {target}")
+            tx.commit()
+            runner.note(f"clone ready at {target}")
+        return CloneResult(prefix=target, source=src, log=log, results=runner.results, timings=runner.timings)
+    except (EnvtoolError, Interrupted) as exc:
+        if exc.results is None:
+            exc.results = runner.results
+        raise

@@ -1,0 +1,353 @@
+"""Build-then-rename, shared by ``create`` and ``clone``: the one place that decides what is left.
+
+Guarantees (the brief's "nothing is lost"):
+
+* one build at a time per prefix: a lock file ``.NAME.envtool-lock`` beside the prefix
+  (``flock``); a second ``create``/``clone`` to the same prefix waits, saying for whom;
+* the environment is built in ``.NAME.envtool-build-PID`` beside the target and appears at the
+  target only by a rename, after every step has passed;
+* whatever sits at the target is never deleted unless ``--force`` was given *and* it is the
+  very directory that was there when the build started (same device and inode): without
+  ``--force`` a target that appeared meanwhile is left alone, the command exits 2 and the new
+  environment is kept beside it (path printed); with ``--force`` the old one is swapped out
+  whole (``renameat2(RENAME_EXCHANGE)``, one atomic step, where the filesystem has it);
+* on a failure, SIGINT, SIGTERM or SIGHUP — repeated ones too: after the first, further
+  signals are ignored (until the process exits: it is on its way to exit 130) — the children are killed by process group
+  (:mod:`envtool.core.procs`), the build directory and any registered scratch directory (the
+  package-cache staging directory of a clone) are removed, the log says why, and the error
+  carries the log path and what was left (``nothing was left at …`` or ``the old environment
+  at … is intact``);
+* build directories of processes that are gone (``kill -9``) are removed by the next run on
+  the same prefix, and said so.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import fcntl
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from envtool.core import procs
+from envtool.core.errors import EnvtoolError, Interrupted, TargetExists, UsageError
+from envtool.spec.names import check_prefix
+
+#: Signals turned into a clean-up (then exit 130).
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: Flags of Linux ``renameat2(2)`` (linux/fs.h).
+RENAME_NOREPLACE = 1
+RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _renameat2(src: Path, dst: Path, flags: int) -> bool:
+    """``renameat2(src, dst, flags)``; False when the kernel, libc or filesystem lacks it.
+
+    Raises:
+        OSError: the rename failed for another reason (``EEXIST`` for ``RENAME_NOREPLACE``).
+    """
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(dst))
+
+
+def _identity(path: Path) -> Optional[Tuple[int, int]]:
+    """``(st_dev, st_ino)`` of ``path`` (not following a symlink), or None when absent."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def rename_noreplace(src: Path, dst: Path) -> None:
+    """Rename ``src`` to ``dst`` only if ``dst`` does not exist (not even as an empty directory).
+
+    Raises:
+        FileExistsError: ``dst`` exists.
+    """
+    if _renameat2(src, dst, RENAME_NOREPLACE):
+        return
+    # no renameat2 here: check, then rename (the lock file keeps other envtools out of the gap)
+    if os.path.lexists(dst):
+        raise FileExistsError(errno.EEXIST, "exists", str(dst))
+    os.rename(src, dst)
+
+
+def kept_path(target: Path) -> Path:
+    """Where a finished environment goes when its target is taken: ``NAME.envtool-new-PID`` beside it."""
+    return target.parent / f"{target.name}.envtool-new-{os.getpid()}"
+
+
+def move_into_place(build: Path, target: Path, replace: Optional[Tuple[int, int]] = None) -> None:
+    """Put the finished ``build`` directory at ``target``; never delete what appeared there.
+
+    Args:
+        build: the finished environment (same filesystem as ``target``).
+        target: the final prefix.
+        replace: ``(st_dev, st_ino)`` of the directory that ``--force`` may replace (the one that
+            was at ``target`` when the build began), or None: nothing may be replaced.
+    Raises:
+        TargetExists: something is at ``target`` that may not be replaced (exit 2); ``build``
+            has been renamed to :func:`kept_path` and the exception names it.
+        OSError: a rename failed (``build`` is left where it was, for the caller to remove).
+    """
+    build, target = Path(build), Path(target)
+    current = _identity(target)
+    if current is not None and (replace is None or current != replace):
+        kept = kept_path(target)
+        os.rename(build, kept)
+        raise TargetExists(target, kept, appeared=True)
+    if current is None:
+        try:
+            rename_noreplace(build, target)
+        except FileExistsError:
+            kept = kept_path(target)
+            os.rename(build, kept)
+            raise TargetExists(target, kept, appeared=True) from None
+        return
+    # --force: swap the old environment out in one step; it ends up at ``build``
+    if not _renameat2(build, target, RENAME_EXCHANGE):
+        aside = target.parent / f".{target.name}.envtool-old-{os.getpid()}"
+        os.rename(target, aside)
+        try:
+            rename_noreplace(build, target)
+        except BaseException:
+            os.rename(aside, target)
+            raise
+        os.rename(aside, build)
+    if _identity(build) == replace:
+        shutil.rmtree(build, ignore_errors=True)
+    else:  # someone swapped the target between our check and the exchange: keep theirs
+        os.rename(build, kept_path(target))
+
+
+def remove_cachedir_tag(prefix: Path) -> bool:
+    """Remove ``CACHEDIR.TAG`` from the root of an environment prefix; True when there was one.
+
+    py-rattler writes one at the root of every prefix it installs into (seen with py-rattler
+    0.28); the Cache Directory Tagging Specification (bford.info/cachedir) makes ``tar
+    --exclude-caches``, borg and restic skip such a directory, so an environment would be left
+    out of backups. Real package caches keep theirs.
+    """
+    tag = Path(prefix) / "CACHEDIR.TAG"
+    if tag.is_file() and not tag.is_symlink():
+        tag.unlink()
+        return True
+    return False
+
+
+def _remove_settled(path: Path, tries: int = 10, pause: float = 0.2) -> None:
+    """Remove ``path`` until it stays away for ``pause`` seconds (at most ``tries`` rounds).
+
+    An in-process installer (py-rattler links packages from worker threads that an interrupt
+    of the Python thread does not stop at once) may still write into the build directory
+    right after the first removal.
+    """
+    for _ in range(tries):
+        if not os.path.lexists(path):
+            return
+        shutil.rmtree(path, ignore_errors=True)
+        time.sleep(pause)
+
+
+class PrefixLock:
+    """An exclusive ``flock`` on ``.NAME.envtool-lock`` beside a prefix (removed on release).
+
+    The file is unlinked on release; a waiter re-checks after acquiring that the path still
+    names the file it locked, so no two processes ever hold "the" lock at once.
+    """
+
+    def __init__(self, target: Path):
+        self.path = target.parent / f".{target.name}.envtool-lock"
+        self.fd: Optional[int] = None
+
+    def acquire(self, say=None) -> None:
+        """Take the lock, waiting (and saying so once through ``say``) while another process holds it."""
+        told = False
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not told and say:
+                    holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                    say(f"waiting for another envtool (pid {holder}) working on {self.path.parent / self.path.name[1:-len('.envtool-lock')]}")
+                    told = True
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                except BaseException:
+                    os.close(fd)
+                    raise
+            if _identity(self.path) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                self.fd = fd
+                return
+            os.close(fd)  # the holder unlinked it on release: lock the new file
+
+    def release(self) -> None:
+        """Unlink the lock file and drop the lock."""
+        if self.fd is None:
+            return
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+
+class BuildTransaction:
+    """Build a prefix beside its target, then rename it into place (``with`` block).
+
+    Usage::
+
+        with BuildTransaction(target, force, log) as tx:   # lock, sweep, signal handlers
+            ... build in tx.build, with tx.runner logging ...
+            tx.commit()                                     # the rename
+
+    Args:
+        target: the final prefix (absolute or relative; made absolute).
+        force: may replace the directory at ``target`` that exists when the build starts.
+        log: the build log (the clean-up appends to it).
+        say: where progress lines go (default: stderr), for the lock wait and the stale sweep.
+    Raises (from ``__enter__``):
+        UsageError: the prefix is not a valid path (control characters), or exists without ``force``.
+    On a failure inside the block the exception is re-raised with ``log``, ``outcome`` set; a
+    signal becomes :class:`envtool.core.errors.Interrupted`.
+    """
+
+    def __init__(self, target: Path, force: bool, log: Path, say=None):
+        check_prefix(str(target))
+        self.target = Path(os.path.abspath(target))
+        self.force = force
+        self.log = Path(log)
+        self.say = say or (lambda text: print(f"envtool: {text}", file=sys.stderr, flush=True))
+        self.build = self.target.parent / f".{self.target.name}.envtool-build-{os.getpid()}"
+        self.replace: Optional[Tuple[int, int]] = None
+        self.swept: List[Path] = []
+        self._lock = PrefixLock(self.target)
+        self._previous = {}
+        self._cleaning = False
+        self._signalled: Optional[int] = None
+        self._scratch = None
+        self.committed = False
+
+    # ------------------------------------------------------------------ set-up
+    def __enter__(self) -> "BuildTransaction":
+        if self.target.exists() and not self.force:
+            raise TargetExists(self.target)
+        try:
+            self.target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot create {self.target.parent}: {exc.strerror}") from None
+        self._lock.acquire(self.say)
+        try:
+            if self.target.exists() and not self.force:
+                raise TargetExists(self.target)
+            self.replace = _identity(self.target) if self.force else None
+            for stem in (".envtool-build-", ".envtool-old-"):
+                self.swept += procs.remove_stale(self.target.parent, f".{self.target.name}{stem}")
+            for p in self.swept:
+                self.say(f"removed {p}, left by an envtool process that no longer runs")
+            shutil.rmtree(self.build, ignore_errors=True)
+            self._install_handlers()
+            self._scratch = procs.scratch(self.build)
+            self._scratch.__enter__()
+        except BaseException:
+            self._restore_handlers()
+            self._lock.release()
+            raise
+        return self
+
+    def _install_handlers(self) -> None:
+        for sig in SIGNALS:
+            self._previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, self._on_signal)
+
+    def _restore_handlers(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        self._previous = {}
+
+    def _on_signal(self, signum, frame) -> None:
+        if self._cleaning or self._signalled:
+            return  # clean-up is under way (or about to be): repeats must not cut it short
+        self._signalled = signum
+        raise Interrupted(signum)
+
+    # ------------------------------------------------------------------ the rename
+    @property
+    def replaced_existing(self) -> bool:
+        """Whether ``--force`` found an environment at the target when the build began."""
+        return self.replace is not None
+
+    def commit(self) -> None:
+        """Remove a root ``CACHEDIR.TAG`` and move the build into place (see :func:`move_into_place`)."""
+        remove_cachedir_tag(self.build)
+        move_into_place(self.build, self.target, self.replace)
+        self.committed = True
+
+    # ------------------------------------------------------------------ clean-up
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self._cleaning = True
+        try:
+            if exc is None:
+                return False
+            killed = procs.kill_children()
+            removed = procs.remove_scratch()
+            if os.path.lexists(self.build):
+                removed.append(self.build)
+            _remove_settled(self.build)
+            if self.committed:
+                outcome = f"the new environment is in place at {self.target}"
+            elif isinstance(exc, TargetExists) and exc.kept:
+                outcome = f"{self.target} was left as it is; the new environment is at {exc.kept}"
+            elif self.replace is not None and _identity(self.target) == self.replace:
+                outcome = f"the old environment at {self.target} is intact"
+            elif _identity(self.target) is not None:
+                outcome = f"{self.target} was not touched"
+            else:
+                outcome = f"nothing was left at {self.target}"
+            try:
+                with open(self.log, "a", encoding="utf-8") as fh:
+                    fh.write(f"FAILED: {type(exc).__name__}: {exc}\n")
+                    if killed:
+                        fh.write(f"killed {killed} child process group(s)\n")
+                    for p in removed:
+                        fh.write(f"removed {p}\n")
+                    fh.write(outcome + "\n")
+            except OSError:
+                pass
+            if isinstance(exc, (EnvtoolError, Interrupted)):
+                exc.log = self.log
+                exc.outcome = outcome
+            return False
+        finally:
+            if self._scratch is not None:
+                self._scratch.__exit__(None, None, None)
+            if self._signalled:
+                # the command is on its way out (exit 130): a further SIGINT/SIGTERM must not replace the
+                # Interrupted that carries the log path by a bare KeyboardInterrupt, or kill us mid-message
+                for sig in SIGNALS:
+                    signal.signal(sig, signal.SIG_IGN)
+                self._previous = {}
+            self._restore_handlers()
+            self._lock.release()
+            self._cleaning = False

@@ -1,0 +1,279 @@
+"""Nothing lost: the build-then-rename shared by create and clone (issue 12, "Data loss and races").
+
+Real processes, real signals, real renames: a directory that appears at the target is never
+deleted, --force swaps whole, concurrent runs are serialised, repeated signals still clean up,
+stale build directories of dead processes are swept, children die with their process group.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_envtool
+from envtool.core import procs
+from envtool.core.errors import StepFailed, TargetExists
+from envtool.steps.runner import Runner
+from envtool.steps.transaction import BuildTransaction, move_into_place
+
+TINY = "name: tiny\nengine: venv\n"
+
+
+@pytest.fixture
+def world(tmp_path):
+    """A spec path with the ``tiny`` spec (a bare venv: a create takes a few seconds) and a cache."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "tiny.yaml").write_text(TINY)
+    env = {"ENVTOOL_SPEC_PATH": str(specs), "ENVTOOL_CACHE_DIR": str(tmp_path / "cache")}
+    return tmp_path, env
+
+
+def start_create(tmp_path, env, target, *extra):
+    return subprocess.Popen([sys.executable, "-m", "envtool", "create", "tiny", "--prefix", str(target), *extra],
+                            env=dict(os.environ, **env), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def wait_for_build(parent: Path, name: str, timeout: float = 120) -> Path:
+    """The build directory once its venv has a bin/ (the create is mid-way)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [p for p in parent.glob(f".{name}.envtool-build-*") if (p / "bin").is_dir()]
+        if found:
+            return found[0]
+        time.sleep(0.02)
+    raise AssertionError("the build directory never appeared")
+
+
+def running_in_group(pgid: int):
+    """Processes of group ``pgid`` that still run (zombies waiting for init to reap them do not count)."""
+    out = subprocess.run(["ps", "-o", "pid=,stat=", "-g", str(pgid)], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if line.split() and not line.split()[1].startswith("Z")]
+
+
+def envtool_leftovers(parent: Path):
+    return sorted(p.name for p in parent.iterdir() if ".envtool-" in p.name)
+
+
+# ----------------------------------------------------------------------------- move_into_place
+def test_move_refuses_an_empty_directory_that_appeared(tmp_path):
+    # a plain rename(2) silently replaces an empty directory: this one must not
+    build, target = tmp_path / ".t.envtool-build-1", tmp_path / "t"
+    build.mkdir()
+    (build / "new.txt").write_text("new")
+    target.mkdir()
+    with pytest.raises(TargetExists) as info:
+        move_into_place(build, target, replace=None)
+    assert target.is_dir() and list(target.iterdir()) == []
+    assert info.value.kept and (info.value.kept / "new.txt").read_text() == "new"
+    assert info.value.exit_status == 2
+
+
+def test_force_replaces_only_the_directory_it_was_given(tmp_path):
+    build, target = tmp_path / ".t.envtool-build-1", tmp_path / "t"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    st = os.lstat(target)
+    build.mkdir()
+    (build / "new.txt").write_text("new")
+    move_into_place(build, target, replace=(st.st_dev, st.st_ino))
+    assert (target / "new.txt").read_text() == "new" and not (target / "old.txt").exists()
+    assert not build.exists()
+    # a different directory at the target (someone replaced it meanwhile) is left alone
+    build.mkdir()
+    (build / "newer.txt").write_text("newer")
+    with pytest.raises(TargetExists):
+        move_into_place(build, target, replace=(st.st_dev, st.st_ino))
+    assert (target / "new.txt").read_text() == "new"
+
+
+def test_commit_removes_cachedir_tag_from_the_prefix_only(tmp_path):
+    log = tmp_path / "log"
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "CACHEDIR.TAG").write_text("Signature: 8a477f597d28d172789f06886806bc55\n")
+    with BuildTransaction(tmp_path / "env", False, log, say=lambda t: None) as tx:
+        tx.build.mkdir()
+        (tx.build / "CACHEDIR.TAG").write_text("Signature: 8a477f597d28d172789f06886806bc55\n")
+        (tx.build / "bin").mkdir()
+        tx.commit()
+    assert not (tmp_path / "env" / "CACHEDIR.TAG").exists()
+    assert (tmp_path / "env" / "bin").is_dir()
+    assert (cache / "CACHEDIR.TAG").exists()
+    assert envtool_leftovers(tmp_path) == []
+
+
+def test_a_failure_inside_the_transaction_removes_the_build_and_says_what_is_left(tmp_path):
+    target = tmp_path / "env"
+    target.mkdir()
+    (target / "keep").write_text("old")
+    log = tmp_path / "log"
+    with pytest.raises(StepFailed) as info:
+        with BuildTransaction(target, True, log, say=lambda t: None) as tx:
+            tx.build.mkdir()
+            raise StepFailed("x", "boom")
+    assert info.value.outcome == f"the old environment at {target} is intact"
+    assert info.value.log == log and "FAILED" in log.read_text()
+    assert (target / "keep").read_text() == "old"
+    assert envtool_leftovers(tmp_path) == []
+
+
+def test_stale_build_directories_of_dead_processes_are_swept(tmp_path):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f".env.envtool-build-{dead.pid}"
+    (stale / "lib").mkdir(parents=True)
+    live = tmp_path / f".env.envtool-build-{os.getppid()}"  # our parent runs: not ours to remove
+    live.mkdir()
+    said = []
+    with BuildTransaction(tmp_path / "env", False, tmp_path / "log", say=said.append) as tx:
+        assert tx.swept == [stale]
+    assert not stale.exists() and live.exists()
+    assert any(str(stale) in s for s in said)
+
+
+# ----------------------------------------------------------------------------- Runner
+def test_runner_timeout_holds_when_the_command_prints_nothing(tmp_path):
+    runner = Runner(log_path=tmp_path / "log")
+    with runner:
+        started = time.monotonic()
+        with pytest.raises(StepFailed, match="timed out"):
+            runner.run(["sh", "-c", "sleep 30"], timeout=1)
+        assert time.monotonic() - started < 10
+    # the whole process group went: the sleep is gone too
+    out = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True).stdout
+    assert not [l for l in out.splitlines() if l.split()[0][0] != "Z" and l.split(None, 1)[1] == "sleep 30"], out
+
+
+def test_kill_children_kills_the_whole_process_group():
+    proc = procs.popen(["sh", "-c", "sleep 300 & sleep 300 & wait"])
+    time.sleep(0.3)
+    pgid = proc.pid
+    assert procs.kill_children() == 1
+    time.sleep(0.2)
+    assert running_in_group(pgid) == []
+
+
+# ----------------------------------------------------------------------------- the CLI, end to end
+def test_a_directory_that_appears_during_create_is_kept_and_the_new_env_beside_it(world):
+    tmp_path, env = world
+    target = tmp_path / "envs" / "tiny"
+    proc = start_create(tmp_path, env, target)
+    wait_for_build(target.parent, "tiny")
+    target.mkdir()
+    (target / "mine.txt").write_text("user data")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, err
+    assert (target / "mine.txt").read_text() == "user data"
+    m = re.search(r"the new environment is kept at (\S+)", err)
+    assert m, err
+    kept = Path(m.group(1))
+    assert (kept / "bin" / "python").exists()
+    assert "build log:" in err
+
+
+def test_concurrent_creates_to_one_prefix_are_serialised(world):
+    tmp_path, env = world
+    target = tmp_path / "envs" / "tiny"
+    first = start_create(tmp_path, env, target)
+    wait_for_build(target.parent, "tiny")
+    second = run_envtool("create", "tiny", "--prefix", target, env=env, timeout=300)
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    assert second.returncode == 2, second.stderr
+    assert "waiting for another envtool" in second.stderr
+    assert "exists" in second.stderr
+    assert (target / "bin" / "python").exists()
+    assert envtool_leftovers(target.parent) == []
+
+
+@pytest.mark.parametrize("signals", [("SIGINT", "SIGINT"), ("SIGTERM", "SIGINT"), ("SIGTERM", "SIGTERM"),
+                                     ("SIGHUP",)])
+def test_repeated_signals_still_clean_up_and_print_the_log(world, signals):
+    tmp_path, env = world
+    target = tmp_path / "envs" / "tiny"
+    proc = start_create(tmp_path, env, target)
+    wait_for_build(target.parent, "tiny")
+    for i, name in enumerate(signals):
+        proc.send_signal(getattr(signal, name))
+        time.sleep(0.02)  # the second one lands while the first one's clean-up runs
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "build log:" in err and "nothing was left at" in err
+    assert not target.exists()
+    assert envtool_leftovers(target.parent) == []
+
+
+def test_sigterm_during_force_says_the_old_environment_is_intact(world):
+    tmp_path, env = world
+    target = tmp_path / "envs" / "tiny"
+    assert run_envtool("create", "tiny", "--prefix", target, env=env, timeout=300).returncode == 0
+    (target / "marker").write_text("old")
+    proc = start_create(tmp_path, env, target, "--force")
+    wait_for_build(target.parent, "tiny")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    assert f"the old environment at {target} is intact" in err
+    assert "nothing was left" not in err
+    assert (target / "marker").read_text() == "old"
+    assert envtool_leftovers(target.parent) == []
+
+
+def test_force_replaces_the_old_environment_whole(world):
+    tmp_path, env = world
+    target = tmp_path / "envs" / "tiny"
+    assert run_envtool("create", "tiny", "--prefix", target, env=env, timeout=300).returncode == 0
+    (target / "marker").write_text("old")
+    proc = run_envtool("create", "tiny", "--prefix", target, "--force", env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert not (target / "marker").exists() and (target / "bin" / "python").exists()
+    assert envtool_leftovers(target.parent) == []
+
+
+def test_kill_9_leaves_a_build_dir_that_the_next_run_removes(world):
+    tmp_path, env = world
+    target = tmp_path / "envs" / "tiny"
+    proc = start_create(tmp_path, env, target)
+    build = wait_for_build(target.parent, "tiny")
+    proc.kill()
+    proc.wait()
+    time.sleep(0.5)  # its children (in their own process group) are orphaned, not stopped: let them finish
+    assert build.exists()
+    again = run_envtool("create", "tiny", "--prefix", target, env=env, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"removed {build}" in again.stderr
+    assert not build.exists()
+
+
+def test_sigterm_during_clone_cleans_up(world, tmp_path):
+    tmp_path, env = world
+    source = tmp_path / "envs" / "tiny"
+    assert run_envtool("create", "tiny", "--prefix", source, env=env, timeout=300).returncode == 0
+    # make the copy long enough to be interrupted: 3000 small files
+    big = source / "share" / "data"
+    big.mkdir(parents=True)
+    for i in range(3000):
+        (big / f"f{i}.txt").write_text(f"{source} {i}\n" * 20)
+    target = tmp_path / "clones" / "c"
+    proc = subprocess.Popen([sys.executable, "-m", "envtool", "clone", str(source), "--prefix", str(target),
+                             "--mode", "copy"], env=dict(os.environ, **env), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(target.parent.glob(".c.envtool-build-*")):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode in (130, 0), err  # 0 only if the clone won the race
+    if proc.returncode == 130:
+        assert "build log:" in err and not target.exists()
+    assert envtool_leftovers(target.parent) == []
