@@ -297,7 +297,6 @@ def seed_cache(records: Sequence[Any], cache_dir: Path, pkgs_dirs: Sequence[Path
     Raises:
         EnvtoolError: ``cp`` failed (disk full, unreadable cache).
     """
-    import subprocess
 
     jobs = jobs or min(4, os.cpu_count() or 1)
     cache_dir = Path(cache_dir)
