@@ -557,12 +557,12 @@ def test_create_step_keeps_env_when_modulefile_cannot_be_written(tmp_path):
     assert modulefile_step.plan_steps(spec, PlanOptions(prefix=prefix)) == []
     (step,) = modulefile_step.plan_steps(spec, PlanOptions(prefix=prefix, modulefile_root=blocker / "mods"))
     with Runner(log_path=tmp_path / "log", quiet=True) as runner:
-        step.action(step, runner)
+        runner.run_step(step, 1, 1)
     assert runner.results["modulefile"]["ok"] is False
     assert "cannot write" in runner.results["modulefile"]["error"]
     (step,) = modulefile_step.plan_steps(spec, PlanOptions(prefix=prefix, modulefile_root=tmp_path / "mods"))
     with Runner(log_path=tmp_path / "log", quiet=True) as runner:
-        step.action(step, runner)
+        runner.run_step(step, 1, 1)
     assert runner.results["modulefile"]["ok"] is True
     assert Path(runner.results["modulefile"]["path"]).parent == tmp_path / "mods" / "s"
 

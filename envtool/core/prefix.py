@@ -116,11 +116,18 @@ class PrefixData:
         return frozenset(str(f) for r in self.conda_records for f in r.files)
 
     def conda_versions(self) -> Dict[str, str]:
-        """``{conda package name: version}``."""
-        out = {}
-        for r in self.conda_records:
-            name = r.name.normalized if hasattr(r.name, "normalized") else str(r.name)
-            out[name] = str(r.version)
+        """``{conda package name: version}`` from the ``name`` and ``version`` fields every
+        ``conda-meta/*.json`` has (read as JSON, so a record py-rattler would refuse for another
+        field still counts); the first file of a name wins."""
+        meta = self.prefix / "conda-meta"
+        out: Dict[str, str] = {}
+        for path in sorted(meta.glob("*.json")) if meta.is_dir() else ():
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict) and data.get("name") and data.get("version"):
+                out.setdefault(str(data["name"]), str(data["version"]))
         return out
 
     @cached_property
