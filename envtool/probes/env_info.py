@@ -96,7 +96,8 @@ def try_import(name, capture=False):
     """
     buf = io.StringIO()
     try:
-        with (contextlib.redirect_stdout(buf) if capture else _no_context()):
+        context = contextlib.redirect_stdout(buf) if capture else _no_context()
+        with context:
             module = importlib.import_module(name)
         return module, {"ok": True, "version": version_of(module), "file": getattr(module, "__file__", None),
                         "printed": buf.getvalue().strip()}
@@ -139,7 +140,8 @@ def call_api(module, names):
 
 
 def is_mpi_library(path):
-    """True when ``path``'s file name is an MPI library (``libmpi.so.40``), not a binding (``libmpi_cxx``)."""
+    """True when ``path``'s file name is an MPI library (Open MPI's ``libmpi.so.40``, MPICH's
+    ``libmpich.so.12``), not a language binding (``libmpi_cxx``, ``libmpi_mpifh``, ``libmpi_usempi*``)."""
     base = os.path.basename(path)
     return base.startswith("libmpi") and not base.startswith(MPI_BINDINGS)
 
