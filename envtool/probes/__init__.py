@@ -29,7 +29,6 @@ import json
 import os
 import signal
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,6 +137,8 @@ def run_file(python: Path, script: Path, args: Sequence[str], timeout: float,
     Returns:
         a :class:`ProbeRun`; never raises for a failing, crashing or hanging probe.
     """
+    import tempfile
+
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="envtool-probe-") as tmp:
         try:

@@ -27,13 +27,13 @@ so that a hang still leaves the records of what finished:
 
 Exit status: 0 when every method worked, 1 otherwise, 2 for bad arguments.
 """
-import argparse
-import importlib.util
 import json
-import multiprocessing
 import os
 import sys
 import time
+
+# argparse, importlib.util and multiprocessing are imported where used: envtool imports this
+# module for its constants and helpers, and its start-up stays fast.
 
 #: Line prefix of every record (the same in every probe and in ``envtool.probes.MARKER``).
 MARKER = "ENVTOOL-PROBE "
@@ -84,6 +84,8 @@ def default_start_method():
     """The interpreter's default start method (``fork`` on Linux before Python 3.14), read with
     ``get_start_method(allow_none=True)`` first so that an unset method is reported as the
     platform default without having been fixed by an earlier call (str)."""
+    import multiprocessing
+
     return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_context().get_start_method()
 
 
@@ -146,6 +148,8 @@ def load(data_loader, method):
 
 def is_installed(name):
     """True when top-level module ``name`` can be found on ``sys.path`` (whether or not it imports)."""
+    import importlib.util
+
     try:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
@@ -154,6 +158,8 @@ def is_installed(name):
 
 def parse_args(argv=None):
     """The command line (``argparse.Namespace`` with ``methods`` and ``hvd_init``); exits 2 when bad."""
+    import argparse
+
     parser = argparse.ArgumentParser(prog="dataloader.py", description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--hvd-init", action="store_true", help="run hvd.init() (Gloo when built) first")
     parser.add_argument("methods", nargs="+", metavar="METHOD", help="fork, spawn, forkserver or default")
