@@ -1,8 +1,10 @@
 """Check 3, ``start-method``: the DataLoader start method.
 
-The effective default comes from a fresh interpreter of the env; the probe runs ``hvd.init()``
-(Gloo, one process) and then a real ``DataLoader`` with 2 workers under that method (and the
-spec's ``expect.dataloader_start_method``) within a timeout. ``fork`` on Python < 3.14 with an
+The effective default comes from a fresh interpreter of the env; the probe
+(``envtool/probes/dataloader.py --hvd-init``, the one ``create``'s validation runs) calls
+``hvd.init()`` (Gloo, one process) and then runs a real ``DataLoader`` with 2 workers under that
+method (and the spec's ``expect.dataloader_start_method``) within a timeout. No torch in the env
+is a skip; a torch that does not import is a failure. ``fork`` on Python < 3.14 with an
 MPI/InfiniBand launch present is a warning: workers forked after MPI/Horovod init segfault or
 deadlock on some InfiniBand stacks; the fix is ``forkserver`` (seed ``000_…txt``, "Problems
 Distributing Pytorch with Multiple Data Loader Workers"; horovod.md).

@@ -32,20 +32,6 @@ from envtool.core.plan import PlanOptions, Step
 #: Distribution names per framework, as ``importlib.metadata`` sees them.
 FRAMEWORK_DISTS = {f.name: f.pip_names for f in frameworks.FRAMEWORKS}
 
-_PROBE = r"""
-import json, sys, sysconfig
-from importlib import metadata
-out = {"python_tag": sys.implementation.cache_tag.replace("cpython-", "cp"), "frameworks": {}}
-for key, names in %s.items():
-    for n in names:
-        try:
-            out["frameworks"][key] = [n, metadata.version(n)]
-            break
-        except metadata.PackageNotFoundError:
-            pass
-print(json.dumps(out))
-"""
-
 
 def _first_line(argv: List[str]) -> Optional[str]:
     try:
@@ -194,9 +180,23 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
 
 
 def probe_env(runner, py: str) -> Dict:
-    """Python tag and installed framework versions of the env (one subprocess)."""
-    proc = runner.run([py, "-c", _PROBE % json.dumps(FRAMEWORK_DISTS)])
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """Python tag and installed framework versions of the env: ``envtool/probes/framework_versions.py``
+    run with ``py`` (one subprocess, logged by ``runner``).
+
+    Returns:
+        ``{"python_tag": "cp311", "frameworks": {"pytorch": ["torch", "2.13.0+cpu"], ...}}``
+        (keys of :data:`FRAMEWORK_DISTS` with a distribution installed).
+    Raises:
+        StepFailed: the probe failed or printed no record (its output is in the log).
+    """
+    from envtool import probes
+
+    proc = runner.run([py, str(probes.probe_path("framework_versions")), json.dumps(FRAMEWORK_DISTS)])
+    records = probes.parse_records(proc.stdout)
+    if not records:
+        raise StepFailed("build-horovod", f"{py} could not report its framework versions (see the log)",
+                         runner.log_path)
+    return records[-1]
 
 
 def rules_for_run(d: BuildDecision, installed: Dict[str, List[str]]) -> List[fixes.FixRule]:

@@ -14,6 +14,7 @@ from typing import List
 
 from envtool.core.errors import CheckFailed, StepFailed
 from envtool.horovod import checkbuild
+from envtool.probes import probe_path
 from envtool.spec.model import Spec
 from envtool.core.plan import PlanOptions, Step
 from envtool.validate import probes
@@ -34,9 +35,9 @@ def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
     run_allreduce = (spec.horovod.install != "none" and "pytorch" in spec.horovod.frameworks
                      and "gloo" in spec.horovod.controllers and expect.check_build is not None)
     if run_allreduce:
-        commands.append(tuple(probes.allreduce_command(prefix, 2, "gloo")[:7]) + ("python", "-c", "<allreduce probe>"))
+        commands.append(tuple(probes.allreduce_command(prefix, 2, "gloo")))
     if expect.dataloader_start_method:
-        commands.append((str(prefix / "bin" / "python"), "<dataloader probe>", expect.dataloader_start_method))
+        commands.append((str(prefix / "bin" / "python"), str(probe_path("dataloader")), expect.dataloader_start_method))
         notes.append(f"a DataLoader with 2 workers must run under start method {expect.dataloader_start_method!r}")
     if not commands:
         return []

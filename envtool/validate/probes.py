@@ -1,7 +1,9 @@
 """Probes run with an environment's own interpreter: check-build, DataLoader start method, allreduce.
 
 Each probe is a fresh subprocess with a timeout, so a hang (a fork-unsafe MPI stack) or a crash
-cannot take envtool down with it. Results are plain dataclasses.
+cannot take envtool down with it. Results are plain dataclasses. The scripts themselves are the
+standalone modules of :mod:`envtool.probes` (``dataloader.py``, ``allreduce.py``); this module
+runs them and reads what they print.
 """
 from __future__ import annotations
 
@@ -10,42 +12,14 @@ import os
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence, Tuple
 
-#: Run in the env: a real DataLoader with 2 workers under the start method given in argv[1].
-#: multiprocessing.get_start_method(allow_none=True) does not fix the context as a side effect
-#: (horovod.md, "DataLoader start method").
-DATALOADER_PROBE = r"""
-import json, multiprocessing as mp, sys, time
-method = sys.argv[1]
-default = mp.get_start_method(allow_none=True) or mp.get_context().get_start_method()
-import torch
-from torch.utils.data import DataLoader, Dataset
+from envtool import probes as _probes
+from envtool.probes import allreduce as allreduce_probe
+from envtool.probes import dataloader as dataloader_probe
 
-class Squares(Dataset):
-    def __len__(self):
-        return 8
-    def __getitem__(self, i):
-        return torch.tensor([i * i])
-
-if __name__ == "__main__":
-    started = time.monotonic()
-    loader = DataLoader(Squares(), batch_size=2, num_workers=2, multiprocessing_context=method)
-    total = int(sum(int(b.sum()) for b in loader))
-    print(json.dumps({"method": method, "default": default, "total": total,
-                      "seconds": round(time.monotonic() - started, 3)}))
-"""
-
-#: Expected sum of squares 0..7 returned by the probe's DataLoader.
-DATALOADER_TOTAL = sum(i * i for i in range(8))
-
-#: A 2-rank allreduce: each rank contributes its rank + 1; the average is 1.5 for 2 ranks.
-ALLREDUCE_PROBE = r"""
-import horovod.torch as hvd, torch, json
-hvd.init()
-t = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), name="envtool.probe")
-print(json.dumps({"rank": hvd.rank(), "size": hvd.size(), "value": float(t[0])}), flush=True)
-"""
+#: Expected sum of squares 0..7 returned by the probe's DataLoader (140).
+DATALOADER_TOTAL = dataloader_probe.expected_total()
 
 
 @dataclass(frozen=True)
@@ -71,13 +45,101 @@ class DataLoaderResult:
 
 
 def _clean_env(extra: Optional[dict] = None) -> dict:
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    env.pop("PYTHONPATH", None)
-    env.pop("PYTHONHOME", None)
-    if extra:
-        env.update(extra)
-    return env
+    return _probes.clean_env(extra)
+
+
+@dataclass(frozen=True)
+class DataLoaderProbe:
+    """One run of the DataLoader probe (``envtool/probes/dataloader.py``) over several start methods.
+
+    Attributes:
+        default: the env's default start method (None if the probe died first).
+        hvd_init: True when ``hvd.init()`` succeeded, False when it failed, None when not tried.
+        controller: ``gloo`` / ``mpi`` after init, or None.
+        init_error: why ``hvd.init()`` failed.
+        results: a :class:`DataLoaderResult` per distinct method asked for (once the default is known).
+        error: the probe as a whole failed (``torch is not installed``, ``cannot import torch: …``,
+            timed out or died before reporting the default), or None.
+        seconds: wall time (s).
+    """
+
+    default: Optional[str] = None
+    hvd_init: Optional[bool] = None
+    controller: Optional[str] = None
+    init_error: Optional[str] = None
+    results: Tuple[DataLoaderResult, ...] = ()
+    error: Optional[str] = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["results"] = [r.to_dict() for r in self.results]
+        return d
+
+
+def read_dataloader(run: _probes.ProbeRun, methods: Sequence[str], timeout: float) -> DataLoaderProbe:
+    """Judge what the DataLoader probe printed.
+
+    Args:
+        run: the finished probe (:func:`envtool.probes.run_probe`).
+        methods: the methods it was asked for (``"default"`` allowed), in order.
+        timeout: the timeout it ran under (s), for the message of a method it never reached.
+    Returns:
+        a :class:`DataLoaderProbe`. A method is ok when its ``total`` is :data:`DATALOADER_TOTAL`;
+        a method without a record failed with "no result within N s (hung workers?)" when the
+        probe timed out, else "probe died: <last line>".
+    """
+    default = hvd_init = controller = init_error = None
+    torch_error = None
+    results = []
+    seen = set()
+    for rec in run.records:
+        if "default" in rec:
+            default = rec["default"]
+        elif "torch" in rec:
+            torch_error = ("torch is not installed" if not rec.get("installed")
+                           else f"cannot import torch: {rec.get('error')}")
+        elif "hvd_init" in rec:
+            hvd_init = rec["hvd_init"]
+            controller = rec.get("controller")
+            init_error = rec.get("error")
+        elif "method" in rec:
+            if rec["method"] in seen:
+                continue
+            seen.add(rec["method"])
+            ok = rec.get("total") == DATALOADER_TOTAL
+            err = rec.get("error") or (None if ok else
+                                       f"wrong total {rec.get('total')} (expected {DATALOADER_TOTAL})")
+            results.append(DataLoaderResult(rec["method"], ok, default, rec.get("seconds"), err))
+    if torch_error:
+        return DataLoaderProbe(default, error=torch_error, seconds=run.seconds)
+    if default is not None:
+        for m in dataloader_probe.resolve_methods(methods, default):
+            if m not in seen:
+                why = (f"no result within {timeout:.0f} s (hung workers?)" if run.timed_out
+                       else "probe died: " + (run.error or (run.output_tail.splitlines() or ["no output"])[-1]))
+                results.append(DataLoaderResult(m, False, default, None, why))
+    error = None
+    if default is None:
+        error = run.error or "probe printed nothing"
+    return DataLoaderProbe(default, hvd_init, controller, init_error, tuple(results), error, run.seconds)
+
+
+def dataloader_methods(python: Path, methods: Sequence[str], timeout: float = 120.0,
+                       hvd_init: bool = False) -> DataLoaderProbe:
+    """Run the DataLoader probe once for several start methods (one subprocess, one JSON line each).
+
+    Args:
+        python: the env's interpreter.
+        methods: ``fork``, ``spawn``, ``forkserver`` or ``default`` (the env's default), in order.
+        timeout: seconds for the whole probe before it counts as hung (its process group is killed).
+        hvd_init: run ``hvd.init()`` (Gloo when built) before the DataLoaders, as ``doctor`` does.
+    Returns:
+        a :class:`DataLoaderProbe` (never raises for a failing, crashing or hanging probe).
+    """
+    args = (["--hvd-init"] if hvd_init else []) + list(methods)
+    run = _probes.run_probe(python, "dataloader", args, timeout)
+    return read_dataloader(run, methods, timeout)
 
 
 def dataloader(python: Path, method: str, timeout: float = 120.0) -> DataLoaderResult:
@@ -90,28 +152,10 @@ def dataloader(python: Path, method: str, timeout: float = 120.0) -> DataLoaderR
     Returns:
         a :class:`DataLoaderResult` (never raises for a failing probe).
     """
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="envtool-dl-") as tmp:
-        script = Path(tmp) / "dataloader_probe.py"  # spawn/forkserver re-import __main__ from a file
-        script.write_text(DATALOADER_PROBE)
-        try:
-            proc = subprocess.run([str(python), str(script), method], capture_output=True, text=True,
-                                  timeout=timeout, env=_clean_env(), cwd=tmp)
-        except subprocess.TimeoutExpired:
-            return DataLoaderResult(method, False, error=f"no result within {timeout:.0f} s (hung workers?)")
-        except OSError as exc:
-            return DataLoaderResult(method, False, error=f"cannot run {python}: {exc.strerror}")
-    if proc.returncode != 0:
-        last = (proc.stderr or proc.stdout).strip().splitlines()
-        return DataLoaderResult(method, False, error=last[-1] if last else f"exit status {proc.returncode}")
-    try:
-        data = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return DataLoaderResult(method, False, error="unreadable probe output: " + proc.stdout[-200:])
-    ok = data.get("total") == DATALOADER_TOTAL
-    return DataLoaderResult(method, ok, default_method=data.get("default"), seconds=data.get("seconds"),
-                            error=None if ok else f"wrong total {data.get('total')} (expected {DATALOADER_TOTAL})")
+    probe = dataloader_methods(python, [method], timeout)
+    if probe.error:
+        return DataLoaderResult(method, False, default_method=probe.default, error=probe.error)
+    return probe.results[0]
 
 
 def check_build_output(prefix: Path, timeout: float = 180.0) -> str:
@@ -134,26 +178,27 @@ def check_build_output(prefix: Path, timeout: float = 180.0) -> str:
 
 
 def allreduce_command(prefix: Path, ranks: int = 2, controller: str = "gloo") -> list:
-    """``horovodrun -np N -H localhost:N --gloo python -c PROBE`` for the env (argv list).
-
-    The launcher words come from the launcher model (:func:`envtool.scheduler.launcher.horovodrun_argv`).
+    """``horovodrun -np N -H localhost:N --gloo <prefix>/bin/python …/envtool/probes/allreduce.py`` for the
+    env (argv list). The launcher words come from the launcher model
+    (:func:`envtool.scheduler.launcher.horovodrun_argv`).
     """
     from envtool.scheduler import launcher
 
     bin_dir = Path(prefix) / "bin"
     argv = launcher.horovodrun_argv(Path(prefix), ranks, "gloo" if controller == "gloo" else "mpi")
-    return argv + [str(bin_dir / "python"), "-c", ALLREDUCE_PROBE]
+    return argv + [str(bin_dir / "python"), str(_probes.probe_path("allreduce"))]
 
 
 def parse_allreduce(output: str, ranks: int = 2) -> bool:
     """True when every rank printed the expected average ((1 + … + N) / N).
 
-    Each rank prints one JSON object (``{"rank": 0, "size": 2, "value": 1.5}``). Launchers tag
+    Each rank of ``envtool/probes/allreduce.py`` prints one JSON object
+    (``ENVTOOL-PROBE {"rank": 0, "size": 2, "value": 1.5}``). Launchers tag
     and interleave output — Open MPI's ``--tag-output`` can glue a rank's empty tagged line to
     the end of another (``…1.5}[1,1]<stdout>:``) — so the objects are found with a JSON decoder
     at each ``{`` rather than line by line.
     """
-    expected = sum(range(1, ranks + 1)) / ranks
+    expected = allreduce_probe.expected_average(ranks)
     seen = set()
     decoder = json.JSONDecoder()
     pos = output.find("{")
