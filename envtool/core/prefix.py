@@ -93,10 +93,16 @@ class PrefixData:
         hits = sorted(glob.glob(str(self.prefix / "lib" / "python*" / "site-packages")))
         return Path(hits[0]) if hits else None
 
-    @cached_property
-    def conda_records(self) -> list:
+    def read_conda_records(self, strict: bool = False) -> list:
         """py-rattler ``PrefixRecord`` of every ``conda-meta/*.json``, sorted by file name (empty
-        without ``conda-meta/``). A file py-rattler cannot read is skipped."""
+        without ``conda-meta/``).
+
+        Args:
+            strict: raise on a file py-rattler cannot read (a clone must not skip a package);
+                otherwise such a file is skipped (a check reports what it can read).
+        Raises:
+            EnvtoolError: ``strict`` and a record file does not parse (names the file).
+        """
         meta = self.prefix / "conda-meta"
         if not meta.is_dir():
             return []
@@ -106,9 +112,17 @@ class PrefixData:
         for path in sorted(meta.glob("*.json")):
             try:
                 out.append(PrefixRecord.from_path(str(path)))
-            except Exception:  # noqa: BLE001 - py-rattler raises its own parse errors; a broken record is skipped
-                continue
+            except Exception as exc:  # noqa: BLE001 - py-rattler raises its own parse errors
+                if strict:
+                    from envtool.core.errors import EnvtoolError
+
+                    raise EnvtoolError(f"{path}: not a conda package record: {exc}") from None
         return out
+
+    @cached_property
+    def conda_records(self) -> list:
+        """:meth:`read_conda_records` (lenient), read once."""
+        return self.read_conda_records()
 
     @cached_property
     def conda_files(self) -> frozenset:

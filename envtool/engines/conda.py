@@ -14,6 +14,7 @@ still gets conda's binary-prefix replacement right for the final prefix.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 import json
 import os
 import shlex
@@ -276,21 +277,15 @@ def _wait_quiet(prefix: Path, timeout: float = 10.0, interval: float = 0.2) -> N
 
 
 def read_prefix_records(prefix: Path) -> list:
-    """The ``rattler.PrefixRecord`` of every ``conda-meta/*.json`` in ``prefix``, sorted by name.
+    """The ``rattler.PrefixRecord`` of every ``conda-meta/*.json`` in ``prefix``, sorted by name
+    (:class:`~envtool.core.prefix.PrefixData`, strict).
 
     Raises:
         EnvtoolError: a record file that py-rattler cannot read (names the file).
     """
-    import rattler
+    from envtool.core.prefix import PrefixData
 
-    meta = Path(prefix) / "conda-meta"
-    out = []
-    for path in sorted(meta.glob("*.json")) if meta.is_dir() else []:
-        try:
-            out.append(rattler.PrefixRecord.from_path(str(path)))
-        except Exception as exc:
-            raise EnvtoolError(f"{path}: not a conda package record: {exc}") from None
-    return sorted(out, key=lambda r: r.name.normalized)
+    return sorted(PrefixData(prefix).read_conda_records(strict=True), key=lambda r: r.name.normalized)
 
 
 def record_key(record) -> tuple:
@@ -396,29 +391,16 @@ class RattlerEngine(Engine):
         return steps
 
     def installed(self, prefix: Path) -> List[InstalledPackage]:
-        """conda records (``conda-meta/*.json`` via py-rattler) then pip distributions not owned by conda."""
-        from envtool.engines.venv import pip_distributions
+        """conda records then the distributions pip installed (not conda's), as
+        :class:`~envtool.core.prefix.PrefixData` reads them."""
+        from envtool.core.prefix import PrefixData
 
-        out = []
-        names = set()
-        for r in read_prefix_records(prefix):
-            names.add(r.name.normalized)
-            out.append(InstalledPackage(name=r.name.normalized, version=str(r.version), manager="conda",
-                                        build=str(r.build), url=str(r.url),
-                                        sha256=r.sha256.hex() if r.sha256 else ""))
-        conda_files = set()
-        for r in read_prefix_records(prefix):
-            conda_files.update(str(p) for p in r.files)
-        for d in pip_distributions(prefix):
-            if d.name in names and _dist_owned_by_conda(prefix, d.name, conda_files):
-                continue
-            out.append(d)
+        data = PrefixData(prefix)
+        out = [InstalledPackage(name=r.name.normalized, version=str(r.version), manager="conda", build=str(r.build),
+                                url=str(r.url), sha256=r.sha256.hex() if r.sha256 else "")
+               for r in sorted(data.read_conda_records(strict=True), key=lambda r: r.name.normalized)]
+        out += [InstalledPackage(name=d.name, version=d.version, manager="pip") for d in data.pip_installed()]
         return out
-
-
-def _dist_owned_by_conda(prefix: Path, name: str, conda_files: set) -> bool:
-    return any(("dist-info" in f or "egg-info" in f) and name.replace("-", "_") in f.lower().replace("-", "_")
-               for f in conda_files)
 
 
 def _create_action(step: Step, runner) -> None:
@@ -490,7 +472,7 @@ def clone_conda_steps(source: Path, prefix: Path, final_prefix: Path, source_lab
     files, pinned, history), ``clone-verify``. Results go to ``runner.results["clone"]``.
     """
     data = {"source": str(source), "prefix": str(prefix), "final_prefix": str(final_prefix),
-            "label": source_label or str(source), "content": verify_content,
+            "label": source_label or str(source), "content": verify_content, "run": CloneRun(),
             "cache_dir": str(cache_dir or _package_cache()),
             "source_caches": None if source_caches is None else tuple(str(c) for c in source_caches)}
     check = "sha256 of every file" if verify_content else "stat data incl. ctime of every file"
@@ -519,8 +501,9 @@ def _clone_install(step: Step, runner) -> None:
     d = step.data
     src = Path(d["source"])
     t0 = time.monotonic()
-    state: Dict[str, Any] = {"fingerprint": clone.fingerprint(src, content=d["content"])}
-    runner.note(f"fingerprinted {len(state['fingerprint'])} entries of {src} in {time.monotonic() - t0:.1f} s")
+    run: CloneRun = d["run"]
+    run.fingerprint = clone.fingerprint(src, content=d["content"])
+    runner.note(f"fingerprinted {len(run.fingerprint)} entries of {src} in {time.monotonic() - t0:.1f} s")
     try:
         records = read_prefix_records(src)
         caches = (clone.source_pkgs_dirs(src, records) if d.get("source_caches") is None
@@ -537,23 +520,35 @@ def _clone_install(step: Step, runner) -> None:
                         progress=runner.progress)
     except EnvtoolError as exc:
         raise StepFailed(step.id, str(exc), runner.log_path) from None
-    state.update(records=records, seed={"cached": len(seed.cached), "copied": len(seed.copied),
-                                        "fetched": seed.missing, "bytes_copied": seed.bytes_copied})
-    _CLONE_STATE[d["prefix"]] = state
-    runner.results["clone"] = {"source": str(src), "records": len(records), "cache": state["seed"]}
+    run.records = records
+    runner.results["clone"] = {"source": str(src), "records": len(records),
+                               "cache": {"cached": len(seed.cached), "copied": len(seed.copied),
+                                         "fetched": seed.missing, "bytes_copied": seed.bytes_copied}}
 
 
-#: per build prefix: the source fingerprint and records between the clone steps (not shown).
-_CLONE_STATE: Dict[str, Dict[str, Any]] = {}
+@dataclass
+class CloneRun:
+    """What the clone steps of one plan hand each other, carried in their steps' data (one object
+    per plan, never module state): the source's fingerprint taken before anything was copied,
+    and its package records.
+
+    Attributes:
+        fingerprint: :func:`envtool.engines.clone.fingerprint` of the source, or None until taken.
+        records: the source's ``rattler.PrefixRecord`` objects, or None until read.
+    """
+
+    fingerprint: Optional[Dict[str, Any]] = None
+    records: Optional[list] = None
 
 
 def _clone_untracked(step: Step, runner) -> None:
     from envtool.engines import clone
 
     d = step.data
-    state = _CLONE_STATE.get(d["prefix"]) or {"records": read_prefix_records(Path(d["source"]))}
+    run: CloneRun = d["run"]
+    records = run.records if run.records is not None else read_prefix_records(Path(d["source"]))
     report = clone.copy_untracked(Path(d["source"]), Path(d["prefix"]), Path(d["final_prefix"]),
-                                  clone.tracked_paths(state["records"]))
+                                  clone.tracked_paths(records))
     clone.carry_meta(Path(d["source"]), Path(d["prefix"]), d["label"], Path(d["final_prefix"]), report)
     for b in report.binaries:
         runner.progress(f"      warning: {b} embeds the source prefix {d['source']} (binary; not rewritten)")
@@ -567,12 +562,12 @@ def _clone_verify(step: Step, runner) -> None:
 
     d = step.data
     src, prefix = Path(d["source"]), Path(d["prefix"])
-    state = _CLONE_STATE.pop(d["prefix"], {})
+    run: CloneRun = d["run"]
     report = clone.VerifyReport()
-    report.records = clone.compare_records(state.get("records") or read_prefix_records(src),
+    report.records = clone.compare_records(run.records if run.records is not None else read_prefix_records(src),
                                            read_prefix_records(prefix))
-    if "fingerprint" in state:
-        report.source_changed = clone.fingerprint_diff(state["fingerprint"], clone.fingerprint(src, d["content"]))
+    if run.fingerprint is not None:
+        report.source_changed = clone.fingerprint_diff(run.fingerprint, clone.fingerprint(src, d["content"]))
     report.pip_view = clone.compare_pip_views(clone.pip_view(src), clone.pip_view(prefix))
     runner.results.setdefault("clone", {})["verify"] = report.to_dict()
     if not report.ok:
