@@ -129,19 +129,29 @@ class PrefixData:
         """Paths (relative to the prefix) that conda records own."""
         return frozenset(str(f) for r in self.conda_records for f in r.files)
 
-    def conda_versions(self) -> Dict[str, str]:
-        """``{conda package name: version}`` from the ``name`` and ``version`` fields every
-        ``conda-meta/*.json`` has (read as JSON, so a record py-rattler would refuse for another
-        field still counts); the first file of a name wins."""
+    @cached_property
+    def conda_record_dicts(self) -> Tuple[Dict[str, object], ...]:
+        """Every ``conda-meta/*.json`` as its JSON object (sorted by file name), for readers that
+        want fields as conda wrote them (``url``, ``channel``, ``md5``, ``sha256``); files that are
+        not JSON objects with ``name`` and ``version`` are skipped."""
         meta = self.prefix / "conda-meta"
-        out: Dict[str, str] = {}
+        out = []
         for path in sorted(meta.glob("*.json")) if meta.is_dir() else ():
             try:
                 data = json.loads(path.read_text())
             except (OSError, ValueError):
                 continue
             if isinstance(data, dict) and data.get("name") and data.get("version"):
-                out.setdefault(str(data["name"]), str(data["version"]))
+                out.append(data)
+        return tuple(out)
+
+    def conda_versions(self) -> Dict[str, str]:
+        """``{conda package name: version}`` from the ``name`` and ``version`` fields every record
+        has (:attr:`conda_record_dicts`, so a record py-rattler would refuse for another field
+        still counts); the first file of a name wins."""
+        out: Dict[str, str] = {}
+        for data in self.conda_record_dicts:
+            out.setdefault(str(data["name"]), str(data["version"]))
         return out
 
     @cached_property

@@ -34,45 +34,18 @@ SPEC_VERSION = "1.6"
 
 
 def _conda_records(prefix: Path) -> List[Dict]:
-    out = []
-    meta = prefix / "conda-meta"
-    if not meta.is_dir():
-        return out
-    for rec in sorted(meta.glob("*.json")):
-        try:
-            data = json.loads(rec.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and data.get("name") and data.get("version"):
-            out.append(data)
-    return out
+    """The conda records of ``prefix`` as conda wrote them (:class:`~envtool.core.prefix.PrefixData`)."""
+    from envtool.core.prefix import PrefixData
+
+    return [dict(d) for d in PrefixData(prefix).conda_record_dicts]
 
 
 def _pip_dists(prefix: Path) -> List[Tuple[str, str, Optional[Dict]]]:
-    """``(canonical name, version, direct_url or None)`` of the pip-installed distributions."""
-    from importlib import metadata
+    """``(canonical name, version, direct_url or None)`` of the distributions not installed by conda
+    (a conda package's record is its component), from :class:`~envtool.core.prefix.PrefixData`."""
+    from envtool.core.prefix import PrefixData
 
-    from packaging.utils import canonicalize_name
-
-    from envtool.engines.venv import site_packages
-
-    sp = site_packages(prefix)
-    if sp is None:
-        return []
-    out: Dict[str, Tuple[str, str, Optional[Dict]]] = {}
-    for dist in metadata.distributions(path=[str(sp)]):
-        name = (dist.metadata["Name"] or "").strip()
-        if not name:
-            continue
-        if (dist.read_text("INSTALLER") or "").strip() == "conda":
-            continue  # a conda package: its record is the component
-        direct = None
-        try:
-            direct = json.loads(dist.read_text("direct_url.json") or "null")
-        except ValueError:
-            direct = None
-        out[canonicalize_name(name)] = (canonicalize_name(name), dist.version, direct)
-    return [out[k] for k in sorted(out)]
+    return [(d.name, d.version, d.direct or None) for d in PrefixData(prefix).distributions if d.installer != "conda"]
 
 
 def _channel_name(channel: str) -> str:
@@ -125,9 +98,9 @@ def build_bom(prefix: Path, name: Optional[str] = None, version: Optional[str] =
     prefix = Path(prefix).absolute()
     if not prefix.is_dir():
         raise UsageError(f"--prefix: {prefix} is not a directory (expected an environment prefix)")
-    from envtool.engines.venv import site_packages
+    from envtool.core.prefix import PrefixData
 
-    if not (prefix / "conda-meta").is_dir() and site_packages(prefix) is None:
+    if not (prefix / "conda-meta").is_dir() and PrefixData(prefix).site_packages is None:
         raise UsageError(f"--prefix: {prefix} is not an environment (no conda-meta/ and no site-packages)")
 
     hvd = horovod_build(prefix)
