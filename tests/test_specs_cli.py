@@ -205,3 +205,18 @@ def test_status_bad_input_exit_2(tmp_path, body, field, expected):
     proc = envtool("show", "s", env={"ENVTOOL_SPEC_PATH": str(tmp_path)})
     assert proc.returncode == 2 and field in proc.stderr and expected in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_verbose_and_quiet_before_or_after_the_subcommand():
+    from envtool.cli.main import build_parser
+
+    parser = build_parser()
+    for argv in (["-v", "plan", "cpu-horovod"], ["plan", "cpu-horovod", "-v"], ["plan", "--verbose", "cpu-horovod"]):
+        args = parser.parse_args(argv)
+        assert args.verbose is True and args.quiet is False, argv
+    for argv in (["-q", "create", "cpu-horovod"], ["create", "cpu-horovod", "-q"]):
+        assert parser.parse_args(argv).quiet is True, argv
+    args = parser.parse_args(["specs"])
+    assert args.verbose is False and args.quiet is False
+    proc = run_envtool("lock", "--check", "cpu-horovod", "-q")
+    assert proc.returncode == 0, proc.stderr

@@ -37,6 +37,15 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    for command in sub.choices.values():
+        # -v / -q also after the subcommand (``envtool create X -v``); SUPPRESS keeps the global
+        # value when only the global form is given
+        for flags, dest, help_text in ((("-v", "--verbose"), "verbose", "show subprocess output and details"),
+                                       (("-q", "--quiet"), "quiet", "no progress lines")):
+            try:
+                command.add_argument(*flags, dest=dest, action="store_true", default=argparse.SUPPRESS, help=help_text)
+            except argparse.ArgumentError:
+                pass  # the command defines it itself
     return parser
 
 
