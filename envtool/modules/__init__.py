@@ -8,7 +8,6 @@ the templates in ``templates/``; :func:`write_modulefile` puts the text at
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from envtool.core.errors import UsageError
@@ -41,16 +40,9 @@ def modulefile_path(root: Path, content: ModuleContent, fmt: str) -> Path:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from envtool.core.atomic import write_text_atomic
+
+    write_text_atomic(path, text)
 
 
 def mark_default(root: Path, content: ModuleContent, fmt: str) -> Path:

@@ -191,19 +191,6 @@ def write_sbom(prefix: Path, path: Path, name: Optional[str] = None, version: Op
     Returns:
         ``path``.
     """
-    import os
-    import tempfile
+    from envtool.core.atomic import write_text_atomic
 
-    text = render(build_bom(prefix, name=name, version=version))
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    return write_text_atomic(Path(path), render(build_bom(prefix, name=name, version=version)))
