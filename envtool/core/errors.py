@@ -128,21 +128,34 @@ class Interrupted(KeyboardInterrupt):
 class StepFailed(EnvtoolError):
     """A step of ``create`` failed (a subprocess exited non-zero, a probe timed out).
 
-    Exit status 1. ``log`` is the path of the build log that holds the subprocess output.
+    Exit status 1. ``log`` is the path of the build log that holds the subprocess output;
+    ``step_result`` what the failed step found (JSON-ready), which the runner records as that
+    step's result, or None.
     """
 
     exit_status = 1
 
-    def __init__(self, step_id: str, message: str, log: Optional[Path] = None):
+    def __init__(self, step_id: str, message: str, log: Optional[Path] = None, step_result: Optional[Any] = None):
         self.step_id = step_id
         self.log = log
+        self.step_result = step_result
         super().__init__(f"step {step_id!r} failed: {message}")
 
 
 class CheckFailed(EnvtoolError):
-    """A validation found a mismatch (a capability missing, a probe failed). Exit status 1."""
+    """A validation found a mismatch (a capability missing, a probe failed). Exit status 1.
+
+    Args:
+        message: what failed.
+        step_result: the check's full result (JSON-ready), recorded by the runner as the step's
+            result, or None.
+    """
 
     exit_status = 1
+
+    def __init__(self, message: str, step_result: Optional[Any] = None):
+        self.step_result = step_result
+        super().__init__(message)
 
 
 @dataclass(frozen=True)

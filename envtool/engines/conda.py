@@ -403,7 +403,7 @@ class RattlerEngine(Engine):
         return out
 
 
-def _create_action(step: Step, runner) -> None:
+def _create_action(step: Step, runner) -> dict:
     d = step.data
     try:
         runner.progress(f"      solving {' '.join(d['specs'])} ({d['platform']})")
@@ -416,7 +416,7 @@ def _create_action(step: Step, runner) -> None:
         raise
     except EnvtoolError as exc:
         raise StepFailed(step.id, str(exc), runner.log_path) from None
-    runner.results["conda-create"] = {"packages": len(records), "platform": d["platform"]}
+    return {"packages": len(records), "platform": d["platform"]}
 
 
 def _extra_conda_steps(spec: Spec, prefix: Path, final_prefix: Path) -> List[Step]:
@@ -469,7 +469,7 @@ def clone_conda_steps(source: Path, prefix: Path, final_prefix: Path, source_lab
     ``notes`` are added to the first step's (shown by ``plan``).
 
     Step ids: ``clone-install`` (records from caches, then URLs), ``clone-untracked`` (untracked
-    files, pinned, history), ``clone-verify``. Results go to ``runner.results["clone"]``.
+    files, pinned, history), ``clone-verify``. Each returns its result; :func:`clone_view` gathers them.
     """
     data = {"source": str(source), "prefix": str(prefix), "final_prefix": str(final_prefix),
             "label": source_label or str(source), "content": verify_content, "run": CloneRun(),
@@ -495,7 +495,7 @@ def clone_conda_steps(source: Path, prefix: Path, final_prefix: Path, source_lab
     ]
 
 
-def _clone_install(step: Step, runner) -> None:
+def _clone_install(step: Step, runner) -> dict:
     from envtool.engines import clone
 
     d = step.data
@@ -521,8 +521,8 @@ def _clone_install(step: Step, runner) -> None:
     except EnvtoolError as exc:
         raise StepFailed(step.id, str(exc), runner.log_path) from None
     run.records = records
-    runner.results["clone"] = {"source": str(src), "records": len(records),
-                               "cache": {"cached": len(seed.cached), "copied": len(seed.copied),
+    return {"source": str(src), "records": len(records),
+            "cache": {"cached": len(seed.cached), "copied": len(seed.copied),
                                          "fetched": seed.missing, "bytes_copied": seed.bytes_copied}}
 
 
@@ -541,7 +541,7 @@ class CloneRun:
     records: Optional[list] = None
 
 
-def _clone_untracked(step: Step, runner) -> None:
+def _clone_untracked(step: Step, runner) -> dict:
     from envtool.engines import clone
 
     d = step.data
@@ -554,10 +554,10 @@ def _clone_untracked(step: Step, runner) -> None:
         runner.progress(f"      warning: {b} embeds the source prefix {d['source']} (binary; not rewritten)")
     runner.note(f"untracked: {len(report.copied)} copied, {len(report.rewritten)} text files rewritten, "
                 f"{len(report.binaries)} binaries embed the old prefix")
-    runner.results.setdefault("clone", {})["untracked"] = report.to_dict()
+    return report.to_dict()
 
 
-def _clone_verify(step: Step, runner) -> None:
+def _clone_verify(step: Step, runner) -> dict:
     from envtool.engines import clone
 
     d = step.data
@@ -569,11 +569,29 @@ def _clone_verify(step: Step, runner) -> None:
     if run.fingerprint is not None:
         report.source_changed = clone.fingerprint_diff(run.fingerprint, clone.fingerprint(src, d["content"]))
     report.pip_view = clone.compare_pip_views(clone.pip_view(src), clone.pip_view(prefix))
-    runner.results.setdefault("clone", {})["verify"] = report.to_dict()
     if not report.ok:
         lines = ([f"records differ: {x}" for x in report.records] + [f"source changed: {x}" for x in report.source_changed]
                  + [f"importlib.metadata differs: {x}" for x in report.pip_view])
-        raise StepFailed(step.id, "the clone does not match its source:\n  " + "\n  ".join(lines), runner.log_path)
+        raise StepFailed(step.id, "the clone does not match its source:\n  " + "\n  ".join(lines), runner.log_path,
+                         step_result=report.to_dict())
+    return report.to_dict()
+
+
+def clone_view(results: Dict[str, Any]) -> Dict[str, Any]:
+    """The clone's steps' results as one ``clone`` entry (``source``, ``records``, ``cache``,
+    ``mode``, ``untracked``, ``verify``; what ``envtool clone --json`` shows), or ``{}``.
+
+    Args:
+        results: step id → result, as the runner recorded them.
+    """
+    view: Dict[str, Any] = {}
+    for sid in ("clone-install", "clone-layer", "clone-copy", "clone-external"):
+        view.update(results.get(sid) or {})
+    if "clone-untracked" in results:
+        view["untracked"] = results["clone-untracked"]
+    if "clone-verify" in results:
+        view["verify"] = results["clone-verify"]
+    return view
 
 
 def clone_layer_step(source: Path, prefix: Path, final_prefix: Path, mode: str = "layer") -> Step:
@@ -599,7 +617,7 @@ def clone_layer_step(source: Path, prefix: Path, final_prefix: Path, mode: str =
                 action=_copy_action, data={"source": str(source), "prefix": str(prefix), "final_prefix": str(final_prefix)})
 
 
-def _layer_action(step: Step, runner) -> None:
+def _layer_action(step: Step, runner) -> dict:
     """Run ``venv --system-site-packages``; for a venv source add a ``.pth`` naming its site-packages.
 
     ``venv`` run from a venv bases the new one on the *base* interpreter (PEP 405
@@ -614,15 +632,15 @@ def _layer_action(step: Step, runner) -> None:
         if src_sp and new_sp:
             (new_sp / "_envtool_layer.pth").write_text(str(src_sp) + "\n")
             runner.note(f"{new_sp}/_envtool_layer.pth -> {src_sp}")
-    runner.results["clone"] = {"source": str(src), "mode": "layer"}
+    return {"source": str(src), "mode": "layer"}
 
 
-def _copy_action(step: Step, runner) -> None:
+def _copy_action(step: Step, runner) -> dict:
     from envtool.engines import clone
 
     d = step.data
     report = clone.copy_untracked(Path(d["source"]), Path(d["prefix"]), Path(d["final_prefix"]), set())
-    runner.results["clone"] = {"source": d["source"], "untracked": report.to_dict()}
+    return {"source": d["source"], "mode": "copy", "untracked": report.to_dict()}
 
 
 class ExternalCondaEngine(Engine):
@@ -713,7 +731,7 @@ def parse_conda_json(output: str) -> Dict[str, Any]:
     raise EnvtoolError("no JSON document in the tool's output")
 
 
-def _external_action(step: Step, runner) -> None:
+def _external_action(step: Step, runner) -> dict:
     proc = runner.run(step.commands[0], env=dict(step.env), check=False)
     try:
         doc = parse_conda_json(proc.stdout)
@@ -725,5 +743,4 @@ def _external_action(step: Step, runner) -> None:
         raise StepFailed(step.id, f"{step.data['tool']} failed (exit {proc.returncode}){': ' + name if name else ''}: "
                                   f"{msg if isinstance(msg, str) else msg[0]}", runner.log_path)
     actions = doc.get("actions", {})
-    runner.results[step.id] = {"tool": step.data["tool"], "prefix": doc.get("prefix"),
-                               "linked": len(actions.get("LINK", []))}
+    return {"tool": step.data["tool"], "prefix": doc.get("prefix"), "linked": len(actions.get("LINK", []))}

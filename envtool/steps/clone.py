@@ -99,8 +99,18 @@ def clone_env(source: str, prefix: Path, engine: str = "rattler", mode: str = "l
             runner.note(f"moving {build} -> {target}")
             tx.commit()
             runner.note(f"clone ready at {target}")
-        return CloneResult(prefix=target, source=src, log=log, results=runner.results, timings=runner.timings)
+        return CloneResult(prefix=target, source=src, log=log, results=_with_clone_view(runner.results),
+                           timings=runner.timings)
     except (EnvtoolError, Interrupted) as exc:
         if exc.results is None:
-            exc.results = runner.results
+            exc.results = _with_clone_view(runner.results)
         raise
+
+
+def _with_clone_view(results):
+    """``results`` plus the ``clone`` entry that gathers the clone steps' results (``--json``)."""
+    from envtool.engines.conda import clone_view
+
+    out = dict(results)
+    out["clone"] = clone_view(results)
+    return out

@@ -85,6 +85,10 @@ def create(spec: Spec, options: PlanOptions, force: bool = False, verbose: bool 
             for p in tx.swept:
                 runner.note(f"removed stale build directory {p}")
             runner.run_plan(plan)
+            if options.clone is not None:
+                from envtool.engines.conda import clone_view
+
+                runner.results["clone"] = clone_view(runner.results)
             report = rewrite_prefix(build, str(build), str(target))
             runner.note(f"relocated: {len(report.rewritten)} text files rewritten, "
                         f"{len(report.binaries)} binaries embed the build prefix")

@@ -274,15 +274,16 @@ def _install_pip(step: Step, runner) -> None:
         runner.run(argv, env={"PYTHONNOUSERSITE": "1"})
 
 
-def _verify(step: Step, runner) -> None:
+def _verify(step: Step, runner) -> dict:
     from envtool.lock import diff, snapshot
 
     platform = step.data["platform"]
     installed = [p for p in snapshot.snapshot(Path(step.data["prefix"]), platform, lookup=False) if not p.built]
     report = diff.compare(step.data["packages"], installed, platform,
                           seeded=snapshot.seeded(Path(step.data["prefix"])))
-    runner.results["verify-lock"] = report.to_dict()
     if not report.ok:
         text = diff.format_report(report, step.data["lock"], step.data["prefix"])
         runner.note(text)
-        raise StepFailed(step.id, "the environment does not match the lock:\n" + text, runner.log_path)
+        raise StepFailed(step.id, "the environment does not match the lock:\n" + text, runner.log_path,
+                         step_result=report.to_dict())
+    return report.to_dict()

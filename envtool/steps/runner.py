@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO, Any, Dict, List, Mapping, Optional, Sequence
 
 from envtool.core import procs
-from envtool.core.errors import StepFailed
+from envtool.core.errors import CheckFailed, StepFailed
 from envtool.core.plan import Plan, Step
 
 
@@ -148,7 +148,12 @@ class Runner:
         if step.action is not None:
             # the step's env reaches the commands the action runs (Runner.run adds it), never
             # os.environ; what the action returns is the step's result
-            result = step.action(step, self)
+            try:
+                result = step.action(step, self)
+            except (StepFailed, CheckFailed) as exc:
+                if exc.step_result is not None:  # what the failed step found travels on its exception
+                    self.results[step.id] = exc.step_result
+                raise
             if result is not None:
                 self.results[step.id] = result
         else:

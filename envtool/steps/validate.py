@@ -3,7 +3,8 @@
 * ``horovodrun --check-build`` parsed and compared with ``expect.check_build``;
 * a real DataLoader with 2 workers under ``expect.dataloader_start_method``;
 * a 2-rank Gloo allreduce through ``horovodrun`` when Horovod has PyTorch and Gloo.
-Results go to ``runner.results["validate"]``; any mismatch raises :class:`CheckFailed`.
+The step returns its result (the runner records it under ``validate``); a mismatch raises
+:class:`CheckFailed` carrying the same result.
 """
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def _allreduce(prefix: Path):
     return proc.returncode == 0 and probes.parse_allreduce(proc.stdout, 2), output
 
 
-def _run_validate(step: Step, runner) -> None:
+def _run_validate(step: Step, runner) -> dict:
     """Run the probes concurrently (each is its own subprocess), then judge them in order."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -109,9 +110,9 @@ def _run_validate(step: Step, runner) -> None:
             problems.append(f"DataLoader with start method {method!r} failed: {dl.error}")
     result["ok"] = not problems
     result["problems"] = problems
-    runner.results["validate"] = result
     if problems:
-        raise CheckFailed("validation failed: " + "; ".join(problems))
+        raise CheckFailed("validation failed: " + "; ".join(problems), step_result=result)
+    return result
 
 
 def format_report(result: dict) -> str:
