@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from envtool.core.errors import EnvtoolError, UsageError
+from envtool.core.errors import UsageError
 from envtool.spec.model import Spec
 from envtool.core.plan import PlanOptions
 
