@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from envtool import probes as _probes
+from envtool.core import frameworks
 from envtool.validate import probes as vprobes
 
 #: Frameworks the info probe imports when installed: module → Horovod extension module.
-FRAMEWORKS: Tuple[Tuple[str, str], ...] = (("torch", "horovod.torch"), ("tensorflow", "horovod.tensorflow"),
-                                           ("mxnet", "horovod.mxnet"))
+FRAMEWORKS: Tuple[Tuple[str, str], ...] = tuple((f.module, f.binding) for f in frameworks.FRAMEWORKS)
 
 #: Horovod's Python API capability probes (horovod/common/basics.py@v0.28.1; cuda/rocm from 0.20).
 API_PROBES = ("nccl_built", "mpi_built", "gloo_built", "cuda_built", "rocm_built", "ddl_built", "ccl_built")
