@@ -215,7 +215,7 @@ def plan_steps(spec: Spec, options: PlanOptions, loaded: LoadedLock) -> List[Ste
         steps.append(Step(
             id="install-locked-conda", title=f"Install {len(conda)} locked conda packages ({platform}) with py-rattler",
             commands=(("#", f"look up the {len(conda)} locked records by URL in their channels (no solve)"),
-                      ("#", f"py-rattler install into {prefix}")),
+                      ("#", "py-rattler install into " + shlex.quote(str(prefix)))),
             notes=tuple(notes), action=_install_conda,
             data={"packages": tuple(conda), "channels": lock.channels, "platform": platform, "prefix": str(prefix),
                   "target_prefix": str(options.prefix)}))
