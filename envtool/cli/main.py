@@ -20,8 +20,23 @@ COMMANDS = ("create", "plan", "check_build", "specs", "show", "diff_specs", "clo
             "modulefile", "publish", "sbom", "doctor", "jobscript", "validate", "cache")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser with every available command registered."""
+def _command_module(argv: List[str]) -> Optional[str]:
+    """The command module ``argv`` names (``check-build`` -> ``check_build``): its first word that
+    is not an option; None when there is none or it names no command (then every command is
+    registered, for ``--help`` and argparse's own error)."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    name = word.replace("-", "_") if word else None
+    return name if name in COMMANDS else None
+
+
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The argument parser.
+
+    Args:
+        only: a command module name: register that command only (start-up: one module
+            imported, one subparser built); None: every available command (``--help``,
+            shell completion).
+    """
     parser = argparse.ArgumentParser(
         prog="envtool",
         description="Provision distributed deep-learning environments (PyTorch/TensorFlow + Horovod) on HPC systems.")
@@ -29,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="show subprocess output and details")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    for name in (only,) if only else COMMANDS:
         try:
             module = importlib.import_module(f"envtool.cli.{name}")
         except ModuleNotFoundError as exc:
@@ -51,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Run envtool with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(only=_command_module(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
