@@ -52,7 +52,12 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
-    for command in sub.choices.values():
+    commands = list(sub.choices.values())
+    for command in list(commands):  # and the actions of a command with its own (``cache list``)
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                commands += list(action.choices.values())
+    for command in commands:
         # -v / -q also after the subcommand (``envtool create X -v``); SUPPRESS keeps the global
         # value when only the global form is given
         for flags, dest, help_text in ((("-v", "--verbose"), "verbose", "show subprocess output and details"),
