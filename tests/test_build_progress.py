@@ -112,3 +112,53 @@ def test_timeout_kills_the_group_while_progress_is_shown(tmp_path):
             r.run(["sh", "-c", "echo '[ 10%] Building CXX object a.o'; sleep 60 & wait"], timeout=1.5,
                   progress="compiling Horovod")
         assert time.monotonic() - started < 15
+
+
+BACKEND = r"""
+import os, time
+def prepare_metadata_for_build_wheel(d, config_settings=None):
+    os.makedirs(os.path.join(d, "fake-1.0.dist-info"))
+    with open(os.path.join(d, "fake-1.0.dist-info", "METADATA"), "w") as fh:
+        fh.write("Metadata-Version: 2.1\nName: fake\nVersion: 1.0\n")
+    return "fake-1.0.dist-info"
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    print("-- Configuring done", flush=True)
+    for p in (10, 40, 70):
+        print(f"[{p:3d}%] Building CXX object x{p}.o", flush=True)
+        time.sleep(1)
+    print("[100%] Linking CXX shared library libx.so", flush=True)
+    raise SystemExit("this fake build stops here")
+"""
+
+PIP_DRIVER = r"""
+import sys
+from pathlib import Path
+from envtool.steps.horovod_build import UNBUFFERED, pip_wheel_argv
+from envtool.steps.runner import Runner
+with Runner(Path(sys.argv[1]), live=False) as r:
+    r.run(pip_wheel_argv(sys.executable, sys.argv[2], [sys.argv[3]]), env=UNBUFFERED, progress="compiling Horovod",
+          check=False)
+print("driver done", file=sys.stderr, flush=True)
+"""
+
+
+def test_the_build_command_streams_cmake_progress_through_pip(tmp_path):
+    """The build's own ``pip wheel`` command (``pip_wheel_argv``) run by real pip on a source tree
+    whose in-tree backend prints CMake-like lines a second apart: each progress line arrives
+    while the build still runs (pip -v and an unbuffered Python pass them through as they come)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "fake_backend"\n'
+                                        'backend-path = ["."]\n')
+    (src / "fake_backend.py").write_text(BACKEND)
+    proc = subprocess.Popen([sys.executable, "-c", PIP_DRIVER, str(tmp_path / "log"), str(tmp_path / "wheels"),
+                             str(src)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    arrivals = [(time.monotonic(), line.rstrip("\n")) for line in proc.stderr]
+    assert proc.wait(timeout=120) == 0
+    end = arrivals[-1][0]
+    assert arrivals[-1][1] == "driver done"
+    first = next(t for t, l in arrivals if "compiling [ 10%], 1 object built" in l)
+    assert end - first >= 2.0, arrivals  # shown while the build ran, not at its end
+    assert any("linking [100%], 3 objects built" in l for _, l in arrivals), arrivals
+    assert "[ 70%] Building CXX object x70.o" in (tmp_path / "log").read_text()

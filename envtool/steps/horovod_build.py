@@ -181,11 +181,31 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
         id="build-horovod",
         title=f"Build Horovod ({req}) with " + " ".join(f"{k}={v}" for k, v in env if k.startswith("HOROVOD_")),
         commands=(("#", "probe installed framework versions and the Python tag; look up the wheel cache"),
-                  (py, "-m", "pip", "wheel", "--no-build-isolation", "--no-cache-dir", "--no-deps",
-                   "--wheel-dir", wheel_dir, *source),
+                  tuple(pip_wheel_argv(py, wheel_dir, source)),
                   (py, "-m", "pip", "install", "--disable-pip-version-check", *no_deps, f"{wheel_dir}/horovod-*.whl")),
         env=tuple(display_env), notes=tuple(notes), action=_run_build, data={"build": decision},
     )]
+
+
+#: pip's options for the build: ``-v`` makes pip pass the build's own output (CMake's
+#: ``[ NN%] Building CXX object …`` lines) through as it comes, which the build log and the
+#: progress line need; without it pip prints nothing between "Building wheel … started" and the end.
+PIP_WHEEL_OPTIONS = ("--disable-pip-version-check", "-v", "--no-build-isolation", "--no-cache-dir", "--no-deps")
+#: Added to the build's environment so that pip's (Python's) output is not held in a buffer.
+UNBUFFERED = {"PYTHONUNBUFFERED": "1"}
+
+
+def pip_wheel_argv(python: str, wheel_dir: str, source) -> List[str]:
+    """The ``pip wheel`` command of the build (see :data:`PIP_WHEEL_OPTIONS`).
+
+    Args:
+        python: the environment's interpreter.
+        wheel_dir: where the wheel is written.
+        source: what pip builds (a requirement, or ``-r FILE --require-hashes``).
+    Returns:
+        the argv.
+    """
+    return [python, "-m", "pip", "wheel", *PIP_WHEEL_OPTIONS, "--wheel-dir", wheel_dir, *source]
 
 
 def probe_env(runner, py: str) -> Dict:
@@ -280,9 +300,8 @@ def _run_build(step: Step, runner) -> Dict:
                 reqs = tmp / "requirements.txt"
                 reqs.write_text(f"{d.requirement} --hash=sha256:{d.sdist_sha256}\n")
                 source = ["-r", str(reqs), "--require-hashes"]
-            proc = runner.run([d.python, "-m", "pip", "wheel", "--disable-pip-version-check", "--no-build-isolation",
-                               "--no-cache-dir", "--no-deps", "--wheel-dir", str(tmp), *source],
-                              env=build_vars, progress="compiling Horovod")
+            proc = runner.run(pip_wheel_argv(d.python, str(tmp), source), env={**build_vars, **UNBUFFERED},
+                              progress="compiling Horovod")
             built = sorted(tmp.glob("horovod-*.whl"))
             if not built:
                 raise StepFailed(step.id, f"pip wheel produced no horovod wheel in {tmp}", runner.log_path)

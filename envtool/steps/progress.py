@@ -21,6 +21,10 @@ from typing import IO, Optional
 
 _PERCENT = re.compile(r"^\s*\[\s*(\d{1,3})%\]")
 _OBJECT = re.compile(r"Building (?:C|CXX|CUDA|Fortran) object")
+#: How far along each phase is: the phase only moves forward (compiling and linking alternate
+#: between CMake targets; pip's closing "Building wheel for … finished" is not a new start).
+_RANK = {"starting": 0, "fetching the source": 1, "preparing": 2, "configuring (CMake)": 3, "compiling": 4,
+         "linking": 4, "packing the wheel": 5}
 _PHASES = (  # (pattern, phase), first match wins
     (re.compile(r"^\s*(Collecting|Downloading|Obtaining)\b"), "fetching the source"),
     (re.compile(r"Preparing metadata|Building wheels? for|Running setup\.py|running bdist_wheel|running build_ext"),
@@ -90,7 +94,8 @@ class BuildProgress:
                 self.objects += 1
             for pattern, phase in _PHASES:
                 if pattern.search(line):
-                    self.phase = phase
+                    if _RANK[phase] >= _RANK[self.phase]:
+                        self.phase = phase
                     break
             if self.live:
                 return
