@@ -177,11 +177,14 @@ class WheelCache:
         except OSError:
             return []
         for p in paths:
-            files = [f for f in p.iterdir() if f.is_file()]
-            wheels = sorted(f for f in files if f.name.startswith("horovod-") and f.name.endswith(".whl"))
-            out.append(Entry(digest=p.name, path=p, wheel=wheels[0] if wheels else None, key=_read_key(p),
-                             size=sum(f.stat().st_size for f in files), mtime=p.stat().st_mtime,
-                             has_log=(p / "build.log").is_file()))
+            try:
+                files = [f for f in p.iterdir() if f.is_file()]
+                wheels = sorted(f for f in files if f.name.startswith("horovod-") and f.name.endswith(".whl"))
+                out.append(Entry(digest=p.name, path=p, wheel=wheels[0] if wheels else None, key=_read_key(p),
+                                 size=sum(f.stat().st_size for f in files), mtime=p.stat().st_mtime,
+                                 has_log=(p / "build.log").is_file()))
+            except OSError:  # removed or unreadable meanwhile (another process pruning)
+                continue
         return sorted(out, key=lambda e: -e.mtime)
 
     def prune(self, older_than: float, now: Optional[float] = None) -> List[Entry]:
