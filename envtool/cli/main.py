@@ -17,11 +17,26 @@ from envtool import __version__
 #: Command modules under ``envtool.cli``, in ``--help`` order. A module that is not there yet is
 #: skipped (each issue adds its own).
 COMMANDS = ("create", "plan", "check_build", "specs", "show", "diff_specs", "clone", "lock", "diff",
-            "modulefile", "publish", "sbom", "doctor", "jobscript", "validate")
+            "modulefile", "publish", "sbom", "doctor", "jobscript", "validate", "cache")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser with every available command registered."""
+def _command_module(argv: List[str]) -> Optional[str]:
+    """The command module ``argv`` names (``check-build`` -> ``check_build``): its first word that
+    is not an option; None when there is none or it names no command (then every command is
+    registered, for ``--help`` and argparse's own error)."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    name = word.replace("-", "_") if word else None
+    return name if name in COMMANDS else None
+
+
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The argument parser.
+
+    Args:
+        only: a command module name: register that command only (start-up: one module
+            imported, one subparser built); None: every available command (``--help``,
+            shell completion).
+    """
     parser = argparse.ArgumentParser(
         prog="envtool",
         description="Provision distributed deep-learning environments (PyTorch/TensorFlow + Horovod) on HPC systems.")
@@ -29,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="show subprocess output and details")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    for name in (only,) if only else COMMANDS:
         try:
             module = importlib.import_module(f"envtool.cli.{name}")
         except ModuleNotFoundError as exc:
@@ -37,7 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
-    for command in sub.choices.values():
+    commands = list(sub.choices.values())
+    for command in list(commands):  # and the actions of a command with its own (``cache list``)
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                commands += list(action.choices.values())
+    for command in commands:
         # -v / -q also after the subcommand (``envtool create X -v``); SUPPRESS keeps the global
         # value when only the global form is given
         for flags, dest, help_text in ((("-v", "--verbose"), "verbose", "show subprocess output and details"),
@@ -51,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Run envtool with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(only=_command_module(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

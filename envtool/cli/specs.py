@@ -41,11 +41,15 @@ def catalog_specs(site=None, site_file=None, errors=None):
     from pathlib import Path
 
     from envtool.core.errors import SpecError
-    from envtool.spec import catalog, sites
+    from envtool.spec import catalog
     from envtool.spec.yamlload import load_yaml
 
     out = []
-    site_path = (Path(site_file) if site_file else sites.find(site)) if (site or site_file) else None
+    site_path = None
+    if site or site_file:
+        from envtool.spec import sites  # lazy: only with a site
+
+        site_path = Path(site_file) if site_file else sites.find(site)
     for name, path in sorted(catalog.available().items()):
         try:
             if load_yaml(path).get("abstract") is True:

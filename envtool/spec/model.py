@@ -142,6 +142,8 @@ class Site:
         scheduler: ``slurm``, ``lsf``, ``pbs``, ``cobalt`` or None.
         gpus_per_node: GPUs on one node (0 for CPU-only).
         env: variables the site sets for every environment.
+        build_caches: read-only Horovod wheel cache roots the site publishes (site file's
+            ``build_caches``), consulted after the user's cache and ``$ENVTOOL_CACHE_PATH``.
     """
 
     name: str = "local"
@@ -151,6 +153,7 @@ class Site:
     scheduler: Optional[str] = None
     gpus_per_node: int = 0
     env: Tuple[Tuple[str, str], ...] = ()
+    build_caches: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ with ``--site-file``) holds::
       account_required: true
     modules: []                         # loaded for every stack
     env: {VAR: value}                   # set for every stack
+    build_caches: [/sw/envtool-cache]   # read-only Horovod wheel caches (``envtool cache publish``)
     stacks:                             # per spec: a spec name or a glob (``ibm-wml-ce-*``)
       open-ce-1.1.3:
         modules: [open-ce/1.1.3-py38-0]
@@ -59,7 +60,7 @@ from envtool.spec import model as m
 from envtool.spec.yamlload import LineDict, load_yaml
 
 SITE_FILE_KEYS = ("name", "summary", "sources", "platforms", "scheduler", "launcher", "gpus_per_node", "modules",
-                  "env", "notes", "stacks", "batch")
+                  "env", "notes", "stacks", "batch", "build_caches")
 BATCH_KEYS = ("source", "cpus_per_node", "queue", "queue_option", "constraint", "gpu_option", "mpi",
               "account_required", "directives", "env", "module_use", "shell")
 STACK_KEYS = ("spec", "modules", "base_env", "launcher", "env", "mark", "source", "note", "warning", "overrides")
@@ -160,6 +161,7 @@ class SiteFile:
         notes: free text.
         stacks: the per-spec mappings, in file order.
         batch: the job-script layout (:class:`BatchSection`).
+        build_caches: read-only Horovod wheel cache roots (absolute paths or ``~/…``).
     """
 
     name: str
@@ -175,6 +177,7 @@ class SiteFile:
     notes: str = ""
     stacks: Tuple[StackMapping, ...] = ()
     batch: BatchSection = BatchSection()
+    build_caches: Tuple[str, ...] = ()
 
     def mapping_for(self, spec_name: str) -> Optional[StackMapping]:
         """The stack entry for ``spec_name``: exact key first, then the first matching glob; or None.
@@ -265,11 +268,15 @@ def load_site(path: Path) -> SiteFile:
                                    note=s.str("note"), overrides=overrides, line=s.line,
                                    spec=variant_of, warning=s.str("warning")))
     batch = _batch(spath, raw, source_ids)
+    build_caches = r.str_list("build_caches")
+    for c in build_caches:
+        if not (c.startswith("/") or c.startswith("~")):
+            raise r.error("build_caches", "absolute directories (or ~/…) of published wheel caches", got=c)
     return SiteFile(name=r.str("name") or Path(path).stem, path=spath, summary=r.str("summary") or "",
                     sources=sources, platforms=tuple(platforms), scheduler=None if scheduler == "none" else scheduler,
                     launcher=r.str("launcher"), gpus_per_node=r.int("gpus_per_node", 0),
                     modules=r.str_list("modules"), env=r.str_map("env"), notes=r.str("notes") or "",
-                    stacks=tuple(stacks), batch=batch)
+                    stacks=tuple(stacks), batch=batch, build_caches=tuple(build_caches))
 
 
 def _batch(spath: str, raw, source_ids) -> BatchSection:
@@ -380,7 +387,8 @@ def resolve_full(name: str, site: Optional[str] = None, site_file: Optional[str]
     new_site = m.Site(name=sf.name, modules=tuple(modules), base_env=base_env, launcher=launcher,
                       scheduler=sf.scheduler, gpus_per_node=sf.gpus_per_node,
                       env=_merge_env(own_site.env if own_site.name == sf.name else (), sf.env,
-                                     mapping.env if mapping is not None else ()))
+                                     mapping.env if mapping is not None else ()),
+                      build_caches=sf.build_caches)
     spec = dataclasses.replace(spec, site=new_site, platforms=shared)
     rules.check(spec, raw)
     return Resolved(spec=spec, site=sf, mapping=mapping, spec_site=own_site)

@@ -77,6 +77,9 @@ class BuildDecision:
         fix_env: the variables the decided rules set (empty while :attr:`rules` is None).
         sdist_sha256: the locked source archive's SHA-256 (``--require-hashes``), or ``""``.
         no_deps: install the wheel with ``--no-deps`` (its dependencies came from a lock).
+        caches: the wheel cache roots consulted, in order: the user's (written after a build),
+            then the site's read-only ones (``$ENVTOOL_CACHE_PATH``, the site file's
+            ``build_caches``); see :func:`envtool.horovod.cache.chain`.
     """
 
     prefix: Path
@@ -92,6 +95,7 @@ class BuildDecision:
     fix_env: Tuple[Tuple[str, str], ...] = ()
     sdist_sha256: str = ""
     no_deps: bool = False
+    caches: Tuple[Path, ...] = ()
 
     @property
     def python(self) -> str:
@@ -148,10 +152,14 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
         notes.append(f"fix rules: decided when run ({loose} not pinned to one version; toolchain: "
                      f"{toolchain.describe()})")
     uses_mpi = "mpi" in h.controllers
-    cache = wheel_cache.WheelCache()
+    caches = wheel_cache.chain(spec.site.build_caches)
+    cache = caches[0]
     notes.append(f"built wheels are cached in {cache.dir} (key: Horovod version, HOROVOD_* set, framework "
                  "versions, Python tag, compiler, platform, MPI, fix rules); framework versions and the "
                  "Python tag are decided when run; a cache hit skips the compile")
+    for site_cache in caches[1:]:
+        notes.append(f"then the site's read-only wheel cache {site_cache.dir} is consulted"
+                     + ("" if site_cache.dir.is_dir() else " (not there now)"))
     wheel_dir = str(cache.root / "build" / "<tmp>")
     req = requirement(spec)
     sdist_hash = ""
@@ -167,16 +175,37 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
         build_env=tuple(env), requested=requested, toolchain=toolchain,
         compiler=_first_line([real_cxx, "--version"]) or real_cxx,
         mpi=mpi_version() if uses_mpi else "not used", platform=conda_platform(), rules=rule_ids,
-        fix_env=tuple(fix_env), sdist_sha256=sdist_hash, no_deps=locked is not None)
+        fix_env=tuple(fix_env), sdist_sha256=sdist_hash, no_deps=locked is not None,
+        caches=tuple(c.root for c in caches))
     return [Step(
         id="build-horovod",
         title=f"Build Horovod ({req}) with " + " ".join(f"{k}={v}" for k, v in env if k.startswith("HOROVOD_")),
         commands=(("#", "probe installed framework versions and the Python tag; look up the wheel cache"),
-                  (py, "-m", "pip", "wheel", "--no-build-isolation", "--no-cache-dir", "--no-deps",
-                   "--wheel-dir", wheel_dir, *source),
+                  tuple(pip_wheel_argv(py, wheel_dir, source)),
                   (py, "-m", "pip", "install", "--disable-pip-version-check", *no_deps, f"{wheel_dir}/horovod-*.whl")),
         env=tuple(display_env), notes=tuple(notes), action=_run_build, data={"build": decision},
     )]
+
+
+#: pip's options for the build: ``-v`` makes pip pass the build's own output (CMake's
+#: ``[ NN%] Building CXX object …`` lines) through as it comes, which the build log and the
+#: progress line need; without it pip prints nothing between "Building wheel … started" and the end.
+PIP_WHEEL_OPTIONS = ("--disable-pip-version-check", "-v", "--no-build-isolation", "--no-cache-dir", "--no-deps")
+#: Added to the build's environment so that pip's (Python's) output is not held in a buffer.
+UNBUFFERED = {"PYTHONUNBUFFERED": "1"}
+
+
+def pip_wheel_argv(python: str, wheel_dir: str, source) -> List[str]:
+    """The ``pip wheel`` command of the build (see :data:`PIP_WHEEL_OPTIONS`).
+
+    Args:
+        python: the environment's interpreter.
+        wheel_dir: where the wheel is written.
+        source: what pip builds (a requirement, or ``-r FILE --require-hashes``).
+    Returns:
+        the argv.
+    """
+    return [python, "-m", "pip", "wheel", *PIP_WHEEL_OPTIONS, "--wheel-dir", wheel_dir, *source]
 
 
 def probe_env(runner, py: str) -> Dict:
@@ -248,13 +277,21 @@ def _run_build(step: Step, runner) -> Dict:
         mpi=d.mpi,
         fixes=tuple(r.id for r in rules),
     )
-    cache = wheel_cache.WheelCache()
-    wheel = cache.lookup(key)
-    runner.note(f"wheel cache key {key.digest()}: {'hit ' + str(wheel) if wheel else 'miss'}")
-    result = {"cache_key": key.digest(), "cache_hit": wheel is not None, "fixes": [r.id for r in rules],
-              "rules_decided": "when planned" if d.rules is not None else "when run"}
+    roots = d.caches or (wheel_cache.cache_root(),)
+    caches = [wheel_cache.WheelCache(roots[0])] + [wheel_cache.WheelCache(r, read_only=True) for r in roots[1:]]
+    wheel, hit = wheel_cache.lookup_chain(caches, key)
+    for c in caches:
+        runner.note(f"wheel cache {c.dir}{' (site, read-only)' if c.read_only else ''}: key {key.digest()} "
+                    + ("hit" if c is hit else "miss"))
+        if c is hit:
+            break
+    result = {"cache_key": key.digest(), "cache_hit": wheel is not None,
+              "cache": None if hit is None else ("site" if hit.read_only else "user"),
+              "cache_dir": None if hit is None else str(hit.dir),
+              "fixes": [r.id for r in rules], "rules_decided": "when planned" if d.rules is not None else "when run"}
+    cache = caches[0]
     if wheel is None:
-        runner.progress("      compiling Horovod (minutes; output in the build log)")
+        runner.progress(f"      compiling Horovod (minutes; full output in the build log {runner.log_path})")
         (cache.root / "build").mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix="horovod-", dir=cache.root / "build"))
         try:
@@ -263,17 +300,17 @@ def _run_build(step: Step, runner) -> Dict:
                 reqs = tmp / "requirements.txt"
                 reqs.write_text(f"{d.requirement} --hash=sha256:{d.sdist_sha256}\n")
                 source = ["-r", str(reqs), "--require-hashes"]
-            runner.run([d.python, "-m", "pip", "wheel", "--disable-pip-version-check", "--no-build-isolation",
-                        "--no-cache-dir", "--no-deps", "--wheel-dir", str(tmp), *source],
-                       env=build_vars)
+            proc = runner.run(pip_wheel_argv(d.python, str(tmp), source), env={**build_vars, **UNBUFFERED},
+                              progress="compiling Horovod")
             built = sorted(tmp.glob("horovod-*.whl"))
             if not built:
                 raise StepFailed(step.id, f"pip wheel produced no horovod wheel in {tmp}", runner.log_path)
-            wheel = cache.store(key, built[0])
+            wheel = cache.store(key, built[0], log_text=proc.stdout)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     else:
-        runner.progress(f"      reusing cached wheel {wheel.name} (key {key.digest()})")
+        where = f"site cache {hit.root}" if hit is not None and hit.read_only else "cache"
+        runner.progress(f"      reusing {where} wheel {wheel.name} (key {key.digest()})")
     result["wheel"] = str(wheel)
     no_deps = ["--no-deps"] if d.no_deps else []
     runner.run([d.python, "-m", "pip", "install", "--disable-pip-version-check", *no_deps, str(wheel)])

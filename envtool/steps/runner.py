@@ -1,7 +1,9 @@
 """Execute a plan's steps: run subprocesses with their output in one build log, show progress.
 
 Progress goes to stderr (one line per step, with its wall time); subprocess output goes to the
-log only, unless ``verbose`` — then it is echoed too.
+log only, unless ``verbose`` — then it is echoed too. A long command run with ``progress=``
+(the Horovod compile) shows its phase, percentage and elapsed time while it runs
+(:class:`envtool.steps.progress.BuildProgress`): a live line on a terminal, plain lines otherwise.
 """
 from __future__ import annotations
 
@@ -20,6 +22,13 @@ from envtool.core.errors import CheckFailed, StepFailed
 from envtool.core.plan import Plan, Step
 
 
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 @dataclass
 class Runner:
     """Runs steps and records what happened.
@@ -28,6 +37,7 @@ class Runner:
         log_path: the build log (appended to).
         verbose: echo subprocess output to stderr.
         quiet: no progress lines.
+        live: redraw progress in place; None (default): when stderr is a terminal.
         results: what steps report (``validate`` puts its comparison here), by step id.
         timings: seconds each finished step took, by step id.
     """
@@ -35,6 +45,7 @@ class Runner:
     log_path: Path
     verbose: bool = False
     quiet: bool = False
+    live: Optional[bool] = None
     results: Dict[str, Any] = field(default_factory=dict)
     timings: Dict[str, float] = field(default_factory=dict)
     _log: Optional[IO[str]] = None
@@ -64,7 +75,8 @@ class Runner:
             print(text, file=sys.stderr, flush=True)
 
     def run(self, argv: Sequence[str], env: Optional[Mapping[str, str]] = None, cwd: Optional[Path] = None,
-            timeout: Optional[float] = None, check: bool = True) -> subprocess.CompletedProcess:
+            timeout: Optional[float] = None, check: bool = True,
+            progress: Optional[str] = None) -> subprocess.CompletedProcess:
         """Run one command with its combined output appended to the log.
 
         Args:
@@ -74,6 +86,9 @@ class Runner:
             cwd: working directory.
             timeout: seconds before it is killed with its process group (also when it prints nothing).
             check: raise on a non-zero exit.
+            progress: a label (``compiling Horovod``): follow the output's build phase and
+                CMake percentage and show them with the elapsed time while it runs (not when
+                ``quiet``; not as a live line when ``verbose``, which streams every line).
         Returns:
             the completed process; ``stdout`` holds the combined output (str).
         Raises:
@@ -94,8 +109,14 @@ class Runner:
             self.note(f"cannot start {argv[0]}: {exc}")
             raise StepFailed(step_id, f"cannot run {argv[0]}: {exc.strerror}", self.log_path) from None
         lines: List[str] = []
+        tracker = None
+        if progress and not self.quiet:
+            from envtool.steps.progress import BuildProgress
+
+            live = (self.live if self.live is not None else _isatty(sys.stderr)) and not self.verbose
+            tracker = BuildProgress(progress, sys.stderr, live=live).start()
         # output is read by a thread so that the timeout holds even while the command prints nothing
-        reader = threading.Thread(target=self._pump, args=(proc.stdout, lines), daemon=True)
+        reader = threading.Thread(target=self._pump, args=(proc.stdout, lines, tracker), daemon=True)
         reader.start()
         timed_out = False
         try:
@@ -111,6 +132,8 @@ class Runner:
             raise
         finally:
             procs.forget(proc)
+            if tracker is not None:
+                tracker.stop()
             if self._log:
                 self._log.flush()
         output = "".join(lines)
@@ -125,13 +148,15 @@ class Runner:
                              self.log_path)
         return subprocess.CompletedProcess(argv, rc, output, "")
 
-    def _pump(self, stream, lines: List[str]) -> None:
-        """Copy ``stream`` line by line into ``lines``, the log and (verbose) stderr, until EOF."""
+    def _pump(self, stream, lines: List[str], tracker=None) -> None:
+        """Copy ``stream`` line by line into ``lines``, the log, ``tracker`` and (verbose) stderr, until EOF."""
         try:
             for line in stream:
                 lines.append(line)
                 if self._log:
                     self._log.write(line)
+                if tracker is not None:
+                    tracker.feed(line)
                 if self.verbose:
                     sys.stderr.write("  | " + line)
         except (OSError, ValueError):

@@ -1,0 +1,136 @@
+"""``envtool cache``: show, trim and publish the user's cache of built Horovod wheels.
+
+``list`` and ``prune`` act on the user's cache (``$ENVTOOL_CACHE_DIR``, else
+``$XDG_CACHE_HOME/envtool``, else ``~/.cache/envtool``); ``publish --to DIR`` copies its entries
+(wheel, ``key.json``, ``build.log``) into a site cache root that users then name in
+``$ENVTOOL_CACHE_PATH`` or a site file's ``build_caches`` (see :mod:`envtool.horovod.cache`).
+"""
+from __future__ import annotations
+
+from envtool.cli.common import add_json, path_arg, print_json
+
+
+def _days_arg(text: str) -> float:
+    """argparse ``type`` for ``--older-than``: a finite number of days >= 0."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of days, got {text[:50]!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of days >= 0, got {text[:50]!r}")
+    return value
+
+
+def register(sub) -> None:
+    p = sub.add_parser("cache", help="show, trim and publish the cache of built Horovod wheels",
+                       description="The user's cache of built Horovod wheels: list it, prune it, or publish its "
+                                   "wheels (with key.json and build.log) into a read-only site cache that other "
+                                   "users name in $ENVTOOL_CACHE_PATH or in a site file's build_caches.")
+    csub = p.add_subparsers(dest="cache_command", metavar="ACTION")
+    ls = csub.add_parser("list", help="the cached wheels (key digest, wheel, size, last use)")
+    add_json(ls)
+    ls.set_defaults(func=run_list)
+    pr = csub.add_parser("prune", help="delete wheels not used for DAYS days (and incomplete entries)")
+    pr.add_argument("--older-than", type=_days_arg, default=30.0, metavar="DAYS",
+                    help="delete entries not used for this many days (default 30; 0 deletes every entry)")
+    add_json(pr)
+    pr.set_defaults(func=run_prune)
+    pub = csub.add_parser("publish", help="copy cached wheels into a site cache directory (admin)",
+                          description="Copy the user's cached Horovod wheels, each with its key.json and build.log, "
+                                      "into DIR/horovod-wheels/<key>/, group-readable (files g+r, directories "
+                                      "g+rx). Users then set ENVTOOL_CACHE_PATH=DIR (or the site file lists DIR "
+                                      "under build_caches) and a create whose build key matches never compiles.")
+    pub.add_argument("--to", required=True, type=path_arg, metavar="DIR", help="the site cache root")
+    pub.add_argument("--key", action="append", default=[], metavar="DIGEST",
+                     help="publish only this entry (a key digest or its first characters, as 'cache list' shows; "
+                          "repeatable; default: every complete entry)")
+    add_json(pub)
+    pub.set_defaults(func=run_publish)
+    p.set_defaults(func=_no_action, cache_parser=p)
+
+
+def _no_action(args) -> int:
+    import sys
+
+    args.cache_parser.print_help(sys.stderr)
+    return 2
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def run_list(args) -> int:
+    from envtool.horovod import cache
+
+    wc = cache.WheelCache()
+    entries = wc.entries()
+    if args.json:
+        print_json({"cache": str(wc.dir), "site_caches": [str(r) for r in cache.site_roots()],
+                    "entries": [e.to_json() for e in entries]})
+        return 0
+    print(f"wheel cache {wc.dir}: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, "
+          f"{_size(sum(e.size for e in entries))}")
+    import time
+
+    for e in entries:
+        what = e.wheel.name if e.wheel else "(incomplete: no wheel)"
+        detail = (f"{e.key.requirement}, {', '.join(f'{d} {v}' for d, v in e.key.frameworks)}, {e.key.python_tag}"
+                  if e.key else "no readable key.json")
+        print(f"  {e.digest}  {what}  {_size(e.size)}  last used {time.strftime('%Y-%m-%d', time.localtime(e.mtime))}"
+              f"  ({detail})")
+    for r in cache.site_roots():
+        print(f"site cache (read-only, from ${cache.CACHE_PATH_VAR}): {r / 'horovod-wheels'}")
+    return 0
+
+
+def run_prune(args) -> int:
+    from envtool.horovod import cache
+
+    wc = cache.WheelCache()
+    gone = wc.prune(args.older_than * 86400.0)
+    if args.json:
+        print_json({"cache": str(wc.dir), "older_than_days": args.older_than,
+                    "deleted": [e.to_json() for e in gone], "freed_bytes": sum(e.size for e in gone)})
+        return 0
+    for e in gone:
+        print(f"deleted {e.digest} ({e.wheel.name if e.wheel else 'incomplete'}, {_size(e.size)})")
+    print(f"pruned {len(gone)} entr{'y' if len(gone) == 1 else 'ies'} from {wc.dir}, freed "
+          f"{_size(sum(e.size for e in gone))}")
+    return 0
+
+
+def run_publish(args) -> int:
+    from pathlib import Path
+
+    from envtool.core.errors import UsageError
+    from envtool.horovod import cache
+
+    wc = cache.WheelCache()
+    entries = wc.entries()
+    if args.key:
+        chosen = []
+        for k in args.key:
+            match = [e for e in entries if e.digest.startswith(k.lower())] if k else []
+            if len(match) != 1:
+                raise UsageError(f"--key {k!r}: expected the digest (or a unique prefix) of an entry of {wc.dir} "
+                                 f"({'none matches' if not match else f'{len(match)} match'}; see 'envtool cache list')")
+            chosen += [m for m in match if m not in chosen]
+        entries = chosen
+    if not entries:
+        raise UsageError(f"nothing to publish: {wc.dir} holds no built wheel")
+    try:
+        results = cache.publish(entries, Path(args.to))
+    except OSError as exc:
+        raise UsageError(f"cannot publish into {args.to}: {exc.strerror or exc}") from None
+    if args.json:
+        print_json({"to": str(Path(args.to) / "horovod-wheels"), "entries": results})
+    else:
+        for r in results:
+            print(f"{r['status']}: {r['digest']} {r.get('wheel') or ''}{' (' + r['reason'] + ')' if r.get('reason') else ''}")
+        print(f"users: export {cache.CACHE_PATH_VAR}={Path(args.to).resolve()} (or list it under build_caches in the "
+              "site file)")
+    return 0

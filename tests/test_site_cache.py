@@ -1,0 +1,151 @@
+"""Site-wide Horovod wheel caches: read-only roots consulted after the user's cache, ``envtool cache
+list/prune/publish``; a real create that hits a read-only site cache without compiling (slow)."""
+import json
+import os
+import shutil
+import stat
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conftest import run_envtool
+from envtool.horovod import cache
+
+USER_WHEELS = Path(os.path.expanduser("~/.cache/envtool/horovod-wheels"))
+
+
+def _real_entry():
+    """A real cached Horovod wheel entry (a directory with horovod-*.whl and key.json), or skip."""
+    for e in cache.WheelCache(USER_WHEELS.parent).entries():
+        if e.wheel is not None and e.key is not None:
+            return e
+    pytest.skip(f"no built Horovod wheel in {USER_WHEELS} (a create cpu-horovod makes one)")
+
+
+def _copy_entry(entry, root: Path, key=None) -> Path:
+    """Copy ``entry`` into cache root ``root``; with ``key``, its key.json says ``key`` (under the
+    entry's own digest: a mismatching entry)."""
+    dest = root / "horovod-wheels" / entry.digest
+    dest.mkdir(parents=True)
+    shutil.copy2(entry.wheel, dest / entry.wheel.name)
+    (dest / "key.json").write_text(json.dumps(cache.asdict(key or entry.key), sort_keys=True))
+    return dest
+
+
+def _read_only(root: Path) -> None:
+    for p in sorted(root.rglob("*"), reverse=True) + [root]:
+        os.chmod(p, stat.S_IMODE(p.stat().st_mode) & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _writable(root: Path) -> None:
+    for p in [root] + sorted(root.rglob("*")):
+        os.chmod(p, stat.S_IMODE(p.stat().st_mode) | stat.S_IWUSR)
+
+
+def test_chain_user_first_then_cache_path_then_site_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "user"))
+    monkeypatch.setenv("ENVTOOL_CACHE_PATH", f"{tmp_path}/a::{tmp_path}/b:{tmp_path}/user")
+    chain = cache.chain([f"{tmp_path}/c", f"{tmp_path}/a"])
+    assert [c.root for c in chain] == [tmp_path / "user", tmp_path / "a", tmp_path / "b", tmp_path / "c"]
+    assert [c.read_only for c in chain] == [False, True, True, True]
+
+
+def test_key_mismatch_falls_back_to_the_user_cache(tmp_path, monkeypatch):
+    entry = _real_entry()
+    monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "user"))
+    other = replace(entry.key, frameworks=(("torch", "2.12.0+cpu"),))
+    site = tmp_path / "site"
+    _copy_entry(entry, site, key=other)  # the wanted digest, but key.json names another build
+    _read_only(site)
+    try:
+        user, site_cache = cache.WheelCache(), cache.WheelCache(site, read_only=True)
+        assert cache.lookup_chain([user, site_cache], entry.key) == (None, None)
+        stored = user.store(entry.key, entry.wheel, log_text="[100%] Built target horovod\n")
+        wheel, hit = cache.lookup_chain([user, site_cache], entry.key)
+        assert hit is user and wheel == stored
+        assert (stored.parent / "build.log").read_text() == "[100%] Built target horovod\n"
+        with pytest.raises(PermissionError):
+            site_cache.store(entry.key, entry.wheel)
+    finally:
+        _writable(site)
+
+
+def test_cache_cli_list_publish_prune(tmp_path):
+    entry = _real_entry()
+    env = {"ENVTOOL_CACHE_DIR": str(tmp_path / "user")}
+    dest = _copy_entry(entry, tmp_path / "user")
+    (dest / "build.log").write_text("[ 50%] Building CXX object\n")
+    stale = _copy_entry(entry, tmp_path / "old")  # an entry last used 40 days ago, under another digest
+    stale = stale.rename(tmp_path / "user" / "horovod-wheels" / "0123456789abcdef0123")
+    old = time.time() - 40 * 86400
+    os.utime(stale, (old, old))
+    data = json.loads(run_envtool("cache", "list", "--json", env=env).stdout)
+    assert [e["digest"] for e in data["entries"]] == [entry.digest, "0123456789abcdef0123"]
+    assert data["entries"][0]["build_log"] is True and data["entries"][0]["key"]["requirement"]
+
+    proc = run_envtool("cache", "publish", "--to", tmp_path / "site", "--key", entry.digest[:8], "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["entries"][0]["status"] == "published"
+    published = tmp_path / "site" / "horovod-wheels" / entry.digest
+    assert sorted(p.name for p in published.iterdir()) == sorted(["build.log", "key.json", entry.wheel.name])
+    for p in [published, *published.iterdir()]:
+        assert p.stat().st_mode & stat.S_IRGRP, p
+    assert published.stat().st_mode & stat.S_IXGRP
+    assert cache.WheelCache(tmp_path / "site", read_only=True).lookup(entry.key) == published / entry.wheel.name
+    again = run_envtool("cache", "publish", "--to", tmp_path / "site", "--key", entry.digest, "--json", env=env)
+    assert json.loads(again.stdout)["entries"][0]["status"] == "already there"
+    bad = run_envtool("cache", "publish", "--to", tmp_path / "site", "--key", "zzzz", env=env)
+    assert bad.returncode == 2 and "--key 'zzzz'" in bad.stderr and "Traceback" not in bad.stderr
+
+    proc = run_envtool("cache", "prune", "--older-than", "30", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert [e["digest"] for e in json.loads(proc.stdout)["deleted"]] == ["0123456789abcdef0123"]
+    assert not stale.exists() and dest.is_dir()
+    assert run_envtool("cache", "prune", "--older-than", "-2", env=env).returncode == 2
+
+
+def test_site_file_build_caches_are_planned(tmp_path):
+    site = tmp_path / "mysite.yaml"
+    site.write_text(f"name: mysite\nbuild_caches: [{tmp_path}/published]\n")
+    env = {"ENVTOOL_CACHE_DIR": str(tmp_path / "user"), "ENVTOOL_CACHE_PATH": str(tmp_path / "fromenv")}
+    proc = run_envtool("plan", "cpu-horovod", "--site-file", site, "--prefix", tmp_path / "env", env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr
+    first = out.index(f"{tmp_path}/user/horovod-wheels")
+    assert first < out.index(f"{tmp_path}/fromenv/horovod-wheels") < out.index(f"{tmp_path}/published/horovod-wheels")
+    site.write_text("name: mysite\nbuild_caches: [relative/dir]\n")
+    proc = run_envtool("plan", "cpu-horovod", "--site-file", site, "--prefix", tmp_path / "env", env=env)
+    assert proc.returncode == 2 and "build_caches" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_create_hits_a_read_only_site_cache_without_compiling(tmp_path):
+    """A user with an empty cache creates cpu-horovod; the first site cache holds the wanted digest
+    with another key (skipped), the second the real wheel: installed from there, nothing compiled."""
+    entry = _real_entry()
+    mismatch, good = tmp_path / "site-mismatch", tmp_path / "site"
+    _copy_entry(entry, mismatch, key=replace(entry.key, compiler="c++ (other) 1.0"))
+    _copy_entry(entry, good)
+    _read_only(mismatch)
+    _read_only(good)
+    # root ignores permission bits: that nothing is written to a site cache is checked here too
+    before = {p: p.stat().st_mtime_ns for root in (mismatch, good) for p in [root, *root.rglob("*")]}
+    try:
+        env = {"ENVTOOL_CACHE_DIR": str(tmp_path / "user"), "ENVTOOL_CACHE_PATH": f"{mismatch}:{good}"}
+        proc = run_envtool("create", "cpu-horovod", "--prefix", tmp_path / "env", "--json", env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        build = json.loads(proc.stdout)["results"]["build-horovod"]
+        assert build["cache_hit"] is True and build["cache"] == "site"
+        assert build["cache_dir"] == str(good / "horovod-wheels")
+        log = (tmp_path / "env" / ".envtool" / "create.log").read_text()
+        assert " -m pip wheel " not in log
+        assert f"wheel cache {mismatch}/horovod-wheels (site, read-only): key {entry.digest} miss" in log
+        assert f"wheel cache {good}/horovod-wheels (site, read-only): key {entry.digest} hit" in log
+        assert {p: p.stat().st_mtime_ns for root in (mismatch, good) for p in [root, *root.rglob("*")]} == before
+        assert not (tmp_path / "user" / "horovod-wheels").exists() or not any(
+            (tmp_path / "user" / "horovod-wheels").iterdir())
+    finally:
+        _writable(mismatch)
+        _writable(good)
