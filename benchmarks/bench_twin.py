@@ -8,9 +8,9 @@ Measured in one run, side by side:
   Gloo-only Horovod wheel is compiled unless ``--reuse-horovod DIR`` copies ``DIR/built`` in first,
   which keeps this run short; the report says which);
 * ``twin, cached``  — make_twin again on the same directory (every stage's stamp matches);
-* ``clone+rebuild`` — ``envtool create open-ce-twin --clone --prefix …`` with the twin's module
-  environment (``CONDA_PREFIX``, ``PATH``) and ``ENVTOOL_TWIN_SYSTEM=twin`` set, so the site, the
-  source and the spec are detected as a user meets them; the Horovod wheel cache is the caller's
+* ``clone+rebuild`` — in a bash with Lmod, ``module load`` of the twin's module, then
+  ``envtool create open-ce-twin --clone --prefix …`` with ``ENVTOOL_TWIN_SYSTEM=twin`` set, so the
+  site and the source are detected as a user meets them; the Horovod wheel cache is the caller's
   envtool cache (warm when ``create cpu-horovod`` ran before with the same toolchain);
 * ``du``            — bytes of the twin directory, its base env and the clone (``du -sb``).
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -74,13 +75,19 @@ def main() -> int:
     res["base_env_bytes"] = _du(Path(info["base_env"]))
     if not args.skip_create:
         prefix = work / "clone"
-        base = info["base_env"]
         env = dict(os.environ, ENVTOOL_SITE_PATH=info["site"].rsplit("/", 1)[0],
                    ENVTOOL_SPEC_PATH=info["spec_file"].rsplit("/", 1)[0], ENVTOOL_TWIN_SYSTEM="twin",
-                   CONDA_PREFIX=base, PATH=f"{base}/bin:{os.environ['PATH']}", PYTHONPATH=str(REPO))
+                   PYTHONPATH=str(REPO))
+        lmod = next((str(p) for p in sorted(Path("/usr/share/lmod").glob("*/init/bash"))), None)
+        if lmod is None:
+            sys.exit("Lmod is not installed (tests/setup.d/modules.sh)")
+        script = (f"source {shlex.quote(lmod)} && module use {shlex.quote(info['modulefiles'])} && "
+                  f"module load {shlex.quote(info['module'])} && "
+                  f"{shlex.quote(sys.executable)} -m envtool create open-ce-twin --clone --prefix "
+                  f"{shlex.quote(str(prefix))} --json")
         t = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "envtool", "create", "open-ce-twin", "--clone", "--prefix",
-                               str(prefix), "--json"], capture_output=True, text=True, env=env, cwd=REPO)
+        proc = subprocess.run(["bash", "--noprofile", "--norc", "-c", script], capture_output=True, text=True,
+                              env=env, cwd=REPO)
         res["clone_rebuild_s"] = time.monotonic() - t
         res["clone_ok"] = proc.returncode == 0
         if proc.returncode != 0:

@@ -3,7 +3,6 @@
 depends on conda's horovod stops the step. Real conda packages from a local channel, real py-rattler."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
