@@ -88,6 +88,7 @@ def test_plan_uses_the_detected_site_its_base_env_and_clone_prefix(tmp_path):
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["prefix"] == str(tmp_path / "work" / "envs" / "cpu-horovod") and data["site"] == "tw", data
+    assert data["clone_source"] == {"source": str(base), "reason": "the base env of site tw for cpu-horovod"}
     assert proc.stderr == ""
     # an explicit --site wins over detection; the site's clone_prefix needs its variable
     proc = run_envtool("plan", "cpu-horovod", "--clone", str(base), "--engine", "rattler", "--site", "local",

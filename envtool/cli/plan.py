@@ -67,7 +67,13 @@ def run(args) -> int:
     options = options_from_args(args, spec, preview=True, site=site)
     plan = make_plan(spec, options)
     if args.json:
-        print_json(plan.to_dict())
+        data = plan.to_dict()
+        if options.clone is not None:
+            from envtool.steps.planner import clone_source
+
+            source, why = clone_source(spec, options)
+            data["clone_source"] = {"source": source or None, "reason": why}
+        print_json(data)
     else:
         print(format_plan(plan))
     return 0
