@@ -1,6 +1,7 @@
 """Small helpers shared by the check modules (no I/O beyond reading the prefix)."""
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -54,12 +55,19 @@ def rebuild_command(ctx, info) -> str:
     ``HOROVOD_*`` come from :func:`envtool.horovod.flags.build_env`; pip flags from horovod.md
     ("Known build pitfalls": ``--no-build-isolation --no-cache-dir``); ``--no-deps`` keeps pip
     from reinstalling the framework. When a fix rule of :mod:`envtool.horovod.fixes` applies
-    (e.g. C++17 for torch >= 2.1), the ``envtool create … --force`` alternative is added.
+    (e.g. C++17 for torch >= 2.1), the ``envtool create … --force`` alternative is added. When
+    the prefix is not writable (a site's read-only environment behind a module), the command is
+    ``envtool create SPEC --clone PREFIX`` instead: Horovod is rebuilt in the clone.
     """
     from packaging.version import InvalidVersion, Version
 
     from envtool.horovod import fixes, flags
 
+    if not os.access(str(ctx.prefix), os.W_OK):
+        # a site's read-only environment (a module's conda env): rebuild in a clone of it
+        name = ctx.spec.name if ctx.spec is not None else "SPEC"
+        return (f"envtool create {shlex.quote(name)} --clone {shlex.quote(str(ctx.prefix))}   "
+                f"# {ctx.prefix} is read-only here: clone it and rebuild Horovod in the clone")
     spec = spec_for_rebuild(ctx, info)
     try:
         env = flags.build_env(spec)

@@ -67,19 +67,39 @@ def print_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
-def load_spec(name: str, site: Optional[str] = None, site_file: Optional[str] = None):
-    """Load spec ``name`` resolved for ``site`` (a name or file), or as written when None.
+def load_spec(name: str, site: Optional[str] = None, site_file: Optional[str] = None, quiet: bool = False):
+    """Load spec ``name`` resolved for ``site`` (a name or file), else for the site detected on
+    this machine (:func:`envtool.spec.sites.detect`, said on stderr unless ``quiet``), else as written.
 
     Raises:
         SpecError: exit 2.
     """
-    if site or site_file:
-        from envtool.spec import sites
+    return load_spec_site(name, site, site_file, quiet=quiet)[0]
 
-        return sites.resolve(name, site=site, site_file=site_file)
+
+def load_spec_site(name: str, site: Optional[str] = None, site_file: Optional[str] = None, quiet: bool = False):
+    """As :func:`load_spec`, also returning the site file used (a ``SiteFile``, or None when none).
+
+    Returns:
+        ``(spec, site_file_or_None)``.
+    Raises:
+        SpecError: exit 2.
+    """
+    from envtool.spec import sites
+
+    if not site and not site_file:
+        found = sites.detect()
+        if found is not None:
+            if not quiet:
+                print(f"site: {found.name} (detected: {found.reason}; --site local to resolve without it)",
+                      file=sys.stderr)
+            site_file = str(found.path)
+    if site or site_file:
+        resolved = sites.resolve_full(name, site=site, site_file=site_file)
+        return resolved.spec, resolved.site
     from envtool.spec.catalog import load_spec as _load
 
-    return _load(name)
+    return _load(name), None
 
 
 def default_prefix(spec_name: str) -> Path:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import sys
 
-from envtool.cli.common import (add_json, add_lock_options, add_spec_site, jobs_arg, load_spec, name_arg, path_arg,
-                                print_json)
+from envtool.cli.common import (add_json, add_lock_options, add_spec_site, jobs_arg, load_spec_site, name_arg,
+                                path_arg, print_json)
 
 
 def register(sub) -> None:
@@ -13,10 +13,12 @@ def register(sub) -> None:
                                    "Horovod, validate (check-build, DataLoader start method), lock. The environment "
                                    "is built in a temporary sibling and moved into place only if everything passed.")
     p.add_argument("spec", type=name_arg, help="spec name (see 'envtool specs') or path to a spec file")
-    p.add_argument("--prefix", type=path_arg, help="target prefix (default ./envs/SPEC)")
+    p.add_argument("--prefix", type=path_arg, help="target prefix (default: for --clone the site's clone_prefix, "
+                                                   "else ./envs/SPEC)")
     p.add_argument("--force", action="store_true", help="replace an existing target (once the new one is complete)")
     p.add_argument("--clone", type=name_arg, nargs="?", const="", default=None, metavar="SOURCE",
-                   help="clone SOURCE (env name or prefix; default: the site's base env)")
+                   help="clone SOURCE (env name or prefix; default: the site's base env for the spec, else the "
+                        "active environment $CONDA_PREFIX, e.g. the one a loaded module provides)")
     add_lock_options(p)
     p.add_argument("--engine", help="venv, rattler (conda, default for conda specs), conda, mamba, micromamba")
     p.add_argument("--modulefile-root", type=path_arg, metavar="DIR", help="also write a modulefile under DIR")
@@ -31,9 +33,19 @@ def run(args) -> int:
     from envtool.core.errors import EnvtoolError
     from envtool.steps import validate
     from envtool.steps.create import create
+    from envtool.steps.planner import clone_source
 
-    spec = load_spec(args.spec, args.site, args.site_file)
-    options = options_from_args(args, spec)
+    quiet = args.quiet or args.json
+    spec, site = load_spec_site(args.spec, args.site, args.site_file, quiet=quiet)
+
+    def say(line: str) -> None:
+        if not quiet:
+            print(line, file=sys.stderr)
+
+    options = options_from_args(args, spec, site=site, say=say)
+    if options.clone is not None:
+        source, why = clone_source(spec, options)
+        say(f"clone source: {source or '$CONDA_PREFIX'} ({why})")
     try:
         result = create(spec, options, force=args.force, verbose=args.verbose, quiet=args.quiet or args.json)
     except EnvtoolError as exc:

@@ -388,6 +388,8 @@ class RattlerEngine(Engine):
                 steps = clone_conda_steps(src, prefix, options.prefix, source_label=source or str(src))
         if spec is not None:
             steps += _extra_conda_steps(spec, prefix, options.prefix) + _pip_step(spec, prefix)
+            if spec.horovod.install == "pip-build":
+                steps += _drop_conda_horovod_steps(spec, prefix, options.prefix)
         return steps
 
     def installed(self, prefix: Path) -> List[InstalledPackage]:
@@ -459,6 +461,41 @@ def _extra_action(step: Step, runner) -> None:
         raise StepFailed(step.id, str(exc), runner.log_path) from None
     except Exception as exc:
         raise StepFailed(step.id, f"cannot add {' '.join(missing)} to the clone: {exc}", runner.log_path) from None
+
+
+def _drop_conda_horovod_steps(spec: Spec, prefix: Path, final_prefix: Path) -> List[Step]:
+    """When Horovod is rebuilt with pip in a clone, the clone's conda ``horovod`` package is removed
+    first with py-rattler (its files and its ``conda-meta`` record), so conda's and pip's views of
+    the environment agree; decided when it runs (a source without one needs nothing)."""
+    return [Step(id="conda-remove-horovod", title="Remove the clone's conda horovod package (Horovod is rebuilt with pip)",
+                 commands=(("#", f"py-rattler install the clone's records without horovod into {_q(prefix)} "
+                                 "(removes its files and conda-meta record)"),),
+                 action=_drop_conda_horovod, data={"prefix": str(prefix), "final_prefix": str(final_prefix),
+                                                   "platform": _platform_for(spec)})]
+
+
+def _drop_conda_horovod(step: Step, runner) -> dict:
+    """Action of ``conda-remove-horovod``; returns ``{"removed": "horovod VERSION BUILD" or None}``."""
+    d = step.data
+    have = read_prefix_records(Path(d["prefix"]))
+    gone = [r for r in have if r.name.normalized == "horovod"]
+    if not gone:
+        runner.note("the clone has no conda horovod package")
+        return {"removed": None}
+    needs = [r.name.normalized for r in have if r.name.normalized != "horovod"
+             and any(str(dep).split()[0] == "horovod" for dep in r.depends)]
+    if needs:
+        raise StepFailed(step.id, "the clone's conda packages " + ", ".join(needs) + " depend on conda's horovod; "
+                         "it cannot be replaced by a pip build (set horovod.install: conda, or drop them)",
+                         runner.log_path)
+    label = f"horovod {gone[0].version} {gone[0].build}"
+    runner.note(f"removing conda's {label}")
+    try:
+        install_records([r for r in have if r.name.normalized != "horovod"], Path(d["prefix"]), _package_cache(),
+                        target_prefix=Path(d["final_prefix"]), platform=d["platform"], progress=runner.progress)
+    except EnvtoolError as exc:
+        raise StepFailed(step.id, str(exc), runner.log_path) from None
+    return {"removed": label}
 
 
 def clone_conda_steps(source: Path, prefix: Path, final_prefix: Path, source_label: str = "",

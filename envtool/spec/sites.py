@@ -18,6 +18,11 @@ with ``--site-file``) holds::
     modules: []                         # loaded for every stack
     env: {VAR: value}                   # set for every stack
     build_caches: [/sw/envtool-cache]   # read-only Horovod wheel caches (``envtool cache publish``)
+    detect:                             # how to recognise the site (see :func:`detect`); any rule matching
+      - env: {NERSC_HOST: perlmutter}   #   a variable whose value matches a glob
+        source: id                      #   where the fact comes from (an id in ``sources``)
+      - hostname: "login*.summit*"      #   or this machine's host name matching a glob
+    clone_prefix: "$HOME/.conda/envs/{spec}"   # where ``create --clone`` puts a clone by default
     stacks:                             # per spec: a spec name or a glob (``ibm-wml-ce-*``)
       open-ce-1.1.3:
         modules: [open-ce/1.1.3-py38-0]
@@ -52,7 +57,7 @@ import dataclasses
 import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
 from envtool.core.errors import SpecError
 from envtool.spec import catalog, load, rules
@@ -60,7 +65,8 @@ from envtool.spec import model as m
 from envtool.spec.yamlload import LineDict, load_yaml
 
 SITE_FILE_KEYS = ("name", "summary", "sources", "platforms", "scheduler", "launcher", "gpus_per_node", "modules",
-                  "env", "notes", "stacks", "batch", "build_caches")
+                  "env", "notes", "stacks", "batch", "build_caches", "detect", "clone_prefix")
+DETECT_KEYS = ("env", "hostname", "source")
 BATCH_KEYS = ("source", "cpus_per_node", "queue", "queue_option", "constraint", "gpu_option", "mpi",
               "account_required", "directives", "env", "module_use", "shell")
 STACK_KEYS = ("spec", "modules", "base_env", "launcher", "env", "mark", "source", "note", "warning", "overrides")
@@ -144,6 +150,40 @@ class BatchSection:
 
 
 @dataclass(frozen=True)
+class DetectRule:
+    """One rule of a site file's ``detect`` list: the site is this machine's when any rule matches.
+
+    Attributes:
+        env: ``(VAR, glob)`` pairs that must all match (``fnmatch`` on the variable's value; an
+            unset variable never matches), or empty.
+        hostname: a glob the host name (``socket.gethostname()``) must match, or None.
+        source: id in the site file's ``sources`` the rule comes from, or None.
+    """
+
+    env: Tuple[Tuple[str, str], ...] = ()
+    hostname: Optional[str] = None
+    source: Optional[str] = None
+
+    def matches(self, environ: Mapping[str, str], hostname: str) -> Optional[str]:
+        """What matched (``NERSC_HOST=perlmutter``, ``hostname login2.summit``), or None.
+
+        Args:
+            environ: the environment to read (``os.environ``).
+            hostname: this machine's host name.
+        """
+        for var, pattern in self.env:
+            value = environ.get(var)
+            if value is None or not fnmatch.fnmatchcase(value, pattern):
+                return None
+        if self.hostname is not None and not fnmatch.fnmatchcase(hostname.lower(), self.hostname.lower()):
+            return None
+        said = [f"{var}={environ.get(var, '')}" for var, _ in self.env]
+        if self.hostname is not None:
+            said.append(f"host name {hostname}")
+        return " and ".join(said)
+
+
+@dataclass(frozen=True)
 class SiteFile:
     """A parsed site file (see the module docstring for the format).
 
@@ -162,6 +202,9 @@ class SiteFile:
         stacks: the per-spec mappings, in file order.
         batch: the job-script layout (:class:`BatchSection`).
         build_caches: read-only Horovod wheel cache roots (absolute paths or ``~/…``).
+        detect: how to recognise the site (:class:`DetectRule`, any matching), possibly empty.
+        clone_prefix: the default prefix of ``create --clone`` here (``$VAR`` expanded,
+            ``{spec}`` replaced by the spec name), or None.
     """
 
     name: str
@@ -178,6 +221,8 @@ class SiteFile:
     stacks: Tuple[StackMapping, ...] = ()
     batch: BatchSection = BatchSection()
     build_caches: Tuple[str, ...] = ()
+    detect: Tuple[DetectRule, ...] = ()
+    clone_prefix: Optional[str] = None
 
     def mapping_for(self, spec_name: str) -> Optional[StackMapping]:
         """The stack entry for ``spec_name``: exact key first, then the first matching glob; or None.
@@ -272,11 +317,118 @@ def load_site(path: Path) -> SiteFile:
     for c in build_caches:
         if not (c.startswith("/") or c.startswith("~")):
             raise r.error("build_caches", "absolute directories (or ~/…) of published wheel caches", got=c)
+    detect = _detect(spath, raw, source_ids)
+    clone_prefix = r.str("clone_prefix")
+    if clone_prefix is not None and "{spec}" not in clone_prefix:
+        raise r.error("clone_prefix", "a path template naming {spec} (e.g. $HOME/.conda/envs/{spec})",
+                      got=clone_prefix)
     return SiteFile(name=r.str("name") or Path(path).stem, path=spath, summary=r.str("summary") or "",
                     sources=sources, platforms=tuple(platforms), scheduler=None if scheduler == "none" else scheduler,
                     launcher=r.str("launcher"), gpus_per_node=r.int("gpus_per_node", 0),
                     modules=r.str_list("modules"), env=r.str_map("env"), notes=r.str("notes") or "",
-                    stacks=tuple(stacks), batch=batch, build_caches=tuple(build_caches))
+                    stacks=tuple(stacks), batch=batch, build_caches=tuple(build_caches), detect=detect,
+                    clone_prefix=clone_prefix)
+
+
+def _detect(spath: str, raw, source_ids) -> Tuple[DetectRule, ...]:
+    """Parse the ``detect`` list (SpecError naming ``detect[i].<field>`` on a bad rule)."""
+    data = raw.get("detect")
+    if data is None:
+        return ()
+    line = raw.line_of("detect") if isinstance(raw, LineDict) else None
+    if not isinstance(data, list):
+        raise SpecError(spath, "detect", "a list of rules, each with env: {VAR: glob} and/or hostname: glob",
+                        got=data, line=line)
+    rules_out = []
+    for i, item in enumerate(data):
+        where = f"detect[{i}]"
+        if not isinstance(item, dict):
+            raise SpecError(spath, where, "a mapping with env: {VAR: glob} and/or hostname: glob", got=item, line=line)
+        d = load._Reader(spath, item, where, line=line)
+        d.check_keys(DETECT_KEYS)
+        env = d.str_map("env")
+        hostname = d.str("hostname")
+        if not env and not hostname:
+            raise d.error("env", "at least one of env: {VAR: glob} or hostname: glob in each rule")
+        source = d.str("source")
+        if source is not None and source not in source_ids:
+            raise d.error("source", "the id of an entry of 'sources' (" + ", ".join(source_ids) + ")", got=source)
+        rules_out.append(DetectRule(env=env, hostname=hostname, source=source))
+    return tuple(rules_out)
+
+
+@dataclass(frozen=True)
+class Detection:
+    """The site recognised on this machine.
+
+    Attributes:
+        name: the site's name.
+        path: its site file.
+        reason: what matched (``NERSC_HOST=perlmutter``), or ``$ENVTOOL_SITE`` when set.
+    """
+
+    name: str
+    path: Path
+    reason: str
+
+
+def detect(environ: Optional[Mapping[str, str]] = None, hostname: Optional[str] = None) -> Optional[Detection]:
+    """The site this machine belongs to: ``$ENVTOOL_SITE`` when set, else the first site file (in
+    :func:`available` order: ``$ENVTOOL_SITE_PATH`` first, then the bundled ones) one of whose
+    ``detect`` rules matches; None when no site matches.
+
+    Site files that do not parse are skipped here (``envtool show --site NAME`` reports them).
+
+    Args:
+        environ: the environment (default ``os.environ``).
+        hostname: the host name (default ``socket.gethostname()``).
+    Returns:
+        a :class:`Detection`, or None.
+    Raises:
+        SpecError: ``$ENVTOOL_SITE`` names no known site.
+    """
+    import os
+    import socket
+
+    env = os.environ if environ is None else environ
+    forced = env.get("ENVTOOL_SITE")
+    if forced:
+        return Detection(name=forced, path=find(forced), reason="$ENVTOOL_SITE")
+    host = socket.gethostname() if hostname is None else hostname
+    for name, path in available().items():
+        try:
+            sf = load_site(path)
+        except SpecError:
+            continue
+        for rule in sf.detect:
+            said = rule.matches(env, host)
+            if said is not None:
+                return Detection(name=sf.name, path=path, reason=said)
+    return None
+
+
+def clone_prefix(site: SiteFile, spec_name: str, environ: Optional[Mapping[str, str]] = None) -> Optional[Path]:
+    """The site's default prefix for a clone of ``spec_name`` (its ``clone_prefix``), or None when
+    the site names none or a variable it uses is unset.
+
+    Args:
+        site: the site file.
+        spec_name: the spec (or site variant) name put for ``{spec}``.
+        environ: the environment for ``$VAR`` (default ``os.environ``).
+    Returns:
+        an absolute path, or None.
+    """
+    import os
+    import string
+
+    if not site.clone_prefix:
+        return None
+    env = dict(os.environ if environ is None else environ)
+    try:
+        text = string.Template(site.clone_prefix.replace("{spec}", spec_name)).substitute(env)
+    except (KeyError, ValueError):
+        return None
+    return Path(os.path.abspath(os.path.expanduser(text)))
 
 
 def _batch(spath: str, raw, source_ids) -> BatchSection:

@@ -10,7 +10,7 @@ import dataclasses
 
 import os
 import shlex
-from typing import List
+from typing import List, Tuple
 
 from envtool.engines.base import get_engine
 from envtool.spec.model import Spec
@@ -39,6 +39,24 @@ def _load_modules(step: Step, runner) -> None:
     exec(compile(proc.stdout, "<lmod>", "exec"), {"os": os})  # Lmod's own output for Python
 
 
+def clone_source(spec: Spec, options: PlanOptions) -> Tuple[str, str]:
+    """What ``--clone`` copies, and why: the SOURCE given, else the site's base env for the spec
+    (``site.base_env``), else ``""`` — the active environment, ``$CONDA_PREFIX`` (the one the site's
+    module activates; :func:`envtool.engines.clone.resolve_source`).
+
+    Returns:
+        ``(source, reason)``: the source string for the engine and a phrase for people.
+    """
+    if options.clone:
+        return options.clone, "given"
+    if spec.site.base_env:
+        return spec.site.base_env, f"the base env of site {spec.site.name} for {spec.name}"
+    active = os.environ.get("CONDA_PREFIX")
+    if active:
+        return "", f"the active environment $CONDA_PREFIX={active}"
+    return "", "no SOURCE, no site base env and $CONDA_PREFIX unset"
+
+
 def make_plan(spec: Spec, options: PlanOptions) -> Plan:
     """The ordered plan for ``spec`` at ``options.prefix``.
 
@@ -51,7 +69,7 @@ def make_plan(spec: Spec, options: PlanOptions) -> Plan:
     steps += module_steps(spec)
     loaded = None
     if options.clone is not None:
-        source = options.clone or spec.site.base_env or ""
+        source, _ = clone_source(spec, options)
         steps += engine.clone_steps(spec, source, options)
     elif options.from_lock is not None:
         loaded = from_lock.load_checked(spec, options.from_lock)
@@ -93,6 +111,9 @@ def format_plan(plan: Plan) -> str:
     lines = [f"Plan for {spec.name} ({spec.path}) -> {plan.options.prefix}",
              f"engine: {plan.options.engine or spec.engine}; site: {plan.options.site or spec.site.name}; "
              f"platforms: {', '.join(spec.platforms)}"]
+    if plan.options.clone is not None:
+        source, why = clone_source(spec, plan.options)
+        lines.append(f"clone source: {source or '$CONDA_PREFIX'} ({why})")
     if plan.options.lock_reason:
         lines.append(f"packages: {plan.options.lock_reason}")
     for i, step in enumerate(plan.steps, 1):

@@ -53,7 +53,9 @@ class PackageDef:
         build: build string (default ``<build_number>``-style ``h0_0``).
         build_number: build number.
         depends: conda match specs (``"libfoo >=1.0"``).
-        files: path inside the prefix → content (str is UTF-8 encoded; bytes as is).
+        files: path inside the prefix → content (str is UTF-8 encoded; bytes as is; a
+            :class:`~pathlib.Path` is a file read when the archive is written, for large
+            packages; it is scanned for placeholders like any other content).
         symlinks: path inside the prefix → link target (kept as a symlink).
         noarch: ``""`` (arch-specific: built once per platform), ``"generic"`` or ``"python"``
             (files under ``site-packages/`` are installed into the env's site-packages).
@@ -69,7 +71,7 @@ class PackageDef:
     build: str = ""
     build_number: int = 0
     depends: Tuple[str, ...] = ()
-    files: Mapping[str, Union[str, bytes]] = field(default_factory=dict)
+    files: Mapping[str, Union[str, bytes, Path]] = field(default_factory=dict)
     symlinks: Mapping[str, str] = field(default_factory=dict)
     noarch: str = ""
     entry_points: Tuple[str, ...] = ()
@@ -114,9 +116,10 @@ def build_package(pkg: PackageDef, subdir: str, out_dir: Path, compresslevel: in
     now = time.time()
     entries: List[dict] = []
     has_prefix: List[str] = []
-    payload: List[Tuple[tarfile.TarInfo, Optional[bytes]]] = []
+    payload: List[Tuple[tarfile.TarInfo, Union[None, bytes, Path]]] = []
     for path, content in sorted(pkg.files.items()):
-        data = content.encode() if isinstance(content, str) else bytes(content)
+        data = content.read_bytes() if isinstance(content, Path) else (
+            content.encode() if isinstance(content, str) else bytes(content))
         entry = {"_path": path, "path_type": "hardlink", "sha256": hashlib.sha256(data).hexdigest(),
                  "size_in_bytes": len(data)}
         if b"\0" in data and BINARY_PLACEHOLDER.encode() in data:
@@ -126,7 +129,9 @@ def build_package(pkg: PackageDef, subdir: str, out_dir: Path, compresslevel: in
             entry.update(prefix_placeholder=TEXT_PLACEHOLDER, file_mode="text")
             has_prefix.append(f"{TEXT_PLACEHOLDER} text {path}")
         entries.append(entry)
-        payload.append((_tarinfo(path, data, _mode_for(path, data), now), data))
+        mode = (content.stat().st_mode & 0o755 | 0o644) if isinstance(content, Path) else _mode_for(path, data)
+        payload.append((_tarinfo(path, data, mode, now), content if isinstance(content, Path) else data))
+        del data
     for path, target in sorted(pkg.symlinks.items()):
         entries.append({"_path": path, "path_type": "softlink", "size_in_bytes": 0})
         info = tarfile.TarInfo(path)
@@ -159,7 +164,11 @@ def build_package(pkg: PackageDef, subdir: str, out_dir: Path, compresslevel: in
         for name, data in info_files.items():
             tar.addfile(_tarinfo(name, data, 0o644, now), io.BytesIO(data))
         for info, data in payload:
-            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+            if isinstance(data, Path):
+                with open(data, "rb") as fh:
+                    tar.addfile(info, fh)
+            else:
+                tar.addfile(info, io.BytesIO(data) if data is not None else None)
     return archive
 
 
