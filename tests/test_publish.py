@@ -33,6 +33,7 @@ USER = "envtool-user"
 OTHER = "envtool-other"
 USER_VENV = Path(os.environ.get("ENVTOOL_TEST_USER_VENV", "/opt/envtool-test/venv"))
 WORKTREE = Path(__file__).resolve().parent.parent
+from helpers.readable import importable_root  # noqa: E402
 DEBIAN_PYTHON = "/usr/bin/python3.11"
 
 
@@ -107,7 +108,7 @@ def publish(site, *extra):
 
 def as_user(user: str, script: str, site, timeout=600, init=None) -> subprocess.CompletedProcess:
     """``script`` in a clean, real bash as ``user`` (runuser), Lmod (or ``init``) initialised."""
-    env = {"HOME": str(site["home"]), "PATH": "/usr/bin:/bin", "LANG": "C", "PYTHONPATH": str(WORKTREE),
+    env = {"HOME": str(site["home"]), "PATH": "/usr/bin:/bin", "LANG": "C", "PYTHONPATH": str(importable_root()),
            "ENVTOOL_CACHE_DIR": f"{site['home']}/cache", "LMOD_RC": str(site["base"] / "lmodrc.lua")}
     code = f"source {init or LMOD_INIT} || exit 90\ncd {site['home']}\n{script}"
     return subprocess.run(["runuser", "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()],

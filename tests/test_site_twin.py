@@ -23,6 +23,7 @@ from test_modulefile import LMOD_INIT
 pytestmark = [pytest.mark.slow, pytest.mark.twin]
 
 REPO = Path(__file__).resolve().parent.parent
+from helpers.readable import importable_root  # noqa: E402
 USER = "envtool-user"
 USER_VENV = Path(os.environ.get("ENVTOOL_TEST_USER_VENV", "/opt/envtool-test/venv"))
 
@@ -161,7 +162,7 @@ def test_clone_the_site_module_rebuild_horovod_with_mpi_and_load_the_new_module(
     before = _tree_digest(base)
     _seed_wheel_cache(home)
     env = {"ENVTOOL_SITE_PATH": str(root / "sites"), "ENVTOOL_SPEC_PATH": str(root / "specs"),
-           "ENVTOOL_TWIN_SYSTEM": "twin", "ENVTOOL_CACHE_DIR": str(home / "cache"), "PYTHONPATH": str(REPO)}
+           "ENVTOOL_TWIN_SYSTEM": "twin", "ENVTOOL_CACHE_DIR": str(home / "cache"), "PYTHONPATH": str(importable_root())}
     envtool = f"{USER_VENV}/bin/python -m envtool"
     load = f"module use {root / 'modulefiles'} && module load {twin['module']} || exit 91\n"
     # doctor in the site's env: Horovod lacks MPI; the fix is the clone command
