@@ -39,4 +39,7 @@ def importable_root() -> Path:
             for f in filenames:
                 os.chmod(os.path.join(dirpath, f), 0o644)
         _COPY = base
+        import atexit
+
+        atexit.register(shutil.rmtree, base, True)
     return _COPY
