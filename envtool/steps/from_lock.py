@@ -81,12 +81,14 @@ def _interpreter_for(spec: Spec):
     return probe_interpreter(find_interpreter(spec))
 
 
-def load_checked(spec: Spec, path: Path) -> LoadedLock:
+def load_checked(spec: Spec, path: Path, lock=None) -> LoadedLock:
     """Read ``path`` and check that it can install ``spec`` here.
 
     Args:
         spec: the resolved spec.
         path: the lock.
+        lock: its :class:`~envtool.lock.model.LockData` when the caller already read it (read
+            here otherwise).
     Returns:
         the :class:`LoadedLock`.
     Raises:
@@ -98,7 +100,7 @@ def load_checked(spec: Spec, path: Path) -> LoadedLock:
     from envtool.lock.model import pick_platform
     from envtool.lock.spec_hash import changed_fields, spec_hash
 
-    lock = read_lock(path)
+    lock = read_lock(path) if lock is None else lock
     if lock.spec and lock.spec != spec.name:
         raise UsageError(f"{path}: metadata.custom_metadata.envtool.spec: expected {spec.name!r}, got {lock.spec!r}")
     notes = []
@@ -166,7 +168,7 @@ def choose(spec: Spec, explicit: Optional[Path] = None, resolve: bool = False, c
     except UsageError:
         return LockChoice(None, f"lock {found} has no entries for this platform ({', '.join(lock.platforms)}): "
                                 "packages solved afresh")
-    load_checked(spec, found)
+    load_checked(spec, found, lock=lock)
     return LockChoice(found, f"packages installed exactly as locked in {found} (no solve; --resolve to solve afresh)")
 
 
