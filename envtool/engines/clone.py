@@ -503,9 +503,9 @@ def carry_meta(source: Path, target: Path, source_label: str, new_prefix: Path, 
 # --------------------------------------------------------------------------- verification
 def pip_view(prefix: Path) -> Dict[str, str]:
     """``importlib.metadata``'s view of ``prefix``'s site-packages: name → version."""
-    from envtool.engines.venv import pip_distributions
+    from envtool.core.prefix import PrefixData
 
-    return {p.name: p.version for p in pip_distributions(prefix)}
+    return PrefixData(prefix).versions()
 
 
 @dataclass

@@ -660,12 +660,12 @@ def _layer_action(step: Step, runner) -> dict:
     ``venv`` run from a venv bases the new one on the *base* interpreter (PEP 405
     ``sys._base_executable``), so the source venv's own packages would not be visible.
     """
-    from envtool.engines.venv import site_packages
+    from envtool.core.prefix import PrefixData
 
     runner.run(step.commands[0])
     src = Path(step.data["source"])
     if (src / "pyvenv.cfg").is_file():
-        src_sp, new_sp = site_packages(src), site_packages(Path(step.data["prefix"]))
+        src_sp, new_sp = PrefixData(src).site_packages, PrefixData(Path(step.data["prefix"])).site_packages
         if src_sp and new_sp:
             (new_sp / "_envtool_layer.pth").write_text(str(src_sp) + "\n")
             runner.note(f"{new_sp}/_envtool_layer.pth -> {src_sp}")

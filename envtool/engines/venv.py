@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import List
 
 from envtool.core.prefix import PrefixData
 from envtool.engines.base import Engine, InstalledPackage
@@ -38,17 +38,6 @@ def find_interpreter(spec: Spec) -> str:
                          f"(this is Python {sys.version_info.major}.{sys.version_info.minor}); "
                          "install it or use a conda spec")
     return found
-
-
-def site_packages(prefix: Path) -> Optional[Path]:
-    """``prefix/lib/pythonX.Y/site-packages``, or None when absent (:class:`~envtool.core.prefix.PrefixData`)."""
-    return PrefixData(prefix).site_packages
-
-
-def pip_distributions(prefix: Path) -> List[InstalledPackage]:
-    """Every distribution in ``prefix``'s site-packages as :class:`InstalledPackage` (``manager`` pip),
-    sorted by name, as :class:`~envtool.core.prefix.PrefixData` reads them."""
-    return [InstalledPackage(name=d.name, version=d.version, manager="pip") for d in PrefixData(prefix).distributions]
 
 
 #: Byte-compiles a tree on every CPU, ignoring files that do not compile (as pip does).
@@ -111,4 +100,6 @@ class VenvEngine(Engine):
         return steps
 
     def installed(self, prefix: Path) -> List[InstalledPackage]:
-        return pip_distributions(prefix)
+        """Every distribution in ``prefix``'s site-packages (:class:`~envtool.core.prefix.PrefixData`)."""
+        return [InstalledPackage(name=d.name, version=d.version, manager="pip")
+                for d in PrefixData(prefix).distributions]
