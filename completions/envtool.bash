@@ -8,8 +8,8 @@
 _shtab_envtool_cache_subparsers=(list prune publish)
 _shtab_envtool_subparsers=(create plan check-build specs show diff-specs clone lock diff modulefile publish sbom doctor jobscript validate cache)
 
-_shtab_envtool_create_option_strings=(-h --help --prefix --force --clone --lock --from-lock --resolve --engine --modulefile-root --jobs --site --site-file --json -v --verbose -q --quiet)
-_shtab_envtool_plan_option_strings=(-h --help --prefix --clone --lock --from-lock --resolve --engine --modulefile-root --jobs --site --site-file --json -v --verbose -q --quiet)
+_shtab_envtool_create_option_strings=(-h --help --prefix --force --clone --lock --from-lock --resolve --installer --engine --modulefile-root --jobs --site --site-file --json -v --verbose -q --quiet)
+_shtab_envtool_plan_option_strings=(-h --help --prefix --clone --lock --from-lock --resolve --installer --engine --modulefile-root --jobs --site --site-file --json -v --verbose -q --quiet)
 _shtab_envtool_check_build_option_strings=(-h --help --prefix --from-file --spec --json -v --verbose -q --quiet)
 _shtab_envtool_specs_option_strings=(-h --help --distribution --has --sort --site --site-file --json -v --verbose -q --quiet)
 _shtab_envtool_show_option_strings=(-h --help --site --site-file --sources --json -v --verbose -q --quiet)
@@ -95,6 +95,8 @@ _shtab_envtool_validate___site_COMPGEN=_envtool_sites
 _shtab_envtool_validate___site_file_COMPGEN=_shtab_compgen_files
 _shtab_envtool_cache_publish___to_COMPGEN=_shtab_compgen_dirs
 
+_shtab_envtool_create___installer_choices=(uv pip)
+_shtab_envtool_plan___installer_choices=(uv pip)
 _shtab_envtool_clone___engine_choices=(rattler conda mamba micromamba)
 _shtab_envtool_clone___mode_choices=(layer copy)
 _shtab_envtool_clone___verify_source_choices=(content stat)

@@ -115,9 +115,13 @@ def add_spec_site(parser) -> None:
 
 
 def add_lock_options(parser) -> None:
-    """``--lock FILE`` (alias ``--from-lock``) and ``--resolve``: whether ``create`` installs a lock."""
+    """``--lock FILE`` (alias ``--from-lock``) and ``--resolve`` (whether ``create`` installs a lock), and
+    ``--installer`` (uv or pip for pip packages)."""
     parser.add_argument("--lock", "--from-lock", dest="lock", type=path_arg, metavar="FILE",
                         help="install exactly the packages of this lockfile (default: the spec's own lock when "
                              "there is one: SPEC.conda-lock.yml beside the spec file, $ENVTOOL_LOCK_PATH, lockfiles/)")
     parser.add_argument("--resolve", action="store_true",
                         help="ignore any lock of the spec and solve the packages afresh")
+    parser.add_argument("--installer", choices=("uv", "pip"), default=None,
+                        help="what installs pip packages: uv (default; given pip's configuration) or the "
+                             "env's own pip (default from $ENVTOOL_INSTALLER)")

@@ -57,7 +57,8 @@ def options_from_args(args, spec, preview: bool = False, site=None, say=None):
                     clone=args.clone is not None)
     return PlanOptions(prefix=prefix, clone=args.clone, from_lock=choice.path, lock_reason=choice.reason,
                        engine=args.engine, modulefile_root=Path(args.modulefile_root) if args.modulefile_root else None,
-                       cpu_count=args.jobs or os.cpu_count() or 2, site=getattr(args, "site", None), preview=preview)
+                       cpu_count=args.jobs or os.cpu_count() or 2, site=getattr(args, "site", None), preview=preview,
+                       installer=getattr(args, "installer", None) or "")
 
 
 def run(args) -> int:

@@ -36,6 +36,10 @@ class PlanOptions:
             raising; ``create`` leaves it False so a missing source is an error before any step.
         lock_reason: why packages come from ``from_lock`` or from a solve (one line, shown by
             ``plan`` and logged by ``create``).
+        installer: the installer asked for pip packages: ``uv`` or ``pip`` (``--installer``); ``""``:
+            ``$ENVTOOL_INSTALLER``, else ``uv``.
+        install_with: the installer decided by the planner (:func:`envtool.engines.installer.decide`),
+            or None before planning (the engines then install with pip).
     """
 
     prefix: Path
@@ -48,11 +52,42 @@ class PlanOptions:
     site: Optional[str] = None
     preview: bool = False
     lock_reason: str = ""
+    installer: str = ""
+    install_with: Optional["Installer"] = None
 
     @property
     def work_prefix(self) -> Path:
         """The prefix the steps act on."""
         return self.build_prefix or self.prefix
+
+
+@dataclass(frozen=True)
+class Installer:
+    """How pip packages are installed, decided once when planning (plain data).
+
+    Attributes:
+        name: ``uv`` or ``pip``.
+        program: the ``uv`` executable (absolute path), or ``""`` for pip (``python -m pip``).
+        version: the installer's version (``uv 0.13.9``), or ``""`` for pip (the env's own).
+        args: uv options that carry pip's effective configuration (``--index-url`` …); empty for pip.
+        env: variables uv needs for the rest of that configuration (``SSL_CERT_FILE`` …).
+        passed: the pip configuration keys passed to uv (``find-links``, ``constraint`` …).
+        reason: one line for people: why this installer (e.g. why pip when uv was asked).
+    """
+
+    name: str = "pip"
+    program: str = ""
+    version: str = ""
+    args: Tuple[str, ...] = ()
+    env: Tuple[Tuple[str, str], ...] = ()
+    passed: Tuple[str, ...] = ()
+    reason: str = ""
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-ready form."""
+        return {"name": self.name, "program": self.program or None, "version": self.version or None,
+                "args": list(self.args), "env": dict(self.env), "pip_config_passed": list(self.passed),
+                "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -121,4 +156,5 @@ class Plan:
                 "engine": self.options.engine or self.spec.engine, "site": self.options.site or self.spec.site.name,
                 "lock": {"file": str(self.options.from_lock) if self.options.from_lock else None,
                          "reason": self.options.lock_reason},
+                "installer": self.options.install_with.to_dict() if self.options.install_with else None,
                 "steps": [s.to_dict() for s in self.steps]}

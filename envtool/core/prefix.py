@@ -36,6 +36,9 @@ def canonical_name(name: str) -> str:
     return str(canonicalize_name(name))
 
 
+#: ``INSTALLER`` texts of the installers a pip step runs (envtool installs with uv or pip).
+PIP_INSTALLERS = ("pip", "uv")
+
 @dataclass(frozen=True)
 class Distribution:
     """One Python distribution found in a prefix's ``site-packages``.
@@ -185,12 +188,13 @@ class PrefixData:
         return {d.name: d.version for d in self.distributions}
 
     def pip_installed(self) -> List[Distribution]:
-        """The distributions a pip step put there: not conda's (``INSTALLER`` other than pip, or
+        """The distributions a pip step put there (pip or uv): not conda's (``INSTALLER`` other than
+        :data:`PIP_INSTALLERS`, or
         metadata files a conda record owns) and not the venv's own ``pip`` (:data:`VENV_BOOTSTRAP`)."""
         owned_dirs = {os.path.dirname(f) for f in self.conda_files}
         out = []
         for d in self.distributions:
-            if d.installer and d.installer != "pip":
+            if d.installer and d.installer not in PIP_INSTALLERS:
                 continue
             if d.metadata_dir and d.metadata_dir in owned_dirs:
                 continue

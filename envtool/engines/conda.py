@@ -318,17 +318,17 @@ def _package_cache() -> Path:
     return cache_root() / "pkgs"
 
 
-def _pip_step(spec: Spec, prefix: Path) -> List[Step]:
+def _pip_step(spec: Spec, prefix: Path, options: PlanOptions) -> List[Step]:
     reqs = [p.value for p in spec.packages.pip]
     if not reqs:
         return []
     if spec.horovod.install == "pip-build":
         reqs = ["setuptools", "wheel"] + reqs
-    from envtool.engines.venv import pip_install_commands
+    from envtool.engines.venv import pip_install_step
 
     py = str(Path(prefix) / "bin" / "python")
-    return [Step(id="pip-install", title="Install pip packages with the env's pip: " + " ".join(p.value for p in spec.packages.pip),
-                 commands=pip_install_commands(py, Path(prefix), reqs))]
+    return [pip_install_step("pip-install", "Install pip packages into the env: " + " ".join(p.value for p in spec.packages.pip),
+                             py, Path(prefix), reqs, options)]
 
 
 class RattlerEngine(Engine):
@@ -362,7 +362,7 @@ class RattlerEngine(Engine):
             action=_create_action,
             data={"channels": tuple(channels), "specs": tuple(specs), "platform": platform,
                   "virtual_packages": vps, "prefix": str(prefix), "final_prefix": str(options.prefix)})]
-        return steps + _pip_step(spec, prefix)
+        return steps + _pip_step(spec, prefix, options)
 
     def clone_steps(self, spec: Optional[Spec], source: str, options: PlanOptions) -> List[Step]:
         """Steps that clone ``source`` into ``options.work_prefix`` (see :mod:`envtool.engines.clone`).
@@ -387,7 +387,7 @@ class RattlerEngine(Engine):
             else:
                 steps = clone_conda_steps(src, prefix, options.prefix, source_label=source or str(src))
         if spec is not None:
-            steps += _extra_conda_steps(spec, prefix, options.prefix) + _pip_step(spec, prefix)
+            steps += _extra_conda_steps(spec, prefix, options.prefix) + _pip_step(spec, prefix, options)
             if spec.horovod.install == "pip-build":
                 steps += _drop_conda_horovod_steps(spec, prefix, options.prefix)
         return steps
@@ -723,7 +723,7 @@ class ExternalCondaEngine(Engine):
         step = Step(id="conda-create", title=f"{self.tool} create ({len(specs)} specs)",
                     commands=(tuple(argv + specs),), env=self._env(), action=_external_action,
                     data={"tool": self.tool})
-        return [step] + _pip_step(spec, Path(options.work_prefix))
+        return [step] + _pip_step(spec, Path(options.work_prefix), options)
 
     def clone_steps(self, spec: Optional[Spec], source: str, options: PlanOptions) -> List[Step]:
         """``<tool> create --yes --json --prefix P --clone SRC`` (``CONDA_PKGS_DIRS`` = envtool's cache).
@@ -741,7 +741,7 @@ class ExternalCondaEngine(Engine):
                       notes=(f"{self.tool}'s clone does not carry untracked files or rewrite their prefixes; "
                              "the rattler engine does",))]
         if spec is not None:
-            steps += _pip_step(spec, Path(options.work_prefix))
+            steps += _pip_step(spec, Path(options.work_prefix), options)
         return steps
 
     def installed(self, prefix: Path) -> List[InstalledPackage]:

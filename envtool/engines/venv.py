@@ -40,28 +40,35 @@ def find_interpreter(spec: Spec) -> str:
     return found
 
 
-#: Byte-compiles a tree on every CPU, ignoring files that do not compile (as pip does).
-_COMPILE = "import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2, workers=0)"
+def pip_install_commands(py: str, prefix: Path, reqs: List[str], installer=None, exact: bool = False) -> tuple:
+    """The commands that install ``reqs`` into ``prefix`` with the plan's installer and byte-compile
+    the result (:func:`envtool.engines.installer.install_commands`; None: pip)."""
+    from envtool.engines.installer import install_commands
+
+    return install_commands(installer, py, prefix, reqs, exact=exact)
 
 
-def pip_install_commands(py: str, prefix: Path, reqs: List[str]) -> tuple:
-    """The commands that pip-install ``reqs`` into ``prefix`` and byte-compile the result.
-
-    pip byte-compiles what it installs in one process (about 13 s of a 19 s ``pip install
-    torch==2.13.0`` on our 2-core machines); ``--no-compile`` followed by ``compileall`` with
-    one worker per CPU leaves the same ``__pycache__`` files in less time. Files that do not
-    compile are skipped, as pip skips them.
+def pip_install_step(step_id: str, title: str, py: str, prefix: Path, reqs: List[str], options: PlanOptions,
+                     exact: bool = False, **extra) -> Step:
+    """A step that installs ``reqs`` with ``options.install_with`` (uv or pip), its variables included.
 
     Args:
+        step_id, title: the step's id and progress line (the installer is appended to the title).
         py: the environment's interpreter.
-        prefix: the environment (``PREFIX/lib`` is compiled; already compiled files are only
-            stat'ed).
-        reqs: pip requirements.
+        prefix: the environment.
+        reqs: requirements and ``-r FILE`` options.
+        options: the plan's options (``install_with``; None: pip).
+        exact: install a lock exactly (:func:`envtool.engines.installer.install_commands`).
+        extra: further :class:`~envtool.core.plan.Step` fields (``notes``, ``action``, ``data``).
     Returns:
-        a tuple of two argv tuples.
+        the step.
     """
-    return ((py, "-m", "pip", "install", "--disable-pip-version-check", "--no-compile", *reqs),
-            (py, "-c", _COMPILE, str(Path(prefix) / "lib")))
+    from envtool.engines.installer import install_env
+
+    inst = options.install_with
+    name = inst.name if inst is not None else "pip"
+    return Step(id=step_id, title=f"{title} with {name}", commands=pip_install_commands(py, prefix, reqs, inst, exact),
+                env=install_env(inst), **extra)
 
 
 def create_venv_step(spec: Spec, options: PlanOptions, notes: tuple = ()) -> Step:
@@ -95,8 +102,8 @@ class VenvEngine(Engine):
             # --no-build-isolation needs the build backend in the env itself (horovod.md, pitfalls).
             pip_reqs = ["setuptools", "wheel"] + pip_reqs
         if pip_reqs:
-            steps.append(Step(id="pip-install", title="Install pip packages: " + " ".join(p.value for p in spec.packages.pip),
-                              commands=pip_install_commands(py, prefix, pip_reqs)))
+            steps.append(pip_install_step("pip-install", "Install pip packages: " + " ".join(p.value for p in spec.packages.pip),
+                                          py, prefix, pip_reqs, options))
         return steps
 
     def installed(self, prefix: Path) -> List[InstalledPackage]:

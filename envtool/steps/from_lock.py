@@ -199,7 +199,8 @@ def plan_steps(spec: Spec, options: PlanOptions, loaded: LoadedLock) -> List[Ste
     Raises:
         UsageError: a pip entry without SHA-256; conda entries in a lock for a venv spec.
     """
-    from envtool.engines.venv import create_venv_step, pip_install_commands
+    from envtool.engines.installer import constraint_files
+    from envtool.engines.venv import create_venv_step, pip_install_step
 
     path, lock, platform, notes = loaded.path, loaded.lock, loaded.platform, loaded.notes
     entries = loaded.entries()
@@ -223,16 +224,19 @@ def plan_steps(spec: Spec, options: PlanOptions, loaded: LoadedLock) -> List[Ste
                   "target_prefix": str(options.prefix)}))
     if pip_lines:
         req_file = prefix / ".envtool" / "locked-requirements.txt"
-        commands = pip_install_commands(py, prefix, ["--force-reinstall", "--require-hashes", "--no-deps",
-                                                     "-r", str(req_file)])
-        steps.append(Step(
-            id="install-locked-pip",
-            title=f"Install {len(pip_lines)} locked pip packages (hashes required, no deps, nothing taken as installed)",
-            commands=commands,
+        name = options.install_with.name if options.install_with is not None else "pip"
+        steps.append(pip_install_step(
+            "install-locked-pip",
+            f"Install {len(pip_lines)} locked pip packages (hashes required, no deps, nothing taken as installed)",
+            py, prefix, ["-r", str(req_file)], options, exact=True,
             notes=tuple(f"{p.key[1]} {p.version} is built by the build-horovod step from its locked source archive"
-                        for p in built) + ("pip finds each archive through this machine's pip configuration; "
+                        for p in built) + (f"{name} finds each archive through this machine's pip configuration; "
                                            "an archive whose SHA-256 differs from the lock is refused",),
-            action=_install_pip, data={"lines": tuple(pip_lines), "req_file": str(req_file)}))
+            action=_install_pip,
+            data={"lines": tuple(pip_lines), "req_file": str(req_file),
+                  "pins": tuple((p.key[1], p.version) for p in entries if p.manager == "pip" and not p.built),
+                  # pip applies them itself; uv is not given them for a lock (installer.install_commands)
+                  "constraints": constraint_files(options.install_with) if name == "uv" else ()}))
     return steps
 
 
@@ -269,6 +273,12 @@ def _install_conda(step: Step, runner) -> None:
 
 
 def _install_pip(step: Step, runner) -> None:
+    from envtool.engines.installer import check_constraints
+
+    refused = check_constraints(step.data["pins"], step.data["constraints"]) if step.data["constraints"] else []
+    if refused:
+        raise StepFailed(step.id, "pip's configured constraints refuse locked versions (as pip would):\n"
+                         + "\n".join("    " + r for r in refused), runner.log_path)
     req = Path(step.data["req_file"])
     req.parent.mkdir(parents=True, exist_ok=True)
     req.write_text("\n".join(step.data["lines"]) + "\n")

@@ -57,6 +57,22 @@ def clone_source(spec: Spec, options: PlanOptions) -> Tuple[str, str]:
     return "", "no SOURCE, no site base env and $CONDA_PREFIX unset"
 
 
+def decide_installer(spec: Spec, options: PlanOptions) -> PlanOptions:
+    """``options`` with ``install_with`` decided (:func:`envtool.engines.installer.decide`) when the
+    plan may install pip packages and nothing decided it yet; otherwise ``options`` unchanged.
+
+    pip's configuration is read with this interpreter's pip: the files and ``PIP_*`` variables it
+    reads are those the new environment's pip reads (a new environment has no ``pip.conf`` of its own).
+    """
+    if options.install_with is not None:
+        return options
+    if not (spec.packages.pip or options.from_lock is not None or spec.horovod.install == "pip-build"):
+        return options
+    from envtool.engines.installer import decide, requested
+
+    return dataclasses.replace(options, install_with=decide(requested(options.installer or None)))
+
+
 def make_plan(spec: Spec, options: PlanOptions) -> Plan:
     """The ordered plan for ``spec`` at ``options.prefix``.
 
@@ -65,6 +81,7 @@ def make_plan(spec: Spec, options: PlanOptions) -> Plan:
         SpecError: a build variable the Horovod version cannot take.
     """
     engine = get_engine(options.engine or spec.engine)
+    options = decide_installer(spec, options)
     steps: List[Step] = []
     steps += module_steps(spec)
     loaded = None
@@ -116,6 +133,8 @@ def format_plan(plan: Plan) -> str:
         lines.append(f"clone source: {source or '$CONDA_PREFIX'} ({why})")
     if plan.options.lock_reason:
         lines.append(f"packages: {plan.options.lock_reason}")
+    if plan.options.install_with is not None:
+        lines.append(f"installer: {plan.options.install_with.reason}")
     for i, step in enumerate(plan.steps, 1):
         lines.append(f"{i}. [{step.id}] {step.title}")
         if step.env:

@@ -1,0 +1,369 @@
+"""Which program installs pip packages (uv or pip), decided once when planning, and its commands.
+
+uv installs a wheel it has cached by linking its files into the environment (hard links where
+cache and prefix share a filesystem, copies otherwise: ``UV_LINK_MODE``), so a second install of
+torch takes under a second where pip unpacks the ~700 MB wheel again. But uv reads neither pip's
+configuration files nor ``PIP_*`` variables (uv docs, "Compatibility with pip":
+https://docs.astral.sh/uv/pip/compatibility/), while sites — and our own machines — configure pip
+with a mirror index, extra indexes, a local wheelhouse (``find-links``) and constraint files.
+Left alone, uv would install other artifacts than pip (the CUDA torch from PyPI instead of the
+CPU one from the wheelhouse). So envtool reads the *effective* pip configuration with
+``pip config list`` (files and ``PIP_*`` variables, pip's own precedence) and hands it to uv as
+options; a key uv cannot honour makes envtool use pip for that plan and say why.
+
+What uv is also told, and why:
+
+* ``--no-config``: uv's own ``uv.toml`` files are not read, so pip's configuration is the only
+  one (a ``uv.toml`` in the user's working directory must not change what a lock installs).
+* ``--index-url https://pypi.org/simple`` when pip's configuration names none (pip's default), so a
+  stray ``UV_INDEX_URL``/``UV_DEFAULT_INDEX`` cannot point uv elsewhere.
+* ``--index-strategy unsafe-best-match``: pip considers every index and link location and takes
+  the best version among them; uv's default stops at the first index that has the package (uv
+  docs, "Packages that exist on multiple indexes").
+
+pip stays: ``--installer pip`` (or ``$ENVTOOL_INSTALLER=pip``) uses the environment's own
+``python -m pip`` for every install, and Horovod is always built with pip (``pip wheel
+--no-build-isolation``: its compile output and progress are pip's).
+"""
+from __future__ import annotations
+
+import ast
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from envtool.core.errors import UsageError
+from envtool.core.plan import Installer
+
+#: Installers ``--installer`` accepts.
+INSTALLERS = ("uv", "pip")
+
+#: pip's default index (pip ``--index-url`` default: https://pip.pypa.io/en/stable/cli/pip_install/).
+PYPI_SIMPLE = "https://pypi.org/simple"
+
+#: Keys that change only pip's own output or housekeeping, not what is installed: not passed.
+_COSMETIC = frozenset({
+    "disable-pip-version-check", "no-python-version-warning", "root-user-action", "progress-bar", "verbose",
+    "quiet", "no-input", "log", "log-file", "no-color", "cache-dir", "no-warn-script-location",
+    "no-warn-conflicts", "config-file", "require-virtualenv", "require-venv", "exists-action", "retries",
+    "break-system-packages", "use-feature", "use-deprecated", "python", "yes", "compile", "no-compile",
+})
+
+#: pip key -> uv option, one option per whitespace-separated value (pip splits these lists the same way).
+_LIST_OPTIONS = {"extra-index-url": "--extra-index-url", "find-links": "--find-links",
+                 "constraint": "--constraint", "trusted-host": "--allow-insecure-host"}
+#: pip key -> uv option taking the value as is.
+_VALUE_OPTIONS = {"index-url": "--index-url", "only-binary": "--only-binary", "no-binary": "--no-binary",
+                  "keyring-provider": "--keyring-provider"}
+#: pip boolean key -> uv flag given when the value is true.
+_FLAG_OPTIONS = {"no-index": "--no-index", "pre": "--prerelease=allow", "no-cache-dir": "--no-cache",
+                 "no-build-isolation": "--no-build-isolation"}
+#: pip key -> environment variable uv reads for the same setting.
+_ENV_OPTIONS = {"cert": "SSL_CERT_FILE", "client-cert": "SSL_CLIENT_CERT", "proxy": "HTTPS_PROXY"}
+#: pip's timeout keys (seconds) -> ``UV_HTTP_TIMEOUT`` (whole seconds).
+_TIMEOUT_KEYS = ("timeout", "default-timeout")
+
+_TRUE = frozenset({"1", "true", "yes", "on", "y", "t"})
+_FALSE = frozenset({"0", "false", "no", "off", "n", "f", ""})
+
+
+class PipConfigError(Exception):
+    """pip's configuration could not be read (``pip config list`` failed or printed something else)."""
+
+
+def read_pip_config(python: str, env: Optional[Dict[str, str]] = None, timeout: float = 60.0) -> Dict[str, str]:
+    """The effective configuration ``pip install`` sees: ``pip config list`` run by ``python``.
+
+    pip lists every loaded key as ``section.key='value'`` (the value as a Python literal), with
+    ``PIP_*`` variables in the section ``:env:``. For ``pip install`` a key is looked up in the
+    sections ``global``, then ``install``, then ``:env:``, the later winning (pip
+    ``ConfigOptionParser._get_ordered_configuration_items``); that merge is done here.
+
+    Args:
+        python: an interpreter with pip (the one the venv is made from, or envtool's own).
+        env: the environment pip runs with (default: this process's).
+        timeout: seconds before giving up.
+    Returns:
+        ``{key: value}`` (keys without section, e.g. ``find-links``; values as pip stores them).
+    Raises:
+        PipConfigError: pip could not be run, failed, timed out, or printed a line that is not
+            ``section.key=literal``.
+    """
+    argv = [python, "-m", "pip", "config", "list", "--disable-pip-version-check"]
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                              stdin=subprocess.DEVNULL, env=env, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PipConfigError(f"{shlex.join(argv)}: {exc}") from None
+    if proc.returncode != 0:
+        raise PipConfigError(f"{shlex.join(argv)} exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    by_section: Dict[str, Dict[str, str]] = {}
+    for line in proc.stdout.splitlines():
+        if not line.strip():
+            continue
+        name, sep, literal = line.partition("=")
+        section, dot, key = name.rpartition(".")
+        try:
+            value = ast.literal_eval(literal) if sep else None
+        except (ValueError, SyntaxError):
+            value = None
+        if not (sep and dot and key) or not isinstance(value, str):
+            raise PipConfigError(f"{shlex.join(argv)}: unexpected line {line[:200]!r}")
+        by_section.setdefault(section, {})[key] = value
+    merged: Dict[str, str] = {}
+    for section in ("global", "install", ":env:"):
+        merged.update(by_section.get(section, {}))
+    return merged
+
+
+def uv_arguments(config: Dict[str, str]) -> Tuple[Tuple[str, ...], Tuple[Tuple[str, str], ...], Tuple[str, ...], List[str]]:
+    """Translate pip's effective configuration into uv options and variables.
+
+    Args:
+        config: :func:`read_pip_config`'s result.
+    Returns:
+        ``(args, env, passed, unsupported)``: uv options (``--index-url``, one ``--find-links`` per
+        location …, always ending with ``--index-strategy unsafe-best-match``), environment
+        variables (``SSL_CERT_FILE`` …) as ``(name, value)`` pairs, the keys passed, and the keys
+        uv cannot honour (then pip must install: :func:`decide`).
+    """
+    args: List[str] = []
+    env: List[Tuple[str, str]] = []
+    passed: List[str] = []
+    unsupported: List[str] = []
+    for key in sorted(config):
+        value = config[key]
+        if key in _COSMETIC or (not value.strip() and key not in _FLAG_OPTIONS):
+            continue  # an empty value (PIP_INDEX_URL="") sets nothing
+        if key in _VALUE_OPTIONS:
+            args += [_VALUE_OPTIONS[key], value.strip()]
+        elif key in _LIST_OPTIONS:
+            for item in value.split():
+                args += [_LIST_OPTIONS[key], item]
+        elif key in _FLAG_OPTIONS:
+            flag = value.strip().lower()
+            if flag in _TRUE:
+                args.append(_FLAG_OPTIONS[key])
+            elif flag not in _FALSE:
+                unsupported.append(f"{key}={value!r}")
+                continue
+        elif key in _ENV_OPTIONS:
+            env.append((_ENV_OPTIONS[key], value.strip()))
+            if key == "proxy":
+                env.append(("HTTP_PROXY", value.strip()))
+        elif key in _TIMEOUT_KEYS:
+            try:
+                seconds = float(value)
+            except ValueError:
+                unsupported.append(f"{key}={value!r}")
+                continue
+            env.append(("UV_HTTP_TIMEOUT", str(max(1, int(round(seconds))))))
+        else:
+            unsupported.append(key)
+            continue
+        passed.append(key)
+    if "index-url" not in config and "no-index" not in passed:
+        args = ["--index-url", PYPI_SIMPLE] + args
+    args += ["--index-strategy", "unsafe-best-match"]
+    return tuple(args), tuple(dict(env).items()), tuple(passed), unsupported
+
+
+def find_uv() -> Tuple[str, str]:
+    """The ``uv`` executable and its version: the ``uv`` package's binary, else ``uv`` on ``PATH``.
+
+    Returns:
+        ``(path, "uv X.Y.Z")``, or ``("", "")`` when there is none that runs.
+    """
+    path = ""
+    try:
+        from uv import find_uv_bin  # the PyPI package "uv" ships the binary with this finder
+
+        path = find_uv_bin()
+    except (ImportError, FileNotFoundError, OSError):
+        path = ""
+    import shutil
+
+    path = path or shutil.which("uv") or ""
+    if not path:
+        return "", ""
+    try:
+        out = subprocess.run([path, "--version"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return "", ""
+    if out.returncode != 0:
+        return "", ""
+    return os.path.abspath(path), " ".join(out.stdout.split()[:2])
+
+
+def requested(option: Optional[str]) -> str:
+    """The installer asked for: ``--installer``, else ``$ENVTOOL_INSTALLER``, else ``uv``.
+
+    Raises:
+        UsageError: ``$ENVTOOL_INSTALLER`` names neither ``uv`` nor ``pip``.
+    """
+    if option:
+        return option
+    value = os.environ.get("ENVTOOL_INSTALLER", "").strip()
+    if not value:
+        return "uv"
+    if value not in INSTALLERS:
+        raise UsageError(f"$ENVTOOL_INSTALLER: expected one of {', '.join(INSTALLERS)}, got {value!r}")
+    return value
+
+
+def decide(want: str = "uv", python: Optional[str] = None) -> Installer:
+    """Decide how this plan installs pip packages.
+
+    Args:
+        want: ``uv`` or ``pip``.
+        python: the interpreter whose pip configuration counts (default: this one).
+    Returns:
+        an :class:`~envtool.core.plan.Installer`: uv with pip's configuration as options, or pip —
+        when asked, when no ``uv`` runs here, when pip's configuration cannot be read, or when it
+        holds a key uv cannot honour (named in ``reason``).
+    Raises:
+        UsageError: ``want`` is neither ``uv`` nor ``pip``.
+    """
+    if want not in INSTALLERS:
+        raise UsageError(f"--installer: expected one of {', '.join(INSTALLERS)}, got {want!r}")
+    if want == "pip":
+        return Installer(name="pip", reason="pip (asked for)")
+    program, version = find_uv()
+    if not program:
+        return Installer(name="pip", reason="pip: no uv found (pip install uv, or put uv on PATH)")
+    try:
+        config = read_pip_config(python or sys.executable)
+    except PipConfigError as exc:
+        return Installer(name="pip", reason=f"pip: pip's configuration could not be read for uv ({exc})")
+    args, env, passed, unsupported = uv_arguments(config)
+    if unsupported:
+        return Installer(name="pip", reason="pip: uv cannot honour pip's configuration key(s) "
+                         + ", ".join(unsupported))
+    return Installer(name="uv", program=program, version=version, args=args, env=env, passed=passed,
+                     reason=f"{version}, with pip's configuration"
+                     + (f" ({', '.join(passed)})" if passed else " (none set)"))
+
+
+#: Byte-compiles a tree on every CPU, ignoring files that do not compile (as pip does).
+_COMPILE = "import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2, workers=0)"
+
+
+def install_commands(installer: Optional[Installer], py: str, prefix: Path, reqs: Sequence[str],
+                     exact: bool = False) -> Tuple[Tuple[str, ...], ...]:
+    """The commands that install ``reqs`` into ``prefix`` and byte-compile the result.
+
+    Both installers leave bytecode to one ``compileall`` with a worker per CPU (pip compiles in
+    one process: about 13 s of a 19 s ``pip install torch==2.13.0`` on our 2-core machines).
+
+    Args:
+        installer: the plan's decision (None: pip).
+        py: the environment's interpreter (``PREFIX/bin/python``).
+        prefix: the environment (``PREFIX/lib`` is compiled; compiled files are only stat'ed).
+        reqs: requirements and ``-r FILE`` options, as pip and uv both take them.
+        exact: install exactly these (a lock): hashes required, no dependencies, everything
+            reinstalled (pip ``--require-hashes --no-deps --force-reinstall``; uv
+            ``--require-hashes --no-deps --reinstall``).
+    Returns:
+        a tuple of two argv tuples: the install, then ``compileall``.
+    """
+    compile_cmd = (py, "-c", _COMPILE, str(Path(prefix) / "lib"))
+    if installer is None or installer.name != "uv":
+        locked = ("--force-reinstall", "--require-hashes", "--no-deps") if exact else ()
+        return ((py, "-m", "pip", "install", "--disable-pip-version-check", "--no-compile", *locked, *reqs),
+                compile_cmd)
+    args = installer.args
+    locked: Tuple[str, ...] = ()
+    if exact:
+        # uv refuses a constraint that is not ``==`` in --require-hashes mode; a lock fixes every
+        # version, so the constraints are checked against it instead (check_constraints)
+        args = _without(args, "--constraint")
+        locked = ("--reinstall", "--require-hashes", "--no-deps")
+    return ((installer.program, "pip", "install", "--no-config", "--python", py, *args, *locked, *reqs),
+            compile_cmd)
+
+
+def _without(args: Sequence[str], option: str) -> Tuple[str, ...]:
+    out: List[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == option:
+            skip = True
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def constraint_files(installer: Optional[Installer]) -> Tuple[str, ...]:
+    """The constraint files pip's configuration names (passed to uv as ``--constraint``)."""
+    if installer is None:
+        return ()
+    args = list(installer.args)
+    return tuple(args[i + 1] for i, a in enumerate(args[:-1]) if a == "--constraint")
+
+
+def check_constraints(pins: Sequence[Tuple[str, str]], files: Sequence[str], _depth: int = 0) -> List[str]:
+    """The locked versions that pip's constraint files refuse (pip would refuse to install them).
+
+    A locked install with uv cannot take pip's constraint files (uv requires ``==`` constraints
+    with ``--require-hashes``), so they are checked here, as pip applies them: a constraint
+    ``name<=X`` refuses a locked ``name`` whose version it does not contain (prereleases
+    included). Lines are parsed with ``packaging`` (PEP 508); ``-c``/``--constraint``/``-r`` lines
+    are followed relative to their file; comments and blank lines are skipped.
+
+    Args:
+        pins: ``(name, version)`` of each locked package.
+        files: constraint files (paths or ``file://`` URLs).
+    Returns:
+        one line per refusal: ``FILE:LINE: torch<=2.14.1 refuses the locked torch 2.15.0``.
+    Raises:
+        UsageError: a constraint file that cannot be read, or a line that is not a requirement
+            (use ``--installer pip``, which reads every form pip accepts).
+    """
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
+
+    wanted = {canonicalize_name(n): v for n, v in pins}
+    out: List[str] = []
+    for name in files:
+        path = Path(name[len("file://"):] if name.startswith("file://") else name)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{path}: pip's constraint file cannot be read for uv ({exc}); "
+                             "use --installer pip") from None
+        for n, raw in enumerate(text.splitlines(), 1):
+            line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
+            if not line:
+                continue
+            words = line.split()
+            if words[0] in ("-c", "--constraint", "-r", "--requirement") and len(words) == 2 and _depth < 10:
+                nested = words[1] if os.path.isabs(words[1]) or "://" in words[1] else str(path.parent / words[1])
+                out += check_constraints(pins, [nested], _depth + 1)
+                continue
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                raise UsageError(f"{path}:{n}: pip's constraint {line[:100]!r} is not a requirement uv can be "
+                                 "checked against; use --installer pip") from None
+            version = wanted.get(canonicalize_name(req.name))
+            if version is None or (req.marker is not None and not req.marker.evaluate()):
+                continue
+            try:
+                ok = req.specifier.contains(Version(version), prereleases=True)
+            except InvalidVersion:
+                ok = False
+            if not ok:
+                out.append(f"{path}:{n}: {line} refuses the locked {req.name} {version}")
+    return out
+
+
+def install_env(installer: Optional[Installer]) -> Tuple[Tuple[str, str], ...]:
+    """Variables the install command needs (uv's share of pip's configuration); empty for pip."""
+    return tuple(installer.env) if installer is not None and installer.name == "uv" else ()

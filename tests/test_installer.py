@@ -1,0 +1,209 @@
+"""uv installs with pip's configuration (issue 15, item 1): both installers pick the same artifacts,
+and a lock's hashes are enforced by either.
+
+Everything is real: wheels built here, served by a PEP 503 index on disk (``file://``), a second
+("extra") index, a wheelhouse (``find-links``) and a constraint file, all named only in a pip
+configuration file (``PIP_CONFIG_FILE``); real venvs; real ``uv pip install`` and ``pip install``.
+Each artifact the spec needs is reachable only through one part of that configuration, so uv
+left without it could not install the environment at all, let alone the same one.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import run_envtool
+from helpers.wheels import make_wheel
+
+from envtool.engines import installer
+
+
+def _index(root: Path, wheels) -> Path:
+    """A PEP 503 simple index at ``root/simple`` serving ``wheels`` from ``root/files``."""
+    files = root / "files"
+    files.mkdir(parents=True, exist_ok=True)
+    by_name = {}
+    for whl in wheels:
+        target = files / whl.name
+        whl.replace(target)
+        by_name.setdefault(whl.name.split("-")[0].replace("_", "-"), []).append(target)
+    for name, paths in by_name.items():
+        page = root / "simple" / name
+        page.mkdir(parents=True, exist_ok=True)
+        links = "".join(f'<a href="../../files/{p.name}#sha256={hashlib.sha256(p.read_bytes()).hexdigest()}">'
+                        f"{p.name}</a>\n" for p in paths)
+        (page / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n")
+    return root / "simple"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """A "site" whose pip is configured with an index, an extra index, a wheelhouse and constraints.
+
+    * ``alpha 1.0`` is on the main index; ``alpha 1.0+cpu`` only in the wheelhouse (the way this
+      machine's CPU torch comes only from ``/opt/wheels``): pip takes the local version.
+    * ``beta`` 1.0, 1.1 and 1.2 are on the extra index; the constraint file caps it at 1.1.
+    * ``gamma 2.0`` (needs ``beta>=1``) is only on the extra index.
+    """
+    root = tmp_path_factory.mktemp("installer")
+    build = root / "build"
+    build.mkdir()
+    main = _index(root / "main", [make_wheel(build, "envtool-alpha", "1.0", {"envtool_alpha.py": "KIND = 'index'\n"})])
+    extra = _index(root / "extra", [
+        make_wheel(build, "envtool-beta", v, {"envtool_beta.py": f"V = {v!r}\n"}) for v in ("1.0", "1.1", "1.2")
+    ] + [make_wheel(build, "envtool-gamma", "2.0", {"envtool_gamma.py": "G = 2\n"}, requires=["envtool-beta>=1"])])
+    house = root / "wheelhouse"
+    house.mkdir()
+    make_wheel(house, "envtool-alpha", "1.0+cpu", {"envtool_alpha.py": "KIND = 'wheelhouse'\n"})
+    # a site's mirror serves setuptools too: a venv's lock holds the one python -m venv seeds (3.11)
+    import ensurepip
+    import shutil
+
+    for whl in (Path(ensurepip.__file__).parent / "_bundled").glob("*.whl"):
+        shutil.copy(whl, house)
+    constraints = root / "constraints.txt"
+    constraints.write_text("# the site's caps\nenvtool-beta<=1.1\n")
+    conf = root / "pip.conf"
+    conf.write_text(f"[global]\nindex-url = {main.as_uri()}\nextra-index-url = {extra.as_uri()}\n"
+                    f"find-links = {house}\nconstraint = {constraints}\n[install]\ntimeout = 7\n")
+    env = {"PIP_CONFIG_FILE": str(conf), "PIP_FIND_LINKS": str(house), "PIP_INDEX_URL": main.as_uri(),
+           "PIP_EXTRA_INDEX_URL": extra.as_uri(), "PIP_CONSTRAINT": str(constraints), "PIP_NO_INDEX": "0"}
+    specs = root / "specs"
+    specs.mkdir()
+    (specs / "inst.yaml").write_text(textwrap.dedent("""\
+        name: inst
+        summary: three packages reachable only through pip's configuration
+        sources: {t: "written for the tests"}
+        engine: venv
+        packages:
+          pip:
+            - {spec: "envtool-alpha==1.0", mark: I, source: t}
+            - {spec: "envtool-gamma", mark: I, source: t}
+        horovod: {install: none}
+        expect: {check_build: null}
+        """))
+    return {"root": root, "env": dict(env, ENVTOOL_SPEC_PATH=str(specs)), "conf": conf, "house": house,
+            "constraints": constraints}
+
+
+#: dist-info files an installer writes itself (not from the wheel).
+_OWN = ("INSTALLER", "REQUESTED", "RECORD", "direct_url.json", "uv_cache.json")
+
+
+def _artifacts(prefix: Path) -> dict:
+    """``{name: (version, frozenset of (path, hash) from RECORD)}`` for the test's distributions:
+    two installs of the same wheel have the same RECORD entries (installer-written files aside)."""
+    out = {}
+    for dist in (prefix / "lib").glob("python*/site-packages/envtool_*.dist-info"):
+        meta = dict(line.split(": ", 1) for line in (dist / "METADATA").read_text().splitlines() if ": " in line)
+        rows = set()
+        for line in (dist / "RECORD").read_text().splitlines():
+            path, digest = line.split(",")[:2]
+            if path.split("/")[-1] in _OWN or "__pycache__" in path or not digest:
+                continue
+            rows.add((path, digest))
+        out[meta["Name"]] = (meta["Version"], frozenset(rows), (dist / "INSTALLER").read_text().strip())
+    return out
+
+
+def test_pip_configuration_is_read_with_pips_precedence(site):
+    env = dict(site["env"], PIP_TIMEOUT="9", PATH="/usr/bin:/bin")
+    import os
+    import sys
+
+    config = installer.read_pip_config(sys.executable, env=dict(os.environ, **env))
+    assert config["find-links"] == str(site["house"])
+    assert config["constraint"] == str(site["constraints"])
+    assert config["timeout"] == "9"  # :env: wins over the file's [install] 7
+    args, uv_env, passed, unsupported = installer.uv_arguments(config)
+    assert not unsupported
+    assert ("--find-links", str(site["house"])) in set(zip(args, args[1:]))
+    assert args[-2:] == ("--index-strategy", "unsafe-best-match")
+    assert dict(uv_env)["UV_HTTP_TIMEOUT"] == "9"
+    assert {"find-links", "constraint", "index-url", "extra-index-url"} <= set(passed)
+
+
+def test_a_key_uv_cannot_honour_makes_the_plan_use_pip_and_says_why(site, tmp_path):
+    conf = tmp_path / "pip.conf"
+    conf.write_text(site["conf"].read_text() + "upgrade-strategy = eager\n")
+    proc = run_envtool("plan", "inst", "--resolve", "--json", env=dict(site["env"], PIP_CONFIG_FILE=str(conf)))
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["installer"]["name"] == "pip" and "upgrade-strategy" in plan["installer"]["reason"]
+    assert plan["steps"][1]["commands"][0][1:4] == ["-m", "pip", "install"]
+
+
+@pytest.fixture(scope="module")
+def created(site, tmp_path_factory):
+    out = {}
+    for name in ("uv", "pip"):
+        prefix = tmp_path_factory.mktemp("created") / name
+        proc = run_envtool("create", "inst", "--resolve", "--installer", name, "--prefix", prefix, "--json",
+                           env=site["env"], timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        out[name] = prefix
+    return out
+
+
+def test_both_installers_pick_the_same_artifacts(created):
+    uv, pip = _artifacts(created["uv"]), _artifacts(created["pip"])
+    assert {k: v[2] for k, v in uv.items()} == {"envtool-alpha": "uv", "envtool-beta": "uv", "envtool-gamma": "uv"}
+    assert {k: v[2] for k, v in pip.items()} == {"envtool-alpha": "pip", "envtool-beta": "pip", "envtool-gamma": "pip"}
+    assert {k: v[:2] for k, v in uv.items()} == {k: v[:2] for k, v in pip.items()}
+    # the artifacts only the configuration reaches: the wheelhouse's local version, the capped version
+    versions = {k: v[0] for k, v in uv.items()}
+    assert versions == {"envtool-alpha": "1.0+cpu", "envtool-beta": "1.1", "envtool-gamma": "2.0"}
+
+
+def test_uv_installs_are_byte_compiled_and_locked_like_pips(created):
+    for name, prefix in created.items():
+        site_packages = next((prefix / "lib").glob("python*/site-packages"))
+        assert list((site_packages / "__pycache__").glob("envtool_gamma.*.pyc")), name
+    uv = json.loads(json.dumps(__import__("yaml").safe_load((created["uv"] / "conda-lock.yml").read_text())))
+    pip = __import__("yaml").safe_load((created["pip"] / "conda-lock.yml").read_text())
+    pick = lambda lock: sorted((p["name"], p["version"], p["hash"].get("sha256")) for p in lock["package"]
+                               if p["name"].startswith("envtool-"))
+    assert pick(uv) == pick(pip) and len(pick(uv)) == 3
+
+
+@pytest.mark.parametrize("name", ["uv", "pip"])
+def test_either_installer_refuses_an_archive_with_another_hash(site, created, tmp_path, name):
+    lock = created[name] / "conda-lock.yml"
+    # the site's wheelhouse now serves another file under the locked name and version
+    house = tmp_path / "evil"
+    house.mkdir()
+    make_wheel(house, "envtool-alpha", "1.0+cpu", {"envtool_alpha.py": "KIND = 'not the locked file'\n"})
+    conf = tmp_path / "pip.conf"
+    conf.write_text(site["conf"].read_text().replace(str(site["house"]), str(house)))
+    env = dict(site["env"], PIP_CONFIG_FILE=str(conf), PIP_FIND_LINKS=str(house))
+    prefix = tmp_path / "never"
+    proc = run_envtool("create", "inst", "--lock", lock, "--installer", name, "--prefix", prefix, env=env, timeout=600)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "hash" in proc.stderr.lower() and not prefix.exists(), proc.stderr
+    # and the same lock with the site's own wheelhouse installs
+    ok = tmp_path / "ok"
+    proc = run_envtool("create", "inst", "--lock", lock, "--installer", name, "--prefix", ok, env=site["env"], timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _artifacts(ok)["envtool-alpha"][0] == "1.0+cpu"
+
+
+def test_a_locked_version_the_constraints_refuse_is_refused_by_uv_as_by_pip(site, created, tmp_path):
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("envtool-beta<=1.0\n")
+    conf = tmp_path / "pip.conf"
+    conf.write_text(site["conf"].read_text().replace(str(site["constraints"]), str(constraints)))
+    env = dict(site["env"], PIP_CONFIG_FILE=str(conf), PIP_CONSTRAINT=str(constraints))
+    lock = created["uv"] / "conda-lock.yml"
+    for name in ("uv", "pip"):
+        prefix = tmp_path / name
+        proc = run_envtool("create", "inst", "--lock", lock, "--installer", name, "--prefix", prefix, env=env,
+                           timeout=600)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert not prefix.exists()
+        if name == "uv":
+            assert f"{constraints}:1: envtool-beta<=1.0 refuses the locked envtool-beta 1.1" in proc.stderr, proc.stderr
