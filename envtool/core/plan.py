@@ -103,6 +103,8 @@ class Step:
         notes: facts worth showing (a fix rule applied, a cache key, why a step is there).
         action: ``(step, runner) -> None`` that executes it; None runs ``commands`` in order.
         data: parameters for ``action`` (not shown).
+        progress: per command, a label shown with the command's phase and elapsed time while it
+            runs (``installing with uv``), or ``""``; installs and bytecode compiles have one.
     """
 
     id: str
@@ -112,6 +114,7 @@ class Step:
     notes: Tuple[str, ...] = ()
     action: Optional[Callable[["Step", Any], None]] = field(default=None, compare=False, repr=False)
     data: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    progress: Tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def shell_lines(self, with_env: bool = True) -> Tuple[str, ...]:
         """Commands as shell lines, with ``env`` assignments in front of each (``with_env``).

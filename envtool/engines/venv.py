@@ -7,6 +7,7 @@ rename.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -68,21 +69,51 @@ def pip_install_step(step_id: str, title: str, py: str, prefix: Path, reqs: List
     inst = options.install_with
     name = inst.name if inst is not None else "pip"
     return Step(id=step_id, title=f"{title} with {name}", commands=pip_install_commands(py, prefix, reqs, inst, exact),
-                env=install_env(inst), **extra)
+                env=install_env(inst), progress=(f"installing with {name}", "compiling bytecode"), **extra)
+
+
+def bundled_seed_wheels(python: str) -> List[Path]:
+    """The wheels ``python -m venv`` seeds a venv with: ``ensurepip/_bundled/*.whl`` of ``python``
+    (CPython ``Lib/ensurepip``: pip, and setuptools before 3.12), when ``python`` is this
+    interpreter; otherwise an empty list (the base interpreter's files are not looked up)."""
+    if os.path.realpath(python) != os.path.realpath(sys.executable):
+        return []
+    import importlib.util
+
+    found = importlib.util.find_spec("ensurepip")
+    if found is None or not found.origin:
+        return []
+    return sorted(Path(found.origin).parent.glob("_bundled/*.whl"))
 
 
 def create_venv_step(spec: Spec, options: PlanOptions, notes: tuple = ()) -> Step:
     """The ``create-venv`` step: ``python -m venv`` (``--system-site-packages`` when the spec layers
     over the base interpreter, ``venv.system_site_packages``) at ``options.work_prefix``.
 
+    With uv as the plan's installer, the venv is made ``--without-pip`` and uv installs the very
+    wheels ``ensurepip`` would (:func:`bundled_seed_wheels`, offline): the same pip and
+    setuptools, linked from uv's cache (0.2 s here instead of ensurepip's 3.5 s).
+
     Raises:
         UsageError: the spec pins a Python that is not on ``PATH`` (:func:`find_interpreter`).
     """
+    from envtool.engines.installer import install_env
+
     layer = ("--system-site-packages",) if spec.venv.system_site_packages else ()
-    return Step(id="create-venv", title=f"Create a venv at {options.prefix}"
-                + (" over the base interpreter's packages" if layer else ""),
-                commands=((find_interpreter(spec), "-m", "venv", *layer, str(options.work_prefix)),),
-                notes=tuple(notes))
+    base = find_interpreter(spec)
+    prefix = str(options.work_prefix)
+    inst = options.install_with
+    seeds = bundled_seed_wheels(base) if inst is not None and inst.name == "uv" else []
+    title = f"Create a venv at {options.prefix}" + (" over the base interpreter's packages" if layer else "")
+    if not seeds:
+        return Step(id="create-venv", title=title, commands=((base, "-m", "venv", *layer, prefix),),
+                    notes=tuple(notes))
+    py = str(Path(prefix) / "bin" / "python")
+    seed = (inst.program, "pip", "install", "--no-config", "--python", py, "--no-index", "--no-deps",
+            *(str(w) for w in seeds))
+    return Step(id="create-venv", title=title + " (seeded by uv from ensurepip's wheels)",
+                commands=((base, "-m", "venv", "--without-pip", *layer, prefix), seed),
+                env=install_env(inst), notes=tuple(notes))
 
 
 class VenvEngine(Engine):

@@ -282,8 +282,7 @@ def _install_pip(step: Step, runner) -> None:
     req = Path(step.data["req_file"])
     req.parent.mkdir(parents=True, exist_ok=True)
     req.write_text("\n".join(step.data["lines"]) + "\n")
-    for argv in step.commands:
-        runner.run(argv, env={"PYTHONNOUSERSITE": "1"})
+    runner.run_commands(step, env={"PYTHONNOUSERSITE": "1"})
 
 
 def _verify(step: Step, runner) -> dict:

@@ -42,7 +42,8 @@ def _clock(seconds: float) -> str:
 
 
 class BuildProgress:
-    """Follows a build's output lines and shows where it is.
+    """Follows a build's output lines and shows where it is (compile phases by default; subclasses
+    set :attr:`PHASES`, :attr:`RANK` and :attr:`COUNT` for other output).
 
     Args:
         label: what is running (``compiling Horovod``).
@@ -53,6 +54,13 @@ class BuildProgress:
     :meth:`feed` may be called from the thread that reads the output while the live line is
     redrawn by this object's own thread; :meth:`stop` ends it and erases the line.
     """
+
+    PHASES = _PHASES
+    RANK = _RANK
+    #: Plain lines only: say when the command starts (an install or compile may print nothing for long).
+    ANNOUNCE = False
+    #: (pattern, noun, verb): lines counted and shown as ``N nouns verb``.
+    COUNT = (_OBJECT, "object", "built")
 
     def __init__(self, label: str, stream: IO[str], live: bool, interval: float = 0.5):
         self.label = label
@@ -72,7 +80,8 @@ class BuildProgress:
         """The current state as one line: ``compiling Horovod: compiling [ 45%], 37 objects, 1m02s``."""
         parts = [self.phase + (f" [{self.percent:3d}%]" if self.percent is not None else "")]
         if self.objects:
-            parts.append(f"{self.objects} object{'s' if self.objects != 1 else ''} built")
+            noun, verb = self.COUNT[1], self.COUNT[2]
+            parts.append(f"{self.objects} {noun}{'s' if self.objects != 1 else ''}" + (f" {verb}" if verb else ""))
         parts.append(_clock(time.monotonic() - self.started))
         return f"{self.label}: " + ", ".join(parts)
 
@@ -81,6 +90,8 @@ class BuildProgress:
         if self.live:
             self._thread = threading.Thread(target=self._redraw_loop, daemon=True)
             self._thread.start()
+        elif self.ANNOUNCE:
+            self._write(f"      {self.label}: started\n")
         return self
 
     def feed(self, line: str) -> None:
@@ -90,11 +101,11 @@ class BuildProgress:
             m = _PERCENT.match(line)
             if m:
                 self.percent = min(100, int(m.group(1)))
-            if _OBJECT.search(line):
+            if self.COUNT[0].search(line):
                 self.objects += 1
-            for pattern, phase in _PHASES:
+            for pattern, phase in self.PHASES:
                 if pattern.search(line):
-                    if _RANK[phase] >= _RANK[self.phase]:
+                    if self.RANK[phase] >= self.RANK[self.phase]:
                         self.phase = phase
                     break
             if self.live:
@@ -124,3 +135,30 @@ class BuildProgress:
             self.stream.flush()
         except (OSError, ValueError):
             pass
+
+
+#: How far along an install is (pip's and uv's own lines; uv prints a line per large download
+#: and one summary line per phase when its output is not a terminal).
+_INSTALL_RANK = {"starting": 0, "resolving": 1, "downloading": 2, "unpacking": 3, "installing": 4, "done": 5}
+_INSTALL_PHASES = (
+    (re.compile(r"^\s*(Collecting|Looking in|Processing)\b"), "resolving"),
+    (re.compile(r"^\s*(Downloading|Downloaded)\b"), "downloading"),
+    (re.compile(r"^\s*Resolved \d+ packages?"), "downloading"),
+    (re.compile(r"^\s*Prepared \d+ packages?"), "unpacking"),
+    (re.compile(r"^\s*(Installing collected packages|Uninstalled \d+|Installing)"), "installing"),
+    (re.compile(r"^\s*(Successfully installed|Installed \d+ packages?|Audited \d+)"), "done"),
+)
+
+
+class InstallProgress(BuildProgress):
+    """Progress of a large install (pip or uv): the phase, the downloads so far, the elapsed time.
+
+    Phases are recognised from the installers' own lines: pip's ``Collecting``/``Downloading``/
+    ``Installing collected packages``/``Successfully installed``; uv's ``Resolved N packages``,
+    ``Downloading NAME (SIZE)``, ``Prepared N packages``, ``Installed N packages``.
+    """
+
+    ANNOUNCE = True
+    PHASES = _INSTALL_PHASES
+    RANK = _INSTALL_RANK
+    COUNT = (re.compile(r"^\s*Downloading\b"), "download", "")

@@ -76,7 +76,7 @@ class Runner:
 
     def run(self, argv: Sequence[str], env: Optional[Mapping[str, str]] = None, cwd: Optional[Path] = None,
             timeout: Optional[float] = None, check: bool = True,
-            progress: Optional[str] = None) -> subprocess.CompletedProcess:
+            progress: Optional[str] = None, progress_kind: str = "build") -> subprocess.CompletedProcess:
         """Run one command with its combined output appended to the log.
 
         Args:
@@ -89,6 +89,8 @@ class Runner:
             progress: a label (``compiling Horovod``): follow the output's build phase and
                 CMake percentage and show them with the elapsed time while it runs (not when
                 ``quiet``; not as a live line when ``verbose``, which streams every line).
+            progress_kind: ``build`` (compile phases) or ``install`` (an installer's phases and
+                downloads: :class:`envtool.steps.progress.InstallProgress`).
         Returns:
             the completed process; ``stdout`` holds the combined output (str).
         Raises:
@@ -111,10 +113,11 @@ class Runner:
         lines: List[str] = []
         tracker = None
         if progress and not self.quiet:
-            from envtool.steps.progress import BuildProgress
+            from envtool.steps.progress import BuildProgress, InstallProgress
 
             live = (self.live if self.live is not None else _isatty(sys.stderr)) and not self.verbose
-            tracker = BuildProgress(progress, sys.stderr, live=live).start()
+            kind = InstallProgress if progress_kind == "install" else BuildProgress
+            tracker = kind(progress, sys.stderr, live=live).start()
         # output is read by a thread so that the timeout holds even while the command prints nothing
         reader = threading.Thread(target=self._pump, args=(proc.stdout, lines, tracker), daemon=True)
         reader.start()
@@ -182,14 +185,21 @@ class Runner:
             if result is not None:
                 self.results[step.id] = result
         else:
-            for argv in step.commands:
-                if argv and not argv[0].startswith("#"):
-                    self.run(argv)
+            self.run_commands(step)
         self.timings[step.id] = time.monotonic() - started
         self.note(f"<== {step.id} done in {self.timings[step.id]:.1f} s")
         if not self.quiet:
             print(f"      done in {self.timings[step.id]:.1f} s", file=sys.stderr, flush=True)
         self.current = None
+
+    def run_commands(self, step: Step, env: Optional[Mapping[str, str]] = None) -> None:
+        """Run ``step.commands`` in order (``#`` lines skipped), each with its ``step.progress`` label
+        (install phases and elapsed time while it runs) when it has one."""
+        labels = tuple(step.progress)
+        for i, argv in enumerate(step.commands):
+            if argv and not argv[0].startswith("#"):
+                label = labels[i] if i < len(labels) else ""
+                self.run(argv, env=env, progress=label or None, progress_kind="install")
 
     def run_plan(self, plan: Plan) -> None:
         """Execute every step of ``plan`` in order; stops at the first failure (raised)."""
