@@ -54,8 +54,10 @@ _FIELD = {"frameworks": "horovod.frameworks", "controllers": "horovod.controller
           "DDL": "horovod.gpu_ops", "CCL": "horovod.cpu_operations", "MLSL": "horovod.cpu_operations"}
 
 
-#: How a finding names the source of the check-build table (:attr:`CheckBuildResult.source`).
-_SHOWN_BY = {"api": "check-build (from Horovod's Python API)", "horovodrun": "horovodrun --check-build"}
+#: How a finding's items name the source of the check-build table
+#: (:attr:`envtool.checks.envprobe.CheckBuildResult.source`; ``check_build_source`` in the details).
+_SOURCE_OF = {"api": "Horovod's Python API as horovodrun asks it", "horovodrun": "horovodrun --check-build"}
+_SHOWN_BY = {"api": "check-build (Horovod's API)", "horovodrun": "horovodrun --check-build"}
 
 
 def _label(section: str, name: str) -> str:
@@ -98,8 +100,8 @@ def run(ctx):
         else:
             line = f"horovod.{module} did not load: {(rec.get('error') or rec.get('printed') or '?').splitlines()[0]}"
         if cb.parsed is not None and cb.parsed.section("frameworks").get(printed):
-            line += (f" ({shown_by} still shows [X] {printed}: from 0.22 the import only prints "
-                     "the error, horovod.md)")
+            line += (f" (check-build still shows [X] {printed}, from {_SOURCE_OF[cb.source]}: from 0.22 the "
+                     "import only prints the error, horovod.md)")
         if wanted:
             items.append(line)
             rebuild = True
