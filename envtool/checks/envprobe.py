@@ -6,8 +6,17 @@ it (:func:`envtool.probes.run_probe`). The scripts are the standalone modules of
 :mod:`envtool.probes`. They run concurrently; results are plain data and never raise for a
 failing environment.
 
-* ``check_build``: :func:`envtool.validate.probes.check_build_output`, parsed with
-  :func:`envtool.horovod.checkbuild.parse`.
+* ``check_build``: what ``horovodrun --check-build`` reports, taken from Horovod's Python API
+  inside the ``info`` probe's interpreter (:func:`envtool.horovod.checkbuild.from_api`: one
+  import of each framework for every probe there) and, only where the API cannot answer (the
+  ``info`` probe failed or timed out, ``horovod`` did not import there, an extension failed in a
+  way a lone import might not), from a real ``<prefix>/bin/horovodrun --check-build``
+  (:func:`envtool.validate.probes.check_build_output`, parsed with
+  :func:`envtool.horovod.checkbuild.parse`). ``horovodrun`` imports each framework again in a
+  forked child per extension and per capability (horovod/horovod@v0.28.1:horovod/common/util.py
+  ``_check_extension_lambda``): ~8 s for a PyTorch-only env on 2 cores, against ~2 s for the
+  ``info`` probe that doctor runs anyway. ``envtool check-build`` and ``create``'s validation
+  still run the real ``horovodrun --check-build``.
 * ``info`` (``envtool/probes/env_info.py``): one fresh interpreter that reports, in this
   order, the default start method (before anything could fix it:
   ``get_start_method(allow_none=True)``, horovod.md), the interpreter, user-site settings
@@ -29,7 +38,7 @@ import json
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -65,32 +74,46 @@ def run_script(python: Path, script: str, args: List[str], timeout: float, env: 
 
 @dataclass(frozen=True)
 class CheckBuildResult:
-    """``horovodrun --check-build`` in the env.
+    """What ``horovodrun --check-build`` reports for the env, and where the answer came from.
 
     Attributes:
-        text: its output ('' when it could not run).
+        text: ``horovodrun``'s output ('' when it did not run: the API answered, or it could not run).
         parsed: the :class:`envtool.horovod.checkbuild.CheckBuild`, or None.
-        error: why there is no parse, or None.
-        seconds: wall time (s).
+        error: why there is no ``parsed``, or None.
+        seconds: wall time (s) until the answer was there (the ``info`` probe's, plus
+            ``horovodrun``'s when it ran).
+        source: ``"api"`` (Horovod's Python API in the ``info`` probe) or ``"horovodrun"`` (a real
+            ``horovodrun --check-build``).
+        fallback_reason: why the API could not answer (so ``horovodrun`` ran), or None.
     """
 
     text: str = ""
     parsed: Any = None
     error: Optional[str] = None
     seconds: float = 0.0
+    source: str = "horovodrun"
+    fallback_reason: Optional[str] = None
 
 
-def probe_check_build(ctx) -> CheckBuildResult:
-    """Run and parse ``<prefix>/bin/horovodrun --check-build`` (``ctx.timeout`` seconds)."""
+def run_horovodrun_check_build(prefix: Path, timeout: float) -> CheckBuildResult:
+    """Run and parse a real ``<prefix>/bin/horovodrun --check-build``.
+
+    Args:
+        prefix: the environment.
+        timeout: seconds before it counts as hung.
+    Returns:
+        a :class:`CheckBuildResult` with ``source="horovodrun"``; never raises for a missing,
+        failing or hanging ``horovodrun`` (``error`` says what happened).
+    """
     from envtool.horovod import checkbuild
 
     started = time.monotonic()
     try:
-        text = vprobes.check_build_output(Path(ctx.prefix), timeout=ctx.timeout)
+        text = vprobes.check_build_output(Path(prefix), timeout=timeout)
     except FileNotFoundError as exc:
         return CheckBuildResult(error=f"no horovodrun in the environment ({exc})")
     except subprocess.TimeoutExpired:
-        return CheckBuildResult(error=f"horovodrun --check-build gave no answer within {ctx.timeout:.0f} s",
+        return CheckBuildResult(error=f"horovodrun --check-build gave no answer within {timeout:.0f} s",
                                 seconds=time.monotonic() - started)
     except OSError as exc:
         return CheckBuildResult(error=f"cannot run horovodrun: {exc.strerror}")
@@ -99,6 +122,34 @@ def probe_check_build(ctx) -> CheckBuildResult:
         return CheckBuildResult(text, checkbuild.parse(text), None, seconds)
     except checkbuild.CheckBuildParseError as exc:
         return CheckBuildResult(text, None, str(exc), seconds)
+
+
+def probe_check_build(ctx) -> CheckBuildResult:
+    """What ``horovodrun --check-build`` reports: from the ``info`` probe's API record when it can
+    answer (:func:`envtool.horovod.checkbuild.from_api`), else from a real ``horovodrun
+    --check-build`` (:func:`run_horovodrun_check_build`, ``ctx.timeout`` seconds).
+
+    Args:
+        ctx: the :class:`envtool.checks.model.Context` (waits for its ``info`` probe).
+    Returns:
+        a :class:`CheckBuildResult`; ``source`` says which answered and ``fallback_reason`` why
+        the API did not.
+    """
+    from envtool.horovod import checkbuild
+
+    info = ctx.probe("info")
+    if info.error:
+        reason = f"the info probe gave no answer ({info.error})"
+    elif not info.data.get("horovod_present"):
+        reason = "horovod is not on the interpreter's sys.path"
+    else:
+        try:
+            parsed = checkbuild.from_api(info.data.get("check_build_api"))
+            return CheckBuildResult(parsed=parsed, seconds=info.seconds, source="api")
+        except checkbuild.ApiUnanswered as exc:
+            reason = str(exc)
+    result = run_horovodrun_check_build(Path(ctx.prefix), ctx.timeout)
+    return replace(result, seconds=info.seconds + result.seconds, fallback_reason=reason)
 
 
 @dataclass(frozen=True)

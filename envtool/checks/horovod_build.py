@@ -1,7 +1,9 @@
 """Check 2, ``horovod-build`` and ``horovod-metadata``: Horovod's capabilities.
 
-``horovod-build``: ``horovodrun --check-build`` parsed (:mod:`envtool.horovod.checkbuild`)
-and the Python API probes (``nccl_built``, ``mpi_built``, ``gloo_built``, ``cuda_built``,
+``horovod-build``: what ``horovodrun --check-build`` reports (:mod:`envtool.horovod.checkbuild`;
+gathered from Horovod's Python API in the ``info`` probe, or from a real ``horovodrun
+--check-build`` where the API cannot answer: the finding's ``check_build_source`` says which,
+:func:`envtool.checks.envprobe.probe_check_build`) and the Python API probes (``nccl_built``, ``mpi_built``, ``gloo_built``, ``cuda_built``,
 ``ddl_built``, ``ccl_built``; horovod/common/basics.py@v0.28.1) against the spec's
 ``expect.check_build`` and ``horovod`` section; a framework extension that "has not been
 built" (horovod/common/util.py::check_extension@v0.28.1 prints the missing ``.so`` path) is
@@ -52,6 +54,12 @@ _FIELD = {"frameworks": "horovod.frameworks", "controllers": "horovod.controller
           "DDL": "horovod.gpu_ops", "CCL": "horovod.cpu_operations", "MLSL": "horovod.cpu_operations"}
 
 
+#: How a finding's items name the source of the check-build table
+#: (:attr:`envtool.checks.envprobe.CheckBuildResult.source`; ``check_build_source`` in the details).
+_SOURCE_OF = {"api": "Horovod's Python API as horovodrun asks it", "horovodrun": "horovodrun --check-build"}
+_SHOWN_BY = {"api": "check-build (Horovod's API)", "horovodrun": "horovodrun --check-build"}
+
+
 def _label(section: str, name: str) -> str:
     return {"frameworks": name, "controllers": f"{name} controller",
             "tensor_operations": f"{name} tensor operations"}[section]
@@ -74,7 +82,9 @@ def run(ctx):
         return finding(ID, "skipped", "Horovod is not installed in this environment", check_build_error=cb.error)
     items: List[str] = []
     details = {"check_build": cb.parsed.to_dict() if cb.parsed else None, "check_build_error": cb.error,
-               "check_build_seconds": round(cb.seconds, 3), "api": info.data.get("capabilities")}
+               "check_build_seconds": round(cb.seconds, 3), "check_build_source": cb.source,
+               "check_build_fallback_reason": cb.fallback_reason, "api": info.data.get("capabilities")}
+    shown_by = _SHOWN_BY[cb.source]
     rebuild = False
     # Extensions that import but were not built (the .so is missing).
     for module, (fw, printed) in FRAMEWORK_OF_MODULE.items():
@@ -90,20 +100,20 @@ def run(ctx):
         else:
             line = f"horovod.{module} did not load: {(rec.get('error') or rec.get('printed') or '?').splitlines()[0]}"
         if cb.parsed is not None and cb.parsed.section("frameworks").get(printed):
-            line += (f" (horovodrun --check-build still shows [X] {printed}: from 0.22 the import only prints "
-                     "the error, horovod.md)")
+            line += (f" (check-build still shows [X] {printed}, from {_SOURCE_OF[cb.source]}: from 0.22 the "
+                     "import only prints the error, horovod.md)")
         if wanted:
             items.append(line)
             rebuild = True
     if cb.parsed is None:
-        items.append(f"horovodrun --check-build: {cb.error}")
+        items.append(f"{shown_by}: {cb.error}")
     comparison = None
     if cb.parsed is not None and expect is not None:
         comparison = checkbuild.compare(cb.parsed, expect)
         details["comparison"] = comparison.to_dict()
         for row in comparison.missing:
             line = (f"{_label(row.section, row.name)}: expected by spec {spec.name}, not built "
-                    f"(horovodrun --check-build shows [ ] {row.name})")
+                    f"({shown_by} shows [ ] {row.name})")
             if not requested(spec, row.section, row.name):
                 field = _FIELD.get(row.name if row.section == "tensor_operations" else row.section,
                                    "horovod.controllers")

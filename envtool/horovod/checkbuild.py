@@ -9,13 +9,18 @@ horovod/run/run.py@v0.17.1–0.19.1, horovod/run/runner.py@v0.19.2–0.19.5):
 * ``--verbose`` adds a leading blank line, ``Checking whether extension …`` lines and whole
   tracebacks between items; the last line carries trailing spaces;
 * the exit status is 0 whatever is found, so only the marks count.
+
+:func:`from_api` builds the same :class:`CheckBuild` from Horovod's Python API as gathered by
+the ``env_info`` probe (``envtool/probes/env_info.py``, ``check_build_api``), so ``doctor``
+need not start ``horovodrun`` (which imports each framework again in its own process).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from envtool.core import frameworks as _frameworks
 from envtool.core.errors import EnvtoolError
 from envtool.spec.model import CheckBuildExpectation
 
@@ -94,6 +99,96 @@ def parse(text: str) -> CheckBuild:
             "no 'horovodrun --check-build' sections found (Horovod < 0.17.1 has no --check-build); "
             f"last line: {snippet}")
     return CheckBuild(version=version, **{k: tuple(v) for k, v in sections.items()})
+
+
+#: The capability rows of ``horovodrun --check-build`` and the API function each one shows, in
+#: its order: the controllers MPI and Gloo and the tensor operations MPI and Gloo show
+#: ``mpi_built``/``gloo_built`` again (horovod/horovod@v0.28.1:horovod/runner/launch.py
+#: ``check_build``; 0.19+, where CCL replaced MLSL).
+API_ROWS: Tuple[Tuple[str, str, str], ...] = (
+    ("controllers", "MPI", "mpi_built"), ("controllers", "Gloo", "gloo_built"),
+    ("tensor_operations", "NCCL", "nccl_built"), ("tensor_operations", "DDL", "ddl_built"),
+    ("tensor_operations", "CCL", "ccl_built"), ("tensor_operations", "MPI", "mpi_built"),
+    ("tensor_operations", "Gloo", "gloo_built"))
+
+
+class ApiUnanswered(Exception):
+    """The API record cannot stand in for ``horovodrun --check-build``; the message says why
+    (then ``doctor`` runs ``horovodrun --check-build`` itself)."""
+
+
+def _ext_key(module: str) -> str:
+    return module.rsplit(".", 1)[-1]
+
+
+def from_api(record: Optional[Mapping[str, Any]]) -> CheckBuild:
+    """The :class:`CheckBuild` that ``horovodrun --check-build`` would print, from the
+    ``check_build_api`` record of the ``env_info`` probe.
+
+    Mirrors horovod/horovod@v0.28.1:horovod/runner/launch.py ``check_build`` and
+    horovod/horovod@v0.28.1:horovod/common/util.py (``extension_available``, ``mpi_built``,
+    ``gloo_built``, ``nccl_built``, ``ddl_built``, ``ccl_built``): a framework is available when
+    ``import horovod.<x>`` raised nothing (``horovod.torch`` without its library only prints
+    "has not been built" and so still counts); a capability is the first answer that is not
+    None of ``horovod.tensorflow``, ``horovod.torch``, ``horovod.mxnet`` in that order, among
+    those that imported, an error counting as None; a row is marked when that answer is true
+    (``nccl_built`` returns the NCCL version or 0).
+
+    Args:
+        record: the probe's ``check_build_api`` dict (``version``; ``extensions``, a list of
+            dicts with ``module``, ``framework``, ``framework_installed``, ``imported``,
+            ``error``, ``not_built``, ``api`` and ``api_errors``), or None when the probe did not
+            produce one (Horovod did not import, or the probe failed).
+    Returns:
+        a :class:`CheckBuild` with the labels and order ``horovodrun --check-build`` prints.
+    Raises:
+        ApiUnanswered: the record is missing or incomplete, or an extension failed to import in
+            the probe's process while another framework was loaded there and the failure is not
+            Horovod's "has not been built" (``horovodrun`` imports each extension alone, in a
+            fresh child, so its answer could differ).
+    """
+    if not record:
+        raise ApiUnanswered("the API probe did not import horovod")
+    version = record.get("version")
+    if not version:
+        raise ApiUnanswered("the API probe found no horovod.__version__")
+    by_key = {_ext_key(str(e.get("module", ""))): e for e in record.get("extensions") or ()}
+    exts = []
+    for fw in _frameworks.FRAMEWORKS:
+        entry = by_key.get(_ext_key(fw.binding))
+        if entry is None:
+            raise ApiUnanswered(f"the API probe did not try {fw.binding}")
+        exts.append((fw, entry))
+    framework_rows = []
+    for fw, entry in exts:
+        if not entry.get("imported"):
+            others = [o.module for o, e in exts if o is not fw and e.get("framework_installed")]
+            if entry.get("framework_installed") and not entry.get("not_built") and others:
+                raise ApiUnanswered(
+                    f"import {fw.binding} failed ({entry.get('error') or 'no error text'}) in a process that also "
+                    f"loaded {', '.join(others)}; horovodrun imports each extension alone")
+        framework_rows.append((fw.label, bool(entry.get("imported"))))
+    answers: Dict[str, Any] = {}
+    for _section, _name, fn in API_ROWS:
+        if fn in answers:
+            continue
+        answer = None
+        for fw, entry in exts:
+            if not entry.get("imported"):
+                continue
+            api, errors = entry.get("api") or {}, entry.get("api_errors") or {}
+            if fn not in api and fn not in errors:
+                raise ApiUnanswered(f"the API probe did not call {fw.binding}.{fn}()")
+            if api.get(fn) is not None:
+                answer = api[fn]
+                break
+        answers[fn] = answer
+    sections: Dict[str, List[Tuple[str, bool]]] = {"controllers": [], "tensor_operations": []}
+    for section, name, fn in API_ROWS:
+        sections[section].append((name, bool(answers[fn])))
+    return CheckBuild(version=str(version), frameworks=tuple(framework_rows),
+                      controllers=tuple(sections["controllers"]),
+                      tensor_operations=tuple(sections["tensor_operations"]))
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,16 @@ Prints one JSON object after ``ENVTOOL-PROBE ``, with, gathered in this order:
   built": Horovod prints that instead of raising);
 * ``horovod_present``, ``horovod_metadata`` (``horovod/metadata.json``) and its path;
 * ``capabilities``: the API functions' results from the first built extension, or null;
+* ``check_build_api`` (only when ``horovod`` imported): what ``horovodrun --check-build`` would
+  ask, gathered in this process the way its ``check_build`` asks it in forked children
+  (horovod/horovod@v0.28.1:horovod/runner/launch.py ``check_build``,
+  horovod/horovod@v0.28.1:horovod/common/util.py ``extension_available``, ``mpi_built`` …):
+  ``version`` (``horovod.__version__``) and ``extensions``, one entry per extension module of
+  ``FRAMEWORKS_JSON`` in its order (every one, installed framework or not), each with
+  ``imported`` (``import horovod.<x>`` raised nothing), ``error``, ``not_built`` (the error or
+  the printed text is Horovod's "has not been built"), ``framework_installed`` (its framework
+  is on ``sys.path``) and, when imported, ``api`` (name → return value of each API function that
+  returned) and ``api_errors`` (name → error of each one missing or raising);
 * ``mpi``: the MPI library the extension loaded (``/proc/self/maps``) and its
   ``MPI_Get_library_version`` string (callable before ``MPI_Init`` by the MPI standard), or null;
 * ``cuda``: torch's CUDA view (``torch.version.cuda``, devices, NCCL version), or null.
@@ -139,6 +149,66 @@ def call_api(module, names):
     return out
 
 
+def call_api_checked(module, names):
+    """Call each capability function ``names`` of ``module`` the way ``horovodrun --check-build``
+    does (``fn(ext)`` inside ``try``; horovod/horovod@v0.28.1:horovod/common/util.py
+    ``_check_extension_lambda``), keeping a raised error apart from a returned value.
+
+    Returns:
+        ``(values, errors)``: dicts name → return value (JSON-ready: bool/int/str) and name →
+        ``"TypeName: message"`` (first line, ≤ 300 characters) of a missing or raising function.
+    """
+    values, errors = {}, {}
+    for name in names:
+        fn = getattr(module, name, None)
+        if fn is None:
+            errors[name] = "AttributeError: {} has no {}".format(getattr(module, "__name__", "?"), name)
+            continue
+        try:
+            value = fn()
+        except BaseException as exc:  # an extension can raise anything
+            errors[name] = "{}: {}".format(type(exc).__name__, exc).strip().splitlines()[0][:300]
+            continue
+        values[name] = value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
+    return values, errors
+
+
+def check_build_api(frameworks, api, present, loaded, version):
+    """The ``check_build_api`` record (see the module docstring).
+
+    ``horovodrun --check-build`` imports ``horovod.tensorflow``, ``horovod.torch`` and
+    ``horovod.mxnet`` each in a forked child, whether the framework is installed or not, and
+    counts a framework as available when the import raises nothing (``horovod.torch`` only
+    prints "has not been built" and still imports); a capability (``mpi_built`` …) is the first
+    non-None answer of those extensions in that order. This gathers the same facts in this
+    process; envtool turns them into the check-build table
+    (``envtool.horovod.checkbuild.from_api``).
+
+    Args:
+        frameworks: ``[(framework module, extension module), ...]`` in check-build order.
+        api: capability function names to call on each imported extension.
+        present: framework module → found on ``sys.path`` (bool).
+        loaded: extension module → ``(module or None, import record)`` (:func:`try_import`), for the
+            extensions :func:`collect` tried already (each is imported once).
+        version: ``horovod.__version__`` (str or None).
+    Returns:
+        a JSON-ready dict with ``version`` and ``extensions`` (ordered list of dicts).
+    """
+    extensions = []
+    for fw, ext in frameworks:
+        if ext in loaded:
+            emod, record = loaded[ext]
+        else:
+            emod, record = try_import(ext, capture=True)
+        entry = {"module": ext, "framework": fw, "framework_installed": bool(present.get(fw)),
+                 "imported": emod is not None, "error": record.get("error"),
+                 "not_built": NOT_BUILT in ((record.get("error_full") or "") + (record.get("printed") or ""))}
+        if emod is not None:
+            entry["api"], entry["api_errors"] = call_api_checked(emod, api)
+        extensions.append(entry)
+    return {"version": version, "extensions": extensions}
+
+
 def is_mpi_library(path):
     """True when ``path``'s file name is an MPI library (Open MPI's ``libmpi.so.40``, MPICH's
     ``libmpich.so.12``), not a language binding (``libmpi_cxx``, ``libmpi_mpifh``, ``libmpi_usempi*``)."""
@@ -221,6 +291,7 @@ def collect(frameworks, api, own_dir=None):
     hvd_present = importlib.util.find_spec("horovod") is not None
     out["horovod_present"] = hvd_present
     caps = None
+    loaded = {}
     if hvd_present:
         hvd, mods["horovod"] = try_import("horovod")
         if hvd is not None:
@@ -237,10 +308,13 @@ def collect(frameworks, api, own_dir=None):
                 emod, record = try_import(ext, capture=True)
                 record["built"] = extension_built(emod, record["printed"])
                 mods[ext] = record
+                loaded[ext] = (emod, record)
                 if record["built"] and caps is None:
                     caps = {"from": ext}
                     caps.update(call_api(emod, api))
     out["capabilities"] = caps
+    if hvd_present and mods.get("horovod", {}).get("ok"):
+        out["check_build_api"] = check_build_api(frameworks, api, present, loaded, mods["horovod"].get("version"))
     out["mpi"] = mpi_info()
     out["cuda"] = cuda_info() if mods.get("torch", {}).get("ok") else None
     out["modules"] = mods
