@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def site(tmp_path_factory):
     main = _index(root / "main", [make_wheel(build, "envtool-alpha", "1.0", {"envtool_alpha.py": "KIND = 'index'\n"})])
     extra = _index(root / "extra", [
         make_wheel(build, "envtool-beta", v, {"envtool_beta.py": f"V = {v!r}\n"}) for v in ("1.0", "1.1", "1.2")
-    ] + [make_wheel(build, "envtool-gamma", "2.0", {"envtool_gamma.py": "G = 2\n"}, requires=["envtool-beta>=1"])])
+    ] + [make_wheel(build, "envtool-gamma", "2.0", {"envtool_gamma.py": "G = 2\n\n\ndef where():\n    return where.__code__.co_filename\n"}, requires=["envtool-beta>=1"])])
     house = root / "wheelhouse"
     house.mkdir()
     make_wheel(house, "envtool-alpha", "1.0+cpu", {"envtool_alpha.py": "KIND = 'wheelhouse'\n"})
@@ -206,3 +207,34 @@ def test_a_locked_version_the_constraints_refuse_is_refused_by_uv_as_by_pip(site
         assert not prefix.exists()
         if name == "uv":
             assert f"{constraints}:1: envtool-beta<=1.0 refuses the locked envtool-beta 1.1" in proc.stderr, proc.stderr
+
+
+def test_a_uv_seeded_venv_has_ensurepips_pip(created):
+    import ensurepip
+
+    bundled = ensurepip.version()
+    out = subprocess.run([str(created["uv"] / "bin" / "python"), "-m", "pip", "--version"], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.split()[1] == bundled
+
+
+def test_a_second_uv_env_links_the_first_ones_bytecode_and_python_accepts_it(site, created, tmp_path):
+    import os
+    import sys
+
+    prefix = tmp_path / "again"
+    proc = run_envtool("create", "inst", "--resolve", "--installer", "uv", "--prefix", prefix, env=site["env"],
+                       timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    first = next((created["uv"] / "lib").glob("python*/site-packages"))
+    second = next((prefix / "lib").glob("python*/site-packages"))
+    assert os.stat(first / "envtool_gamma.py").st_ino == os.stat(second / "envtool_gamma.py").st_ino  # uv linked it
+    tag = sys.implementation.cache_tag
+    pyc = lambda sp: sp / "__pycache__" / f"envtool_gamma.{tag}.pyc"
+    assert os.stat(pyc(first)).st_ino == os.stat(pyc(second)).st_ino  # the bytecode was linked, not compiled
+    # Python takes it as valid (it would write a new file, a new inode, otherwise) and names the
+    # second environment's file in code objects
+    out = subprocess.run([str(prefix / "bin" / "python"), "-c", "import envtool_gamma as g; print(g.where())"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == str(second / "envtool_gamma.py")
+    assert os.stat(pyc(second)).st_ino == os.stat(pyc(first)).st_ino

@@ -248,16 +248,24 @@ def decide(want: str = "uv", python: Optional[str] = None) -> Installer:
                      + (f" ({', '.join(passed)})" if passed else " (none set)"))
 
 
-#: Byte-compiles a tree on every CPU, ignoring files that do not compile (as pip does).
-_COMPILE = "import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2, workers=0)"
+def compile_command(py: str, prefix: Path) -> Tuple[str, ...]:
+    """Byte-compile ``PREFIX/lib`` with the environment's interpreter, reusing the bytecode of
+    sources uv hard-linked from its cache (:mod:`envtool.probes.bytecode`; the bytecode of such
+    sources is kept by inode in ``<envtool cache>/bytecode``); files that do not compile are
+    skipped, as pip skips them."""
+    from envtool.core.paths import cache_root
+    from envtool.probes import probe_path
+
+    return (py, str(probe_path("bytecode")), str(Path(prefix) / "lib"), str(cache_root() / "bytecode"))
 
 
 def install_commands(installer: Optional[Installer], py: str, prefix: Path, reqs: Sequence[str],
                      exact: bool = False) -> Tuple[Tuple[str, ...], ...]:
     """The commands that install ``reqs`` into ``prefix`` and byte-compile the result.
 
-    Both installers leave bytecode to one ``compileall`` with a worker per CPU (pip compiles in
-    one process: about 13 s of a 19 s ``pip install torch==2.13.0`` on our 2-core machines).
+    Both installers leave bytecode to :func:`compile_command`: ``compileall`` with a worker per
+    CPU (pip compiles in one process: about 13 s of a 19 s ``pip install torch==2.13.0`` on our
+    2-core machines), after linking the bytecode of sources shared with an earlier environment.
 
     Args:
         installer: the plan's decision (None: pip).
@@ -270,7 +278,7 @@ def install_commands(installer: Optional[Installer], py: str, prefix: Path, reqs
     Returns:
         a tuple of two argv tuples: the install, then ``compileall``.
     """
-    compile_cmd = (py, "-c", _COMPILE, str(Path(prefix) / "lib"))
+    compile_cmd = compile_command(py, prefix)
     if installer is None or installer.name != "uv":
         locked = ("--force-reinstall", "--require-hashes", "--no-deps") if exact else ()
         return ((py, "-m", "pip", "install", "--disable-pip-version-check", "--no-compile", *locked, *reqs),
