@@ -143,9 +143,12 @@ def created(site, tmp_path_factory):
     out = {}
     for name in ("uv", "pip"):
         prefix = tmp_path_factory.mktemp("created") / name
-        proc = run_envtool("create", "inst", "--resolve", "--installer", name, "--prefix", prefix, "--json",
+        proc = run_envtool("create", "inst", "--resolve", "--installer", name, "--prefix", prefix,
                            env=site["env"], timeout=600)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+        # progress without a terminal: plain lines with the installer's phases and the elapsed time
+        assert f"installing with {name}: started" in proc.stderr and f"installing with {name}: done" in proc.stderr
+        assert "compiling bytecode: started" in proc.stderr
         out[name] = prefix
     return out
 
@@ -238,3 +241,23 @@ def test_a_second_uv_env_links_the_first_ones_bytecode_and_python_accepts_it(sit
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out == str(second / "envtool_gamma.py")
     assert os.stat(pyc(second)).st_ino == os.stat(pyc(first)).st_ino
+
+
+def test_cache_prune_deletes_kept_bytecode_no_environment_links(site, tmp_path):
+    import os
+    import shutil
+
+    cache = tmp_path / "cache"
+    env = dict(site["env"], ENVTOOL_CACHE_DIR=str(cache))
+    prefix = tmp_path / "short-lived"
+    proc = run_envtool("create", "inst", "--resolve", "--installer", "uv", "--prefix", prefix, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    kept = list((cache / "bytecode").glob("*.pyc"))
+    assert kept and all(os.stat(p).st_nlink >= 2 for p in kept)
+    proc = run_envtool("cache", "prune", "--json", env=env)
+    assert json.loads(proc.stdout)["bytecode"]["deleted"] == 0  # the environment still links them
+    shutil.rmtree(prefix)
+    proc = run_envtool("cache", "prune", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["bytecode"]["deleted"] == len(kept)
+    assert not list((cache / "bytecode").glob("*.pyc"))

@@ -33,7 +33,7 @@ def register(sub) -> None:
     ls = csub.add_parser("list", help="the cached wheels (key digest, wheel, size, last use)")
     add_json(ls)
     ls.set_defaults(func=run_list)
-    pr = csub.add_parser("prune", help="delete wheels not used for DAYS days (and incomplete entries)")
+    pr = csub.add_parser("prune", help="delete wheels not used for DAYS days (and incomplete entries), and kept bytecode no environment links")
     pr.add_argument("--older-than", type=_days_arg, default=30.0, metavar="DAYS",
                     help="delete entries not used for this many days (default 30; 0 deletes every entry)")
     add_json(pr)
@@ -90,12 +90,18 @@ def run_list(args) -> int:
 def run_prune(args) -> int:
     from envtool.horovod import cache
 
+    from envtool.engines.installer import prune_bytecode
+
     wc = cache.WheelCache()
     gone = wc.prune(args.older_than * 86400.0)
+    pyc_count, pyc_bytes = prune_bytecode()
     if args.json:
         print_json({"cache": str(wc.dir), "older_than_days": args.older_than,
-                    "deleted": [e.to_json() for e in gone], "freed_bytes": sum(e.size for e in gone)})
+                    "deleted": [e.to_json() for e in gone], "freed_bytes": sum(e.size for e in gone),
+                    "bytecode": {"deleted": pyc_count, "freed_bytes": pyc_bytes}})
         return 0
+    if pyc_count:
+        print(f"deleted {pyc_count} kept bytecode file(s) no environment links ({_size(pyc_bytes)})")
     for e in gone:
         print(f"deleted {e.digest} ({e.wheel.name if e.wheel else 'incomplete'}, {_size(e.size)})")
     print(f"pruned {len(gone)} entr{'y' if len(gone) == 1 else 'ies'} from {wc.dir}, freed "

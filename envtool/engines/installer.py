@@ -372,6 +372,37 @@ def check_constraints(pins: Sequence[Tuple[str, str]], files: Sequence[str], _de
     return out
 
 
+def prune_bytecode(store: Optional[Path] = None) -> Tuple[int, int]:
+    """Delete the kept bytecode (:func:`compile_command`) that no environment links any more.
+
+    An entry whose link count is 1 is held by the store alone: every environment that shared it
+    is gone (or recompiled), so it can only serve a source inode that no longer exists.
+
+    Args:
+        store: the bytecode store (default ``<envtool cache>/bytecode``).
+    Returns:
+        ``(entries deleted, bytes freed)``.
+    """
+    from envtool.core.paths import cache_root
+
+    store = Path(store) if store is not None else cache_root() / "bytecode"
+    count = freed = 0
+    try:
+        entries = list(os.scandir(store))
+    except OSError:
+        return 0, 0
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if entry.name.endswith(".pyc") and entry.is_file(follow_symlinks=False) and st.st_nlink == 1:
+                os.unlink(entry.path)
+                count += 1
+                freed += st.st_size
+        except OSError:
+            continue
+    return count, freed
+
+
 def install_env(installer: Optional[Installer]) -> Tuple[Tuple[str, str], ...]:
     """Variables the install command needs (uv's share of pip's configuration); empty for pip."""
     return tuple(installer.env) if installer is not None and installer.name == "uv" else ()
