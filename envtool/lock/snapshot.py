@@ -101,7 +101,8 @@ def snapshot(prefix: Path, platform: str, lookup: bool = True, built_keys: Optio
     bundled = ensurepip_wheels(prefix)
     for name, version, direct, reqs, _ in dists:
         requires[name] = reqs
-        if not direct and (name, version) in bundled:
+        # seeded by python -m venv (no direct_url.json) or by uv from the same wheel (a file URL, no hash)
+        if (name, version) in bundled and not ((direct or {}).get("archive_info") or {}).get("hashes"):
             whl = bundled[(name, version)]
             direct = {"url": whl.as_uri(), "archive_info": {"hashes": {"sha256": hashlib.sha256(whl.read_bytes()).hexdigest()}}}
         url = direct.get("url", "")
