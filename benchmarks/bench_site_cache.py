@@ -3,7 +3,7 @@
 
 One run: (1) ``envtool create`` with an empty user cache and no site cache (it compiles Horovod;
 run once); (2) ``envtool cache publish --to SITE`` copies the wheel it built into a site cache,
-made read-only; (3) another "user" (a new, empty ``ENVTOOL_CACHE_DIR``) with
+made read-only; (3) another "user" (a new, empty ``ENVTOOL_CACHE_DIR`` and ``UV_CACHE_DIR``) with
 ``ENVTOOL_CACHE_PATH=SITE`` creates the same spec at a new prefix: it installs the published wheel.
 Prints both wall times (seconds), each step's times and the ratios site/cold. Target (issue 15):
 a user's first create with a site cache holding the wheel <= 0.10 x a cold create.
@@ -51,14 +51,15 @@ def main() -> int:
     site = work / "site"
     base = {"ENVTOOL_CACHE_PATH": ""}
     try:
-        cold = create(args.spec, work / "cold", dict(base, ENVTOOL_CACHE_DIR=str(work / "admin-cache")))
+        cold = create(args.spec, work / "cold", dict(base, ENVTOOL_CACHE_DIR=str(work / "admin-cache"),
+                                                     UV_CACHE_DIR=str(work / "admin-uv")))
         pub = envtool(["cache", "publish", "--to", site, "--json"], dict(base, ENVTOOL_CACHE_DIR=str(work / "admin-cache")))
         if pub.returncode != 0:
             sys.exit(f"cache publish failed:\n{pub.stderr}")
         for p in [site, *site.rglob("*")]:
             os.chmod(p, stat.S_IMODE(p.stat().st_mode) & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
         warm = create(args.spec, work / "user", {"ENVTOOL_CACHE_DIR": str(work / "user-cache"),
-                                                 "ENVTOOL_CACHE_PATH": str(site)})
+                                                 "UV_CACHE_DIR": str(work / "user-uv"), "ENVTOOL_CACHE_PATH": str(site)})
     finally:
         if not args.keep:
             for p in [site, *site.rglob("*")] if site.exists() else []:

@@ -13,8 +13,9 @@ and the loader sets ``co_filename`` to the path a module was actually found at
 
 1. links, for every ``.py`` with more than one link whose ``.pyc`` is missing, the bytecode kept
    for that inode in ``BYTECODE_CACHE_DIR`` (``<dev>-<inode>-<mtime_ns>-<size>.<cache_tag>.pyc``);
-2. compiles what is still missing or stale with ``compileall`` (one worker per CPU; files that
-   do not compile are skipped, as pip skips them) — it only reads the header of a valid ``.pyc``;
+2. compiles every other source with ``compileall.compile_file`` (one worker per CPU; files that
+   do not compile are skipped, as pip skips them; an existing ``.pyc`` is only rewritten when
+   stale);
 3. links the ``.pyc`` of every multiply-linked source into ``BYTECODE_CACHE_DIR`` for the next
    environment.
 
@@ -51,6 +52,28 @@ def cache_name(st, tag):
     return f"{st.st_dev:x}-{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}.{tag}.pyc"
 
 
+def _compile(paths):
+    """Byte-compile ``paths`` (``compileall.compile_file``, quiet; up-to-date ``.pyc`` files are
+    only read) with a worker process per CPU when there are more than 50; returns the number
+    of paths handled (int)."""
+    if len(paths) > 50 and (os.cpu_count() or 1) > 1:
+        try:
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(max_workers=os.cpu_count()) as pool:
+                list(pool.map(_compile_one, paths, chunksize=64))
+            return len(paths)
+        except (OSError, ImportError, NotImplementedError):
+            pass  # no process pool here (a sandbox without semaphores): one process
+    for path in paths:
+        _compile_one(path)
+    return len(paths)
+
+
+def _compile_one(path):
+    return compileall.compile_file(path, quiet=2)
+
+
 def main(argv=None):
     """Run the probe (``argv``: ``[script, LIB_DIR, BYTECODE_CACHE_DIR]``, default ``sys.argv``); 0 or 2."""
     argv = sys.argv if argv is None else argv
@@ -67,6 +90,7 @@ def main(argv=None):
     shared = []  # (source, pyc, cache entry) of sources with more than one link
     files = sources(root)
     linked = 0
+    done = set()  # sources whose bytecode was linked (valid: same inode, so same mtime and size)
     for src in files:
         try:
             st = os.stat(src)
@@ -82,11 +106,13 @@ def main(argv=None):
                 os.makedirs(os.path.dirname(pyc), exist_ok=True)
                 os.link(entry, pyc)
                 linked += 1
+                done.add(src)
             except OSError:
                 pass
-    before = sum(1 for s in files if os.path.exists(importlib.util.cache_from_source(s)))
-    compileall.compile_dir(root, quiet=2, workers=0)
-    after = sum(1 for s in files if os.path.exists(importlib.util.cache_from_source(s)))
+    # what is left: sources with no linked bytecode (compile_file reads the header of an existing
+    # .pyc and recompiles only a stale one), one worker per CPU when there are many
+    todo = [src for src in files if src not in done]
+    compiled = _compile(todo)
     kept = 0
     for pyc, entry in shared:
         if os.path.exists(entry) or not os.path.exists(pyc):
@@ -96,7 +122,7 @@ def main(argv=None):
             kept += 1
         except OSError:
             pass
-    record = {"sources": len(files), "linked": linked, "compiled": max(0, after - before), "kept": kept,
+    record = {"sources": len(files), "linked": linked, "compiled": compiled, "kept": kept,
               "seconds": round(time.monotonic() - started, 2)}
     print(MARKER + json.dumps(record), flush=True)
     return 0
