@@ -251,3 +251,18 @@ def test_locked_means_locked_over_a_pythonpath_entry(world, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("envtool_locktest_pkg", "envtool_locktest_dep"):
         assert list((prefix / "lib").glob(f"python*/site-packages/{name}-1.0.dist-info")), name
+
+
+def test_a_spec_without_packages_locks_as_none_and_creates_from_it(tmp_path):
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "bare.yaml").write_text('name: bare\nsummary: a venv with nothing added\nsources: {t: "the tests"}\n'
+                                     "engine: venv\nhorovod: {install: none}\nexpect: {check_build: null}\n")
+    env = {"ENVTOOL_SPEC_PATH": str(specs)}
+    lock = tmp_path / "bare.conda-lock.yml"
+    proc = run_envtool("lock", "bare", "-o", lock, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr  # was exit 1: pip asked to resolve nothing
+    assert lockio.read_lock(lock).packages == ()
+    proc = run_envtool("create", "bare", "--lock", lock, "--prefix", tmp_path / "env", env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "env" / "bin" / "python").exists()

@@ -75,8 +75,9 @@ def lock_spec(spec: Spec, platforms: Optional[Sequence[str]] = None, site: str =
 
             python = find_interpreter(spec)
             interpreter = probe_interpreter(python)
-            packages += pip_resolve.resolve(pip_reqs, platform, python=python, built_requirements=built,
-                                            progress=progress)
+            if pip_reqs or built:  # a bare venv locks as no packages (pip refuses to resolve nothing)
+                packages += pip_resolve.resolve(pip_reqs, platform, python=python, built_requirements=built,
+                                                progress=progress)
             continue
         conda = conda_resolve.solve(spec, platform, vp, progress=progress)
         packages += conda
