@@ -144,6 +144,13 @@ def test_publish_layout_and_modes(site, published):
         if stat.S_ISDIR(st.st_mode):
             assert st.st_mode & stat.S_ISGID and st.st_mode & 0o010, path
     assert checked > 10
+    # nothing in the published tree shares an inode with py-rattler's package cache, uv's cache or
+    # another environment: the mode and group changes above stayed in the tree
+    shared = [p for p in prefix.rglob("*") if p.is_file() and not p.is_symlink() and os.lstat(p).st_nlink > 1]
+    assert not shared, shared[:5]
+    pkgs = Path(site["env"]["ENVTOOL_CACHE_DIR"]) / "pkgs"
+    cached = [p for p in pkgs.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert cached and not [p for p in cached if os.lstat(p).st_gid == gid or not os.lstat(p).st_mode & 0o200]
     for d in (site["root"], site["root"] / "pubtest", site["mods"], site["mods"] / "pubtest"):
         st = os.stat(d)
         assert st.st_gid == gid and st.st_mode & stat.S_ISGID, d

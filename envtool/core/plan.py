@@ -38,6 +38,7 @@ class PlanOptions:
             ``plan`` and logged by ``create``).
         installer: the installer asked for pip packages: ``uv`` or ``pip`` (``--installer``); ``""``:
             ``$ENVTOOL_INSTALLER``, else ``uv``.
+        link_files: see :attr:`Installer.link` (False for ``publish``).
         install_with: the installer decided by the planner (:func:`envtool.engines.installer.decide`),
             or None before planning (the engines then install with pip).
     """
@@ -53,6 +54,7 @@ class PlanOptions:
     preview: bool = False
     lock_reason: str = ""
     installer: str = ""
+    link_files: bool = True
     install_with: Optional["Installer"] = None
 
     @property
@@ -73,6 +75,9 @@ class Installer:
         env: variables uv needs for the rest of that configuration (``SSL_CERT_FILE`` …).
         passed: the pip configuration keys passed to uv (``find-links``, ``constraint`` …).
         reason: one line for people: why this installer (e.g. why pip when uv was asked).
+        link: link files from caches (uv's hard links, kept bytecode); False: private copies,
+            for environments whose files' mode and group are changed afterwards (``publish``:
+            a shared inode would carry those changes into uv's cache and other environments).
     """
 
     name: str = "pip"
@@ -82,10 +87,11 @@ class Installer:
     env: Tuple[Tuple[str, str], ...] = ()
     passed: Tuple[str, ...] = ()
     reason: str = ""
+    link: bool = True
 
     def to_dict(self) -> Dict[str, Any]:
         """JSON-ready form."""
-        return {"name": self.name, "program": self.program or None, "version": self.version or None,
+        return {"link": self.link, "name": self.name, "program": self.program or None, "version": self.version or None,
                 "args": list(self.args), "env": dict(self.env), "pip_config_passed": list(self.passed),
                 "reason": self.reason}
 

@@ -248,15 +248,15 @@ def decide(want: str = "uv", python: Optional[str] = None) -> Installer:
                      + (f" ({', '.join(passed)})" if passed else " (none set)"))
 
 
-def compile_command(py: str, prefix: Path) -> Tuple[str, ...]:
+def compile_command(py: str, prefix: Path, link: bool = True) -> Tuple[str, ...]:
     """Byte-compile ``PREFIX/lib`` with the environment's interpreter, reusing the bytecode of
     sources uv hard-linked from its cache (:mod:`envtool.probes.bytecode`; the bytecode of such
     sources is kept by inode in ``<envtool cache>/bytecode``); files that do not compile are
-    skipped, as pip skips them."""
+    skipped, as pip skips them. ``link`` False: nothing is linked or kept (the store argument is ``""``)."""
     from envtool.core.paths import cache_root
     from envtool.probes import probe_path
 
-    return (py, str(probe_path("bytecode")), str(Path(prefix) / "lib"), str(cache_root() / "bytecode"))
+    return (py, str(probe_path("bytecode")), str(Path(prefix) / "lib"), str(cache_root() / "bytecode") if link else "")
 
 
 def install_commands(installer: Optional[Installer], py: str, prefix: Path, reqs: Sequence[str],
@@ -278,7 +278,7 @@ def install_commands(installer: Optional[Installer], py: str, prefix: Path, reqs
     Returns:
         a tuple of two argv tuples: the install, then ``compileall``.
     """
-    compile_cmd = compile_command(py, prefix)
+    compile_cmd = compile_command(py, prefix, link=installer.link if installer is not None else True)
     if installer is None or installer.name != "uv":
         locked = ("--force-reinstall", "--require-hashes", "--no-deps") if exact else ()
         return ((py, "-m", "pip", "install", "--disable-pip-version-check", "--no-compile", *locked, *reqs),
@@ -404,5 +404,8 @@ def prune_bytecode(store: Optional[Path] = None) -> Tuple[int, int]:
 
 
 def install_env(installer: Optional[Installer]) -> Tuple[Tuple[str, str], ...]:
-    """Variables the install command needs (uv's share of pip's configuration); empty for pip."""
-    return tuple(installer.env) if installer is not None and installer.name == "uv" else ()
+    """Variables the install command needs (uv's share of pip's configuration, and
+    ``UV_LINK_MODE=copy`` when the plan must not link files); empty for pip."""
+    if installer is None or installer.name != "uv":
+        return ()
+    return tuple(installer.env) + ((("UV_LINK_MODE", "copy"),) if not installer.link else ())

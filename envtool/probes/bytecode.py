@@ -2,7 +2,7 @@
 
 Run with the environment's interpreter (standalone: standard library only)::
 
-    python bytecode.py PREFIX/lib BYTECODE_CACHE_DIR
+    python bytecode.py PREFIX/lib BYTECODE_CACHE_DIR     # "" for BYTECODE_CACHE_DIR: link nothing
 
 uv installs a cached wheel by hard-linking its files into the environment, so a second
 environment's ``torch/nn/modules/linear.py`` is the *same inode* (same mtime, same size) as the
@@ -84,7 +84,10 @@ def main(argv=None):
     started = time.monotonic()
     tag = sys.implementation.cache_tag
     try:
-        os.makedirs(store, exist_ok=True)
+        if store:
+            os.makedirs(store, exist_ok=True)
+        else:
+            store = None  # "": link nothing, keep nothing
     except OSError:
         store = None
     shared = []  # (source, pyc, cache entry) of sources with more than one link

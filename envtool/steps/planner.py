@@ -70,7 +70,8 @@ def decide_installer(spec: Spec, options: PlanOptions) -> PlanOptions:
         return options
     from envtool.engines.installer import decide, requested
 
-    return dataclasses.replace(options, install_with=decide(requested(options.installer or None)))
+    chosen = decide(requested(options.installer or None))
+    return dataclasses.replace(options, install_with=dataclasses.replace(chosen, link=options.link_files))
 
 
 def make_plan(spec: Spec, options: PlanOptions) -> Plan:

@@ -147,6 +147,38 @@ def set_mode(path: Path, gid: Optional[int], umask: int, read_only: bool) -> Non
     os.chmod(path, mode)
 
 
+def unshare_links(top: Path) -> int:
+    """Give every regular file under ``top`` that has more than one hard link a private copy.
+
+    Installers link files from their caches (py-rattler from its package cache, uv from its
+    wheel cache, envtool's kept bytecode): a published tree's mode and group changes
+    (:func:`set_tree`) would otherwise reach those caches and every environment sharing the
+    inode. Each such file is copied beside itself (``shutil.copy2``: data, mode, times) and
+    renamed over the link, so the tree's content is unchanged.
+
+    Returns:
+        the number of files copied.
+    Raises:
+        OSError: a file could not be copied or renamed (the partial copy is removed).
+    """
+    import shutil
+
+    count = 0
+    for path in _walk(top):
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+            continue
+        tmp = path.with_name(f".{path.name}.envtool-unshare-{os.getpid()}")
+        try:
+            shutil.copy2(path, tmp, follow_symlinks=False)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        count += 1
+    return count
+
+
 def set_tree(top: Path, gid: Optional[int], umask: int, read_only: bool) -> None:
     """:func:`set_mode` on ``top`` and everything under it."""
     for path in _walk(top):
@@ -251,7 +283,8 @@ def publish(specs: List[Spec], root: Path, modulefiles: Path, group: Optional[st
             if existed:
                 make_writable(target)
             options = PlanOptions(prefix=target, clone="" if clone_site_base and spec.site.base_env else None,
-                                  cpu_count=os.cpu_count() or 2, site=spec.site.name)
+                                  cpu_count=os.cpu_count() or 2, site=spec.site.name,
+                                  link_files=False)  # its files' mode and group change: no shared inodes
             try:
                 created = create(spec, options, force=existed, verbose=verbose, quiet=quiet)
             except BaseException:
@@ -260,6 +293,9 @@ def publish(specs: List[Spec], root: Path, modulefiles: Path, group: Optional[st
                 raise
             from envtool.sbom import write_sbom
 
+            unshared = unshare_links(target)  # before any mode or group change
+            if unshared and verbose:
+                say(f"{spec.name}/{version}: {unshared} hard-linked file(s) given private copies")
             write_sbom(target, sbom, name=spec.name, version=version)
             content = build_content(target, spec=spec, name=spec.name, version=version, extensions=extensions)
             path = write_modulefile(content, modulefiles, fmt, default=default)
