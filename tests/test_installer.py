@@ -48,7 +48,8 @@ def site(tmp_path_factory):
     * ``alpha 1.0`` is on the main index; ``alpha 1.0+cpu`` only in the wheelhouse (the way this
       machine's CPU torch comes only from ``/opt/wheels``): pip takes the local version.
     * ``beta`` 1.0, 1.1 and 1.2 are on the extra index; the constraint file caps it at 1.1.
-    * ``gamma 2.0`` (needs ``beta>=1``) is only on the extra index.
+    * ``gamma 2.0`` (needs ``beta>=1``) is only on the extra index, with a prerelease ``3.0b1``
+      that neither installer takes unless told to.
     """
     root = tmp_path_factory.mktemp("installer")
     build = root / "build"
@@ -56,6 +57,7 @@ def site(tmp_path_factory):
     main = _index(root / "main", [make_wheel(build, "envtool-alpha", "1.0", {"envtool_alpha.py": "KIND = 'index'\n"})])
     extra = _index(root / "extra", [
         make_wheel(build, "envtool-beta", v, {"envtool_beta.py": f"V = {v!r}\n"}) for v in ("1.0", "1.1", "1.2")
+    ] + [make_wheel(build, "envtool-gamma", "3.0b1", {"envtool_gamma.py": "G = 3\n"}, requires=["envtool-beta>=1"])
     ] + [make_wheel(build, "envtool-gamma", "2.0", {"envtool_gamma.py": "G = 2\n\n\ndef where():\n    return where.__code__.co_filename\n"}, requires=["envtool-beta>=1"])])
     house = root / "wheelhouse"
     house.mkdir()
@@ -88,7 +90,7 @@ def site(tmp_path_factory):
         expect: {check_build: null}
         """))
     return {"root": root, "env": dict(env, ENVTOOL_SPEC_PATH=str(specs)), "conf": conf, "house": house,
-            "constraints": constraints}
+            "constraints": constraints, "main": main.parent}
 
 
 #: dist-info files an installer writes itself (not from the wheel).
@@ -143,8 +145,9 @@ def created(site, tmp_path_factory):
     out = {}
     for name in ("uv", "pip"):
         prefix = tmp_path_factory.mktemp("created") / name
+        # a uv setting in the user's environment would change what uv installs: it is removed
         proc = run_envtool("create", "inst", "--resolve", "--installer", name, "--prefix", prefix,
-                           env=site["env"], timeout=600)
+                           env=dict(site["env"], UV_PRERELEASE="allow"), timeout=600)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         # progress without a terminal: plain lines with the installer's phases and the elapsed time
         assert f"installing with {name}: started" in proc.stderr and f"installing with {name}: done" in proc.stderr
@@ -261,3 +264,66 @@ def test_cache_prune_deletes_kept_bytecode_no_environment_links(site, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["bytecode"]["deleted"] == len(kept)
     assert not list((cache / "bytecode").glob("*.pyc"))
+
+
+class _AuthIndex:
+    """The site's main index served over HTTP on loopback, behind basic authentication."""
+
+    def __init__(self, root: Path, user: str, password: str):
+        import base64
+        import functools
+        import http.server
+        import threading
+
+        want = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        self.requests = []
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def do_GET(inner):
+                self.requests.append((inner.path, inner.headers.get("Authorization") == want))
+                if inner.headers.get("Authorization") != want:
+                    inner.send_response(401)
+                    inner.send_header("WWW-Authenticate", 'Basic realm="site"')
+                    inner.end_headers()
+                    return
+                return super().do_GET()
+
+            def log_message(inner, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://{user}:{password}@127.0.0.1:{self.server.server_address[1]}/simple"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("name", ["uv", "pip"])
+def test_an_index_with_credentials_works_and_the_secret_is_never_shown(site, tmp_path, name):
+    secret = "s3cr3t-token-%s" % name
+    index = _AuthIndex(site["main"], "alice", secret)
+    try:
+        conf = tmp_path / "pip.conf"
+        conf.write_text(site["conf"].read_text().replace(
+            next(l for l in site["conf"].read_text().splitlines() if l.startswith("index-url")),
+            f"index-url = {index.url}"))
+        env = dict(site["env"], PIP_CONFIG_FILE=str(conf), PIP_INDEX_URL=index.url)
+        plan = run_envtool("plan", "inst", "--resolve", "--installer", name, "--json", env=env)
+        assert plan.returncode == 0, plan.stderr
+        assert secret not in plan.stdout
+        if name == "uv":
+            assert "alice:****@" in plan.stdout  # the credentials travel in uv's environment, not in its argv (ps shows argv)
+            step = next(s for s in json.loads(plan.stdout)["steps"] if s["id"] == "pip-install")
+            assert not any("alice" in w for w in step["commands"][0]) and "UV_INDEX_URL" in step["env"]
+        prefix = tmp_path / "env"
+        proc = run_envtool("create", "inst", "--resolve", "--installer", name, "--prefix", prefix, env=env, timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert secret not in proc.stdout + proc.stderr
+        assert secret not in (prefix / ".envtool" / "create.log").read_text()
+        assert any(ok and "envtool-alpha" in path for path, ok in index.requests)  # it really used the index
+        assert _artifacts(prefix)["envtool-alpha"][0] == "1.0+cpu"
+    finally:
+        index.close()

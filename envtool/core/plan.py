@@ -15,6 +15,15 @@ if TYPE_CHECKING:  # the plan carries the spec it was made from; the core does n
     from envtool.spec.model import Spec
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: ``scheme://user:password@`` in a URL (a package index with inline credentials).
+_URL_AUTH = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@\s:]*)(?::[^/@\s]*)?@")
+
+
+def redact(text: str) -> str:
+    """``text`` with the password of every URL's inline credentials shown as ``****``
+    (``https://me:tok@mirror/simple`` → ``https://me:****@mirror/simple``), as pip shows them
+    (pip ``redact_auth_from_url``). For what envtool prints and logs, never for what it runs."""
+    return _URL_AUTH.sub(lambda m: f"{m.group('scheme')}{m.group('user')}:****@", text)
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,9 @@ class Installer:
         env: variables uv needs for the rest of that configuration (``SSL_CERT_FILE`` …).
         passed: the pip configuration keys passed to uv (``find-links``, ``constraint`` …).
         reason: one line for people: why this installer (e.g. why pip when uv was asked).
+        drop_env: inherited variables removed for the installer (``UV_*`` settings that would
+            change what uv installs, e.g. ``UV_TORCH_BACKEND``, ``UV_INDEX``); pip's configuration
+            is the one configuration.
         link: link files from caches (uv's hard links, kept bytecode); False: private copies,
             for environments whose files' mode and group are changed afterwards (``publish``:
             a shared inode would carry those changes into uv's cache and other environments).
@@ -87,12 +99,14 @@ class Installer:
     env: Tuple[Tuple[str, str], ...] = ()
     passed: Tuple[str, ...] = ()
     reason: str = ""
+    drop_env: Tuple[str, ...] = ()
     link: bool = True
 
     def to_dict(self) -> Dict[str, Any]:
         """JSON-ready form."""
         return {"link": self.link, "name": self.name, "program": self.program or None, "version": self.version or None,
-                "args": list(self.args), "env": dict(self.env), "pip_config_passed": list(self.passed),
+                "args": [redact(a) for a in self.args], "env": {k: redact(v) for k, v in self.env},
+                "drop_env": list(self.drop_env), "pip_config_passed": list(self.passed),
                 "reason": self.reason}
 
 
@@ -109,6 +123,8 @@ class Step:
         notes: facts worth showing (a fix rule applied, a cache key, why a step is there).
         action: ``(step, runner) -> None`` that executes it; None runs ``commands`` in order.
         data: parameters for ``action`` (not shown).
+        drop_env: variables removed from the inherited environment of the commands (the
+            installer's :attr:`Installer.drop_env`).
         progress: per command, a label shown with the command's phase and elapsed time while it
             runs (``installing with uv``), or ``""``; installs and bytecode compiles have one.
     """
@@ -121,6 +137,7 @@ class Step:
     action: Optional[Callable[["Step", Any], None]] = field(default=None, compare=False, repr=False)
     data: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     progress: Tuple[str, ...] = field(default=(), compare=False, repr=False)
+    drop_env: Tuple[str, ...] = ()
 
     def shell_lines(self, with_env: bool = True) -> Tuple[str, ...]:
         """Commands as shell lines, with ``env`` assignments in front of each (``with_env``).
@@ -129,7 +146,9 @@ class Step:
         exactly the command shown and a comment cannot end early (control characters are shown
         as ``\\n``, ``\\x1b`` …).
         """
-        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env) if with_env else ""
+        prefix = " ".join(f"{k}={shlex.quote(redact(v))}" for k, v in self.env) if with_env else ""
+        if with_env and self.drop_env:
+            prefix = "env " + " ".join(f"-u {k}" for k in self.drop_env) + (" " + prefix if prefix else "")
         out = []
         for argv in self.commands:
             if argv and argv[0].startswith("#"):
@@ -138,14 +157,14 @@ class Step:
                 text = "# " + shlex.join(argv[1:]) if len(argv) > 2 else " ".join(argv)
                 out.append(_CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text))
             else:
-                line = shlex.join(argv)
+                line = redact(shlex.join(argv))
                 out.append(f"{prefix} {line}" if prefix else line)
         return tuple(out)
 
     def to_dict(self) -> Dict[str, Any]:
         """JSON-ready form (``action`` and ``data`` left out)."""
-        return {"id": self.id, "title": self.title, "commands": [list(c) for c in self.commands],
-                "env": dict(self.env), "notes": list(self.notes)}
+        return {"id": self.id, "title": self.title, "commands": [[redact(w) for w in c] for c in self.commands],
+                "env": {k: redact(v) for k, v in self.env}, "drop_env": list(self.drop_env), "notes": list(self.notes)}
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,29 @@ _FLAG_OPTIONS = {"no-index": "--no-index", "pre": "--prerelease=allow", "no-cach
                  "no-build-isolation": "--no-build-isolation"}
 #: pip key -> environment variable uv reads for the same setting.
 _ENV_OPTIONS = {"cert": "SSL_CERT_FILE", "client-cert": "SSL_CLIENT_CERT", "proxy": "HTTPS_PROXY"}
+#: URL-valued keys whose values may carry inline credentials (``https://user:token@mirror/simple``):
+#: such values go to uv through these variables, never through its argv (which every user of a
+#: shared login node can read in ``ps``), joined by the separator uv expects.
+_SECRET_ENV = {"index-url": ("UV_INDEX_URL", " "), "extra-index-url": ("UV_EXTRA_INDEX_URL", " "),
+               "find-links": ("UV_FIND_LINKS", ",")}
+#: Inherited ``UV_*`` variables kept for uv: where its cache is, how it links, how much it does
+#: at once, whether it draws progress bars — none changes what is installed. Every other
+#: ``UV_*`` variable (``UV_INDEX``, ``UV_TORCH_BACKEND``, ``UV_PRERELEASE``, ``UV_EXCLUDE_NEWER`` …)
+#: is removed from uv's environment, so pip's configuration is the only one.
+UV_KEEP = frozenset({"UV_CACHE_DIR", "UV_LINK_MODE", "UV_CONCURRENT_DOWNLOADS", "UV_CONCURRENT_INSTALLS",
+                     "UV_CONCURRENT_BUILDS", "UV_NO_PROGRESS", "UV_NATIVE_TLS", "UV_SYSTEM_CERTS"})
+
+
+def _has_auth(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return bool(parts.netloc) and "@" in parts.netloc
+
+
 #: pip's timeout keys (seconds) -> ``UV_HTTP_TIMEOUT`` (whole seconds).
 _TIMEOUT_KEYS = ("timeout", "default-timeout")
 
@@ -138,6 +161,12 @@ def uv_arguments(config: Dict[str, str]) -> Tuple[Tuple[str, ...], Tuple[Tuple[s
         value = config[key]
         if key in _COSMETIC or (not value.strip() and key not in _FLAG_OPTIONS):
             continue  # an empty value (PIP_INDEX_URL="") sets nothing
+        items = value.split() if key in _LIST_OPTIONS else [value.strip()]
+        if key in _SECRET_ENV and any(_has_auth(v) for v in items):
+            name, sep = _SECRET_ENV[key]
+            env.append((name, sep.join(items)))  # credentials: not in argv (redacted when shown)
+            passed.append(key)
+            continue
         if key in _VALUE_OPTIONS:
             args += [_VALUE_OPTIONS[key], value.strip()]
         elif key in _LIST_OPTIONS:
@@ -165,7 +194,7 @@ def uv_arguments(config: Dict[str, str]) -> Tuple[Tuple[str, ...], Tuple[Tuple[s
             unsupported.append(key)
             continue
         passed.append(key)
-    if "index-url" not in config and "no-index" not in passed:
+    if "index-url" not in passed and "no-index" not in passed:
         args = ["--index-url", PYPI_SIMPLE] + args
     args += ["--index-strategy", "unsafe-best-match"]
     return tuple(args), tuple(dict(env).items()), tuple(passed), unsupported
@@ -243,7 +272,8 @@ def decide(want: str = "uv", python: Optional[str] = None) -> Installer:
     if unsupported:
         return Installer(name="pip", reason="pip: uv cannot honour pip's configuration key(s) "
                          + ", ".join(unsupported))
-    return Installer(name="uv", program=program, version=version, args=args, env=env, passed=passed,
+    drop = tuple(sorted(k for k in os.environ if k.startswith("UV_") and k not in UV_KEEP and k not in dict(env)))
+    return Installer(name="uv", program=program, version=version, args=args, env=env, passed=passed, drop_env=drop,
                      reason=f"{version}, with pip's configuration"
                      + (f" ({', '.join(passed)})" if passed else " (none set)"))
 

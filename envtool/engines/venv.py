@@ -69,7 +69,8 @@ def pip_install_step(step_id: str, title: str, py: str, prefix: Path, reqs: List
     inst = options.install_with
     name = inst.name if inst is not None else "pip"
     return Step(id=step_id, title=f"{title} with {name}", commands=pip_install_commands(py, prefix, reqs, inst, exact),
-                env=install_env(inst), progress=(f"installing with {name}", "compiling bytecode"), **extra)
+                env=install_env(inst), drop_env=inst.drop_env if inst is not None and inst.name == "uv" else (),
+                progress=(f"installing with {name}", "compiling bytecode"), **extra)
 
 
 def bundled_seed_wheels(python: str) -> List[Path]:
@@ -113,7 +114,7 @@ def create_venv_step(spec: Spec, options: PlanOptions, notes: tuple = ()) -> Ste
             *(str(w) for w in seeds))
     return Step(id="create-venv", title=title + " (seeded by uv from ensurepip's wheels)",
                 commands=((base, "-m", "venv", "--without-pip", *layer, prefix), seed),
-                env=install_env(inst), notes=tuple(notes))
+                env=install_env(inst), drop_env=inst.drop_env, notes=tuple(notes))
 
 
 class VenvEngine(Engine):

@@ -15,7 +15,7 @@ from typing import List, Tuple
 from envtool.engines.base import get_engine
 from envtool.spec.model import Spec
 from envtool.steps import from_lock, horovod_build, lock_step, modulefile_step, validate
-from envtool.core.plan import Plan, PlanOptions, Step
+from envtool.core.plan import Plan, PlanOptions, Step, redact
 
 
 def module_steps(spec: Spec) -> List[Step]:
@@ -139,7 +139,9 @@ def format_plan(plan: Plan) -> str:
     for i, step in enumerate(plan.steps, 1):
         lines.append(f"{i}. [{step.id}] {step.title}")
         if step.env:
-            lines.append("   env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in step.env))
+            lines.append("   env: " + " ".join(f"{k}={shlex.quote(redact(v))}" for k, v in step.env))
+        if step.drop_env:
+            lines.append("   unset: " + " ".join(step.drop_env))
         for line in step.shell_lines(with_env=False):
             lines.append(f"   $ {line}")
         for note in step.notes:

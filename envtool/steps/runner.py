@@ -19,7 +19,7 @@ from typing import IO, Any, Dict, List, Mapping, Optional, Sequence
 
 from envtool.core import procs
 from envtool.core.errors import CheckFailed, StepFailed
-from envtool.core.plan import Plan, Step
+from envtool.core.plan import Plan, Step, redact
 
 
 def _isatty(stream) -> bool:
@@ -98,12 +98,14 @@ class Runner:
         """
         full_env = dict(os.environ)
         if self.current is not None:
+            for name in self.current.drop_env:
+                full_env.pop(name, None)
             full_env.update(dict(self.current.env))
         if env:
             full_env.update(env)
         step_id = self.current.id if self.current else "run"
-        self.note("$ " + " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items()) +
-                  (" " if env else "") + shlex.join([str(a) for a in argv]))
+        self.note(redact("$ " + " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items()) +
+                         (" " if env else "") + shlex.join([str(a) for a in argv])))
         try:
             proc = procs.popen([str(a) for a in argv], env=full_env, cwd=cwd, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace")
@@ -157,7 +159,7 @@ class Runner:
             for line in stream:
                 lines.append(line)
                 if self._log:
-                    self._log.write(line)
+                    self._log.write(redact(line) if "@" in line else line)
                 if tracker is not None:
                     tracker.feed(line)
                 if self.verbose:
