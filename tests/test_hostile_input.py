@@ -193,3 +193,18 @@ def test_doctor_fix_lines_are_quoted(tmp_path):
         assert str(prefix) in words, words
         subprocess.run(["bash", "-c", "printf '%s\\n' " + command], capture_output=True, timeout=10)
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["show", "../../x" + "a" * 300],
+    ["show", "cpu-horovod", "--site-file", "/tmp/" + "b" * 300 + ".yaml"],
+    ["lock", "../" + "c" * 300 + ".yaml"],
+    ["diff-specs", "../" + "d" * 300, "cpu-horovod"],
+    ["specs", "--site-file", "/tmp/" + "e" * 300],
+    ["jobscript", "cpu-horovod", "--site-file", "/tmp/" + "f" * 300, "--", "true"],
+])
+def test_a_spec_or_site_file_name_too_long_for_the_system_is_exit_2(argv):
+    # found by the fuzz test: Path.is_file() raises ENAMETOOLONG (it only swallows "not there")
+    proc = run_envtool(*argv)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr

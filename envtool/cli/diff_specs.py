@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from envtool.cli.common import add_json, load_spec, print_json
+from envtool.cli.common import name_arg, add_json, load_spec, path_arg, print_json
 
 
 def register(sub) -> None:
@@ -11,10 +11,10 @@ def register(sub) -> None:
                        description="Compare two resolved specs: distribution, Python, CUDA, platforms, channels, "
                                    "conda and pip packages (matched by package name), the Horovod section and its "
                                    "HOROVOD_* build variables, expectations, site and environment.")
-    p.add_argument("a", help="the first spec (name or file)")
-    p.add_argument("b", help="the second spec (name or file)")
+    p.add_argument("a", type=name_arg, help="the first spec (name or file)")
+    p.add_argument("b", type=name_arg, help="the second spec (name or file)")
     p.add_argument("--site", help="resolve both specs for this site")
-    p.add_argument("--site-file", help="resolve both specs with this site file")
+    p.add_argument("--site-file", type=path_arg, help="resolve both specs with this site file")
     add_json(p)
     p.set_defaults(func=run)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from envtool.cli.common import add_json, print_json
+from envtool.cli.common import add_json, path_arg, print_json
 
 
 def add_target(p) -> None:
@@ -15,7 +15,7 @@ def add_target(p) -> None:
     src.add_argument("--module", metavar="NAME/VERSION", help="the environment's module (loaded in the job)")
     p.add_argument("--spec", help="the spec (default: the one the environment was created from)")
     p.add_argument("--site", help="site whose scheduler and layout apply (default: the spec's, else local)")
-    p.add_argument("--site-file", help="a site file (wins over --site)")
+    p.add_argument("--site-file", type=path_arg, help="a site file (wins over --site)")
 
 
 def add_layout(p, nodes_required: bool) -> None:

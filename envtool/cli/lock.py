@@ -5,7 +5,7 @@ import os
 import sys
 from pathlib import Path
 
-from envtool.cli.common import add_json, add_spec_site, load_spec, print_json
+from envtool.cli.common import add_json, add_spec_site, load_spec, name_arg, print_json
 
 
 def register(sub) -> None:
@@ -16,7 +16,7 @@ def register(sub) -> None:
                     "anything: conda packages with py-rattler per platform, pip packages with pip's resolver "
                     "(URLs and SHA-256). 'envtool lock --prefix P' snapshots an existing environment. "
                     "'envtool lock --check [SPEC...]' fails (exit 1) naming each spec whose committed lock is stale.")
-    p.add_argument("spec", nargs="*", help="spec name or file (one; several or none with --check)")
+    p.add_argument("spec", nargs="*", type=name_arg, help="spec name or file (one; several or none with --check)")
     p.add_argument("--prefix", help="snapshot this environment instead of solving a spec")
     p.add_argument("--platform", action="append", metavar="PLATFORM",
                    help="platform to lock (repeatable; default: the spec's platforms)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from envtool.cli.common import add_json, print_json
+from envtool.cli.common import add_json, name_arg, path_arg, print_json
 
 
 def register(sub) -> None:
@@ -12,9 +12,9 @@ def register(sub) -> None:
                        description="Print the resolved spec: every pin with its provenance mark (V verified in a "
                                    "primary source, V2 secondary, I inferred), its source and the file that set "
                                    "it; the Horovod build variables; the site's modules, base env and launcher.")
-    p.add_argument("spec", help="spec name (see 'envtool specs') or path to a spec file")
+    p.add_argument("spec", type=name_arg, help="spec name (see 'envtool specs') or path to a spec file")
     p.add_argument("--site", help="resolve for this site (bundled: summit, perlmutter, polaris, bede, local)")
-    p.add_argument("--site-file", help="resolve with this site file")
+    p.add_argument("--site-file", type=path_arg, help="resolve with this site file")
     p.add_argument("--sources", action="store_true",
                    help="list only the pins, each with its mark and where it can be read (repository file at a "
                         "tag with line, URL, or seed line), then the site mapping's source")

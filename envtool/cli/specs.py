@@ -1,7 +1,7 @@
 """``envtool specs``: the catalog as a release matrix, one row per spec (sortable, filterable)."""
 from __future__ import annotations
 
-from envtool.cli.common import add_json, print_json
+from envtool.cli.common import add_json, path_arg, print_json
 
 
 def register(sub) -> None:
@@ -20,7 +20,7 @@ def register(sub) -> None:
                         "horovod, backend, install, cuda, platforms, site")
     p.add_argument("--site", help="resolve every spec for this site (and list the site's variants, such as "
                                   "Summit's per-Python open-ce modules); specs the site cannot run are left out")
-    p.add_argument("--site-file", help="as --site, with a site file")
+    p.add_argument("--site-file", type=path_arg, help="as --site, with a site file")
     add_json(p)
     p.set_defaults(func=run)
 

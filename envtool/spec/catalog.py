@@ -58,7 +58,11 @@ def find_named(name: str, found: Dict[str, Path], kind: str, fallback_hint: str,
     """
     if "/" in name or name.endswith((".yaml", ".yml")):
         path = Path(name)
-        if not path.is_file():
+        try:
+            ok = path.is_file()
+        except OSError as exc:  # ENAMETOOLONG, ELOOP …: is_file only swallows "not there"
+            raise SpecError(name, f"({kind} file)", f"an existing {kind} file ({exc.strerror})") from None
+        if not ok:
             raise SpecError(name, f"({kind} file)", f"an existing {kind} file")
         return path
     if name in found:
