@@ -78,11 +78,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     from envtool.core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EnvtoolError, Interrupted
+    from envtool.core.plan import redact  # a URL's password is never printed
 
     try:
         return int(args.func(args) or 0)
     except EnvtoolError as exc:
-        print(f"envtool: error: {exc}", file=sys.stderr)
+        print(f"envtool: error: {redact(str(exc))}", file=sys.stderr)
         if exc.outcome:
             print(f"envtool: {exc.outcome}", file=sys.stderr)
         if exc.log:
@@ -101,6 +102,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         if os.environ.get("ENVTOOL_DEBUG"):
             raise
         log = getattr(exc, "log", None)
-        print(f"envtool: internal error: {type(exc).__name__}: {str(exc)[:500]} (set ENVTOOL_DEBUG=1 for a "
+        print(f"envtool: internal error: {type(exc).__name__}: {redact(str(exc)[:500])} (set ENVTOOL_DEBUG=1 for a "
               "traceback; please report it)" + (f"; build log: {log}" if log else ""), file=sys.stderr)
         return EXIT_INTERNAL

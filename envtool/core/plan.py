@@ -21,9 +21,11 @@ _URL_AUTH = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@\s:]
 
 def redact(text: str) -> str:
     """``text`` with the password of every URL's inline credentials shown as ``****``
-    (``https://me:tok@mirror/simple`` → ``https://me:****@mirror/simple``), as pip shows them
-    (pip ``redact_auth_from_url``). For what envtool prints and logs, never for what it runs."""
-    return _URL_AUTH.sub(lambda m: f"{m.group('scheme')}{m.group('user')}:****@", text)
+    (``https://me:tok@mirror/simple`` → ``https://me:****@mirror/simple``; a token alone,
+    ``https://tok@mirror``, → ``https://****@mirror``), as pip shows them (pip
+    ``redact_auth_from_url``). For what envtool prints and logs, never for what it runs."""
+    return _URL_AUTH.sub(lambda m: f"{m.group('scheme')}{m.group('user')}:****@" if m.group(0).count(":") > 1
+                         else f"{m.group('scheme')}****@", text)
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ class Installer:
         return {"link": self.link, "name": self.name, "program": self.program or None, "version": self.version or None,
                 "args": [redact(a) for a in self.args], "env": {k: redact(v) for k, v in self.env},
                 "drop_env": list(self.drop_env), "pip_config_passed": list(self.passed),
-                "reason": self.reason}
+                "reason": redact(self.reason)}
 
 
 @dataclass(frozen=True)

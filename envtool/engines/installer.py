@@ -46,6 +46,7 @@ PYPI_SIMPLE = "https://pypi.org/simple"
 
 #: Keys that change only pip's own output or housekeeping, not what is installed: not passed.
 _COSMETIC = frozenset({
+    "format", "not-required", "outdated", "uptodate", "exclude-editable", "include-editable", "list-columns",
     "disable-pip-version-check", "no-python-version-warning", "root-user-action", "progress-bar", "verbose",
     "quiet", "no-input", "log", "log-file", "no-color", "cache-dir", "no-warn-script-location",
     "no-warn-conflicts", "config-file", "require-virtualenv", "require-venv", "exists-action", "retries",
@@ -56,18 +57,26 @@ _COSMETIC = frozenset({
 _LIST_OPTIONS = {"extra-index-url": "--extra-index-url", "find-links": "--find-links",
                  "constraint": "--constraint", "trusted-host": "--allow-insecure-host"}
 #: pip key -> uv option taking the value as is.
-_VALUE_OPTIONS = {"index-url": "--index-url", "only-binary": "--only-binary", "no-binary": "--no-binary",
-                  "keyring-provider": "--keyring-provider"}
+_VALUE_OPTIONS = {"index-url": "--index-url", "only-binary": "--only-binary", "no-binary": "--no-binary"}
+#: pip's ``keyring-provider`` values uv takes as they are (uv: ``disabled``, ``subprocess``; pip's
+#: ``auto`` and ``import`` have no uv equivalent, so pip installs).
+_KEYRING = ("disabled", "subprocess")
 #: pip boolean key -> uv flag given when the value is true.
-_FLAG_OPTIONS = {"no-index": "--no-index", "pre": "--prerelease=allow", "no-cache-dir": "--no-cache",
-                 "no-build-isolation": "--no-build-isolation"}
+_FLAG_OPTIONS = {"no-index": "--no-index", "pre": "--prerelease=allow"}
+#: pip keys whose configured value pip reads against intuition (``no-cache-dir``: any value turns
+#: the cache off; ``no-build-isolation=0`` turns isolation off — pip's ``store_false`` options):
+#: no-cache-dir changes only where downloads are kept (uv: ``--no-cache`` for any value);
+#: no-build-isolation makes pip install (unsupported for uv).
+_ANY_VALUE_FLAGS = {"no-cache-dir": "--no-cache"}
 #: pip key -> environment variable uv reads for the same setting.
 _ENV_OPTIONS = {"cert": "SSL_CERT_FILE", "client-cert": "SSL_CLIENT_CERT", "proxy": "HTTPS_PROXY"}
 #: URL-valued keys whose values may carry inline credentials (``https://user:token@mirror/simple``):
 #: such values go to uv through these variables, never through its argv (which every user of a
 #: shared login node can read in ``ps``), joined by the separator uv expects.
 _SECRET_ENV = {"index-url": ("UV_INDEX_URL", " "), "extra-index-url": ("UV_EXTRA_INDEX_URL", " "),
-               "find-links": ("UV_FIND_LINKS", ",")}
+               "find-links": ("UV_FIND_LINKS", ","), "constraint": ("UV_CONSTRAINT", " ")}
+#: Keys whose values are local paths pip expands ``~`` in.
+_PATH_KEYS = ("find-links", "constraint")
 #: Inherited ``UV_*`` variables kept for uv: where its cache is, how it links, how much it does
 #: at once, whether it draws progress bars — none changes what is installed. Every other
 #: ``UV_*`` variable (``UV_INDEX``, ``UV_TORCH_BACKEND``, ``UV_PRERELEASE``, ``UV_EXCLUDE_NEWER`` …)
@@ -122,7 +131,8 @@ def read_pip_config(python: str, env: Optional[Dict[str, str]] = None, timeout: 
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise PipConfigError(f"{shlex.join(argv)}: {exc}") from None
     if proc.returncode != 0:
-        raise PipConfigError(f"{shlex.join(argv)} exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+        last = (proc.stderr.strip().splitlines() or [""])[-1]
+        raise PipConfigError(f"{shlex.join(argv)} exited {proc.returncode}: {last[-300:]}")
     by_section: Dict[str, Dict[str, str]] = {}
     for line in proc.stdout.splitlines():
         if not line.strip():
@@ -149,7 +159,8 @@ def uv_arguments(config: Dict[str, str]) -> Tuple[Tuple[str, ...], Tuple[Tuple[s
         config: :func:`read_pip_config`'s result.
     Returns:
         ``(args, env, passed, unsupported)``: uv options (``--index-url``, one ``--find-links`` per
-        location …, always ending with ``--index-strategy unsafe-best-match``), environment
+        location …, always with ``--index-strategy unsafe-best-match`` and ``--prerelease=explicit``
+        unless pip's ``pre`` is set), environment
         variables (``SSL_CERT_FILE`` …) as ``(name, value)`` pairs, the keys passed, and the keys
         uv cannot honour (then pip must install: :func:`decide`).
     """
@@ -162,6 +173,9 @@ def uv_arguments(config: Dict[str, str]) -> Tuple[Tuple[str, ...], Tuple[Tuple[s
         if key in _COSMETIC or (not value.strip() and key not in _FLAG_OPTIONS):
             continue  # an empty value (PIP_INDEX_URL="") sets nothing
         items = value.split() if key in _LIST_OPTIONS else [value.strip()]
+        if key in _PATH_KEYS:
+            items = [os.path.expanduser(v) if v.startswith("~") else v for v in items]
+            value = " ".join(items)
         if key in _SECRET_ENV and any(_has_auth(v) for v in items):
             name, sep = _SECRET_ENV[key]
             env.append((name, sep.join(items)))  # credentials: not in argv (redacted when shown)
@@ -176,9 +190,20 @@ def uv_arguments(config: Dict[str, str]) -> Tuple[Tuple[str, ...], Tuple[Tuple[s
             flag = value.strip().lower()
             if flag in _TRUE:
                 args.append(_FLAG_OPTIONS[key])
-            elif flag not in _FALSE:
+            elif flag in _FALSE:
+                continue  # pip's default: nothing to pass
+            else:
                 unsupported.append(f"{key}={value!r}")
                 continue
+        elif key in _ANY_VALUE_FLAGS:
+            args.append(_ANY_VALUE_FLAGS[key])
+        elif key == "keyring-provider":
+            if value.strip() not in _KEYRING:
+                unsupported.append(f"{key}={value.strip()!r}")
+                continue
+            args += ["--keyring-provider", value.strip()]
+        elif key == "user" and value.strip().lower() in _FALSE:
+            continue  # pip's default
         elif key in _ENV_OPTIONS:
             env.append((_ENV_OPTIONS[key], value.strip()))
             if key == "proxy":
@@ -194,9 +219,13 @@ def uv_arguments(config: Dict[str, str]) -> Tuple[Tuple[str, ...], Tuple[Tuple[s
             unsupported.append(key)
             continue
         passed.append(key)
-    if "index-url" not in passed and "no-index" not in passed:
+    if "index-url" not in passed and "--no-index" not in args:
         args = ["--index-url", PYPI_SIMPLE] + args
     args += ["--index-strategy", "unsafe-best-match"]
+    if "--prerelease=allow" not in args:
+        # pip takes a prerelease only when a specifier names one (PEP 440 "Handling of pre-releases");
+        # uv's default also takes one when nothing else satisfies a range
+        args.append("--prerelease=explicit")
     return tuple(args), tuple(dict(env).items()), tuple(passed), unsupported
 
 
@@ -244,35 +273,52 @@ def requested(option: Optional[str]) -> str:
     return value
 
 
-def decide(want: str = "uv", python: Optional[str] = None) -> Installer:
+def base_python() -> str:
+    """The interpreter whose ``pip config list`` is what a new environment's pip reads: this one's
+    base interpreter when envtool runs from a venv (that venv's own ``pip.conf`` is not the new
+    environment's), else this one (``sys._base_executable``, CPython >= 3.7; ``sys.executable``)."""
+    base = getattr(sys, "_base_executable", "") or ""
+    return base if base and os.path.exists(base) else sys.executable
+
+
+def decide(want: str = "uv", python: Optional[str] = None, layered: bool = False) -> Installer:
     """Decide how this plan installs pip packages.
 
     Args:
         want: ``uv`` or ``pip``.
-        python: the interpreter whose pip configuration counts (default: this one).
+        python: the interpreter whose pip configuration counts (default: :func:`base_python`).
+        layered: the target sees packages it does not hold (a ``system_site_packages`` venv, a
+            venv layered over a cloned one): uv does not count those as installed and would
+            install copies over them, so pip installs.
     Returns:
         an :class:`~envtool.core.plan.Installer`: uv with pip's configuration as options, or pip —
         when asked, when no ``uv`` runs here, when pip's configuration cannot be read, or when it
         holds a key uv cannot honour (named in ``reason``).
     Raises:
-        UsageError: ``want`` is neither ``uv`` nor ``pip``.
+        UsageError: ``want`` is neither ``uv`` nor ``pip``; pip's configuration is broken (pip
+            itself would refuse to install).
     """
     if want not in INSTALLERS:
         raise UsageError(f"--installer: expected one of {', '.join(INSTALLERS)}, got {want!r}")
     if want == "pip":
         return Installer(name="pip", reason="pip (asked for)")
+    if layered:
+        return Installer(name="pip", reason="pip: the environment layers over packages it does not hold, "
+                                            "which uv would install again")
     program, version = find_uv()
     if not program:
         return Installer(name="pip", reason="pip: no uv found (pip install uv, or put uv on PATH)")
     try:
-        config = read_pip_config(python or sys.executable)
+        config = read_pip_config(python or base_python())
     except PipConfigError as exc:
-        return Installer(name="pip", reason=f"pip: pip's configuration could not be read for uv ({exc})")
+        if "No module named pip" in str(exc):
+            return Installer(name="pip", reason="pip: this interpreter has no pip to read pip's configuration with")
+        raise UsageError(f"pip's configuration cannot be read ({exc}); fix it (see 'pip config debug')") from None
     args, env, passed, unsupported = uv_arguments(config)
     if unsupported:
         return Installer(name="pip", reason="pip: uv cannot honour pip's configuration key(s) "
                          + ", ".join(unsupported))
-    drop = tuple(sorted(k for k in os.environ if k.startswith("UV_") and k not in UV_KEEP and k not in dict(env)))
+    drop = tuple(sorted(k for k in os.environ if k.startswith("UV_") and k not in UV_KEEP))
     return Installer(name="uv", program=program, version=version, args=args, env=env, passed=passed, drop_env=drop,
                      reason=f"{version}, with pip's configuration"
                      + (f" ({', '.join(passed)})" if passed else " (none set)"))
@@ -337,69 +383,31 @@ def _without(args: Sequence[str], option: str) -> Tuple[str, ...]:
     return tuple(out)
 
 
+def constraint_check_command(installer: Optional[Installer], py: str, pins_file: str) -> Optional[Tuple[str, ...]]:
+    """For a locked install with uv: a ``uv pip install --dry-run --no-deps`` of the locked
+    ``name==version`` lines in ``pins_file`` with pip's constraint files, so that a constraint
+    refuses a locked version as pip would (uv takes only ``==`` constraints with
+    ``--require-hashes``, so the install itself runs without them). uv reads the constraint files
+    (every form it accepts) and evaluates their markers for the target interpreter ``py``.
+
+    Returns:
+        the argv, or None when the installer is not uv or pip's configuration names no
+        constraint (passed as ``--constraint`` or through ``UV_CONSTRAINT``).
+    """
+    if installer is None or installer.name != "uv":
+        return None
+    if "--constraint" not in installer.args and "UV_CONSTRAINT" not in dict(installer.env):
+        return None
+    return (installer.program, "pip", "install", "--no-config", "--python", py, *installer.args,
+            "--dry-run", "--no-deps", "-r", pins_file)
+
+
 def constraint_files(installer: Optional[Installer]) -> Tuple[str, ...]:
     """The constraint files pip's configuration names (passed to uv as ``--constraint``)."""
     if installer is None:
         return ()
     args = list(installer.args)
     return tuple(args[i + 1] for i, a in enumerate(args[:-1]) if a == "--constraint")
-
-
-def check_constraints(pins: Sequence[Tuple[str, str]], files: Sequence[str], _depth: int = 0) -> List[str]:
-    """The locked versions that pip's constraint files refuse (pip would refuse to install them).
-
-    A locked install with uv cannot take pip's constraint files (uv requires ``==`` constraints
-    with ``--require-hashes``), so they are checked here, as pip applies them: a constraint
-    ``name<=X`` refuses a locked ``name`` whose version it does not contain (prereleases
-    included). Lines are parsed with ``packaging`` (PEP 508); ``-c``/``--constraint``/``-r`` lines
-    are followed relative to their file; comments and blank lines are skipped.
-
-    Args:
-        pins: ``(name, version)`` of each locked package.
-        files: constraint files (paths or ``file://`` URLs).
-    Returns:
-        one line per refusal: ``FILE:LINE: torch<=2.14.1 refuses the locked torch 2.15.0``.
-    Raises:
-        UsageError: a constraint file that cannot be read, or a line that is not a requirement
-            (use ``--installer pip``, which reads every form pip accepts).
-    """
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
-    from packaging.version import InvalidVersion, Version
-
-    wanted = {canonicalize_name(n): v for n, v in pins}
-    out: List[str] = []
-    for name in files:
-        path = Path(name[len("file://"):] if name.startswith("file://") else name)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{path}: pip's constraint file cannot be read for uv ({exc}); "
-                             "use --installer pip") from None
-        for n, raw in enumerate(text.splitlines(), 1):
-            line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
-            if not line:
-                continue
-            words = line.split()
-            if words[0] in ("-c", "--constraint", "-r", "--requirement") and len(words) == 2 and _depth < 10:
-                nested = words[1] if os.path.isabs(words[1]) or "://" in words[1] else str(path.parent / words[1])
-                out += check_constraints(pins, [nested], _depth + 1)
-                continue
-            try:
-                req = Requirement(line)
-            except InvalidRequirement:
-                raise UsageError(f"{path}:{n}: pip's constraint {line[:100]!r} is not a requirement uv can be "
-                                 "checked against; use --installer pip") from None
-            version = wanted.get(canonicalize_name(req.name))
-            if version is None or (req.marker is not None and not req.marker.evaluate()):
-                continue
-            try:
-                ok = req.specifier.contains(Version(version), prereleases=True)
-            except InvalidVersion:
-                ok = False
-            if not ok:
-                out.append(f"{path}:{n}: {line} refuses the locked {req.name} {version}")
-    return out
 
 
 def prune_bytecode(store: Optional[Path] = None) -> Tuple[int, int]:
@@ -433,9 +441,10 @@ def prune_bytecode(store: Optional[Path] = None) -> Tuple[int, int]:
     return count, freed
 
 
-def install_env(installer: Optional[Installer]) -> Tuple[Tuple[str, str], ...]:
+def install_env(installer: Optional[Installer], exact: bool = False) -> Tuple[Tuple[str, str], ...]:
     """Variables the install command needs (uv's share of pip's configuration, and
     ``UV_LINK_MODE=copy`` when the plan must not link files); empty for pip."""
     if installer is None or installer.name != "uv":
         return ()
-    return tuple(installer.env) + ((("UV_LINK_MODE", "copy"),) if not installer.link else ())
+    env = tuple((k, v) for k, v in installer.env if not (exact and k == "UV_CONSTRAINT"))
+    return env + ((("UV_LINK_MODE", "copy"),) if not installer.link else ())

@@ -69,7 +69,7 @@ def pip_install_step(step_id: str, title: str, py: str, prefix: Path, reqs: List
     inst = options.install_with
     name = inst.name if inst is not None else "pip"
     return Step(id=step_id, title=f"{title} with {name}", commands=pip_install_commands(py, prefix, reqs, inst, exact),
-                env=install_env(inst), drop_env=inst.drop_env if inst is not None and inst.name == "uv" else (),
+                env=install_env(inst, exact=exact), drop_env=inst.drop_env if inst is not None and inst.name == "uv" else (),
                 progress=(f"installing with {name}", "compiling bytecode"), **extra)
 
 

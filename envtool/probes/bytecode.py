@@ -47,9 +47,13 @@ def sources(root):
     return out
 
 
-def cache_name(st, tag):
-    """The bytecode cache's file name for a source with ``os.stat`` result ``st`` (str)."""
-    return f"{st.st_dev:x}-{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}.{tag}.pyc"
+def cache_name(st, pyc):
+    """The bytecode cache's file name for a source with ``os.stat`` result ``st`` whose bytecode is
+    ``pyc``: the inode's identity, then the ``.pyc`` name's tag and optimization level
+    (``cpython-311.pyc``, ``cpython-311.opt-1.pyc``), so optimized bytecode never stands in for
+    plain bytecode (str)."""
+    tail = os.path.basename(pyc).split(".", 1)[1]
+    return f"{st.st_dev:x}-{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}.{tail}"
 
 
 def _compile(paths):
@@ -82,7 +86,6 @@ def main(argv=None):
         return 2
     root, store = argv[1], argv[2]
     started = time.monotonic()
-    tag = sys.implementation.cache_tag
     try:
         if store:
             os.makedirs(store, exist_ok=True)
@@ -102,7 +105,7 @@ def main(argv=None):
         if st.st_nlink < 2 or store is None:
             continue
         pyc = importlib.util.cache_from_source(src)
-        entry = os.path.join(store, cache_name(st, tag))
+        entry = os.path.join(store, cache_name(st, pyc))
         shared.append((pyc, entry))
         if not os.path.exists(pyc) and os.path.exists(entry):
             try:

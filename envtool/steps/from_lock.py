@@ -199,7 +199,7 @@ def plan_steps(spec: Spec, options: PlanOptions, loaded: LoadedLock) -> List[Ste
     Raises:
         UsageError: a pip entry without SHA-256; conda entries in a lock for a venv spec.
     """
-    from envtool.engines.installer import constraint_files
+    from envtool.engines.installer import constraint_check_command
     from envtool.engines.venv import create_venv_step, pip_install_step
 
     path, lock, platform, notes = loaded.path, loaded.lock, loaded.platform, loaded.notes
@@ -234,9 +234,14 @@ def plan_steps(spec: Spec, options: PlanOptions, loaded: LoadedLock) -> List[Ste
                                            "an archive whose SHA-256 differs from the lock is refused",),
             action=_install_pip,
             data={"lines": tuple(pip_lines), "req_file": str(req_file),
-                  "pins": tuple((p.key[1], p.version) for p in entries if p.manager == "pip" and not p.built),
-                  # pip applies them itself; uv is not given them for a lock (installer.install_commands)
-                  "constraints": constraint_files(options.install_with) if name == "uv" else ()}))
+                  "pins": tuple(f"{p.key[1]}=={p.version}" for p in entries if p.manager == "pip" and not p.built),
+                  "pins_file": str(prefix / ".envtool" / "locked-pins.txt"),
+                  # pip applies them itself; uv checks the locked versions against them first
+                  "check": constraint_check_command(options.install_with, py,
+                                                    str(prefix / ".envtool" / "locked-pins.txt")),
+                  # a constraint URL with credentials reaches uv through UV_CONSTRAINT (not the install's env)
+                  "check_env": tuple((k, v) for k, v in (options.install_with.env if options.install_with else ())
+                                     if k == "UV_CONSTRAINT")}))
     return steps
 
 
@@ -273,13 +278,17 @@ def _install_conda(step: Step, runner) -> None:
 
 
 def _install_pip(step: Step, runner) -> None:
-    from envtool.engines.installer import check_constraints
-
-    refused = check_constraints(step.data["pins"], step.data["constraints"]) if step.data["constraints"] else []
-    if refused:
-        raise StepFailed(step.id, "pip's configured constraints refuse locked versions (as pip would):\n"
-                         + "\n".join("    " + r for r in refused), runner.log_path)
     req = Path(step.data["req_file"])
+    if step.data["check"]:
+        pins = Path(step.data["pins_file"])
+        pins.parent.mkdir(parents=True, exist_ok=True)
+        pins.write_text("\n".join(step.data["pins"]) + "\n")
+        runner.note("pip's configured constraints, checked against the locked versions (as pip would):")
+        proc = runner.run(step.data["check"], env=dict(step.data["check_env"], PYTHONNOUSERSITE="1"), check=False)
+        if proc.returncode != 0:
+            tail = "\n".join("    " + line for line in proc.stdout.strip().splitlines()[-6:])
+            raise StepFailed(step.id, "pip's configured constraints refuse the locked versions (as pip would):\n"
+                             + tail, runner.log_path)
     req.parent.mkdir(parents=True, exist_ok=True)
     req.write_text("\n".join(step.data["lines"]) + "\n")
     runner.run_commands(step, env={"PYTHONNOUSERSITE": "1"})

@@ -57,6 +57,22 @@ def clone_source(spec: Spec, options: PlanOptions) -> Tuple[str, str]:
     return "", "no SOURCE, no site base env and $CONDA_PREFIX unset"
 
 
+def _layered(spec: Spec, options: PlanOptions) -> bool:
+    """Whether the environment sees packages it does not hold: a ``system_site_packages`` venv, or
+    a clone of a venv (made as a venv layered over it)."""
+    if spec.engine == "venv" and spec.venv.system_site_packages:
+        return True
+    if options.clone is None:
+        return False
+    from envtool.engines import clone
+
+    source, _ = clone_source(spec, options)
+    try:
+        return clone.source_kind(clone.resolve_source(source)) == "venv"
+    except Exception:  # a source not on this machine (plan for a site): decided when it is there
+        return False
+
+
 def decide_installer(spec: Spec, options: PlanOptions) -> PlanOptions:
     """``options`` with ``install_with`` decided (:func:`envtool.engines.installer.decide`) when the
     plan may install pip packages and nothing decided it yet; otherwise ``options`` unchanged.
@@ -70,7 +86,7 @@ def decide_installer(spec: Spec, options: PlanOptions) -> PlanOptions:
         return options
     from envtool.engines.installer import decide, requested
 
-    chosen = decide(requested(options.installer or None))
+    chosen = decide(requested(options.installer or None), layered=_layered(spec, options))
     return dataclasses.replace(options, install_with=dataclasses.replace(chosen, link=options.link_files))
 
 
@@ -135,7 +151,7 @@ def format_plan(plan: Plan) -> str:
     if plan.options.lock_reason:
         lines.append(f"packages: {plan.options.lock_reason}")
     if plan.options.install_with is not None:
-        lines.append(f"installer: {plan.options.install_with.reason}")
+        lines.append(f"installer: {redact(plan.options.install_with.reason)}")
     for i, step in enumerate(plan.steps, 1):
         lines.append(f"{i}. [{step.id}] {step.title}")
         if step.env:

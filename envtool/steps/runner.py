@@ -63,6 +63,7 @@ class Runner:
 
     def note(self, text: str) -> None:
         """Write a line to the log (and to stderr when verbose)."""
+        text = redact(text)
         if self._log:
             self._log.write(text.rstrip("\n") + "\n")
             self._log.flush()
@@ -148,7 +149,7 @@ class Runner:
                              self.log_path)
         self.note(f"(exit {rc})")
         if check and rc != 0:
-            tail = "\n".join("    " + l for l in output.strip().splitlines()[-8:])
+            tail = redact("\n".join("    " + l for l in output.strip().splitlines()[-8:]))
             raise StepFailed(step_id, f"{Path(str(argv[0])).name} exited with status {rc}; last lines:\n{tail}",
                              self.log_path)
         return subprocess.CompletedProcess(argv, rc, output, "")

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from envtool.core import procs
+from envtool.core.plan import redact
 from envtool.core.errors import EnvtoolError, Interrupted, TargetExists, UsageError
 from envtool.spec.names import check_prefix
 
@@ -327,7 +328,7 @@ class BuildTransaction:
                 outcome = f"nothing was left at {self.target}"
             try:
                 with open(self.log, "a", encoding="utf-8") as fh:
-                    fh.write(f"FAILED: {type(exc).__name__}: {exc}\n")
+                    fh.write(redact(f"FAILED: {type(exc).__name__}: {exc}") + "\n")
                     if killed:
                         fh.write(f"killed {killed} child process group(s)\n")
                     for p in removed:
