@@ -67,6 +67,15 @@ def test_second_create_reuses_the_cached_wheel(cpu_horovod_env, tmp_path):
     assert data["results"]["build-horovod"]["cache_hit"] is True
     assert data["results"]["validate"]["ok"] is True
     assert data["timings"]["build-horovod"] < 60
+    # the cached wheel was built in the first environment's temporary build prefix: its libraries'
+    # RUNPATH now points into this environment ($ORIGIN), so ldd finds torch's libraries here
+    libs = list(target.glob("lib/python*/site-packages/horovod/torch/mpi_lib_v2*.so"))
+    assert libs and data["results"]["build-horovod"]["runpath"]["changed"]
+    dyn = subprocess.run(["readelf", "-d", str(libs[0])], capture_output=True, text=True, check=True).stdout
+    runpath = next(line for line in dyn.splitlines() if "RUNPATH" in line)
+    assert "$ORIGIN/../../torch/lib" in runpath and "envtool-build" not in runpath and "site-packages" not in runpath
+    ldd = subprocess.run(["ldd", str(libs[0])], capture_output=True, text=True, check=True).stdout
+    assert "not found" not in ldd and f"{target}/lib/" in next(l for l in ldd.splitlines() if "libc10.so" in l)
 
 
 def test_check_build_cli_against_live_env(cpu_horovod_env):

@@ -314,4 +314,23 @@ def _run_build(step: Step, runner) -> Dict:
     result["wheel"] = str(wheel)
     no_deps = ["--no-deps"] if d.no_deps else []
     runner.run([d.python, "-m", "pip", "install", "--disable-pip-version-check", *no_deps, str(wheel)])
+    result["runpath"] = _fix_runpaths(d.python, runner)
     return result
+
+
+def _fix_runpaths(python: str, runner) -> Dict:
+    """Point the installed Horovod libraries' RUNPATH into this environment
+    (:mod:`envtool.horovod.runpath`); what changed is logged and returned."""
+    from envtool.horovod.runpath import fix_runpaths
+
+    prefix = Path(python).parent.parent
+    site = next(iter(sorted(prefix.glob("lib/python*/site-packages"))), None)
+    if site is None or not (site / "horovod").is_dir():
+        return {"changed": [], "problem": "no horovod package found in the environment"}
+    changes, problem = fix_runpaths(site / "horovod", site)
+    for lib, old, new in changes:
+        runner.note(f"RUNPATH of {lib}: {old} -> {new}")
+    if problem:
+        runner.note(problem)
+        runner.progress(f"      note: {problem}")
+    return {"changed": [c[0] for c in changes], "problem": problem or None}
