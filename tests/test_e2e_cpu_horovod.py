@@ -50,6 +50,10 @@ def test_environment_was_relocated_to_its_final_prefix(cpu_horovod_env):
     assert meta["results"]["validate"]["ok"] is True
     assert (cpu_horovod_env / ".envtool" / "create.log").stat().st_size > 0
     assert not list(cpu_horovod_env.parent.glob(".*envtool-build*"))
+    # nothing the user reads names the temporary build directory: not the activate scripts' prompt either
+    for script in ("activate", "activate.csh", "activate.fish"):
+        text = (cpu_horovod_env / "bin" / script).read_text()
+        assert "envtool-build" not in text and f"({cpu_horovod_env.name})" in text, script
 
 
 def test_dataloader_probe_under_every_start_method(cpu_horovod_env):

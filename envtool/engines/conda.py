@@ -644,7 +644,8 @@ def clone_layer_step(source: Path, prefix: Path, final_prefix: Path, mode: str =
     py = str(Path(source) / "bin" / ("python" if (Path(source) / "bin" / "python").exists() else "python3"))
     if mode == "layer":
         return Step(id="clone-layer", title=f"Layer a venv on {source} (--system-site-packages)",
-                    commands=((py, "-m", "venv", "--system-site-packages", str(prefix)),
+                    commands=((py, "-m", "venv", "--system-site-packages", "--prompt", Path(final_prefix).name,
+                               str(prefix)),
                               ("#", f"when {_q(source)} is itself a venv: a .pth file naming its site-packages")),
                     notes=("the source's packages stay visible through the layer; new packages go to the layer",),
                     action=_layer_action, data={"source": str(source), "prefix": str(prefix)})

@@ -100,7 +100,9 @@ def create_venv_step(spec: Spec, options: PlanOptions, notes: tuple = ()) -> Ste
     """
     from envtool.engines.installer import install_env
 
+    # built in a temporary sibling: the prompt is the final prefix's name, not the build directory's
     layer = ("--system-site-packages",) if spec.venv.system_site_packages else ()
+    layer += ("--prompt", Path(options.prefix).name)
     base = find_interpreter(spec)
     prefix = str(options.work_prefix)
     inst = options.install_with

@@ -4,6 +4,12 @@ A venv (and a conda env) names its prefix in text files: ``#!`` lines of scripts
 ``bin/activate*``, ``pyvenv.cfg``, ``.pth`` files. Those are rewritten; binary files that embed
 the build prefix (RPATHs, compiled strings) cannot be rewritten safely and are reported.
 Compiled bytecode (``.pyc``) embeds source paths only for tracebacks and is left alone.
+
+A file with more than one hard link is not read: it is shared with an installer's cache (uv's
+wheel cache, py-rattler's package cache, envtool's kept bytecode), whose files existed before
+this run's build prefix was named, so it cannot name it (installers write the files that name
+the prefix — scripts, ``RECORD``, files with conda prefix placeholders — as new files). A large
+file is scanned in chunks, never read whole.
 """
 from __future__ import annotations
 
@@ -31,6 +37,28 @@ class RelocationReport:
     scanned: int = 0
 
 
+def _scan(path: Path, needle: bytes, size: int, max_text_bytes: int):
+    """Whether ``path`` contains ``needle``; whether it is binary (a NUL byte in what was read);
+    its whole content when it is a text file of at most ``max_text_bytes`` that contains
+    ``needle``, else None. Reads in chunks of :data:`_CHUNK` bytes with an overlap of
+    ``len(needle) - 1`` so a match across chunks is found."""
+    with open(path, "rb") as fh:
+        if size <= max_text_bytes:
+            data = fh.read()
+            return needle in data, b"\0" in data, data
+        tail = b""
+        binary = False
+        while True:
+            chunk = fh.read(_CHUNK)
+            if not chunk:
+                return False, binary, None
+            window = tail + chunk
+            binary = binary or b"\0" in chunk
+            if needle in window:
+                return True, binary, None
+            tail = window[-(len(needle) - 1):] if len(needle) > 1 else b""
+
+
 def rewrite_prefix(root: Path, old: str, new: str, max_text_bytes: int = 8 << 20) -> RelocationReport:
     """Replace ``old`` by ``new`` in every text file under ``root``.
 
@@ -49,20 +77,22 @@ def rewrite_prefix(root: Path, old: str, new: str, max_text_bytes: int = 8 << 20
             path = Path(dirpath) / name
             if name.endswith(_SKIP_SUFFIXES) or path.is_symlink() or not path.is_file():
                 continue
-            report.scanned += 1
             try:
-                size = path.stat().st_size
-                with open(path, "rb") as fh:
-                    head = fh.read(_CHUNK)
-                    if old_b not in head and size <= _CHUNK:
-                        continue
-                    data = head + fh.read() if size > _CHUNK else head
+                st = path.stat()
             except OSError:
                 continue
-            if old_b not in data:
+            if st.st_nlink > 1:
+                continue  # shared with a cache: cannot name this run's build prefix
+            report.scanned += 1
+            size = st.st_size
+            try:
+                found, binary, data = _scan(path, old_b, size, max_text_bytes)
+            except OSError:
+                continue
+            if not found:
                 continue
             rel = str(path.relative_to(root))
-            if b"\0" in data or size > max_text_bytes:
+            if binary or data is None:
                 report.binaries.append(rel)
                 continue
             mode = path.stat().st_mode
