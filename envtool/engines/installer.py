@@ -363,7 +363,7 @@ def install_commands(installer: Optional[Installer], py: str, prefix: Path, reqs
     locked: Tuple[str, ...] = ()
     if exact:
         # uv refuses a constraint that is not ``==`` in --require-hashes mode; a lock fixes every
-        # version, so the constraints are checked against it instead (check_constraints)
+        # version, so the constraints are checked against it instead (constraint_check_command)
         args = _without(args, "--constraint")
         locked = ("--reinstall", "--require-hashes", "--no-deps")
     return ((installer.program, "pip", "install", "--no-config", "--python", py, *args, *locked, *reqs),
@@ -400,14 +400,6 @@ def constraint_check_command(installer: Optional[Installer], py: str, pins_file:
         return None
     return (installer.program, "pip", "install", "--no-config", "--python", py, *installer.args,
             "--dry-run", "--no-deps", "-r", pins_file)
-
-
-def constraint_files(installer: Optional[Installer]) -> Tuple[str, ...]:
-    """The constraint files pip's configuration names (passed to uv as ``--constraint``)."""
-    if installer is None:
-        return ()
-    args = list(installer.args)
-    return tuple(args[i + 1] for i, a in enumerate(args[:-1]) if a == "--constraint")
 
 
 def prune_bytecode(store: Optional[Path] = None) -> Tuple[int, int]:
