@@ -251,3 +251,15 @@ def test_launcher_model_is_the_one_doctor_uses():
     f = json.loads(proc.stdout)["findings"][0]
     assert f["status"] == "fail" and "'aprun'" in f["summary"], f
     assert f["details"]["scheduler"] == "cobalt"
+
+
+def test_job_output_errors_count_each_message_once_across_ranks():
+    # the output of a real 2-rank job under srun --mpi=none (test_scheduler_slurm): both ranks print
+    # "[vm:PID] OPAL ERROR …"; counted twice, they crowded out the MPI_Init line (a flaky CI failure)
+    from pathlib import Path
+
+    from envtool.validate.ranks import errors_in_output
+
+    said = errors_in_output(Path(__file__).parent / "data" / "slurm-mpi-none-job.out")
+    assert len(said) == 3 and sum("OPAL ERROR" in s for s in said) == 1
+    assert any("MPI_Init" in s for s in said) and any("not built with" in s for s in said)

@@ -79,18 +79,25 @@ def judge(records: List[dict], ranks: int) -> List[str]:
 
 def errors_in_output(path: Path, limit: int = 3) -> List[str]:
     """Up to ``limit`` distinct error lines of a job's output (MPI aborts, tracebacks' last lines),
-    for ranks that died before writing a result. Warnings are skipped."""
+    for ranks that died before writing a result. Warnings are skipped; lines that differ only in
+    Open MPI's ``[host:pid]`` prefix count once (every rank prints the same message)."""
     try:
         text = Path(path).read_text(errors="replace")
     except OSError:
         return []
+    import re
+
     out: List[str] = []
+    seen = set()
     for line in text.splitlines():
         s = line.strip()
         low = s.lower()
         if not s or "warning" in low:
             continue
-        if ("error" in low or "abort" in low or "not built with" in low) and s not in out:
+        # the same message from every rank differs only in Open MPI's "[host:pid]" prefix
+        key = re.sub(r"^\[[^\]]*:\d+\]\s*", "", s)
+        if ("error" in low or "abort" in low or "not built with" in low) and key not in seen:
+            seen.add(key)
             out.append(s[:200])
             if len(out) >= limit:
                 break
