@@ -339,6 +339,9 @@ def test_a_venv_over_the_base_interpreters_packages_is_installed_by_pip(site, tm
     installer_ = json.loads(proc.stdout)["installer"]
     # uv counts only the venv's own packages as installed and would put copies over the base's
     assert installer_["name"] == "pip" and "layers over packages" in installer_["reason"]
+    assert "over the base interpreter's packages" in json.loads(proc.stdout)["steps"][0]["title"]
+    plain = json.loads(run_envtool("plan", "inst", "--resolve", "--json", env=site["env"]).stdout)
+    assert "over the base interpreter's packages" not in plain["steps"][0]["title"]  # --prompt is not a layer
 
 
 @pytest.mark.parametrize("setting, words", [

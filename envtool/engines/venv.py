@@ -41,14 +41,6 @@ def find_interpreter(spec: Spec) -> str:
     return found
 
 
-def pip_install_commands(py: str, prefix: Path, reqs: List[str], installer=None, exact: bool = False) -> tuple:
-    """The commands that install ``reqs`` into ``prefix`` with the plan's installer and byte-compile
-    the result (:func:`envtool.engines.installer.install_commands`; None: pip)."""
-    from envtool.engines.installer import install_commands
-
-    return install_commands(installer, py, prefix, reqs, exact=exact)
-
-
 def pip_install_step(step_id: str, title: str, py: str, prefix: Path, reqs: List[str], options: PlanOptions,
                      exact: bool = False, **extra) -> Step:
     """A step that installs ``reqs`` with ``options.install_with`` (uv or pip), its variables included.
@@ -64,11 +56,11 @@ def pip_install_step(step_id: str, title: str, py: str, prefix: Path, reqs: List
     Returns:
         the step.
     """
-    from envtool.engines.installer import install_env
+    from envtool.engines.installer import install_commands, install_env
 
     inst = options.install_with
     name = inst.name if inst is not None else "pip"
-    return Step(id=step_id, title=f"{title} with {name}", commands=pip_install_commands(py, prefix, reqs, inst, exact),
+    return Step(id=step_id, title=f"{title} with {name}", commands=install_commands(inst, py, prefix, reqs, exact=exact),
                 env=install_env(inst, exact=exact), drop_env=inst.drop_env if inst is not None and inst.name == "uv" else (),
                 progress=(f"installing with {name}", "compiling bytecode"), **extra)
 
@@ -100,14 +92,15 @@ def create_venv_step(spec: Spec, options: PlanOptions, notes: tuple = ()) -> Ste
     """
     from envtool.engines.installer import install_env
 
+    layered = spec.venv.system_site_packages
     # built in a temporary sibling: the prompt is the final prefix's name, not the build directory's
-    layer = ("--system-site-packages",) if spec.venv.system_site_packages else ()
+    layer = ("--system-site-packages",) if layered else ()
     layer += ("--prompt", Path(options.prefix).name)
     base = find_interpreter(spec)
     prefix = str(options.work_prefix)
     inst = options.install_with
     seeds = bundled_seed_wheels(base) if inst is not None and inst.name == "uv" else []
-    title = f"Create a venv at {options.prefix}" + (" over the base interpreter's packages" if layer else "")
+    title = f"Create a venv at {options.prefix}" + (" over the base interpreter's packages" if layered else "")
     if not seeds:
         return Step(id="create-venv", title=title, commands=((base, "-m", "venv", *layer, prefix),),
                     notes=tuple(notes))

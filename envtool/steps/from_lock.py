@@ -199,7 +199,7 @@ def plan_steps(spec: Spec, options: PlanOptions, loaded: LoadedLock) -> List[Ste
     Raises:
         UsageError: a pip entry without SHA-256; conda entries in a lock for a venv spec.
     """
-    from envtool.engines.installer import constraint_check_command
+    from envtool.engines.installer import constraint_check_command, install_env
     from envtool.engines.venv import create_venv_step, pip_install_step
 
     path, lock, platform, notes = loaded.path, loaded.lock, loaded.platform, loaded.notes
@@ -224,6 +224,7 @@ def plan_steps(spec: Spec, options: PlanOptions, loaded: LoadedLock) -> List[Ste
                   "target_prefix": str(options.prefix)}))
     if pip_lines:
         req_file = prefix / ".envtool" / "locked-requirements.txt"
+        pins_file = str(prefix / ".envtool" / "locked-pins.txt")
         name = options.install_with.name if options.install_with is not None else "pip"
         steps.append(pip_install_step(
             "install-locked-pip",
@@ -235,13 +236,11 @@ def plan_steps(spec: Spec, options: PlanOptions, loaded: LoadedLock) -> List[Ste
             action=_install_pip,
             data={"lines": tuple(pip_lines), "req_file": str(req_file),
                   "pins": tuple(f"{p.key[1]}=={p.version}" for p in entries if p.manager == "pip" and not p.built),
-                  "pins_file": str(prefix / ".envtool" / "locked-pins.txt"),
-                  # pip applies them itself; uv checks the locked versions against them first
-                  "check": constraint_check_command(options.install_with, py,
-                                                    str(prefix / ".envtool" / "locked-pins.txt")),
-                  # a constraint URL with credentials reaches uv through UV_CONSTRAINT (not the install's env)
-                  "check_env": tuple((k, v) for k, v in (options.install_with.env if options.install_with else ())
-                                     if k == "UV_CONSTRAINT")}))
+                  "pins_file": pins_file,
+                  # pip applies them itself; uv checks the locked versions against them first, with
+                  # its whole share of pip's configuration (UV_CONSTRAINT included, unlike the exact install)
+                  "check": constraint_check_command(options.install_with, py, pins_file),
+                  "check_env": install_env(options.install_with)}))
     return steps
 
 

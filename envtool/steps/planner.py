@@ -12,6 +12,7 @@ import os
 import shlex
 from typing import List, Tuple
 
+from envtool.core.errors import EnvtoolError
 from envtool.engines.base import get_engine
 from envtool.spec.model import Spec
 from envtool.steps import from_lock, horovod_build, lock_step, modulefile_step, validate
@@ -69,7 +70,7 @@ def _layered(spec: Spec, options: PlanOptions) -> bool:
     source, _ = clone_source(spec, options)
     try:
         return clone.source_kind(clone.resolve_source(source)) == "venv"
-    except Exception:  # a source not on this machine (plan for a site): decided when it is there
+    except (EnvtoolError, OSError):  # a source not on this machine (plan for a site)
         return False
 
 
@@ -77,8 +78,9 @@ def decide_installer(spec: Spec, options: PlanOptions) -> PlanOptions:
     """``options`` with ``install_with`` decided (:func:`envtool.engines.installer.decide`) when the
     plan may install pip packages and nothing decided it yet; otherwise ``options`` unchanged.
 
-    pip's configuration is read with this interpreter's pip: the files and ``PIP_*`` variables it
-    reads are those the new environment's pip reads (a new environment has no ``pip.conf`` of its own).
+    pip's configuration is read with the base interpreter's pip
+    (:func:`envtool.engines.installer.base_python`): the files and ``PIP_*`` variables it reads are
+    those the new environment's pip reads (a new environment has no ``pip.conf`` of its own).
     """
     if options.install_with is not None:
         return options
