@@ -6,7 +6,7 @@
 # See also: https://github.com/scop/bash-completion/blob/main/doc/configuration.md
 
 _shtab_envtool_cache_subparsers=(list prune publish)
-_shtab_envtool_subparsers=(create plan check-build specs show diff-specs clone lock diff modulefile publish sbom doctor jobscript validate cache)
+_shtab_envtool_subparsers=(create plan check-build specs show diff-specs clone lock diff modulefile publish sbom doctor jobscript validate cache completion)
 
 _shtab_envtool_create_option_strings=(-h --help --prefix --force --clone --lock --from-lock --resolve --installer --engine --modulefile-root --jobs --site --site-file --json -v --verbose -q --quiet)
 _shtab_envtool_plan_option_strings=(-h --help --prefix --clone --lock --from-lock --resolve --installer --engine --modulefile-root --jobs --site --site-file --json -v --verbose -q --quiet)
@@ -27,6 +27,7 @@ _shtab_envtool_cache_list_option_strings=(-h --help --json -v --verbose -q --qui
 _shtab_envtool_cache_prune_option_strings=(-h --help --older-than --json -v --verbose -q --quiet)
 _shtab_envtool_cache_publish_option_strings=(-h --help --to --key --json -v --verbose -q --quiet)
 _shtab_envtool_cache_option_strings=(-h --help -v --verbose -q --quiet)
+_shtab_envtool_completion_option_strings=(-h --help --json -v --verbose -q --quiet)
 _shtab_envtool_option_strings=(-h --help --version -v --verbose -q --quiet)
 
 _shtab_envtool_create_pos_0_COMPGEN=_envtool_specs
@@ -106,7 +107,8 @@ _shtab_envtool_publish___format_choices=(lua tcl)
 _shtab_envtool_publish___extensions_choices=(all spec none)
 _shtab_envtool_sbom___format_choices=(cyclonedx-json)
 _shtab_envtool_cache_pos_0_choices=(list prune publish)
-_shtab_envtool_pos_0_choices=(create plan check-build specs show diff-specs clone lock diff modulefile publish sbom doctor jobscript validate cache)
+_shtab_envtool_completion_pos_0_choices=(bash zsh)
+_shtab_envtool_pos_0_choices=(create plan check-build specs show diff-specs clone lock diff modulefile publish sbom doctor jobscript validate cache completion)
 
 _shtab_envtool_create__h_nargs=0
 _shtab_envtool_create___help_nargs=0
@@ -260,6 +262,13 @@ _shtab_envtool_cache__v_nargs=0
 _shtab_envtool_cache___verbose_nargs=0
 _shtab_envtool_cache__q_nargs=0
 _shtab_envtool_cache___quiet_nargs=0
+_shtab_envtool_completion__h_nargs=0
+_shtab_envtool_completion___help_nargs=0
+_shtab_envtool_completion___json_nargs=0
+_shtab_envtool_completion__v_nargs=0
+_shtab_envtool_completion___verbose_nargs=0
+_shtab_envtool_completion__q_nargs=0
+_shtab_envtool_completion___quiet_nargs=0
 _shtab_envtool_pos_0_nargs=A...
 _shtab_envtool__h_nargs=0
 _shtab_envtool___help_nargs=0

@@ -7,6 +7,8 @@ the cross-field rules of :mod:`envtool.spec.rules` run.
 """
 from __future__ import annotations
 
+import re
+
 import difflib
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -27,7 +29,7 @@ PACKAGES_KEYS = ("conda", "pip")
 HOROVOD_KEYS = ("version", "install", "source", "frameworks", "controllers", "gpu_operations", "gpu_ops",
                 "cpu_operations", "nccl_link", "allow_mixed_gpu_impl", "cuda_home", "nccl_home",
                 "cuda_cc_list", "extra_env")
-EXPECT_KEYS = ("check_build", "dataloader_start_method")
+EXPECT_KEYS = ("check_build", "dataloader_start_method", "import_warnings")
 VENV_KEYS = ("system_site_packages",)
 CHECK_BUILD_KEYS = ("frameworks", "controllers", "tensor_operations")
 PIN_KEYS = ("spec", "value", "mark", "source", "note")
@@ -359,8 +361,15 @@ def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False)
             frameworks=_names(c, "frameworks", m.CHECK_BUILD_FRAMEWORKS),
             controllers=_names(c, "controllers", m.CHECK_BUILD_CONTROLLERS),
             tensor_operations=_names(c, "tensor_operations", m.CHECK_BUILD_TENSOR_OPERATIONS))
+    import_warnings = e.str_list("import_warnings")
+    for i, pattern in enumerate(import_warnings):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise e.error(f"import_warnings[{i}]", f"a Python regular expression ({exc})", got=pattern) from None
     expect = m.Expect(check_build=check_build,
-                      dataloader_start_method=e.choice("dataloader_start_method", m.START_METHODS))
+                      dataloader_start_method=e.choice("dataloader_start_method", m.START_METHODS),
+                      import_warnings=tuple(import_warnings))
 
     v = r.sub("venv")
     v.check_keys(VENV_KEYS)

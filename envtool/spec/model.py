@@ -144,6 +144,8 @@ class Site:
         env: variables the site sets for every environment.
         build_caches: read-only Horovod wheel cache roots the site publishes (site file's
             ``build_caches``), consulted after the user's cache and ``$ENVTOOL_CACHE_PATH``.
+        build_modules: modules that provide a C++ compiler, CMake and MPI on the site (site
+            file's ``build_modules``), named when a Horovod compile lacks one of them.
     """
 
     name: str = "local"
@@ -154,6 +156,7 @@ class Site:
     gpus_per_node: int = 0
     env: Tuple[Tuple[str, str], ...] = ()
     build_caches: Tuple[str, ...] = ()
+    build_modules: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -241,10 +244,13 @@ class Expect:
         check_build: the capabilities, or None when Horovod has no ``--check-build``
             (before 0.17.1) or is not installed.
         dataloader_start_method: the start method a DataLoader must work under, or None.
+        import_warnings: regular expressions (``re.search``) of the warnings that importing the
+            frameworks and their Horovod bindings may print; any other warning fails validation.
     """
 
     check_build: Optional[CheckBuildExpectation] = None
     dataloader_start_method: Optional[str] = None
+    import_warnings: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
