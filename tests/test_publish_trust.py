@@ -78,14 +78,14 @@ def test_publish_installs_the_spec_lock_like_create(world):
     root, mods = world["base"] / "lock" / "sw", world["base"] / "lock" / "mods"
     proc = pub(world, root, mods, "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (stack,) = json.loads(proc.stdout)["stacks"]
-    assert stack["lock"]["file"] == str(world["lock"]) and "exactly as locked" in stack["lock"]["reason"], stack
-    ids = [s.split(":")[0] for s in stack["steps"]]
-    assert "install-locked-conda" in ids and "verify-lock" in ids and "conda-create" not in ids, ids
-    assert "verify-lock: Compare the prefix with the lock" in stack["steps"]
     prefix = root / "pubtest" / "1.0"
     made = json.loads((prefix / ".envtool" / "create.json").read_text())
+    ids = [s["id"] for s in made["steps"]]
+    assert "install-locked-conda" in ids and "verify-lock" in ids and "conda-create" not in ids, ids
     assert made["results"]["verify-lock"]["ok"] is True, made["results"]["verify-lock"]
+    (stack,) = json.loads(proc.stdout)["stacks"]
+    assert stack["lock"]["file"] == str(world["lock"]) and "exactly as locked" in stack["lock"]["reason"], stack
+    assert "verify-lock: Compare the prefix with the lock" in stack["steps"], stack["steps"]
     # the prefix holds exactly the locked packages (its own lock, written after the install, agrees)
     want = {(p.key[1], p.version, p.sha256) for p in lockio.read_lock(world["lock"]).packages}
     got = {(p.key[1], p.version, p.sha256) for p in lockio.read_lock(prefix / "conda-lock.yml").packages}
