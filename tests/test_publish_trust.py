@@ -280,3 +280,25 @@ def test_an_interrupted_retire_leaves_the_version_or_nothing(world):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert os.listdir(root / "pubtest") == [] and os.listdir(mods / "pubtest") == [], \
         (os.listdir(root / "pubtest"), os.listdir(mods / "pubtest"))
+
+
+def test_retire_a_tcl_default_and_bad_input(world):
+    """Environment Modules' ``.version`` marks the default too: refused, then removed with --force-default;
+    a bad NAME/VERSION or a version never published is exit 2 with a message, never a traceback."""
+    top = world["base"] / "retire-tcl"
+    root, mods = top / "sw", top / "mods"
+    proc = pub(world, root, mods, "--format", "tcl", "--default")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (mods / "pubtest" / ".version").is_file() and (mods / "pubtest" / "1.0").is_file()
+    retire = lambda *a: run_envtool("retire", *a, "--root", root, env=world["env"])  # noqa: E731
+    proc = retire("pubtest/1.0")
+    assert proc.returncode == 2 and ".version" in proc.stderr and "--force-default" in proc.stderr, proc.stderr
+    assert (root / "pubtest" / "1.0").is_dir()
+    proc = retire("pubtest/1.0", "--force-default", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["default"] == str(mods / "pubtest" / ".version") and out["ok"] is True
+    assert os.listdir(mods / "pubtest") == [] and os.listdir(root / "pubtest") == []
+    for bad in ("pubtest", "../etc/1.0", "pubtest/default", "pubtest/1.0\nx", "pubtest/9.9"):
+        proc = retire(bad)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr and "error" in proc.stderr, (bad, proc.stderr)

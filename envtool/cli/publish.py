@@ -42,20 +42,20 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from pathlib import Path
+
     from envtool.core.errors import EnvtoolError, UsageError
     from envtool.steps.publish import publish
 
     try:
-        umask = int(args.umask, 8)
-    except ValueError:
-        umask = -1
-    if not 0 <= umask <= 0o777 or umask & 0o440:
-        raise UsageError(f"--umask: expected an octal mask such as 022 or 027 that leaves owner and group "
-                         f"read access, got {args.umask!r}")
-    from pathlib import Path
-
-    specs = [load_spec(s, args.site, args.site_file, quiet=args.json) for s in args.spec]
-    try:
+        try:
+            umask = int(args.umask, 8)
+        except ValueError:
+            umask = -1
+        if not 0 <= umask <= 0o777 or umask & 0o440:
+            raise UsageError(f"--umask: expected an octal mask such as 022 or 027 that leaves owner and group "
+                             f"read access, got {args.umask!r}")
+        specs = [load_spec(s, args.site, args.site_file, quiet=args.json) for s in args.spec]
         result = publish(specs, args.root, args.modulefiles, group=args.group, default=args.default,
                          force=args.force, fmt=args.format, extensions=args.extensions, umask=umask,
                          clone_site_base=bool(args.site or args.site_file),
