@@ -1,9 +1,11 @@
 """``publish``: build stacks into a shared tree for a site's users, with modulefiles and SBOMs.
 
 For each spec, :func:`publish` builds the environment at ``ROOT/NAME/VERSION`` through
-:func:`envtool.steps.create.create` (so every guarantee of ``create`` holds: built in a
-temporary sibling, validated, moved into place only when complete), cloning the site's base
-environment when the spec is resolved for a site that has one. Then it writes, in order:
+:func:`envtool.steps.create.create` with the plan ``create`` makes (so every guarantee of
+``create`` holds: built in a temporary sibling, validated, moved into place only when complete;
+the spec's lock installed exactly and the prefix compared with it, :mod:`envtool.steps.from_lock`),
+cloning the site's base environment when the spec is resolved for a site that has one. Then it
+writes, in order:
 
 * ``ROOT/NAME/VERSION.cdx.json``: the environment's CycloneDX SBOM (:mod:`envtool.sbom`);
 * ``ROOT/NAME/VERSION/.envtool/publish.json``: what was published, when, by whom;
@@ -21,9 +23,16 @@ them): Lmod's system spider cache leaves out modulefiles that others cannot read
 Debian's Lmod 8.6.19 ``update_lmod_system_cache_files``), and a modulefile holds no more than
 paths; a restricted stack is protected by its environment's permissions.
 
+Group, setgid and modes go only on what the call creates (directories it makes, the environment,
+its SBOM, modulefile and default marker): a ``--root``, module tree or ``NAME`` directory that
+was there before keeps its own, so a later, stricter ``umask`` never takes earlier stacks away
+from their users.
+
 A stack whose ``publish.json`` is already there is left alone (``unchanged``) unless
 ``force``: then it is rebuilt and replaces the old one only once complete. When the site uses
 Lmod's system spider cache (:mod:`envtool.modules.spider`), it is rebuilt at the end.
+``dry_run`` reports all of this and changes nothing. :func:`retire` removes a published version
+(environment, SBOM, modulefile), proven by its ``publish.json``.
 """
 from __future__ import annotations
 
@@ -31,6 +40,7 @@ import getpass
 import json
 import os
 import stat
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -683,7 +693,12 @@ def _sweep_retired(*dirs: Path) -> List[Path]:
             pid = e.name.rsplit(RETIRE_TAG, 1)[1]
             if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
                 continue
-            _remove(Path(e.path))
+            try:
+                _remove(Path(e.path))
+            except OSError as exc:
+                print(f"envtool: warning: cannot remove {e.path} (left by an interrupted retire): "
+                      f"{exc.strerror or exc}", file=sys.stderr)
+                continue
             swept.append(Path(e.path))
     return swept
 
@@ -709,46 +724,16 @@ def _remove(path: Path) -> None:
     shutil.rmtree(path)
 
 
-def retire(module: str, root: Path, modulefiles: Optional[Path] = None, force_default: bool = False,
-           dry_run: bool = False, quiet: bool = False,
-           progress: Optional[Callable[[str], None]] = None) -> RetireResult:
-    """Retire a published version: remove ``ROOT/NAME/VERSION``, its SBOM and its modulefile.
+def _retire_targets(name: str, version: str, root: Path, modulefiles: Optional[Path], force_default: bool):
+    """What :func:`retire` removes, in order, after checking that publish made each of them.
 
-    Only what publish made goes: the environment must hold the ``publish.json`` marker publish
-    wrote last (:func:`_write_marker`) naming this module and prefix; the modulefile and SBOM
-    removed are the ones that marker records, and the modulefile must name the prefix. A version
-    that is the module's marked default (:func:`default_markers`) is refused unless
-    ``force_default`` (the marker then goes too). Every path is first renamed aside
-    (``.X.envtool-retire-PID`` beside it) with SIGINT/SIGTERM/SIGHUP held back, so an
-    interruption leaves either the whole version or none of it visible; the renamed copies are
-    then deleted (a later ``retire`` removes any left by a killed one). Lmod's system spider
-    cache is refreshed afterwards, as after publish.
-
-    Args:
-        module: ``NAME/VERSION``.
-        root: the ``--root`` it was published to.
-        modulefiles: the ``--modulefiles`` tree, or None: the one the marker records.
-        force_default: retire it even while it is the default.
-        dry_run: check and report, remove nothing.
-        quiet: no progress lines.
-        progress: called with each line for people (default: print unless ``quiet``).
     Returns:
-        a :class:`RetireResult`.
+        ``(paths, default markers, modulefiles tree)``.
     Raises:
-        UsageError: a bad NAME/VERSION, nothing published there, a target or modulefile publish
-            did not make, a marker for another module or tree, the default without
-            ``force_default``, a path that cannot be renamed (exit 2; nothing was changed).
+        UsageError: see :func:`retire`.
     """
-    import signal
+    from envtool.modules import modulefile_path
 
-    from envtool.modules import modulefile_path, parse_module_name
-
-    say = progress or ((lambda line: None) if quiet else (lambda line: print(line, flush=True)))
-    try:
-        name, version = parse_module_name(module)
-    except UsageError:
-        raise UsageError(f"retire: expected NAME/VERSION (letters, digits and . _ + -), got {module!r}") from None
-    root = Path(os.path.abspath(root))
     target = root / name / version
     data = _read_marker(target)
     if data.get("module") != f"{name}/{version}" or data.get("prefix") != str(target):
@@ -784,33 +769,102 @@ def retire(module: str, root: Path, modulefiles: Optional[Path] = None, force_de
     if data.get("sbom") == str(sbom) and sbom.is_file() and not sbom.is_symlink():
         doomed.append(sbom)
     doomed.append(target)
-    result = RetireResult(f"{name}/{version}", dry_run=dry_run)
     defaults = default_markers(modulefiles, name, version)
     if defaults:
-        result.default = str(defaults[0])
         if not force_default:
             raise UsageError(f"{name}/{version} is the default of {name} ({defaults[0]}); make another version the "
                              f"default first (envtool publish … --default), or pass --force-default to retire it "
                              "and remove the default marker; nothing removed")
         doomed[:0] = defaults
-    result.removed = [str(p) for p in doomed]
+    return doomed, defaults, modulefiles
+
+
+def retire(module: str, root: Path, modulefiles: Optional[Path] = None, force_default: bool = False,
+           dry_run: bool = False, quiet: bool = False,
+           progress: Optional[Callable[[str], None]] = None) -> RetireResult:
+    """Retire a published version: remove ``ROOT/NAME/VERSION``, its SBOM and its modulefile.
+
+    Only what publish made goes: the environment must hold the ``publish.json`` marker publish
+    wrote last (:func:`_write_marker`) naming this module and prefix; the modulefile and SBOM
+    removed are the ones that marker records, and the modulefile must name the prefix. A version
+    that is the module's marked default (:func:`default_markers`) is refused unless
+    ``force_default`` (the marker then goes too). Every path is first renamed aside
+    (``.X.envtool-retire-PID`` beside it) with SIGINT/SIGTERM/SIGHUP held back, so an
+    interruption leaves either the whole version or none of it visible; the renamed copies are
+    then deleted (a later ``retire`` removes any left by a killed one). Lmod's system spider
+    cache is refreshed afterwards, as after publish.
+
+    Args:
+        module: ``NAME/VERSION``.
+        root: the ``--root`` it was published to.
+        modulefiles: the ``--modulefiles`` tree, or None: the one the marker records.
+        force_default: retire it even while it is the default.
+        dry_run: check and report, remove nothing.
+        quiet: no progress lines.
+        progress: called with each line for people (default: print unless ``quiet``).
+    Returns:
+        a :class:`RetireResult`.
+    Raises:
+        UsageError: a bad NAME/VERSION, nothing published there, a target or modulefile publish
+            did not make, a marker for another module or tree, the default without
+            ``force_default``, a path that cannot be renamed (exit 2; nothing was changed).
+    """
+    from envtool.modules import parse_module_name
+
+    say = progress or ((lambda line: None) if quiet else (lambda line: print(line, flush=True)))
+    try:
+        name, version = parse_module_name(module)
+    except UsageError:
+        raise UsageError(f"retire: expected NAME/VERSION (letters, digits and . _ + -), got {module!r}") from None
+    root = Path(os.path.abspath(root))
+    target = root / name / version
+    result = RetireResult(f"{name}/{version}", dry_run=dry_run)
+    doomed, defaults, modulefiles = _retire_targets(name, version, root, modulefiles, force_default)
+    result.default = str(defaults[0]) if defaults else None
     if dry_run:
+        result.removed = [str(p) for p in doomed]
         for p in doomed:
             say(f"would remove {p}")
         return result
+    import signal
+
+    from envtool.core.errors import Interrupted
+    from envtool.steps.transaction import PrefixLock
+
+    def interrupted(signum, frame):
+        raise Interrupted(signum)
+
+    # SIGINT/SIGTERM/SIGHUP become Interrupted (exit 130) from here on, so the lock is released
+    handlers = {sig: signal.signal(sig, interrupted) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(sig) != signal.SIG_IGN}
+    try:
+        lock = PrefixLock(target)  # one envtool at a time on a prefix: a publish --force of it, another retire
+        lock.acquire(lambda line: print(f"envtool: {line}", file=sys.stderr, flush=True))
+        try:  # checked again: another envtool may have changed it while we waited
+            doomed, defaults, modulefiles = _retire_targets(name, version, root, modulefiles, force_default)
+            result.default = str(defaults[0]) if defaults else None
+            _retire_paths(result, name, version, root, modulefiles, doomed, say)
+        finally:
+            lock.release()
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    return result
+
+
+def _retire_paths(result: RetireResult, name: str, version: str, root: Path, modulefiles: Path,
+                  doomed: List[Path], say: Callable[[str], None]) -> None:
+    """Rename ``doomed`` aside (signals held back), then delete them (see :func:`retire`; the
+    caller turns signals into :class:`~envtool.core.errors.Interrupted`)."""
+    import signal
+
+    result.removed = [str(p) for p in doomed]
     for p in _sweep_retired(root / name, modulefiles / name):
         say(f"removed {p} (left by an interrupted retire)")
     aside = [(p, p.with_name(f".{p.name}{RETIRE_TAG}{os.getpid()}")) for p in doomed]
-    held = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-    def interrupted(signum, frame):
-        from envtool.core.errors import Interrupted
-
-        raise Interrupted(signum)
-
-    handlers = {sig: signal.signal(sig, interrupted) for sig in held if signal.getsignal(sig) != signal.SIG_IGN}
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
     try:
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, set(held))
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
         done: List = []
         try:
             for src, dst in aside:
@@ -825,7 +879,11 @@ def retire(module: str, root: Path, modulefiles: Optional[Path] = None, force_de
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a signal held back is raised here
         for src, dst in aside:
-            _remove(dst)
+            try:
+                _remove(dst)
+            except OSError as exc:
+                raise UsageError(f"{name}/{version} is retired (no longer visible), but {dst} could not be deleted: "
+                                 f"{exc.strerror or exc}; the next retire removes it") from None
             say(f"removed {src}")
     except KeyboardInterrupt as exc:
         left = [str(d) for _, d in aside if os.path.lexists(d)]
@@ -833,9 +891,5 @@ def retire(module: str, root: Path, modulefiles: Optional[Path] = None, force_de
             exc.outcome = (f"{name}/{version} is retired (no longer visible); the next retire removes what is "
                            "left: " + ", ".join(left))
         raise
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-    if modulefile in doomed or defaults:
+    if any(p.parent == modulefiles / name for p in doomed):
         result.spider_caches = _refresh_spider(modulefiles, say)
-    return result
