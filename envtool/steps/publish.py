@@ -338,6 +338,9 @@ def _prepare(spec: Spec, root: Path, modulefiles: Path, fmt: str, force: bool, c
     if published and not force:
         return _Stack(spec, version, target, sbom, modulefile, "unchanged", None)
     clone = bool(clone_site_base and spec.site.base_env)
+    if clone and lock is not None:
+        raise UsageError(f"--lock: spec {spec.name} is cloned from site {spec.site.name}'s base environment "
+                         f"({spec.site.base_env}), which no lock describes; publish it without --site, or without --lock")
     choice = choose(spec, explicit=Path(lock) if lock else None, resolve=resolve, clone=clone)
     options = PlanOptions(prefix=target, clone="" if clone else None, from_lock=choice.path,
                           lock_reason=choice.reason, cpu_count=os.cpu_count() or 2, site=spec.site.name,
