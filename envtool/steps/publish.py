@@ -621,7 +621,7 @@ class RetireResult:
 def default_markers(modulefiles: Path, name: str, version: str) -> List[Path]:
     """The default markers in ``modulefiles/name`` that make ``version`` the default of ``name``:
     the ``default`` symlink (Lmod, "Marking a version as default",
-    https://lmod.readthedocs.io/en/latest/060_locating.html) pointing at ``VERSION.lua`` or
+    https://lmod.readthedocs.io/en/latest/060_locating.html#marking-a-version-as-default) pointing at ``VERSION.lua`` or
     ``VERSION``, and a ``.version`` file whose ``ModulesVersion`` is ``VERSION`` (modulefile(4),
     read by Lmod too) — the two :func:`envtool.modules.mark_default` writes.
 
