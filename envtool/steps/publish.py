@@ -340,7 +340,8 @@ def _prepare(spec: Spec, root: Path, modulefiles: Path, fmt: str, force: bool, c
     clone = bool(clone_site_base and spec.site.base_env)
     if clone and lock is not None:
         raise UsageError(f"--lock: spec {spec.name} is cloned from site {spec.site.name}'s base environment "
-                         f"({spec.site.base_env}), which no lock describes; publish it without --site, or without --lock")
+                         f"({spec.site.base_env}), which no lock describes; publish it without --site, or "
+                         "without --lock")
     choice = choose(spec, explicit=Path(lock) if lock else None, resolve=resolve, clone=clone)
     options = PlanOptions(prefix=target, clone="" if clone else None, from_lock=choice.path,
                           lock_reason=choice.reason, cpu_count=os.cpu_count() or 2, site=spec.site.name,
@@ -621,8 +622,8 @@ class RetireResult:
 def default_markers(modulefiles: Path, name: str, version: str) -> List[Path]:
     """The default markers in ``modulefiles/name`` that make ``version`` the default of ``name``:
     the ``default`` symlink (Lmod, "Marking a version as default",
-    https://lmod.readthedocs.io/en/latest/060_locating.html#marking-a-version-as-default) pointing at ``VERSION.lua`` or
-    ``VERSION``, and a ``.version`` file whose ``ModulesVersion`` is ``VERSION`` (modulefile(4),
+    https://lmod.readthedocs.io/en/latest/060_locating.html#marking-a-version-as-default)
+    pointing at ``VERSION.lua`` or ``VERSION``, and a ``.version`` file whose ``ModulesVersion`` is ``VERSION`` (modulefile(4),
     read by Lmod too) — the two :func:`envtool.modules.mark_default` writes.
 
     Returns:
