@@ -302,3 +302,23 @@ def test_retire_a_tcl_default_and_bad_input(world):
     for bad in ("pubtest", "../etc/1.0", "pubtest/default", "pubtest/1.0\nx", "pubtest/9.9"):
         proc = retire(bad)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr and "error" in proc.stderr, (bad, proc.stderr)
+
+
+def test_publishing_cpu_horovod_would_install_its_committed_lock(tmp_path):
+    """The finding as filed: ``publish cpu-horovod`` solved afresh (``Install pip packages: torch==… with
+    uv``, no compare step). Its dry run (real spec, real committed lock, this machine's interpreter;
+    nothing is built) now plans the locked install and the compare step, exactly as ``create`` does."""
+    repo = Path(__file__).resolve().parent.parent
+    env = {"ENVTOOL_CACHE_DIR": str(tmp_path / "cache")}
+    proc = run_envtool("publish", "cpu-horovod", "--root", tmp_path / "sw", "--modulefiles", tmp_path / "mods",
+                       "--site", "local", "--dry-run", "--json", env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (stack,) = json.loads(proc.stdout)["stacks"]
+    assert stack["lock"]["file"] == str(repo / "lockfiles" / "cpu-horovod.conda-lock.yml"), stack["lock"]
+    ids = [s.split(":")[0] for s in stack["steps"]]
+    assert "install-locked-pip" in ids and "verify-lock" in ids and "pip-install" not in ids, ids
+    assert ids.index("install-locked-pip") < ids.index("verify-lock") < ids.index("validate"), ids
+    plan = json.loads(run_envtool("plan", "cpu-horovod", "--site", "local", "--prefix", tmp_path / "sw" / "x",
+                                  "--json", env=env, timeout=300).stdout)
+    assert ids == [s["id"] for s in plan["steps"]]  # one planner: the steps create would run
+    assert not (tmp_path / "sw").exists() and not (tmp_path / "mods").exists()
