@@ -7,9 +7,8 @@ the cross-field rules of :mod:`envtool.spec.rules` run.
 """
 from __future__ import annotations
 
-import re
-
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -24,11 +23,11 @@ TOP_KEYS = ("name", "summary", "distribution", "extends", "abstract", "sources",
             "status")
 #: Keys a child never inherits from its parent (``abstract: true`` marks a parent-only spec).
 NOT_INHERITED = ("extends", "name", "abstract")
-SITE_KEYS = ("name", "modules", "base_env", "launcher", "scheduler", "gpus_per_node", "env")
+SITE_KEYS = ("name", "modules", "base_env", "launcher", "scheduler", "gpus_per_node", "env", "libraries")
 PACKAGES_KEYS = ("conda", "pip")
 HOROVOD_KEYS = ("version", "install", "source", "frameworks", "controllers", "gpu_operations", "gpu_ops",
                 "cpu_operations", "nccl_link", "allow_mixed_gpu_impl", "cuda_home", "nccl_home",
-                "cuda_cc_list", "extra_env")
+                "cuda_cc_list", "extra_env", "build_packages")
 EXPECT_KEYS = ("check_build", "dataloader_start_method", "import_warnings")
 VENV_KEYS = ("system_site_packages",)
 CHECK_BUILD_KEYS = ("frameworks", "controllers", "tensor_operations")
@@ -256,6 +255,26 @@ def _pin_list(r: _Reader, key: str, source_ids, kind: Optional[str] = None) -> T
                  for i, v in enumerate(values))
 
 
+_LIBRARY_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+
+
+def _libraries(s: "_Reader", source_ids) -> Tuple[Tuple[str, m.Pin], ...]:
+    """``site.libraries``: ``{name: version pin}`` for libraries a site's modules provide."""
+    raw = s.get("libraries")
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise s.error("libraries", "a mapping of library name to version pin ({cudnn: {value: …, mark: …}})",
+                      got=raw)
+    out = []
+    for name, value in raw.items():
+        if not isinstance(name, str) or not _LIBRARY_NAME.match(name):
+            raise s.error("libraries", "library names of lower-case letters, digits, '.', '_' and '-'", got=name)
+        out.append((name, _pin(s.path, value, s.field(f"libraries.{name}"), s.line_of("libraries"), source_ids,
+                               kind="version")))
+    return tuple(out)
+
+
 def _sources(r: _Reader) -> Tuple[Tuple[str, str], ...]:
     raw = r.get("sources")
     if raw is None:
@@ -321,7 +340,8 @@ def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False)
     s.check_keys(SITE_KEYS)
     site = m.Site(name=s.str("name") or "local", modules=s.str_list("modules"), base_env=s.str("base_env"),
                   launcher=s.str("launcher"), scheduler=s.str("scheduler"),
-                  gpus_per_node=s.int("gpus_per_node", 0), env=s.str_map("env"))
+                  gpus_per_node=s.int("gpus_per_node", 0), env=s.str_map("env"),
+                  libraries=_libraries(s, source_ids))
 
     p = r.sub("packages")
     p.check_keys(PACKAGES_KEYS)
@@ -349,6 +369,7 @@ def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False)
         allow_mixed_gpu_impl=h.bool("allow_mixed_gpu_impl"),
         cuda_home=h.str("cuda_home"), nccl_home=h.str("nccl_home"), cuda_cc_list=h.str("cuda_cc_list"),
         extra_env=h.str_map("extra_env"),
+        build_packages=_pin_list(h, "build_packages", source_ids, kind="conda"),
     )
 
     e = r.sub("expect")

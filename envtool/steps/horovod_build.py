@@ -157,6 +157,10 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
         loose = ", ".join(f for f in requested if f not in pinned)
         notes.append(f"fix rules: decided when run ({loose} not pinned to one version; toolchain: "
                      f"{toolchain.describe()})")
+    if h.build_packages:
+        notes.append("build-only packages the mirrored recipe installs for this build and removes afterwards "
+                     "(horovod.build_packages; envtool does not install them, nor keep them in the environment): "
+                     + ", ".join(p.value for p in h.build_packages))
     uses_mpi = "mpi" in h.controllers
     caches = wheel_cache.chain(spec.site.build_caches)
     cache = caches[0]
