@@ -92,13 +92,17 @@ def test_summit_overlay_for_open_ce_1_1_3():
 
 
 def test_wml_ce_1_6_x_ddl_builds():
-    for name, commit, version in (("ibm-wml-ce-1.6.1", "9f87459", "0.16.4"), ("ibm-wml-ce-1.6.2", "bbf09d79", "0.18.2+1")):
+    for name, commit, version in (("ibm-wml-ce-1.6.1", "9f87459", "0.16.4"), ("ibm-wml-ce-1.6.2", "bbf09d79", "0.18.2")):
         spec = catalog.load_spec(name)
         h = spec.horovod
         assert h.install == "pip-build" and commit in h.source and h.version.value == version
         assert dict(h.gpu_ops) == {"allreduce": "ddl"} and h.cuda_home == "${CONDA_PREFIX}"
         assert dict(spec.env)["IBM_POWERAI_LICENSE_ACCEPT"] == "yes" and "linux-ppc64le" in spec.platforms
     assert catalog.load_spec("ibm-wml-ce-1.6.1").expect.check_build is None
+    # OLCF's recipe installs the compiler for the Horovod build and removes it: a build-only package
+    wml162 = catalog.load_spec("ibm-wml-ce-1.6.2")
+    assert [p.value for p in wml162.horovod.build_packages] == ["gxx_linux-ppc64le 7.3.0.*"]
+    assert not any(p.value.startswith("gxx") for p in wml162.packages.conda)
     assert catalog.load_spec("ibm-wml-ce-1.7.0").horovod.install == "conda"
 
 
