@@ -198,10 +198,10 @@ class HorovodSpec:
         build_packages: conda packages that the Horovod build needs and the environment does
             not keep (OLCF's WML-CE 1.6.2 recipe installs ``gxx_linux-ppc64le=7.3.0`` before
             building Horovod and removes it afterwards: olcf/olcf-user-docs@f674c627dd63:
-            software/analytics/ibm-wml-ce.rst#L153). Recorded with provenance and shown by
-            ``plan`` and ``show``; envtool does not install them (the build uses the compiler it
-            finds, see ``plan``'s toolchain line), and they are not in the environment's
-            package list or its lockfile.
+            software/analytics/ibm-wml-ce.rst#L153-L155). The conda engine installs those the
+            environment lacks before the build (step ``conda-install-build``) and removes exactly
+            what it added after it (``conda-remove-build``), so they are in neither the
+            environment's package list nor its lockfile.
     """
 
     version: Optional[Pin] = None

@@ -158,9 +158,8 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
         notes.append(f"fix rules: decided when run ({loose} not pinned to one version; toolchain: "
                      f"{toolchain.describe()})")
     if h.build_packages:
-        notes.append("build-only packages the mirrored recipe installs for this build and removes afterwards "
-                     "(horovod.build_packages; envtool does not install them, nor keep them in the environment): "
-                     + ", ".join(p.value for p in h.build_packages))
+        notes.append("build-only packages (horovod.build_packages), installed by conda-install-build and removed "
+                     "by conda-remove-build: " + ", ".join(p.value for p in h.build_packages))
     uses_mpi = "mpi" in h.controllers
     caches = wheel_cache.chain(spec.site.build_caches)
     cache = caches[0]
@@ -192,14 +191,17 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
         mpi=mpi_version() if uses_mpi else "not used", platform=conda_platform(), rules=rule_ids,
         fix_env=tuple(fix_env), sdist_sha256=sdist_hash, no_deps=locked is not None,
         caches=tuple(c.root for c in caches), missing_tools=absent, fix=fix_lines)
-    return [Step(
+    from envtool.engines.conda import build_package_steps
+
+    before, after = build_package_steps(spec, Path(options.work_prefix), Path(options.prefix))
+    return before + [Step(
         id="build-horovod",
         title=f"Build Horovod ({req}) with " + " ".join(f"{k}={v}" for k, v in env if k.startswith("HOROVOD_")),
         commands=(("#", "probe installed framework versions and the Python tag; look up the wheel cache"),
                   tuple(pip_wheel_argv(py, wheel_dir, source)),
                   (py, "-m", "pip", "install", "--disable-pip-version-check", *no_deps, f"{wheel_dir}/horovod-*.whl")),
         env=tuple(display_env), notes=tuple(notes), action=_run_build, data={"build": decision},
-    )]
+    )] + after
 
 
 #: pip's options for the build: ``-v`` makes pip pass the build's own output (CMake's
