@@ -10,7 +10,6 @@ import dataclasses
 import hashlib
 import json
 import re
-import urllib.parse
 import subprocess
 import sys
 from pathlib import Path
@@ -213,15 +212,7 @@ def cited_text(text: str) -> Optional[str]:
     return "\n".join(entry["cited"].get(str(n), "") for n in range(ref.lines[0], ref.lines[1] + 1))
 
 
-def states(text: str, version: str, python: bool = False) -> bool:
-    """Whether ``text`` states ``version`` as a whole version (``2.4.1`` is not on a line that says
-    ``2.4.10``, ``0.18.2+1`` is not on one that says ``0.18.2``); a Python ``X.Y`` is also stated by
-    Miniconda's ``pyXY_`` installer name (``CONDAVER='py38_4.12.0'``). A badge URL's ``%20`` is a space."""
-    text = urllib.parse.unquote(text)
-    if re.search(r"(?<![\d.])" + re.escape(version) + r"(?![\d+])", text):
-        return True
-    parts = version.split(".")
-    return python and len(parts) >= 2 and re.search(r"\bpy" + parts[0] + parts[1] + r"(?!\d)", text) is not None
+states = provenance.states
 
 
 def pin_version(pin) -> Optional[str]:
