@@ -167,3 +167,21 @@ def test_override_that_breaks_a_rule_is_refused(tmp_path):
     with pytest.raises(SpecError) as info:
         sites.resolve("cpu-horovod", site_file=str(path))
     assert info.value.field == "horovod.gpu_operations"
+
+
+def test_polaris_site_libraries_per_module_with_and_without_the_site():
+    """cuDNN and NCCL of each Polaris conda module, as its modulefile names them
+    (argonne-lcf/conda_install_scripts modulefiles, site.libraries), kept when the site is applied."""
+    want = {"polaris-conda-2022-07-19": ("8.3.3.40", "2.12.10"), "polaris-conda-2022-09-08": ("8.4.1.50", "2.14.3"),
+            "polaris-conda-2022-09-08-hvd-nccl": ("8.4.1.50", "2.14.3"),
+            "polaris-conda-2023-01-10": ("8.6.0.163", "2.16.2"), "polaris-conda-2023-10-04": ("8.6.0.163", "2.18.3")}
+    for name, (cudnn, nccl) in want.items():
+        for spec in (catalog.load_spec(name), sites.resolve(name, site="polaris")):
+            libs = {k: (p.value, p.mark) for k, p in spec.site.libraries}
+            assert libs == {"cudnn": (cudnn, "V"), "nccl": (nccl, "V")}, (name, libs)
+            assert "site.libraries.nccl" in dict(spec.pins())
+            # the child's site section merges with the parent's key by key: site.name stays polaris
+            assert spec.site.name == "polaris"
+    # another site's resolution does not claim Polaris's libraries
+    assert sites.resolve("polaris-conda-2023-10-04", site="local").site.libraries == ()
+

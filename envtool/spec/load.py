@@ -456,20 +456,21 @@ def _names(r: _Reader, key: str, allowed: Sequence[str]) -> Tuple[str, ...]:
     return tuple(out)
 
 
-def merge(parent: Dict[str, Any], child: Dict[str, Any]) -> LineDict:
+def merge(parent: Dict[str, Any], child: Dict[str, Any], top: bool = True) -> LineDict:
     """Merge two raw spec mappings: mappings merge key by key, anything else in ``child`` wins.
 
-    ``extends``, ``name`` and ``abstract`` are never inherited. Line numbers of the child's keys are kept.
+    The top level's ``extends``, ``name`` and ``abstract`` are never inherited (a nested ``name``,
+    such as ``site.name``, is). Line numbers of the child's keys are kept.
     """
     out = LineDict()
     out.line = getattr(child, "line", None)
     for key, value in parent.items():
-        if key in NOT_INHERITED:
+        if top and key in NOT_INHERITED:
             continue
         out[key] = value
     for key, value in child.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            merged = merge(out[key], value)
+            merged = merge(out[key], value, top=False)
             out[key] = merged
         else:
             out[key] = value

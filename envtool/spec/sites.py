@@ -545,7 +545,9 @@ def resolve_full(name: str, site: Optional[str] = None, site_file: Optional[str]
                       scheduler=sf.scheduler, gpus_per_node=sf.gpus_per_node,
                       env=_merge_env(own_site.env if own_site.name == sf.name else (), sf.env,
                                      mapping.env if mapping is not None else ()),
-                      build_caches=sf.build_caches, build_modules=sf.build_modules)
+                      build_caches=sf.build_caches, build_modules=sf.build_modules,
+                      # the libraries the spec records are that site's modules'; another site's are unknown
+                      libraries=own_site.libraries if own_site.name == sf.name else ())
     spec = dataclasses.replace(spec, site=new_site, platforms=shared)
     rules.check(spec, raw)
     return Resolved(spec=spec, site=sf, mapping=mapping, spec_site=own_site)
