@@ -138,6 +138,8 @@ def test_seed_index_matches_the_seeds():
         data = (SEEDS / name).read_bytes()
         assert hashlib.sha256(data).hexdigest() == entry["sha256"], name
         assert len(data.splitlines()) == entry["lines"], name
+        lines = data.decode(errors="replace").splitlines()
+        assert entry["cited"] and all(lines[int(n) - 1] == text for n, text in entry["cited"].items()), name
 
 
 def _envtool(*args):
