@@ -50,6 +50,7 @@ def _spec(tmp_path, monkeypatch, channel, build_packages='["gxx-fake 7.3.0.*"]',
           build_packages: {build_packages}
         """))
     monkeypatch.setenv("ENVTOOL_SPEC_PATH", str(d))
+    monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "cache"))  # the steps' package cache: ours, empty
     return load_spec("bp")
 
 
@@ -96,8 +97,8 @@ def _envtool(*args, env=None):
                           timeout=120, env={**os.environ, **(env or {})})
 
 
-def test_plan_puts_the_build_packages_around_the_horovod_build():
-    proc = _envtool("plan", "ibm-wml-ce-1.6.2", "--json")
+def test_plan_puts_the_build_packages_around_the_horovod_build(tmp_path):
+    proc = _envtool("plan", "ibm-wml-ce-1.6.2", "--json", env={"ENVTOOL_CACHE_DIR": str(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stderr
     ids = [s["id"] for s in json.loads(proc.stdout)["steps"]]
     i = ids.index("build-horovod")
