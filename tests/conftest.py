@@ -4,6 +4,11 @@
 with Gloo and MPI) made once per test session with ``envtool create``. The Horovod wheel
 cache (``~/.cache/envtool``) makes a second session's build take seconds. Set
 ``ENVTOOL_TEST_CPU_ENV=/path`` to reuse an existing environment while developing.
+
+``multinode_cluster``: a real 2-node Slurm on this machine, each node its own network, UTS and
+mount namespace (tests/helpers/cluster.py), started once per session when a test asks for it and
+torn down at the end even when tests fail. Its nodes share everything but ``/tmp``; pytest's base
+temporary directory is bind-mounted into their private ``/tmp``, so ``tmp_path`` is shared.
 """
 from __future__ import annotations
 
@@ -38,3 +43,21 @@ def cpu_horovod_env(tmp_path_factory) -> Path:
     proc = run_envtool("create", "cpu-horovod", "--prefix", prefix)
     assert proc.returncode == 0, f"envtool create cpu-horovod failed:\n{proc.stdout}\n{proc.stderr}"
     return prefix
+
+
+@pytest.fixture(scope="session")
+def multinode_cluster(tmp_path_factory):
+    """A running 2-node :class:`helpers.cluster.Cluster` (skipped where namespaces cannot be made;
+    a failure under ``CI``)."""
+    from helpers import cluster
+
+    why = cluster.ensure_installed() or cluster.can_make_namespaces()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(f"no multi-node cluster here: {why}")
+    c = cluster.start(tmp_path_factory.mktemp("envtool-tc"), nodes=2, shared=[tmp_path_factory.getbasetemp()])
+    try:
+        yield c
+    finally:
+        c.stop()

@@ -18,6 +18,9 @@ def register(sub) -> None:
                                    "passed, 1 when a check failed (naming rank and host), 2 on bad input.")
     add_target(p)
     p.add_argument("--submit", action="store_true", help="run as a batch job through the site's scheduler")
+    p.add_argument("--preflight", action="store_true",
+                   help="with --submit: run only the pre-flight (one task per node: the prefix and its lock on "
+                        "every node, hostnames distinct and not resolving to loopback)")
     add_layout(p, nodes_required=False)
     p.add_argument("--ranks", type=int, default=2, help="ranks on this machine without --submit (2)")
     p.add_argument("--benchmark", action="store_true",
@@ -37,6 +40,8 @@ def run(args) -> int:
     from envtool.steps import jobscript, validate_job
     from envtool.validate import ranks as rk
 
+    if args.preflight and not args.submit:
+        raise UsageError("--preflight runs the pre-flight of a batch job: add --submit")
     if args.plot and not args.benchmark:
         raise UsageError("--plot draws the benchmark: add --benchmark")
     if args.plot and not args.plot.lower().endswith(".png"):
@@ -59,7 +64,7 @@ def run(args) -> int:
         result = validate_job.run_job(target, args.nodes, args.ranks_per_node, args.gpus_per_rank, args.time,
                                       args.account, args.queue, benchmark=args.benchmark, steps=args.steps,
                                       batch_size=args.batch_size, workdir=args.workdir, timeout=args.timeout,
-                                      progress=progress)
+                                      progress=progress, preflight_only=args.preflight)
         records = result["ranks"]
     else:
         result = validate_job.run_here(target, ranks=args.ranks, benchmark=args.benchmark, steps=args.steps,
@@ -79,7 +84,13 @@ def run(args) -> int:
         if args.submit:
             print(f"job {result.get('job_id') or '(local)'}: {result.get('state')} "
                   f"({result['layout']['nodes']} node(s), {result['layout']['ranks']} ranks)")
-            print(rk.table(records))
+            if result.get("preflight"):
+                from envtool.validate import preflight as pf
+
+                print("pre-flight " + ("ok" if result["preflight"]["ok"] else "FAILED") + ":")
+                print(pf.table(result["preflight"]["nodes"]))
+            if records or not args.preflight:
+                print(rk.table(records))
         else:
             for controller, recs in result["runs"].items():
                 print(f"{controller} controller, {args.ranks} ranks:")

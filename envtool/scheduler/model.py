@@ -51,6 +51,10 @@ class LaunchStep:
         redirect: a file the step's output is appended to, or None.
         direct: run the command once in the batch shell, without the launcher.
         may_fail: the script goes on when the step fails (``|| true``).
+        per_node: launch one task on each node of the job (a pre-flight), through the
+            scheduler's ``per_node_argv``.
+        early: write the line before modules are loaded and the environment is activated (a
+            pre-flight must run where the environment is missing).
     """
 
     argv: Tuple[str, ...]
@@ -58,6 +62,8 @@ class LaunchStep:
     redirect: Optional[str] = None
     direct: bool = False
     may_fail: bool = False
+    per_node: bool = False
+    early: bool = False
 
 
 @dataclass(frozen=True)

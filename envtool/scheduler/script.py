@@ -114,6 +114,8 @@ def render(req: JobRequest, version: str = "") -> str:
     body: List[str] = []
     if req.workdir:
         body.append(f"cd {shlex.quote(req.workdir)}")
+    launch = req.launcher or launcher_mod.for_site(site)
+    body.extend(_step_line(req, sched, launch, step) for step in req.steps if step.early)
     if req.modules:
         for d in b.module_use:
             body.append(f"module use {shlex.quote(d)}")
@@ -123,17 +125,7 @@ def render(req: JobRequest, version: str = "") -> str:
         if not k.replace("_", "").isalnum() or k[0].isdigit():
             raise UsageError(f"variable name {k!r} is not a shell variable name")
         body.append(f"export {k}={shlex.quote(str(v))}")
-    launch = req.launcher or launcher_mod.for_site(site)
-    for step in req.steps:
-        layout = step.layout or req.layout
-        words = list(step.argv) if step.direct else (
-            launch.batch_argv(req, layout, whole_job=step.layout is None) + list(step.argv))
-        line = quote_words(words)
-        if step.redirect:
-            line += f" >> {shlex.quote(step.redirect)} 2>&1"
-        if step.may_fail:
-            line += " || true"
-        body.append(line)
+    body.extend(_step_line(req, sched, launch, step) for step in req.steps if not step.early)
     src = dict(site.sources).get(b.source, "") if b.source else ""
     lay = req.layout
     text = Template(_TEMPLATE.read_text()).substitute(
@@ -146,3 +138,27 @@ def render(req: JobRequest, version: str = "") -> str:
     for c in req.comments:
         text = text.replace("set -e\n", "# " + " ".join(str(c).split()) + "\nset -e\n", 1)
     return text
+
+
+def _step_line(req: JobRequest, sched, launch, step) -> str:
+    """The script line of one :class:`~envtool.scheduler.model.LaunchStep`.
+
+    Raises:
+        UsageError: a per-node step on a scheduler that has no ``per_node_argv``.
+    """
+    layout = step.layout or req.layout
+    if step.direct:
+        words = list(step.argv)
+    elif step.per_node:
+        per_node = getattr(sched, "per_node_argv", None)
+        if per_node is None:
+            raise UsageError(f"one task per node (the pre-flight) is not written for scheduler {sched.NAME} yet")
+        words = per_node(req) + list(step.argv)
+    else:
+        words = launch.batch_argv(req, layout, whole_job=step.layout is None) + list(step.argv)
+    line = quote_words(words)
+    if step.redirect:
+        line += f" >> {shlex.quote(step.redirect)} 2>&1"
+    if step.may_fail:
+        line += " || true"
+    return line

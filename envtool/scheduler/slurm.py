@@ -72,6 +72,15 @@ def launch_argv(req, layout, whole_job: bool = True) -> List[str]:
     return argv
 
 
+def per_node_argv(req) -> List[str]:
+    """``srun --mpi=none -N NODES -n NODES --ntasks-per-node=1``: one task on each node of the job
+    (the pre-flight). ``-n`` is explicit because srun inside a batch job otherwise takes the job's
+    task count from ``SLURM_NTASKS``; ``--mpi=none``: the task is a shell script, and it must run
+    where the MPI set-up is what is broken (srun(1): https://slurm.schedmd.com/srun.html)."""
+    n = str(req.layout.nodes)
+    return ["srun", "--mpi=none", "-N", n, "-n", n, "--ntasks-per-node=1"]
+
+
 def submit_argv(script: str) -> List[str]:
     """``sbatch --parsable SCRIPT``."""
     return ["sbatch", "--parsable", script]

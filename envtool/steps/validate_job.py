@@ -152,7 +152,8 @@ class _Terminated(KeyboardInterrupt):
 def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_rank: Optional[int] = None,
             time_limit: Optional[str] = None, account: Optional[str] = None, queue: Optional[str] = None,
             benchmark: bool = False, steps: int = 20, batch_size: int = 32, workdir: Optional[str] = None,
-            timeout: Optional[float] = None, progress: Progress = lambda s: None) -> Dict[str, object]:
+            timeout: Optional[float] = None, progress: Progress = lambda s: None,
+            preflight_only: bool = False) -> Dict[str, object]:
     """Run the validation as a batch job through the site's scheduler (see the module docstring).
 
     Args:
@@ -165,9 +166,15 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
             compute nodes).
         timeout: seconds to wait for the job before cancelling it (None: as long as it takes).
         progress: called with each state change (``job 12 queued (PENDING)``).
+        preflight_only: run the pre-flight alone (Slurm sites).
+
+    On a Slurm site the job starts with the pre-flight (:mod:`envtool.validate.preflight`): one
+    task per node, before the environment is activated, and a gate that stops the script before
+    the main step when a node cannot run it.
+
     Returns:
-        ``{"ok", "problems", "job_id", "state", "exit_status", "check_build", "ranks": [records],
-        "benchmark", "run_dir", "script", "output"}``.
+        ``{"ok", "problems", "job_id", "state", "exit_status", "preflight", "check_build",
+        "ranks": [records], "benchmark", "run_dir", "script", "output"}``.
     Raises:
         CheckFailed: the scheduler refused the job (its message).
         KeyboardInterrupt: Ctrl-C or SIGTERM; the job has been cancelled first.
@@ -175,16 +182,32 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     """
     from envtool import scheduler
 
+    from envtool.validate import preflight as pf
+
     sched = scheduler.get(target.site.scheduler)
+    with_preflight = hasattr(sched, "per_node_argv")
+    if preflight_only and not with_preflight:
+        raise UsageError(f"--preflight: the pre-flight is written for Slurm sites so far; site {target.site.name} "
+                         f"({target.site.path}) uses scheduler {target.site.scheduler or 'none'}")
+    if preflight_only and benchmark:
+        raise UsageError("--preflight runs the pre-flight alone: drop --benchmark")
     run_dir = Path(workdir).absolute() if workdir else Path.cwd() / time.strftime("envtool-validate-%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
     probe = rk.install_probe(run_dir)
     python = target.python
     method = _method(target)
-    job_steps = [LaunchStep(tuple(([python, str(target.prefix / "bin" / "horovodrun")] if target.prefix
-                                   else ["horovodrun"]) + ["--check-build"]),
-                            redirect=str(run_dir / "check-build.txt"), direct=True, may_fail=True),
-                 LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, "probe", method)))]
+    job_steps: List[LaunchStep] = []
+    if with_preflight:
+        for old in (run_dir / pf.DIR).glob("task-*.txt") if (run_dir / pf.DIR).is_dir() else []:
+            old.unlink()  # reports of an earlier run in this directory (written by preflight.sh)
+        pf_script = pf.install(run_dir)
+        job_steps += [LaunchStep(tuple(pf.node_argv(pf_script, run_dir, target.prefix)), per_node=True, early=True),
+                      LaunchStep(tuple(pf.gate_argv(pf_script, run_dir, nodes)), direct=True, early=True)]
+    if not preflight_only:
+        job_steps += [LaunchStep(tuple(([python, str(target.prefix / "bin" / "horovodrun")] if target.prefix
+                                        else ["horovodrun"]) + ["--check-build"]),
+                                 redirect=str(run_dir / "check-build.txt"), direct=True, may_fail=True),
+                      LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, "probe", method)))]
     req = build_request(target, nodes, job_steps, ranks_per_node, gpus_per_rank, time_limit, account, queue,
                         "envtool-validate", str(run_dir / "job.out"), str(run_dir),
                         extra_env=[("PYTHONUNBUFFERED", "1")])
@@ -220,6 +243,19 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
     problems: List[str] = []
+    if with_preflight:
+        pf_recs = pf.gather(run_dir)
+        pf_problems = pf.judge(pf_recs, lay.nodes, target.prefix, pf.lock_sha256(target.prefix))
+        result["preflight"] = {"ok": not pf_problems, "nodes": pf_recs, "problems": pf_problems}
+        if pf_problems:
+            problems += pf_problems
+            if not preflight_only:
+                problems.append("the main step did not run: the pre-flight stopped the job")
+        elif preflight_only and state not in ("COMPLETED", "DONE", "F", "gone", "exit 0"):
+            problems.append(f"the pre-flight job ended {state} (exit status {code}); see {run_dir / 'job.out'}")
+        if pf_problems or preflight_only:
+            result.update(check_build=None, ranks=[], problems=problems, ok=not problems)
+            return result
     cb_text = (run_dir / "check-build.txt").read_text(errors="replace") if (run_dir / "check-build.txt").exists() else ""
     cb = _check_build(target, cb_text)
     result["check_build"] = cb

@@ -1,0 +1,250 @@
+"""Across nodes on a real multi-node Slurm (issue 24): the test cluster itself, ``validate --submit``
+on two nodes, and the pre-flight with real faults made inside one node's namespaces.
+
+The ``multinode_cluster`` fixture (tests/conftest.py, tests/helpers/cluster.py) starts Debian's
+slurm-wlm with slurmctld on ``head`` and slurmd on ``node1`` and ``node2``, each in its own
+network, UTS and mount namespace on a bridge in 198.18.0.0/15, with private ``/tmp``. envtool
+runs on ``head`` (the submitting host) through ``nsenter``.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from helpers import cluster as tc
+
+pytestmark = pytest.mark.multinode
+
+
+def envtool(cluster, *args, timeout=600):
+    """``python -m envtool ARGS`` on the head node (the submitting host)."""
+    env = {"ENVTOOL_DEBUG": ""}
+    return cluster.run(sys.executable, "-m", "envtool", *map(str, args), cwd=str(REPO), env=env, timeout=timeout)
+
+
+@pytest.fixture
+def site(multinode_cluster, tmp_path) -> Path:
+    path = tmp_path / "testcluster.yaml"
+    path.write_text(f"""name: testcluster
+summary: the multi-node Slurm the tests start (namespaces on one machine)
+platforms: [linux-64]
+scheduler: slurm
+launcher: "srun -n {{ranks}}"
+gpus_per_node: 0
+batch:
+  cpus_per_node: {multinode_cluster.cpus}
+  mpi: pmix
+""")
+    return path
+
+
+@pytest.fixture
+def venv_prefix(tmp_path) -> Path:
+    """A small real environment on the shared file system: a venv with a lockfile."""
+    prefix = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True, timeout=120)
+    (prefix / "conda-lock.yml").write_text("version: 1\nmetadata: {}\npackage: []\n")
+    return prefix
+
+
+def _addr(text: str) -> ipaddress.IPv4Address:
+    return ipaddress.IPv4Address(text.split("/")[0])
+
+
+def test_srun_spans_two_nodes_with_their_own_hostnames(multinode_cluster):
+    proc = multinode_cluster.run("srun", "-N2", "-n4", "hostname", timeout=60)
+    assert proc.returncode == 0, proc.stderr + multinode_cluster.logs()
+    names = proc.stdout.split()
+    assert sorted(names) == ["node1", "node1", "node2", "node2"], proc.stdout
+    # each node: its own address, only in RFC 2544's range; the host's network has none of them
+    bench = ipaddress.IPv4Network("198.18.0.0/15")
+    for node in multinode_cluster.nodes:
+        out = multinode_cluster.run("ip", "-4", "-o", "addr", "show", "dev", "eth0", node=node.name).stdout
+        assert _addr(out.split()[3]) in bench and out.split()[3].startswith(node.addr + "/"), out
+    host = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True, timeout=20).stdout
+    assert not any(_addr(line.split()[3]) in bench for line in host.splitlines()), host
+    # /tmp is private to each node; the rest (this checkout) is shared
+    marker = "/tmp/envtool-tc-private-probe"
+    assert multinode_cluster.run("touch", marker, node="node1").returncode == 0
+    assert multinode_cluster.run("test", "-e", marker, node="node2").returncode == 1
+    assert not os.path.exists(marker)
+    assert multinode_cluster.run("test", "-e", str(REPO / "pyproject.toml"), node="node2").returncode == 0
+
+
+def test_three_nodes_on_request(tmp_path_factory):
+    """A second, 3-node cluster beside the session's one: namespaces keep the two apart."""
+    c = tc.start(tmp_path_factory.mktemp("envtool-tc3"), nodes=3, shared=[tmp_path_factory.getbasetemp()])
+    try:
+        proc = c.run("srun", "-N3", "-n3", "hostname", timeout=60)
+        assert proc.returncode == 0, proc.stderr + c.logs()
+        assert sorted(proc.stdout.split()) == ["node1", "node2", "node3"]
+        holders = [n.pid for n in [c.head, c.fabric] + c.nodes]
+        daemons = [p.pid for p in c.procs]
+    finally:
+        c.stop()
+    # teardown: every daemon and namespace holder is gone
+    left = [p for p in holders + daemons if tc._alive(p)]
+    assert left == [], left
+
+
+def test_teardown_of_a_crashed_run_is_found_by_its_name(tmp_path_factory):
+    """Holders whose owner died are leftovers: the next set-up kills them and what runs inside."""
+    root = tmp_path_factory.mktemp("envtool-tc-crash")
+    owner = subprocess.Popen(["sleep", "60"])
+    try:
+        holder = tc._holder(str(owner.pid), "crashed", root, "hostname crashed", new_session=True)
+        inside = subprocess.Popen(["nsenter", f"--net=/proc/{holder.pid}/ns/net", "--", "sleep", "60"],
+                                  start_new_session=True)
+        assert tc.cleanup_leftovers() == [] and tc._alive(holder.pid)   # its owner is alive: not a leftover
+    finally:
+        owner.kill()
+        owner.wait(timeout=10)
+    gone = tc.cleanup_leftovers()
+    holder.wait(timeout=10)
+    inside.wait(timeout=10)
+    assert any(str(holder.pid) in g for g in gone) and any(str(inside.pid) in g for g in gone), gone
+
+
+@pytest.mark.slow  # needs the cpu-horovod environment
+def test_validate_submit_runs_ranks_on_both_nodes(multinode_cluster, site, cpu_horovod_env, tmp_path):
+    """The real cpu-horovod env (ENVTOOL_TEST_CPU_ENV, or the session's under pytest's shared base
+    temporary directory): 4 ranks, 2 per node, Horovod's MPI controller through srun --mpi=pmix."""
+    prefix = cpu_horovod_env
+    run = tmp_path / "run"
+    t0 = time.monotonic()
+    proc = envtool(multinode_cluster, "validate", "--prefix", prefix, "--site-file", site, "--submit", "--nodes", "2",
+                   "--ranks-per-node", "2", "--workdir", run, "--json", "--timeout", "480")
+    assert proc.returncode == 0, proc.stderr + proc.stdout + multinode_cluster.logs()
+    data = json.loads(proc.stdout)
+    assert data["state"] == "COMPLETED" and data["layout"] == {"nodes": 2, "ranks": 4, "ranks_per_node": 2}
+    assert data["preflight"]["ok"] and sorted(r["host"] for r in data["preflight"]["nodes"]) == ["node1", "node2"]
+    ranks = data["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
+    assert sorted(r["host"] for r in ranks) == ["node1", "node1", "node2", "node2"]
+    for r in ranks:
+        assert r["ok"] and r["size"] == 4 and r["controller"] == "mpi", r
+        assert r["checks"]["allreduce_cpu"]["value"] == 2.5     # mean of rank+1 over 4 ranks
+    assert "srun --mpi=none -N 2 -n 2 --ntasks-per-node=1 bash" in (run / "job.sh").read_text()
+    assert multinode_cluster.wait_queue_empty() == ""
+    print(f"validate across 2 nodes: {time.monotonic() - t0:.0f} s")
+
+
+def test_preflight_alone_passes_on_two_nodes(multinode_cluster, site, venv_prefix, tmp_path):
+    t0 = time.monotonic()
+    proc = envtool(multinode_cluster, "validate", "--prefix", venv_prefix, "--site-file", site, "--submit",
+                   "--preflight", "--nodes", "2", "--ranks-per-node", "2", "--workdir", tmp_path / "run", "--json",
+                   "--timeout", "60")
+    assert proc.returncode == 0, proc.stderr + proc.stdout + multinode_cluster.logs()
+    data = json.loads(proc.stdout)
+    assert data["ok"] and data["preflight"]["ok"] and data["ranks"] == []
+    nodes = {r["host"]: r for r in data["preflight"]["nodes"]}
+    assert sorted(nodes) == ["node1", "node2"]
+    import hashlib
+
+    want = hashlib.sha256((venv_prefix / "conda-lock.yml").read_bytes()).hexdigest()
+    for name, r in nodes.items():
+        assert r["prefix"] == "present" and r["lock_sha256"] == want
+        assert r["first_addr"] == multinode_cluster.node(name).addr
+    script = (tmp_path / "run" / "job.sh").read_text()
+    assert "rank_probe.py" not in script     # the pre-flight alone
+    assert time.monotonic() - t0 < 60
+    assert multinode_cluster.wait_queue_empty() == ""
+
+
+def test_prefix_on_node_local_storage_is_named(multinode_cluster, site, tmp_path):
+    """A prefix under the submitting host's private /tmp: no node has it; the cause is named, not
+    'rank 0: no result', and the main step never starts."""
+    prefix = "/tmp/envtool-node-local-env"
+    made = multinode_cluster.run(sys.executable, "-m", "venv", "--without-pip", prefix, timeout=120)
+    assert made.returncode == 0, made.stderr
+    assert not os.path.exists(prefix)          # only the head sees it
+    try:
+        t0 = time.monotonic()
+        proc = envtool(multinode_cluster, "validate", "--prefix", prefix, "--site-file", site, "--submit",
+                       "--nodes", "2", "--ranks-per-node", "2", "--workdir", tmp_path / "run", "--timeout", "60")
+        took = time.monotonic() - t0
+    finally:
+        multinode_cluster.run("rm", "-rf", prefix)
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    assert (f"pre-flight: node1, node2: the prefix {prefix} does not exist there (it exists on the submitting host "
+            f"only, on storage the nodes do not share (node-local, such as /tmp)); fix: put the environment on a "
+            f"file system every node mounts, e.g. envtool clone {prefix} --prefix /SHARED/envs/"
+            f"envtool-node-local-env") in proc.stderr, proc.stderr
+    assert "the main step did not run: the pre-flight stopped the job" in proc.stderr
+    assert "no result" not in proc.stderr
+    assert not (tmp_path / "run" / "probe").exists()       # no rank started
+    assert took < 60, took
+    assert multinode_cluster.wait_queue_empty() == ""
+
+
+def test_hostname_resolving_to_loopback_is_named(multinode_cluster, site, venv_prefix, tmp_path):
+    """node2's own /etc/hosts maps node2 to 127.0.1.1 (Debian's installer default): the whole
+    validation stops at the pre-flight, node and cause named, exit 1."""
+    multinode_cluster.override_hosts("node2", multinode_cluster.hosts_text().replace(
+        f"{multinode_cluster.node('node2').addr}\tnode2", "127.0.1.1\tnode2"))
+    try:
+        seen = multinode_cluster.run("getent", "hosts", "node2", node="node2").stdout
+        assert seen.split()[0] == "127.0.1.1", seen
+        t0 = time.monotonic()
+        proc = envtool(multinode_cluster, "validate", "--prefix", venv_prefix, "--site-file", site, "--submit",
+                       "--nodes", "2", "--ranks-per-node", "1", "--workdir", tmp_path / "run", "--timeout", "60")
+        took = time.monotonic() - t0
+    finally:
+        multinode_cluster.restore_hosts("node2")
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    assert ("pre-flight: node2: its hostname node2 resolves to 127.0.1.1, a loopback address" in proc.stderr
+            and "fix: in /etc/hosts on node2 map the name to the node's network address instead: "
+                "'198.18.0.12 node2'" in proc.stderr), proc.stderr
+    assert "node1:" not in proc.stderr
+    assert "the main step did not run: the pre-flight stopped the job" in proc.stderr
+    assert took < 60, took
+    assert multinode_cluster.wait_queue_empty() == ""
+
+
+def test_different_environment_on_one_node_is_named(multinode_cluster, site, venv_prefix, tmp_path):
+    """node1 sees another lockfile at the same prefix (a bind mount in its namespace only)."""
+    other = tmp_path / "other-lock.yml"
+    other.write_text("version: 1\nmetadata: {}\npackage: [{name: numpy}]\n")
+    multinode_cluster.bind_over("node1", other, venv_prefix / "conda-lock.yml")
+    try:
+        proc = envtool(multinode_cluster, "validate", "--prefix", venv_prefix, "--site-file", site, "--submit",
+                       "--preflight", "--nodes", "2", "--ranks-per-node", "1", "--workdir", tmp_path / "run",
+                       "--timeout", "60")
+    finally:
+        multinode_cluster.unbind("node1", venv_prefix / "conda-lock.yml")
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    import hashlib
+
+    theirs = hashlib.sha256(other.read_bytes()).hexdigest()[:12]
+    ours = hashlib.sha256((venv_prefix / "conda-lock.yml").read_bytes()).hexdigest()[:12]
+    assert (f"pre-flight: node1: {venv_prefix} is a different environment there (lockfile sha256 {theirs}, the "
+            f"submitting host has {ours})") in proc.stderr, proc.stderr
+    assert "node2:" not in proc.stderr
+
+
+def test_duplicate_hostnames_are_named(multinode_cluster, site, venv_prefix, tmp_path):
+    """node2 renamed to node1 inside its UTS namespace: two nodes report the same hostname."""
+    n2 = multinode_cluster.node("node2")
+    subprocess.run(["nsenter", f"--uts=/proc/{n2.pid}/ns/uts", "--", "hostname", "node1"], check=True, timeout=20)
+    try:
+        proc = envtool(multinode_cluster, "validate", "--prefix", venv_prefix, "--site-file", site, "--submit",
+                       "--preflight", "--nodes", "2", "--ranks-per-node", "1", "--workdir", tmp_path / "run",
+                       "--timeout", "60")
+    finally:
+        subprocess.run(["nsenter", f"--uts=/proc/{n2.pid}/ns/uts", "--", "hostname", "node2"], check=True,
+                       timeout=20)
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    assert "pre-flight: hostname node1 is reported by 2 nodes (tasks 0, 1)" in proc.stderr, proc.stderr
+
+
+def test_preflight_without_submit_is_a_usage_error(multinode_cluster, site, venv_prefix):
+    proc = envtool(multinode_cluster, "validate", "--prefix", venv_prefix, "--site-file", site, "--preflight")
+    assert proc.returncode == 2 and "--preflight runs the pre-flight of a batch job: add --submit" in proc.stderr
