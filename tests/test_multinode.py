@@ -175,7 +175,7 @@ def test_prefix_on_node_local_storage_is_named(multinode_cluster, site, tmp_path
         multinode_cluster.run("rm", "-rf", prefix)
     assert proc.returncode == 1, proc.stderr + proc.stdout
     assert (f"pre-flight: node1, node2: the prefix {prefix} does not exist there (it exists on the submitting host "
-            f"only, on storage the nodes do not share (node-local, such as /tmp)); fix: put the environment on a "
+            f"only: on storage the nodes do not share, such as a node-local /tmp); fix: put the environment on a "
             f"file system every node mounts, e.g. envtool clone {prefix} --prefix /SHARED/envs/"
             f"envtool-node-local-env") in proc.stderr, proc.stderr
     assert "the main step did not run: the pre-flight stopped the job" in proc.stderr

@@ -83,13 +83,14 @@ def run(args) -> int:
             print(cb["table"])
         if args.submit:
             print(f"job {result.get('job_id') or '(local)'}: {result.get('state')} "
-                  f"({result['layout']['nodes']} node(s), {result['layout']['ranks']} ranks)")
+                  f"({result['layout']['nodes']} node(s), " + ("pre-flight only)" if args.preflight
+                                                               else f"{result['layout']['ranks']} ranks)"))
             if result.get("preflight"):
                 from envtool.validate import preflight as pf
 
                 print("pre-flight " + ("ok" if result["preflight"]["ok"] else "FAILED") + ":")
                 print(pf.table(result["preflight"]["nodes"]))
-            if records or not args.preflight:
+            if records or not (args.preflight or (result.get("preflight") or {}).get("problems")):
                 print(rk.table(records))
         else:
             for controller, recs in result["runs"].items():

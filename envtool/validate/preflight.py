@@ -104,8 +104,8 @@ def judge(records: List[Dict[str, str]], nodes: int, prefix: Optional[Path],
     if prefix is not None:
         missing = [r for r in records if r.get("prefix") == "missing"]
         if missing:
-            where = ("it exists on the submitting host only, on storage the nodes do not share (node-local, "
-                     "such as /tmp)" if Path(prefix).is_dir() else "it does not exist on the submitting host either")
+            where = ("it exists on the submitting host only: on storage the nodes do not share, such as a "
+                     "node-local /tmp" if Path(prefix).is_dir() else "it does not exist on the submitting host either")
             problems.append(f"pre-flight: {_names(missing)}: the prefix {prefix} does not exist there ({where}); "
                             f"fix: put the environment on a file system every node mounts, e.g. "
                             f"{shlex.join(['envtool', 'clone', str(prefix), '--prefix', '/SHARED/envs/' + Path(prefix).name])}"
