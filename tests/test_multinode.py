@@ -24,7 +24,7 @@ from helpers import cluster as tc
 pytestmark = pytest.mark.multinode
 
 
-def envtool(cluster, *args, timeout=600):
+def envtool(cluster, *args, timeout=300):
     """``python -m envtool ARGS`` on the head node (the submitting host)."""
     env = {"ENVTOOL_DEBUG": ""}
     return cluster.run(sys.executable, "-m", "envtool", *map(str, args), cwd=str(REPO), env=env, timeout=timeout)
@@ -98,6 +98,7 @@ def test_three_nodes_on_request(tmp_path_factory):
 def test_teardown_of_a_crashed_run_is_found_by_its_name(tmp_path_factory):
     """Holders whose owner died are leftovers: the next set-up kills them and what runs inside."""
     root = tmp_path_factory.mktemp("envtool-tc-crash")
+    tc.cleanup_leftovers()                     # whatever an earlier crashed session left
     owner = subprocess.Popen(["sleep", "60"])
     try:
         holder = tc._holder(str(owner.pid), "crashed", root, "hostname crashed", new_session=True)
@@ -121,7 +122,7 @@ def test_validate_submit_runs_ranks_on_both_nodes(multinode_cluster, site, cpu_h
     run = tmp_path / "run"
     t0 = time.monotonic()
     proc = envtool(multinode_cluster, "validate", "--prefix", prefix, "--site-file", site, "--submit", "--nodes", "2",
-                   "--ranks-per-node", "2", "--workdir", run, "--json", "--timeout", "480")
+                   "--ranks-per-node", "2", "--workdir", run, "--json", "--timeout", "480", timeout=600)
     assert proc.returncode == 0, proc.stderr + proc.stdout + multinode_cluster.logs()
     data = json.loads(proc.stdout)
     assert data["state"] == "COMPLETED" and data["layout"] == {"nodes": 2, "ranks": 4, "ranks_per_node": 2}
