@@ -231,6 +231,26 @@ def test_different_environment_on_one_node_is_named(multinode_cluster, site, ven
     assert "node2:" not in proc.stderr
 
 
+def test_nodes_agreeing_on_another_environment_than_the_submitting_host(multinode_cluster, site, venv_prefix,
+                                                                          tmp_path):
+    """Both nodes see another lockfile than the head: the gate stops the job before the ranks."""
+    other = tmp_path / "other-lock.yml"
+    other.write_text("version: 1\nmetadata: {}\npackage: [{name: scipy}]\n")
+    for n in ("node1", "node2"):
+        multinode_cluster.bind_over(n, other, venv_prefix / "conda-lock.yml")
+    try:
+        proc = envtool(multinode_cluster, "validate", "--prefix", venv_prefix, "--site-file", site, "--submit",
+                       "--nodes", "2", "--ranks-per-node", "1", "--workdir", tmp_path / "run", "--timeout", "60")
+    finally:
+        for n in ("node1", "node2"):
+            multinode_cluster.unbind(n, venv_prefix / "conda-lock.yml")
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    assert f"pre-flight: node1, node2: {venv_prefix} is a different environment there" in proc.stderr, proc.stderr
+    assert "the main step did not run: the pre-flight stopped the job" in proc.stderr
+    assert not (tmp_path / "run" / "probe").exists()
+    assert multinode_cluster.wait_queue_empty() == ""
+
+
 def test_duplicate_hostnames_are_named(multinode_cluster, site, venv_prefix, tmp_path):
     """node2 renamed to node1 inside its UTS namespace: two nodes report the same hostname."""
     n2 = multinode_cluster.node("node2")

@@ -202,7 +202,8 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
             old.unlink()  # reports of an earlier run in this directory (written by preflight.sh)
         pf_script = pf.install(run_dir)
         job_steps += [LaunchStep(tuple(pf.node_argv(pf_script, run_dir, target.prefix)), per_node=True, early=True),
-                      LaunchStep(tuple(pf.gate_argv(pf_script, run_dir, nodes)), direct=True, early=True)]
+                      LaunchStep(tuple(pf.gate_argv(pf_script, run_dir, nodes, pf.lock_sha256(target.prefix))),
+                                 direct=True, early=True)]
     if not preflight_only:
         job_steps += [LaunchStep(tuple(([python, str(target.prefix / "bin" / "horovodrun")] if target.prefix
                                         else ["horovodrun"]) + ["--check-build"]),
@@ -249,11 +250,11 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
         result["preflight"] = {"ok": not pf_problems, "nodes": pf_recs, "problems": pf_problems}
         if pf_problems:
             problems += pf_problems
-            if not preflight_only:
+            if not preflight_only and not rk.gather(run_dir, "probe"):
                 problems.append("the main step did not run: the pre-flight stopped the job")
         elif preflight_only and state not in ("COMPLETED", "DONE", "F", "gone", "exit 0"):
             problems.append(f"the pre-flight job ended {state} (exit status {code}); see {run_dir / 'job.out'}")
-        if pf_problems or preflight_only:
+        if preflight_only or (pf_problems and not rk.gather(run_dir, "probe")):
             result.update(check_build=None, ranks=[], problems=problems, ok=not problems)
             return result
     cb_text = (run_dir / "check-build.txt").read_text(errors="replace") if (run_dir / "check-build.txt").exists() else ""

@@ -43,9 +43,10 @@ def node_argv(script: Path, run_dir: Path, prefix: Optional[Path]) -> List[str]:
     return ["bash", str(script), str(run_dir), str(prefix) if prefix is not None else "-"]
 
 
-def gate_argv(script: Path, run_dir: Path, nodes: int) -> List[str]:
-    """``bash preflight.sh --gate RUN_DIR NODES``: the batch-shell check after the per-node step."""
-    return ["bash", str(script), "--gate", str(run_dir), str(int(nodes))]
+def gate_argv(script: Path, run_dir: Path, nodes: int, lock: Optional[str] = None) -> List[str]:
+    """``bash preflight.sh --gate RUN_DIR NODES [LOCK_SHA256]``: the batch-shell check after the
+    per-node step (``lock``: :func:`lock_sha256` on the submitting host, which every node must match)."""
+    return ["bash", str(script), "--gate", str(run_dir), str(int(nodes))] + ([lock] if lock else [])
 
 
 def lock_sha256(prefix: Optional[Path]) -> Optional[str]:

@@ -2,7 +2,7 @@
 # envtool's pre-flight, one task per node before the main step of a validation job (not sourced).
 #
 #   bash preflight.sh OUT_DIR PREFIX|-        (on every node: srun --ntasks-per-node=1)
-#   bash preflight.sh --gate OUT_DIR NODES     (in the batch shell, after it)
+#   bash preflight.sh --gate OUT_DIR NODES [LOCK_SHA256]   (in the batch shell, after it)
 #
 # Runs with the node's own bash and coreutils only (the environment may be missing on this node:
 # that is one thing it finds). Writes OUT_DIR/preflight/task-<T>.txt, one "key=value" per line,
@@ -13,15 +13,20 @@ set -u
 if [ "$1" = "--gate" ]; then
     # exit 1 (stopping the job script before the main step) when the nodes' reports disagree:
     # fewer reports than nodes, a hostname twice, different locks, or (on more than one node)
-    # a hostname that resolves to loopback. envtool names the nodes and causes from the reports.
+    # a hostname that resolves to loopback, or a lock other than the submitting host's
+    # (LOCK_SHA256). envtool names the nodes and causes from the reports.
     out="$2/preflight"
     nodes="$3"
+    want="${4:-}"
     n=$(ls "$out"/task-*.txt 2>/dev/null | wc -l)
     [ "$n" -eq "$nodes" ] || { echo "pre-flight: $n of $nodes nodes reported" >&2; exit 1; }
     dup=$(cat "$out"/task-*.txt | sed -n 's/^host=//p' | sort | uniq -d)
     [ -z "$dup" ] || { echo "pre-flight: hostname(s) on more than one node: $dup" >&2; exit 1; }
     locks=$(cat "$out"/task-*.txt | sed -n 's/^lock_sha256=//p' | sort -u | wc -l)
     [ "$locks" -le 1 ] || { echo "pre-flight: the environment differs between nodes" >&2; exit 1; }
+    if [ -n "$want" ] && cat "$out"/task-*.txt | grep '^lock_sha256=' | grep -qv "^lock_sha256=$want\$"; then
+        echo "pre-flight: the environment on the nodes differs from the submitting host's" >&2; exit 1
+    fi
     if [ "$nodes" -gt 1 ]; then
         bad=$(grep -l -E '^first_addr=(127\.|-$)' "$out"/task-*.txt)
         [ -z "$bad" ] || { echo "pre-flight: a hostname resolves to loopback or not at all" >&2; exit 1; }
@@ -43,7 +48,7 @@ rc=0
         echo "prefix=-"
     elif [ -d "$prefix" ]; then
         echo "prefix=present"
-        if [ -x "$prefix/bin/python" ]; then echo "python=present"; else echo "python=missing"; fi
+        if [ -x "$prefix/bin/python" ]; then echo "python=present"; else echo "python=missing"; rc=1; fi
         fs="$(timeout 10 stat -f -c %T "$prefix" 2>/dev/null || echo unknown)"
         echo "fstype=$fs"
         lock=""
