@@ -114,6 +114,36 @@ def test_teardown_of_a_crashed_run_is_found_by_its_name(tmp_path_factory):
     assert any(str(holder.pid) in g for g in gone) and any(str(inside.pid) in g for g in gone), gone
 
 
+def test_up_run_down_by_hand():
+    """The developer's commands: up (a cluster that outlives the command), run, down (nothing left)."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="envtool-tc-manual-", dir="/var/tmp"))
+    cmd = [sys.executable, "-m", "tests.helpers.cluster"]
+    try:
+        up = subprocess.run(cmd + ["up", "--root", str(root)], capture_output=True, text=True, cwd=REPO, timeout=180)
+        assert up.returncode == 0, up.stderr + up.stdout
+        assert "node1 198.18.0.11, node2 198.18.0.12" in up.stdout
+        state = json.loads((root / "cluster.json").read_text())
+        pids = [state["head"]["pid"], state["fabric"]] + [n["pid"] for n in state["nodes"].values()] + [
+            d["pid"] for d in state["daemons"]]
+        assert all(tc._alive(p) for p in pids)          # up has exited; the cluster runs on
+        run = subprocess.run(cmd + ["run", "--root", str(root), "--", "srun", "-N2", "-n2", "hostname"],
+                             capture_output=True, text=True, cwd=REPO, timeout=60)
+        assert run.returncode == 0 and sorted(run.stdout.split()) == ["node1", "node2"], run.stderr
+    finally:
+        down = subprocess.run(cmd + ["down", "--root", str(root)], capture_output=True, text=True, cwd=REPO,
+                              timeout=120)
+        shutil.rmtree(root, ignore_errors=True)
+    assert down.returncode == 0, down.stderr
+    deadline = time.monotonic() + 20
+    while any(tc._alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [p for p in pids if tc._alive(p)] == []
+    assert not any(str(root) in (tc._cmdline(p) or [""])[0] for p in tc._pids())
+
+
 @pytest.mark.slow  # needs the cpu-horovod environment
 def test_validate_submit_runs_ranks_on_both_nodes(multinode_cluster, site, cpu_horovod_env, tmp_path):
     """The real cpu-horovod env (ENVTOOL_TEST_CPU_ENV, or the session's under pytest's shared base

@@ -99,18 +99,18 @@ def judge(records: List[Dict[str, str]], nodes: int, prefix: Optional[Path],
     problems: List[str] = []
     q = shlex.quote
     if len(records) < nodes:
+        nodelist = records[0].get("nodelist", "?") if records else "the job"
         problems.append(f"pre-flight: only {len(records)} of {nodes} node(s) reported "
-                        f"({_names(records) or 'none'} of {records[0].get('nodelist', '?') if records else 'the job'}); "
-                        f"the others did not run it: see the job output")
+                        f"({_names(records) or 'none'} of {nodelist}); the others did not run it: see the job output")
     if prefix is not None:
         missing = [r for r in records if r.get("prefix") == "missing"]
         if missing:
             where = ("it exists on the submitting host only: on storage the nodes do not share, such as a "
                      "node-local /tmp" if Path(prefix).is_dir() else "it does not exist on the submitting host either")
+            fix = shlex.join(["envtool", "clone", str(prefix), "--prefix", "/SHARED/envs/" + Path(prefix).name])
             problems.append(f"pre-flight: {_names(missing)}: the prefix {prefix} does not exist there ({where}); "
-                            f"fix: put the environment on a file system every node mounts, e.g. "
-                            f"{shlex.join(['envtool', 'clone', str(prefix), '--prefix', '/SHARED/envs/' + Path(prefix).name])}"
-                            f", and validate that prefix")
+                            f"fix: put the environment on a file system every node mounts, e.g. {fix}, and "
+                            f"validate that prefix")
         nopy = [r for r in records if r.get("prefix") == "present" and r.get("python") == "missing"]
         if nopy:
             problems.append(f"pre-flight: {_names(nopy)}: {prefix} has no bin/python there (a partial copy?); "

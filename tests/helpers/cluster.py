@@ -18,9 +18,10 @@ Layout (issue 24, item 1):
 Addresses come only from 198.18.0.0/15, the range RFC 2544 (section C.2.2,
 https://www.rfc-editor.org/rfc/rfc2544#appendix-C.2.2) reserves for benchmarking, so they cannot
 clash with a real network. Each namespace is held by one process whose ``argv[0]`` is
-``envtool-tc:<owner>:<name>``; :func:`cleanup_leftovers` finds those of an earlier run whose owner
-process is gone (or ``manual`` ones, for ``up``/``down``) and kills every process in their
-namespaces, then the holders, which removes links, bridge, mounts and namespaces with them.
+``envtool-tc:<owner>:<name>@<directory>``; :func:`cleanup_leftovers` finds those of an earlier run
+whose owner process is gone (or the ``manual`` ones of the same directory, for ``up``/``down``)
+and kills every process in their namespaces, then the holders, which removes links, bridge,
+mounts and namespaces with them.
 
 Namespaces are entered with ``nsenter --net= --uts= --mount=`` (util-linux), not ``ip netns
 exec``: the latter remounts ``/sys`` in the entered namespace, which hides the cgroup mount that
@@ -169,15 +170,18 @@ def _kill_wait(pids: Iterable[int], timeout: float = 15.0) -> None:
             pass
 
 
-def _holders(owner_dead_or: Sequence[str] = ()) -> List[int]:
-    """PIDs of namespace holders of earlier runs: owner process gone, or owner tag in ``owner_dead_or``."""
+def _holders(manual_root: Optional[Path] = None) -> List[int]:
+    """PIDs of namespace holders of earlier runs: their owner process is gone, or they belong to a
+    ``manual`` cluster (``up``) in ``manual_root``."""
     out = []
     for pid in _pids():
         argv0 = (_cmdline(pid) or [""])[0]
-        if not argv0.startswith(MARK + ":"):
+        if not argv0.startswith(MARK + ":") or argv0.count(":") < 2:
             continue
-        owner = argv0.split(":")[1] if argv0.count(":") >= 2 else ""
-        if owner in owner_dead_or or (owner.isdigit() and not _alive(int(owner))):
+        owner, rest = argv0.split(":", 2)[1:]
+        root = rest.split("@", 1)[1] if "@" in rest else ""
+        if (owner.isdigit() and not _alive(int(owner))) or (
+                owner == "manual" and manual_root is not None and root == str(manual_root)):
             out.append(pid)
     return out
 
@@ -206,20 +210,20 @@ def _munged_of(root_tag: Optional[Path] = None) -> List[int]:
     return out
 
 
-def cleanup_leftovers(manual: bool = False) -> List[str]:
+def cleanup_leftovers(manual_root: Optional[Path] = None) -> List[str]:
     """Remove what an earlier crashed run left: namespace holders whose owner process is gone (and,
-    with ``manual``, those of ``up``), every process in their namespaces, and munged processes
+    those of ``up`` in ``manual_root``), every process in their namespaces, and munged processes
     started here whose cluster directory is gone or whose holders are gone.
 
     Returns:
         one line per process killed (PID and command).
     """
-    gone = _kill_holders(_holders(("manual",) if manual else ()))
+    gone = _kill_holders(_holders(Path(manual_root).resolve() if manual_root else None))
     live_roots = set()
     for pid in _pids():
         argv0 = (_cmdline(pid) or [""])[0]
         if argv0.startswith(MARK + ":"):
-            live_roots.add(argv0.split(":", 3)[-1].rsplit("@", 1)[-1])
+            live_roots.add(argv0.split("@", 1)[-1])
     stale = []
     for pid in _munged_of():
         pidfile = next((a.split("=", 1)[1] for a in _cmdline(pid) if a.startswith("--pid-file=")), "")
@@ -477,7 +481,7 @@ def start(root: Path, nodes: int = 2, shared: Iterable[Path] = (), owner: Option
     shared_paths = _shared_under_tmp(shared)
     if root.parts[:2] == ("/", "tmp") and not any(root == s or s in root.parents for s in shared_paths):
         raise ValueError(f"{root} is under /tmp, which is private to each node: give it in shared")
-    cleanup_leftovers(manual=(owner == "manual"))
+    cleanup_leftovers(manual_root=root if owner == "manual" else None)
     owner = owner or str(os.getpid())
     new_session = owner == "manual"
     for d in ("state", "spool", "munge"):
@@ -606,15 +610,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--nodes", type=int, default=2, help="compute nodes for up (2)")
     p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help=f"the cluster's directory ({DEFAULT_ROOT})")
     p.add_argument("--node", default="head", help="for run: the node to run in (head)")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="for run: the command (after --)")
-    args = p.parse_args(argv)
+    p.epilog = "run: the command follows --, e.g. run -- srun -N2 -n4 hostname (default: a shell)"
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     root = args.root.resolve()
     if args.action == "up":
         why = ensure_installed() or can_make_namespaces()
         if why:
             print(f"cluster: {why}", file=sys.stderr)
             return 2
-        gone = cleanup_leftovers(manual=True)
+        gone = cleanup_leftovers(manual_root=root)
         for g in gone:
             print(f"cluster: removed leftover {g}", file=sys.stderr)
         if root.exists() and root == DEFAULT_ROOT.resolve():
@@ -625,10 +631,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"cluster: {exc}", file=sys.stderr)
             return 1
         print(f"cluster: up: head {HEAD_ADDR} (slurmctld), " + ", ".join(f"{n.name} {n.addr}" for n in c.nodes))
+        opt = "" if root == DEFAULT_ROOT.resolve() else f" --root {shlex.quote(str(root))}"
         print(f"cluster: state in {root / 'cluster.json'}; SLURM_CONF={c.conf}")
-        print(f"cluster: try: python3 -m tests.helpers.cluster run -- srun -N{len(c.nodes)} -n{2 * len(c.nodes)} "
-              f"hostname")
-        print("cluster: stop it with: python3 -m tests.helpers.cluster down")
+        print(f"cluster: try: python3 -m tests.helpers.cluster run{opt} -- srun -N{len(c.nodes)} "
+              f"-n{2 * len(c.nodes)} hostname")
+        print(f"cluster: stop it with: python3 -m tests.helpers.cluster down{opt}")
         return 0
     data = _load(root)
     if args.action == "status":
@@ -640,9 +647,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                   file=sys.stderr)
             return 2
         pid = data["head"]["pid"] if args.node == "head" else data["nodes"][args.node]["pid"]
-        cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
         words = [_exe("nsenter"), f"--net=/proc/{pid}/ns/net", f"--uts=/proc/{pid}/ns/uts",
-                 f"--mount=/proc/{pid}/ns/mnt", f"--wd={os.getcwd()}", "--"] + (cmd or ["bash"])
+                 f"--mount=/proc/{pid}/ns/mnt", f"--wd={os.getcwd()}", "--"] + (command or ["bash"])
         return subprocess.call(words, env=dict(os.environ, SLURM_CONF=data["conf"]))
     # down
     if data:
@@ -656,7 +662,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         _kill_wait([d["pid"] for d in reversed(data.get("daemons", []))
                     if _alive(d["pid"]) and os.path.basename(_cmdline(d["pid"])[0] or "") in
                     ("slurmd", "slurmctld", "munged", "nsenter")])
-    gone = cleanup_leftovers(manual=True)
+    gone = cleanup_leftovers(manual_root=root)
     for g in gone:
         print(f"cluster: stopped {g}", file=sys.stderr)
     print("cluster: down")
