@@ -16,9 +16,12 @@ from typing import NoReturn
 
 def entry() -> NoReturn:
     """Run the CLI and exit with its status (see the module docstring)."""
-    from envtool.cli.main import main
+    try:
+        from envtool.cli.main import main
 
-    code = main()
+        code = main()
+    except KeyboardInterrupt:  # a signal while the interpreter was still importing envtool
+        code = 130
     if "rattler" in sys.modules:
         for stream in (sys.stdout, sys.stderr):
             try:

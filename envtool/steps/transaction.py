@@ -336,9 +336,11 @@ class BuildTransaction:
                     fh.write(outcome + "\n")
             except OSError:
                 pass
-            if isinstance(exc, (EnvtoolError, Interrupted)):
+            try:  # any exception: the CLI names the log and what was left (an OSError too)
                 exc.log = self.log
                 exc.outcome = outcome
+            except AttributeError:
+                pass
             return False
         finally:
             if self._scratch is not None:
