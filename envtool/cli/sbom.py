@@ -2,7 +2,8 @@
 
 ``envtool sbom --prefix P [--format cyclonedx-json] [--output FILE] [--name NAME] [--json]``
 prints the SBOM (CycloneDX 1.6 JSON) on stdout, or writes it to FILE and prints the path
-(``--json``: ``{"path", "components"}``).
+(``--json``: ``{"ok", "error", "exit", "path", "components"}``; without ``--output`` the SBOM itself
+goes under ``"sbom"``). An environment this user cannot fully read is refused (exit 2).
 """
 from __future__ import annotations
 
@@ -44,5 +45,12 @@ def run(args) -> int:
         else:
             print(out)
         return 0
-    sys.stdout.write(render(build_bom(Path(args.prefix), name=args.name), args.format))
+    text = render(build_bom(Path(args.prefix), name=args.name), args.format)
+    if args.json:  # one object with ok/error/exit, the SBOM under "sbom"
+        import json
+
+        data = json.loads(text)
+        print_json({"format": args.format, "components": len(data.get("components", [])), "sbom": data})
+        return 0
+    sys.stdout.write(text)
     return 0

@@ -11,6 +11,28 @@ import tempfile
 from pathlib import Path
 
 
+def umask_mode(base: int = 0o666) -> int:
+    """``base`` less the process's umask: the mode ``open(2)`` would give a new file (umask(2)).
+
+    ``tempfile.mkstemp`` creates its files ``0600`` whatever the umask (Python docs, "tempfile"),
+    so a file written through it is chmod-ed to this before it is renamed into place: a lock of a
+    shared environment must be readable by those who may read the environment.
+
+    The umask is read from ``/proc/self/status`` (``Umask:``, Linux 4.7+: proc(5)), else by setting
+    and restoring it.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return base & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return base & ~mask
+
+
 def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically, with permission bits ``mode``.
 

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List
 
+from envtool.core.atomic import umask_mode
 from envtool.core.errors import UsageError
 from envtool.lock.model import (BUILT_CATEGORY, META_BUILT_PREFIX, META_ENGINE, META_KIND, META_PACKAGES,
                                 META_PYTHON, META_SITE, META_SPEC, META_SPEC_FIELDS, META_SPEC_HASH, LockData,
@@ -64,7 +65,8 @@ def to_conda_lock(data: LockData):
 
 
 def write_lock(data: LockData, path: Path) -> Path:
-    """Write ``data`` to ``path`` (atomically: a temporary sibling, then a rename).
+    """Write ``data`` to ``path`` (atomically: a temporary sibling, then a rename), with the mode a
+    new file gets under the process's umask (``0644`` under umask 022), not ``mkstemp``'s ``0600``.
 
     Returns:
         ``path``.
@@ -82,6 +84,7 @@ def write_lock(data: LockData, path: Path) -> Path:
         tmp_path = Path(tmp)
         write_conda_lock_file(content, tmp_path, metadata_choices=None, include_help_text=False)
         tmp_path.write_text(header(data, path.name) + tmp_path.read_text())
+        os.chmod(tmp_path, umask_mode())  # mkstemp made it 0600: a lock is as readable as a new file
         os.replace(tmp_path, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
