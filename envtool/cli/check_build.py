@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from envtool.cli.common import add_json, load_spec, print_json
+from envtool.cli.common import add_json, load_spec, print_json, read_input
 
 
 def register(sub) -> None:
@@ -27,13 +27,7 @@ def run(args) -> int:
     from envtool.validate import probes
 
     if args.from_file:
-        if args.from_file == "-":
-            text = sys.stdin.read()
-        else:
-            try:
-                text = Path(args.from_file).read_text(errors="replace")
-            except OSError as exc:
-                raise UsageError(f"cannot read {args.from_file}: {exc.strerror}") from None
+        text = read_input(args.from_file, "--from-file")
     else:
         prefix = Path(args.prefix) if args.prefix else active_prefix()
         if prefix is None:

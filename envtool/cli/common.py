@@ -56,6 +56,54 @@ def jobs_arg(text: str) -> int:
     return value
 
 
+#: Largest text file envtool reads as input (bytes): an endless or huge input (``/dev/zero``, a
+#: multi-gigabyte file) is refused instead of filling memory.
+MAX_INPUT = 16 * 1024 * 1024
+
+
+def read_input(name: str, what: str, limit: int = MAX_INPUT) -> str:
+    """Read a text input named on the command line: ``-`` is stdin, else a regular file.
+
+    A FIFO, a device (``/dev/zero``), a socket or a directory is refused without being read (it
+    could block or never end); the read stops after ``limit`` bytes. Bytes that are not UTF-8 are
+    replaced (U+FFFD).
+
+    Args:
+        name: the path, or ``-``.
+        what: the option, for messages (``--from-file``).
+        limit: the most bytes read.
+    Returns:
+        the text.
+    Raises:
+        UsageError: not a regular file, unreadable, or longer than ``limit`` (exit 2, naming it).
+    """
+    import stat
+
+    from envtool.core.errors import UsageError, echo
+
+    if name == "-":
+        data = sys.stdin.buffer.read(limit + 1)
+    else:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise UsageError(f"{what} {echo(name)}: cannot read it ({exc.strerror})") from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket")
+            raise UsageError(f"{what} {echo(name)}: expected a regular file, got {kind}")
+        with os.fdopen(fd, "rb") as fh:
+            try:
+                data = fh.read(limit + 1)
+            except OSError as exc:
+                raise UsageError(f"{what} {echo(name)}: cannot read it ({exc.strerror})") from None
+    if len(data) > limit:
+        raise UsageError(f"{what} {echo(name)}: expected at most {limit // (1024 * 1024)} MiB of text, got more")
+    return data.decode("utf-8", errors="replace")
+
+
 def add_json(parser) -> None:
     """Add ``--json`` (machine-readable output) to a reporting command."""
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")

@@ -169,8 +169,7 @@ _CONDITIONS = {
     "ENOSPC": "no space is left on the device (the disk is full)",
     "EDQUOT": "the disk quota is used up",
     "EFBIG": "the file would be larger than the filesystem or a limit allows",
-    "EACCES": "permission denied (the file or a directory on its path may not be read, written or entered by "
-              "this user)",
+    "EACCES": "permission denied: this user may not read, write or enter it (or a directory on its path)",
     "EPERM": "operation not permitted (the file belongs to another user or is protected)",
     "ENAMETOOLONG": "a path or one of its components is longer than the system allows",
     "ENOENT": "it does not exist (or was removed or replaced by another process while envtool used it)",
@@ -229,8 +228,7 @@ def condition_message(exc: BaseException) -> Optional[str]:
         if isinstance(current, OSError) and current.errno in CONDITION_ERRNOS:
             names = [n for n in (current.filename, getattr(current, "filename2", None)) if n is not None]
             where = " -> ".join(repr(os_fsdecode(n))[1:-1] for n in names)
-            strerror = current.strerror or type(current).__name__
-            return (f"{where}: " if where else "") + f"{strerror}: {CONDITION_ERRNOS[current.errno]}"
+            return (f"{where}: " if where else "") + CONDITION_ERRNOS[current.errno]
         if isinstance(current, UnicodeError) and "surrogate" in str(current):
             return ("a path or value holds bytes that are not valid UTF-8 (envtool writes paths into scripts, "
                     "modulefiles and JSON, which are UTF-8): rename it with UTF-8 characters only "
