@@ -18,8 +18,8 @@ def path_arg(text: str) -> str:
 
     problem = path_problem(text)
     if problem:
-        raise argparse.ArgumentTypeError(f"expected a path without control characters and within the system's "
-                                         f"length limits, got {problem}: {echo(text, 200)}")
+        raise argparse.ArgumentTypeError(f"expected a path in UTF-8 without control characters and within the "
+                                         f"system's length limits, got {problem}: {echo(text, 200)}")
     return text
 
 

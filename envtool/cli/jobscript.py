@@ -68,6 +68,8 @@ def run(args) -> int:
     text = jobscript.render(req)
     if args.output:
         out = Path(args.output)
+        from envtool.core.atomic import umask_mode
+
         tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
         try:
             tmp.write_text(text)

@@ -223,7 +223,8 @@ def _run(argv: List[str]):
             if outcome:
                 print(f"envtool: {outcome}", file=sys.stderr)
             if log:
-                print(f"envtool: build log: {log}", file=sys.stderr)
+                print(f"envtool: build log: {log}" if os.path.exists(log) else
+                      f"envtool: no build log could be written at {log}", file=sys.stderr)
             return error.exit_status, str(error)
         message = f"{type(exc).__name__}: {redact(str(exc)[:500])}"
         print(f"envtool: internal error: {message} (set ENVTOOL_DEBUG=1 for a traceback; please report it)"

@@ -8,7 +8,7 @@ environment (:mod:`envtool.steps.publish`).
 """
 from __future__ import annotations
 
-from envtool.cli.common import add_json, add_spec_site, load_spec, name_arg, print_json
+from envtool.cli.common import add_json, add_spec_site, load_spec, name_arg, path_arg, print_json
 
 
 def register(sub) -> None:
@@ -19,8 +19,8 @@ def register(sub) -> None:
                                    "(setgid directories), group-readable and the environments read-only. A stack "
                                    "already published is left alone unless --force.")
     p.add_argument("spec", nargs="+", type=name_arg, help="spec names or files")
-    p.add_argument("--root", required=True, metavar="DIR", help="software tree: environments go to DIR/NAME/VERSION")
-    p.add_argument("--modulefiles", required=True, metavar="DIR", help="module tree users 'module use'")
+    p.add_argument("--root", required=True, type=path_arg, metavar="DIR", help="software tree: environments go to DIR/NAME/VERSION")
+    p.add_argument("--modulefiles", required=True, type=path_arg, metavar="DIR", help="module tree users 'module use'")
     p.add_argument("--group", metavar="G", help="group that owns the published tree (its members can use it)")
     p.add_argument("--umask", default="022", metavar="OCTAL",
                    help="permissions taken from everyone (022: world-readable, default; 027: the group only)")

@@ -7,7 +7,7 @@ goes under ``"sbom"``). An environment this user cannot fully read is refused (e
 """
 from __future__ import annotations
 
-from envtool.cli.common import add_json, print_json
+from envtool.cli.common import add_json, name_arg, path_arg, print_json
 
 
 def register(sub) -> None:
@@ -16,11 +16,11 @@ def register(sub) -> None:
                                    "packages as pkg:conda purls with channel and hashes, pip distributions as "
                                    "pkg:pypi purls, Horovod with the HOROVOD_* variables and fix rules envtool "
                                    "built it with.")
-    p.add_argument("--prefix", required=True, help="the environment's prefix")
+    p.add_argument("--prefix", required=True, type=path_arg, help="the environment's prefix")
     p.add_argument("--format", default="cyclonedx-json", choices=("cyclonedx-json",),
                    help="output format (CycloneDX 1.6 JSON)")
-    p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
-    p.add_argument("--name", help="the environment's name in the SBOM (default: the prefix's directory name)")
+    p.add_argument("--output", "-o", type=path_arg, metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("--name", type=name_arg, help="the environment's name in the SBOM (default: the prefix's directory name)")
     add_json(p)
     p.set_defaults(func=run)
 

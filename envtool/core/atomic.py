@@ -10,6 +10,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from envtool.core.errors import naming
+
 
 def umask_mode(base: int = 0o666) -> int:
     """``base`` less the process's umask: the mode ``open(2)`` would give a new file (umask(2)).
@@ -47,14 +49,19 @@ def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> Path:
         OSError: the directory is not writable, the disk is full …
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with naming(path):
+        try:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        except OSError as exc:  # name the file asked for, not the temporary one
+            exc.filename = str(path)
+            raise
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.chmod(tmp, mode)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
     return path

@@ -9,9 +9,10 @@ from __future__ import annotations
 import errno
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -230,9 +231,11 @@ def condition_message(exc: BaseException) -> Optional[str]:
             where = " -> ".join(repr(os_fsdecode(n))[1:-1] for n in names)
             return (f"{where}: " if where else "") + CONDITION_ERRNOS[current.errno]
         if isinstance(current, UnicodeError) and "surrogate" in str(current):
+            text = getattr(current, "object", "")
+            start = getattr(current, "start", 0)
+            near = echo(text[max(0, start - 60):start + 20], 120) if isinstance(text, str) else ""
             return ("a path or value holds bytes that are not valid UTF-8 (envtool writes paths into scripts, "
-                    "modulefiles and JSON, which are UTF-8): rename it with UTF-8 characters only "
-                    f"({echo(getattr(current, 'object', '')[:200] if isinstance(getattr(current, 'object', ''), str) else '')})")
+                    "modulefiles and JSON, which are UTF-8); use a path in UTF-8" + (f": near {near}" if near else ""))
         number = _rust_errno(str(current))
         if number in CONDITION_ERRNOS:
             return f"{str(current)[:500]}: {CONDITION_ERRNOS[number]}"
@@ -243,6 +246,18 @@ def condition_message(exc: BaseException) -> Optional[str]:
 def os_fsdecode(name) -> str:
     """A file name (``str`` or ``bytes``) as text; bytes that are not UTF-8 stay escaped."""
     return os.fsdecode(name) if isinstance(name, (bytes, bytearray)) else str(name)
+
+
+@contextmanager
+def naming(path) -> Iterator[None]:
+    """Within the block, an ``OSError`` that names no file (a ``write`` or ``close`` on a full disk
+    reports none) is given ``path``, so the message says which file could not be written."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(path)
+        raise
 
 
 class ConditionError(EnvtoolError):

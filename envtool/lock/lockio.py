@@ -78,7 +78,11 @@ def write_lock(data: LockData, path: Path) -> Path:
     path = Path(path)
     content = to_conda_lock(data)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:  # name the lock asked for, not the temporary file
+        exc.filename = str(path)
+        raise
     os.close(fd)
     try:
         tmp_path = Path(tmp)
@@ -86,6 +90,11 @@ def write_lock(data: LockData, path: Path) -> Path:
         tmp_path.write_text(header(data, path.name) + tmp_path.read_text())
         os.chmod(tmp_path, umask_mode())  # mkstemp made it 0600: a lock is as readable as a new file
         os.replace(tmp_path, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None or str(exc.filename) == tmp:
+            exc.filename = str(path)
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -36,7 +36,7 @@ from typing import List, Optional, Tuple
 
 from envtool.core import procs
 from envtool.core.plan import redact
-from envtool.core.errors import EnvtoolError, Interrupted, TargetExists, UsageError
+from envtool.core.errors import Interrupted, TargetExists, UsageError, naming
 from envtool.spec.names import check_prefix
 
 #: Signals turned into a clean-up (then exit 130).
@@ -196,8 +196,9 @@ class PrefixLock:
                     os.close(fd)
                     raise
             if _identity(self.path) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                with naming(self.path):
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
                 self.fd = fd
                 return
             os.close(fd)  # the holder unlinked it on release: lock the new file
