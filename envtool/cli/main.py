@@ -176,6 +176,21 @@ def _interrupted(exc: BaseException):
     return EXIT_INTERRUPTED, message
 
 
+def _interrupt_in(exc: BaseException) -> Optional[BaseException]:
+    """The ``KeyboardInterrupt`` that ``exc`` wraps (as its cause or context), or None; a stop signal
+    received by this process (:func:`_on_signal`) counts too."""
+    seen = set()
+    current: Optional[BaseException] = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, KeyboardInterrupt):
+            return current
+        current = current.__cause__ or current.__context__
+    if _stopping:
+        return KeyboardInterrupt()
+    return None
+
+
 def _run(argv: List[str]):
     """Parse ``argv`` and run the command; returns ``(exit status, error message or None)``."""
     from envtool.core.errors import EXIT_INTERNAL, EXIT_USAGE, ConditionError, EnvtoolError, condition_message
@@ -208,6 +223,9 @@ def _run(argv: List[str]):
     except BrokenPipeError:
         return 0, None
     except (Exception, RecursionError, MemoryError) as exc:
+        interrupt = _interrupt_in(exc)
+        if interrupt is not None:  # a signal inside code that wraps what it catches (class creation, imports)
+            return _interrupted(interrupt)
         if os.environ.get("ENVTOOL_DEBUG"):
             raise
         log = getattr(exc, "log", None)
