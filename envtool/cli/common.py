@@ -178,7 +178,8 @@ def check_environment(environ=None) -> None:
     """Refuse ``ENVTOOL_*`` variables that no command could use (exit 2, naming the variable, what
     was expected and what it holds): a directory list with a control character (a newline
     would split a path in a generated script), bytes that are not UTF-8 or a name over the
-    system's limits; ``ENVTOOL_INSTALLER`` other than ``uv`` or ``pip``; ``ENVTOOL_START_METHOD``
+    system's limits; ``ENVTOOL_CACHE_DIR`` that is relative or not a directory;
+    ``ENVTOOL_DEFAULT_CHANNELS`` with a control character; ``ENVTOOL_INSTALLER`` other than ``uv`` or ``pip``; ``ENVTOOL_START_METHOD``
     other than a :mod:`multiprocessing` start method; ``ENVTOOL_SITE`` with a control character;
     ``ENVTOOL_PUBLIC_INDEX`` that is not an ``http(s)`` URL.
 
@@ -208,6 +209,20 @@ def check_environment(environ=None) -> None:
                 raise UsageError(f"${name}: expected {'a directory' if name == 'ENVTOOL_CACHE_DIR' else 'directories separated by :'} "
                                  f"without control characters, in UTF-8 and within the system's length limits, "
                                  f"got {problem}: {echo(value)}")
+    cache_dir = env.get("ENVTOOL_CACHE_DIR", "")
+    if cache_dir:
+        if not os.path.isabs(cache_dir):
+            raise UsageError(f"$ENVTOOL_CACHE_DIR: expected an absolute path (a relative one would change with the "
+                             f"working directory), got {echo(cache_dir)}")
+        if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
+            raise UsageError(f"$ENVTOOL_CACHE_DIR: expected a directory (or a path to create one at), got "
+                             f"{echo(cache_dir)}, which is not a directory")
+    import re
+
+    for item in re.split(r"[\s,]+", env.get("ENVTOOL_DEFAULT_CHANNELS", "")):
+        if item and (has_control(item) or bad_bytes(item)):
+            raise UsageError(f"$ENVTOOL_DEFAULT_CHANNELS: expected channel names or URLs separated by spaces or "
+                             f"commas, got {echo(item)}")
     choices = {"ENVTOOL_INSTALLER": ("uv", "pip"), "ENVTOOL_START_METHOD": ("fork", "spawn", "forkserver")}
     for name, allowed in choices.items():
         value = env.get(name, "").strip()
