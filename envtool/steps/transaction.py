@@ -196,9 +196,17 @@ class PrefixLock:
                     os.close(fd)
                     raise
             if _identity(self.path) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
-                with naming(self.path):
-                    os.ftruncate(fd, 0)
-                    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                try:
+                    with naming(self.path):
+                        os.ftruncate(fd, 0)
+                        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                except BaseException:  # a full disk: the lock file we made must not stay behind
+                    try:
+                        os.unlink(self.path)
+                    except OSError:
+                        pass
+                    os.close(fd)
+                    raise
                 self.fd = fd
                 return
             os.close(fd)  # the holder unlinked it on release: lock the new file
