@@ -161,7 +161,9 @@ def emit_json(code: int, error: Optional[str] = None) -> None:
         out["error"] = error
     else:
         out.setdefault("ok", code == 0)
-        out.setdefault("error", None if code == 0 else _EXIT_WORDS.get(code, f"exit status {code}"))
+        problems = out.get("problems")
+        said = "; ".join(str(p) for p in problems[:5]) if isinstance(problems, list) and problems else None
+        out.setdefault("error", None if code == 0 else said or _EXIT_WORDS.get(code, f"exit status {code}"))
         if code != 0:
             out["ok"] = False
     out["exit"] = code

@@ -103,16 +103,26 @@ def _on_signal(signum, frame) -> None:
     raise Interrupted(signum)
 
 
-def install_signal_handlers() -> None:
+def install_signal_handlers() -> dict:
     """SIGINT, SIGTERM and SIGHUP end any command with exit 130 after killing its children; a signal
-    that was ignored when envtool started (``nohup``, a background job) stays ignored."""
+    that was ignored when envtool started (``nohup``, a background job) stays ignored.
+
+    Returns:
+        the handlers replaced, by signal (for :func:`main` to put back when it returns).
+    """
+    global _stopping
+    _stopping = False
+    previous = {}
     for sig in STOP_SIGNALS:
         try:
-            if signal.getsignal(sig) is signal.SIG_IGN:
+            handler = signal.getsignal(sig)
+            if handler is signal.SIG_IGN:
                 continue
             signal.signal(sig, _on_signal)
+            previous[sig] = handler
         except (ValueError, OSError):  # not the main thread (envtool called as a library)
             pass
+    return previous
 
 
 def _wants_json(argv: List[str], args=None) -> bool:
@@ -133,27 +143,33 @@ def main(argv: Optional[List[str]] = None) -> int:
     it; only what is left is an internal error (exit 3).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    install_signal_handlers()
-    args = None
+    previous = install_signal_handlers()
     json_mode = _wants_json(argv)
     try:
-        from envtool.cli import common
-
-        if json_mode:
-            common.collect_json()
-        code, error = _run(argv)
-    except KeyboardInterrupt as exc:  # before the command ran (parsing, imports)
-        code, error = _interrupted(exc)
-    if json_mode:
-        from envtool.cli import common
-
         try:
-            common.emit_json(code, error)
-        except BrokenPipeError:
-            pass
-        except KeyboardInterrupt:
-            code = EXIT_INTERRUPTED
-    return code
+            from envtool.cli import common
+
+            if json_mode:
+                common.collect_json()
+            code, error = _run(argv)
+        except KeyboardInterrupt as exc:  # before the command ran (parsing, imports)
+            code, error = _interrupted(exc)
+        if json_mode:
+            from envtool.cli import common
+
+            try:
+                common.emit_json(code, error)
+            except BrokenPipeError:
+                pass
+            except KeyboardInterrupt:
+                code = EXIT_INTERRUPTED
+        return code
+    finally:
+        for sig, handler in previous.items():
+            try:
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            except (ValueError, OSError):
+                pass
 
 
 def _interrupted(exc: BaseException):
