@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from envtool.cli.common import add_json, load_spec, print_json
+from envtool.cli.common import add_json, load_spec, path_arg, print_json, read_input
 
 
 def register(sub) -> None:
@@ -11,8 +11,8 @@ def register(sub) -> None:
                        description="Run horovodrun --check-build in an environment (or read saved output) and "
                                    "compare the capabilities with a spec's expect.check_build. Exit 1 on a mismatch.")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--prefix", help="environment whose bin/horovodrun to run (default: the active one)")
-    src.add_argument("--from-file", metavar="F", help="saved output of horovodrun --check-build ('-' for stdin)")
+    src.add_argument("--prefix", type=path_arg, help="environment whose bin/horovodrun to run (default: the active one)")
+    src.add_argument("--from-file", type=path_arg, metavar="F", help="saved output of horovodrun --check-build ('-' for stdin)")
     p.add_argument("--spec", help="spec whose expect.check_build to compare with")
     add_json(p)
     p.set_defaults(func=run)
@@ -27,13 +27,7 @@ def run(args) -> int:
     from envtool.validate import probes
 
     if args.from_file:
-        if args.from_file == "-":
-            text = sys.stdin.read()
-        else:
-            try:
-                text = Path(args.from_file).read_text(errors="replace")
-            except OSError as exc:
-                raise UsageError(f"cannot read {args.from_file}: {exc.strerror}") from None
+        text = read_input(args.from_file, "--from-file")
     else:
         prefix = Path(args.prefix) if args.prefix else active_prefix()
         if prefix is None:

@@ -5,7 +5,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 
 def path_arg(text: str) -> str:
@@ -18,8 +18,8 @@ def path_arg(text: str) -> str:
 
     problem = path_problem(text)
     if problem:
-        raise argparse.ArgumentTypeError(f"expected a path without control characters and within the system's "
-                                         f"length limits, got {problem}: {echo(text, 200)}")
+        raise argparse.ArgumentTypeError(f"expected a path in UTF-8 without control characters and within the "
+                                         f"system's length limits, got {problem}: {echo(text, 200)}")
     return text
 
 
@@ -56,15 +56,187 @@ def jobs_arg(text: str) -> int:
     return value
 
 
+#: Largest text file envtool reads as input (bytes): an endless or huge input (``/dev/zero``, a
+#: multi-gigabyte file) is refused instead of filling memory.
+MAX_INPUT = 16 * 1024 * 1024
+
+
+def read_input(name: str, what: str, limit: int = MAX_INPUT) -> str:
+    """Read a text input named on the command line: ``-`` is stdin, else a regular file.
+
+    A FIFO, a device (``/dev/zero``), a socket or a directory is refused without being read (it
+    could block or never end); the read stops after ``limit`` bytes. Bytes that are not UTF-8 are
+    replaced (U+FFFD).
+
+    Args:
+        name: the path, or ``-``.
+        what: the option, for messages (``--from-file``).
+        limit: the most bytes read.
+    Returns:
+        the text.
+    Raises:
+        UsageError: not a regular file, unreadable, or longer than ``limit`` (exit 2, naming it).
+    """
+    import stat
+
+    from envtool.core.errors import UsageError, echo
+
+    if name == "-":
+        data = sys.stdin.buffer.read(limit + 1)
+    else:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise UsageError(f"{what} {echo(name)}: cannot read it ({exc.strerror})") from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket")
+            raise UsageError(f"{what} {echo(name)}: expected a regular file, got {kind}")
+        with os.fdopen(fd, "rb") as fh:
+            try:
+                data = fh.read(limit + 1)
+            except OSError as exc:
+                raise UsageError(f"{what} {echo(name)}: cannot read it ({exc.strerror})") from None
+    if len(data) > limit:
+        raise UsageError(f"{what} {echo(name)}: expected at most {limit // (1024 * 1024)} MiB of text, got more")
+    return data.decode("utf-8", errors="replace")
+
+
 def add_json(parser) -> None:
     """Add ``--json`` (machine-readable output) to a reporting command."""
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
 
 
+#: While a ``--json`` command runs, the objects it hands to :func:`print_json`; :func:`emit_json`
+#: writes them once the exit status is known (None: print at once).
+_pending: Optional[List[Any]] = None
+
+#: ``error`` of the JSON object when a command returned a non-zero status without saying why.
+_EXIT_WORDS = {1: "a check failed (see the result)", 2: "usage or input error", 3: "internal error",
+               130: "interrupted"}
+
+
+def collect_json() -> None:
+    """Hold what :func:`print_json` is given until :func:`emit_json` (``envtool`` main, under ``--json``)."""
+    global _pending
+    _pending = []
+
+
 def print_json(obj: Any) -> None:
-    """Write ``obj`` as indented JSON to stdout (paths and other objects as strings)."""
+    """Write ``obj`` as indented JSON to stdout (paths and other objects as strings); under
+    :func:`collect_json`, keep it for :func:`emit_json`."""
+    if _pending is not None:
+        _pending.append(obj)
+        return
     json.dump(obj, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
+
+
+def emit_json(code: int, error: Optional[str] = None) -> None:
+    """Print the one JSON object of a ``--json`` command on stdout, with ``ok`` (bool), ``error``
+    (a message or null) and ``exit`` (the exit status) added to what the command reported.
+
+    Args:
+        code: the exit status.
+        error: the error message when the command failed with one (it overrides ``ok`` and
+            ``error`` of what the command reported before failing).
+    A command whose result is a list (``specs``, ``doctor --list``) prints the list when it exits 0;
+    otherwise the list goes under ``result``.
+    """
+    global _pending
+    held, _pending = _pending or [], None
+    if len(held) == 1 and isinstance(held[0], list) and code == 0 and error is None:
+        print_json(held[0])
+        return
+    out: dict = {}
+    for obj in held:
+        if isinstance(obj, dict):
+            out.update(obj)
+        else:
+            out["result"] = obj
+    if error is not None:
+        out["ok"] = False
+        out["error"] = error
+    else:
+        out.setdefault("ok", code == 0)
+        problems = out.get("problems")
+        said = "; ".join(str(p) for p in problems[:5]) if isinstance(problems, list) and problems else None
+        out.setdefault("error", None if code == 0 else said or _EXIT_WORDS.get(code, f"exit status {code}"))
+        if code != 0:
+            out["ok"] = False
+    out["exit"] = code
+    head = {k: out.pop(k) for k in ("ok", "error", "exit")}
+    print_json({**head, **out})
+
+
+#: ``ENVTOOL_*`` variables that hold ``:``-separated directories (``ENVTOOL_CACHE_DIR``: one).
+PATH_VARIABLES = ("ENVTOOL_CACHE_DIR", "ENVTOOL_CACHE_PATH", "ENVTOOL_SPEC_PATH", "ENVTOOL_SITE_PATH",
+                  "ENVTOOL_LOCK_PATH")
+
+
+def check_environment(environ=None) -> None:
+    """Refuse ``ENVTOOL_*`` variables that no command could use (exit 2, naming the variable, what
+    was expected and what it holds): a directory list with a control character (a newline
+    would split a path in a generated script), bytes that are not UTF-8 or a name over the
+    system's limits; ``ENVTOOL_CACHE_DIR`` that is relative or not a directory;
+    ``ENVTOOL_DEFAULT_CHANNELS`` with a control character; ``ENVTOOL_INSTALLER`` other than ``uv`` or ``pip``; ``ENVTOOL_START_METHOD``
+    other than a :mod:`multiprocessing` start method; ``ENVTOOL_SITE`` with a control character;
+    ``ENVTOOL_PUBLIC_INDEX`` that is not an ``http(s)`` URL.
+
+    Raises:
+        UsageError: the first such variable.
+    """
+    from envtool.core.errors import UsageError, echo
+    from envtool.spec.names import has_control, path_problem
+
+    env = os.environ if environ is None else environ
+
+    def bad_bytes(text: str) -> bool:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+
+    for name in PATH_VARIABLES:
+        value = env.get(name, "")
+        items = [value] if name == "ENVTOOL_CACHE_DIR" else value.split(os.pathsep)
+        for item in items:
+            if not item:
+                continue
+            problem = path_problem(item) or ("bytes that are not valid UTF-8" if bad_bytes(item) else None)
+            if problem:
+                raise UsageError(f"${name}: expected {'a directory' if name == 'ENVTOOL_CACHE_DIR' else 'directories separated by :'} "
+                                 f"without control characters, in UTF-8 and within the system's length limits, "
+                                 f"got {problem}: {echo(value)}")
+    cache_dir = env.get("ENVTOOL_CACHE_DIR", "")
+    if cache_dir:
+        if not os.path.isabs(cache_dir):
+            raise UsageError(f"$ENVTOOL_CACHE_DIR: expected an absolute path (a relative one would change with the "
+                             f"working directory), got {echo(cache_dir)}")
+        if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
+            raise UsageError(f"$ENVTOOL_CACHE_DIR: expected a directory (or a path to create one at), got "
+                             f"{echo(cache_dir)}, which is not a directory")
+    import re
+
+    for item in re.split(r"[\s,]+", env.get("ENVTOOL_DEFAULT_CHANNELS", "")):
+        if item and (has_control(item) or bad_bytes(item)):
+            raise UsageError(f"$ENVTOOL_DEFAULT_CHANNELS: expected channel names or URLs separated by spaces or "
+                             f"commas, got {echo(item)}")
+    choices = {"ENVTOOL_INSTALLER": ("uv", "pip"), "ENVTOOL_START_METHOD": ("fork", "spawn", "forkserver")}
+    for name, allowed in choices.items():
+        value = env.get(name, "").strip()
+        if value and value not in allowed:
+            raise UsageError(f"${name}: expected one of {', '.join(allowed)} (or unset), got {echo(value)}")
+    site = env.get("ENVTOOL_SITE", "")
+    if site and (has_control(site) or bad_bytes(site)):
+        raise UsageError(f"$ENVTOOL_SITE: expected a site name, got {echo(site)}")
+    index = env.get("ENVTOOL_PUBLIC_INDEX", "")
+    if index and (not index.startswith(("https://", "http://", "file://")) or has_control(index) or " " in index
+                  or bad_bytes(index)):
+        raise UsageError(f"$ENVTOOL_PUBLIC_INDEX: expected an http(s) or file URL of a package index, got {echo(index)}")
 
 
 def load_spec(name: str, site: Optional[str] = None, site_file: Optional[str] = None, quiet: bool = False):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from envtool.cli.common import add_json, print_json
+from envtool.cli.common import add_json, path_arg, print_json
 
 
 def register(sub) -> None:
@@ -12,8 +12,8 @@ def register(sub) -> None:
     p = sub.add_parser("diff", help="packages added, removed or changed in a prefix since a lock (exit 1 on drift)",
                        description="Compare an environment with a conda-lock file: packages added, removed and "
                                    "changed (version, conda build, hash where both sides know it). Exit 1 on drift.")
-    p.add_argument("--prefix", required=True, help="the environment")
-    p.add_argument("--lock", metavar="FILE", help="the lock (default: PREFIX/conda-lock.yml, written by create)")
+    p.add_argument("--prefix", required=True, type=path_arg, help="the environment")
+    p.add_argument("--lock", type=path_arg, metavar="FILE", help="the lock (default: PREFIX/conda-lock.yml, written by create)")
     p.add_argument("--platform", help="the lock's platform to compare with (default: this machine's)")
     add_json(p)
     p.set_defaults(func=run)

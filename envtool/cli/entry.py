@@ -10,15 +10,33 @@ writes is closed by then (logs, locks and modulefiles are written with context m
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import NoReturn
 
 
+def _early_stop(signum, frame) -> None:
+    """SIGTERM or SIGHUP before :func:`envtool.cli.main.main` installed its own handler."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def entry() -> NoReturn:
     """Run the CLI and exit with its status (see the module docstring)."""
-    from envtool.cli.main import main
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup: stays ignored
+            signal.signal(sig, _early_stop)
+    try:
+        from envtool.cli.main import main
 
-    code = main()
+        code = main()
+    except KeyboardInterrupt:  # a signal while envtool was still being imported: exit 130 all the same
+        code = 130
+        try:
+            sys.stderr.write("envtool: interrupted\n")
+            if "--json" in sys.argv[1:]:
+                sys.stdout.write('{"ok": false, "error": "interrupted", "exit": 130}\n')
+        except (OSError, ValueError):
+            pass
     if "rattler" in sys.modules:
         for stream in (sys.stdout, sys.stderr):
             try:

@@ -68,10 +68,12 @@ def run(args) -> int:
     text = jobscript.render(req)
     if args.output:
         out = Path(args.output)
+        from envtool.core.atomic import umask_mode
+
         tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
         try:
             tmp.write_text(text)
-            tmp.chmod(0o755)
+            tmp.chmod(umask_mode(0o777))  # executable, as readable as a new file under the umask
             os.replace(tmp, out)
         except OSError as exc:
             tmp.unlink(missing_ok=True)

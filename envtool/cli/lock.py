@@ -5,7 +5,7 @@ import os
 import sys
 from pathlib import Path
 
-from envtool.cli.common import add_json, add_spec_site, load_spec, name_arg, print_json
+from envtool.cli.common import add_json, add_spec_site, load_spec, name_arg, path_arg, print_json
 
 
 def register(sub) -> None:
@@ -17,16 +17,16 @@ def register(sub) -> None:
                     "(URLs and SHA-256). 'envtool lock --prefix P' snapshots an existing environment. "
                     "'envtool lock --check [SPEC...]' fails (exit 1) naming each spec whose committed lock is stale.")
     p.add_argument("spec", nargs="*", type=name_arg, help="spec name or file (one; several or none with --check)")
-    p.add_argument("--prefix", help="snapshot this environment instead of solving a spec")
+    p.add_argument("--prefix", type=path_arg, help="snapshot this environment instead of solving a spec")
     p.add_argument("--platform", action="append", metavar="PLATFORM",
                    help="platform to lock (repeatable; default: the spec's platforms)")
     p.add_argument("--virtual-package", action="append", default=[], metavar="NAME=VERSION",
                    help="override a virtual package the solve assumes (__cuda=11.8, __glibc=2.28; NAME= drops it)")
-    p.add_argument("-o", "--output", metavar="FILE",
+    p.add_argument("-o", "--output", type=path_arg, metavar="FILE",
                    help="where to write (default: ./SPEC.conda-lock.yml, or ./<prefix name>.conda-lock.yml)")
     p.add_argument("--check", action="store_true",
                    help="check that committed locks match their specs' content hash (exit 1 naming stale ones)")
-    p.add_argument("--lock-dir", action="append", metavar="DIR",
+    p.add_argument("--lock-dir", action="append", type=path_arg, metavar="DIR",
                    help="with --check: look for SPEC.conda-lock.yml here (default: $ENVTOOL_LOCK_PATH, lockfiles/)")
     add_spec_site(p)
     add_json(p)

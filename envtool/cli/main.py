@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 from typing import List, Optional
 
 from envtool import __version__
+from envtool.core.errors import EXIT_INTERRUPTED
 
 #: Command modules under ``envtool.cli``, in ``--help`` order. A module that is not there yet is
 #: skipped (each issue adds its own).
@@ -29,6 +31,19 @@ def _command_module(argv: List[str]) -> Optional[str]:
     return name if name in COMMANDS else None
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, but a usage error is raised as :class:`UsageErrorExit` (not ``sys.exit(2)``)
+    so that :func:`main` reports it like any other error (one JSON object under ``--json``)."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        raise UsageErrorExit(f"{self.prog}: error: {message}")
+
+
+class UsageErrorExit(Exception):
+    """A command-line usage error found by argparse (exit 2)."""
+
+
 def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     """The argument parser.
 
@@ -37,7 +52,7 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
             imported, one subparser built); None: every available command (``--help``,
             shell completion).
     """
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="envtool",
         description="Provision distributed deep-learning environments (PyTorch/TensorFlow + Horovod) on HPC systems.")
     parser.add_argument("--version", action="version", version=f"envtool {__version__}")
@@ -69,39 +84,183 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     return parser
 
 
+#: Signals that stop a command cleanly (exit 130, children killed).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_stopping = False
+
+
+def _on_signal(signum, frame) -> None:
+    """Kill this process's descendants and raise :class:`~envtool.core.errors.Interrupted` (once;
+    repeated signals are ignored so the clean-up on the way out is not cut short)."""
+    global _stopping
+    if _stopping:
+        return
+    _stopping = True
+    from envtool.core import procs
+    from envtool.core.errors import Interrupted
+
+    procs.kill_descendants(grace=1.0)
+    raise Interrupted(signum)
+
+
+def install_signal_handlers() -> dict:
+    """SIGINT, SIGTERM and SIGHUP end any command with exit 130 after killing its children; a signal
+    that was ignored when envtool started (``nohup``, a background job) stays ignored.
+
+    Returns:
+        the handlers replaced, by signal (for :func:`main` to put back when it returns).
+    """
+    global _stopping
+    _stopping = False
+    previous = {}
+    for sig in STOP_SIGNALS:
+        try:
+            handler = signal.getsignal(sig)
+            if handler is signal.SIG_IGN:
+                continue
+            signal.signal(sig, _on_signal)
+            previous[sig] = handler
+        except (ValueError, OSError):  # not the main thread (envtool called as a library)
+            pass
+    return previous
+
+
+def _wants_json(argv: List[str], args=None) -> bool:
+    """Whether the command was asked for ``--json`` (parsed, or among the arguments when parsing failed)."""
+    if args is not None:
+        return bool(getattr(args, "json", False))
+    return "--json" in argv[:argv.index("--")] if "--" in argv else "--json" in argv
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    """Run envtool with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    """Run envtool with ``argv`` (default ``sys.argv[1:]``); returns the exit status.
+
+    Every way out goes through here: an error is one message on stderr (never a traceback unless
+    ``ENVTOOL_DEBUG=1``) and, under ``--json``, one JSON object on stdout with ``ok``, ``error`` and
+    ``exit`` (:func:`envtool.cli.common.emit_json`). An ``OSError`` that is a condition of the
+    machine or the input (read-only or full filesystem, permission, name too long, a file that
+    vanished; :func:`envtool.core.errors.condition_message`) is exit 2, or 1 when a build step met
+    it; only what is left is an internal error (exit 3).
+    """
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(only=_command_module(argv))
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return 2
-    from envtool.core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EnvtoolError, Interrupted
+    previous = install_signal_handlers()
+    json_mode = _wants_json(argv)
+    try:
+        try:
+            from envtool.cli import common
+
+            if json_mode:
+                common.collect_json()
+            code, error = _run(argv)
+        except KeyboardInterrupt as exc:  # before the command ran (parsing, imports)
+            code, error = _interrupted(exc)
+        if json_mode:
+            from envtool.cli import common
+
+            try:
+                common.emit_json(code, error)
+            except BrokenPipeError:
+                pass
+            except KeyboardInterrupt:
+                code = EXIT_INTERRUPTED
+        return code
+    finally:
+        for sig, handler in previous.items():
+            try:
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            except (ValueError, OSError):
+                pass
+
+
+def _interrupted(exc: BaseException):
+    """Report an interrupt (exit 130): what was left and the build log, after killing children."""
+    from envtool.core import procs
+    from envtool.core.errors import Interrupted
+
+    try:
+        procs.kill_descendants(grace=1.0)
+    except KeyboardInterrupt:
+        pass
+    what = f"interrupted by {exc}" if isinstance(exc, Interrupted) else "interrupted"
+    outcome = getattr(exc, "outcome", "")
+    log = getattr(exc, "log", None)
+    message = what + (f"; {outcome}" if outcome else "") + (f"; build log: {log}" if log else "")
+    try:
+        print(f"envtool: {message}", file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+    return EXIT_INTERRUPTED, message
+
+
+def _interrupt_in(exc: BaseException) -> Optional[BaseException]:
+    """The ``KeyboardInterrupt`` that ``exc`` wraps (as its cause or context), or None; a stop signal
+    received by this process (:func:`_on_signal`) counts too."""
+    seen = set()
+    current: Optional[BaseException] = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, KeyboardInterrupt):
+            return current
+        current = current.__cause__ or current.__context__
+    if _stopping:
+        return KeyboardInterrupt()
+    return None
+
+
+def _run(argv: List[str]):
+    """Parse ``argv`` and run the command; returns ``(exit status, error message or None)``."""
+    from envtool.core.errors import EXIT_INTERNAL, EXIT_USAGE, ConditionError, EnvtoolError, condition_message
     from envtool.core.plan import redact  # a URL's password is never printed
 
     try:
-        return int(args.func(args) or 0)
+        parser = build_parser(only=_command_module(argv))
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE, "no command given (see 'envtool --help')"
+        from envtool.cli.common import check_environment
+
+        check_environment()
+        return int(args.func(args) or 0), None
+    except UsageErrorExit as exc:
+        message = str(exc)
+        print(f"{message}", file=sys.stderr)
+        return EXIT_USAGE, message
     except EnvtoolError as exc:
-        print(f"envtool: error: {redact(str(exc))}", file=sys.stderr)
+        message = redact(str(exc))
+        print(f"envtool: error: {message}", file=sys.stderr)
         if exc.outcome:
             print(f"envtool: {exc.outcome}", file=sys.stderr)
         if exc.log:
             print(f"envtool: build log: {exc.log}", file=sys.stderr)
-        return exc.exit_status
+        return exc.exit_status, message
     except KeyboardInterrupt as exc:
-        what = f"interrupted by {exc}" if isinstance(exc, Interrupted) else "interrupted"
-        outcome = getattr(exc, "outcome", "")
-        log = getattr(exc, "log", None)
-        print(f"envtool: {what}" + (f"; {outcome}" if outcome else "") + (f"; build log: {log}" if log else ""),
-              file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _interrupted(exc)
     except BrokenPipeError:
-        return 0
-    except (Exception, RecursionError, MemoryError) as exc:  # a bug: say so, traceback behind ENVTOOL_DEBUG
+        return 0, None
+    except (Exception, RecursionError, MemoryError) as exc:
+        interrupt = _interrupt_in(exc)
+        if interrupt is not None:  # a signal inside code that wraps what it catches (class creation, imports)
+            return _interrupted(interrupt)
         if os.environ.get("ENVTOOL_DEBUG"):
             raise
         log = getattr(exc, "log", None)
-        print(f"envtool: internal error: {type(exc).__name__}: {redact(str(exc)[:500])} (set ENVTOOL_DEBUG=1 for a "
-              "traceback; please report it)" + (f"; build log: {log}" if log else ""), file=sys.stderr)
-        return EXIT_INTERNAL
+        outcome = getattr(exc, "outcome", "")
+        condition = condition_message(exc)
+        if condition is None and isinstance(exc, MemoryError):
+            condition = ("out of memory: an input is too large or endless (a device such as /dev/zero?), or the "
+                         "machine has too little memory for this command")
+        if condition is not None:
+            # a condition of the machine or the input, not a bug: 1 when a build step met it
+            error = ConditionError(redact(condition), exit_status=1 if log else EXIT_USAGE)
+            print(f"envtool: error: {error}", file=sys.stderr)
+            if outcome:
+                print(f"envtool: {outcome}", file=sys.stderr)
+            if log:
+                print(f"envtool: build log: {log}" if os.path.exists(log) else
+                      f"envtool: no build log could be written at {log}", file=sys.stderr)
+            return error.exit_status, str(error)
+        message = f"{type(exc).__name__}: {redact(str(exc)[:500])}"
+        print(f"envtool: internal error: {message} (set ENVTOOL_DEBUG=1 for a traceback; please report it)"
+              + (f"; build log: {log}" if log else ""), file=sys.stderr)
+        return EXIT_INTERNAL, f"internal error: {message}"

@@ -2,11 +2,12 @@
 
 ``envtool sbom --prefix P [--format cyclonedx-json] [--output FILE] [--name NAME] [--json]``
 prints the SBOM (CycloneDX 1.6 JSON) on stdout, or writes it to FILE and prints the path
-(``--json``: ``{"path", "components"}``).
+(``--json``: ``{"ok", "error", "exit", "path", "components"}``; without ``--output`` the SBOM itself
+goes under ``"sbom"``). An environment this user cannot fully read is refused (exit 2).
 """
 from __future__ import annotations
 
-from envtool.cli.common import add_json, print_json
+from envtool.cli.common import add_json, name_arg, path_arg, print_json
 
 
 def register(sub) -> None:
@@ -15,11 +16,11 @@ def register(sub) -> None:
                                    "packages as pkg:conda purls with channel and hashes, pip distributions as "
                                    "pkg:pypi purls, Horovod with the HOROVOD_* variables and fix rules envtool "
                                    "built it with.")
-    p.add_argument("--prefix", required=True, help="the environment's prefix")
+    p.add_argument("--prefix", required=True, type=path_arg, help="the environment's prefix")
     p.add_argument("--format", default="cyclonedx-json", choices=("cyclonedx-json",),
                    help="output format (CycloneDX 1.6 JSON)")
-    p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
-    p.add_argument("--name", help="the environment's name in the SBOM (default: the prefix's directory name)")
+    p.add_argument("--output", "-o", type=path_arg, metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("--name", type=name_arg, help="the environment's name in the SBOM (default: the prefix's directory name)")
     add_json(p)
     p.set_defaults(func=run)
 
@@ -44,5 +45,12 @@ def run(args) -> int:
         else:
             print(out)
         return 0
-    sys.stdout.write(render(build_bom(Path(args.prefix), name=args.name), args.format))
+    text = render(build_bom(Path(args.prefix), name=args.name), args.format)
+    if args.json:  # one object with ok/error/exit, the SBOM under "sbom"
+        import json
+
+        data = json.loads(text)
+        print_json({"format": args.format, "components": len(data.get("components", [])), "sbom": data})
+        return 0
+    sys.stdout.write(text)
     return 0

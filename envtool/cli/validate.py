@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from envtool.cli.common import add_json, print_json
+from envtool.cli.common import add_json, print_json, seconds_arg
 from envtool.cli.jobscript import add_layout, add_target
 
 
@@ -30,7 +30,7 @@ def register(sub) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="draw the benchmark's samples/s and efficiency (matplotlib)")
     p.add_argument("--workdir", metavar="DIR",
                    help="run directory of a --submit job, seen by the compute nodes (default ./envtool-validate-TIME)")
-    p.add_argument("--timeout", type=float, help="seconds to wait for the job before cancelling it (default: no limit)")
+    p.add_argument("--timeout", type=seconds_arg, help="seconds to wait for the job before cancelling it (default: no limit)")
     add_json(p)
     p.set_defaults(func=run)
 

@@ -10,6 +10,30 @@ import os
 import tempfile
 from pathlib import Path
 
+from envtool.core.errors import naming
+
+
+def umask_mode(base: int = 0o666) -> int:
+    """``base`` less the process's umask: the mode ``open(2)`` would give a new file (umask(2)).
+
+    ``tempfile.mkstemp`` creates its files ``0600`` whatever the umask (Python docs, "tempfile"),
+    so a file written through it is chmod-ed to this before it is renamed into place: a lock of a
+    shared environment must be readable by those who may read the environment.
+
+    The umask is read from ``/proc/self/status`` (``Umask:``, Linux 4.7+: proc(5)), else by setting
+    and restoring it.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return base & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return base & ~mask
+
 
 def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically, with permission bits ``mode``.
@@ -25,14 +49,19 @@ def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> Path:
         OSError: the directory is not writable, the disk is full …
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with naming(path):
+        try:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        except OSError as exc:  # name the file asked for, not the temporary one
+            exc.filename = str(path)
+            raise
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.chmod(tmp, mode)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
     return path

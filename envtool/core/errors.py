@@ -6,9 +6,13 @@ Exit statuses (:data:`EXIT_OK` …): 0 success, 1 a check failed (or a step of a
 """
 from __future__ import annotations
 
+import errno
+import os
+import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -155,6 +159,119 @@ class CheckFailed(EnvtoolError):
 
     def __init__(self, message: str, step_result: Optional[Any] = None):
         self.step_result = step_result
+        super().__init__(message)
+
+
+#: errno values that are conditions of the machine or of the input (a read-only mount, a full disk, a
+#: permission, a name too long, a file that vanished), never bugs: exit 2 (1 during a build step),
+#: with these words. Names from errno(3) (https://man7.org/linux/man-pages/man3/errno.3.html).
+_CONDITIONS = {
+    "EROFS": "the filesystem is mounted read-only",
+    "ENOSPC": "no space is left on the device (the disk is full)",
+    "EDQUOT": "the disk quota is used up",
+    "EFBIG": "the file would be larger than the filesystem or a limit allows",
+    "EACCES": "permission denied: this user may not read, write or enter it (or a directory on its path)",
+    "EPERM": "operation not permitted (the file belongs to another user or is protected)",
+    "ENAMETOOLONG": "a path or one of its components is longer than the system allows",
+    "ENOENT": "it does not exist (or was removed or replaced by another process while envtool used it)",
+    "ENOTDIR": "a component of the path is not a directory",
+    "EISDIR": "it is a directory where a file was expected",
+    "ELOOP": "too many symbolic links (a symlink loop)",
+    "EEXIST": "it exists already",
+    "ENOTEMPTY": "the directory is not empty",
+    "EBUSY": "it is in use (a mount point or a busy file)",
+    "ETXTBSY": "the file is a program that is running",
+    "EXDEV": "it is on another filesystem",
+    "EMFILE": "too many open files in this process (raise 'ulimit -n')",
+    "ENFILE": "too many open files on this system",
+    "ENOMEM": "not enough memory",
+    "EIO": "an input/output error of the device",
+    "ESTALE": "a stale file handle of a network filesystem",
+    "ENXIO": "no such device",
+    "ENODEV": "no such device",
+    "EAGAIN": "the resource is temporarily unavailable",
+    "ENOTSUP": "the filesystem does not support the operation",
+    "EOPNOTSUPP": "the filesystem does not support the operation",
+    "ECONNREFUSED": "the connection was refused",
+    "ECONNRESET": "the connection was reset",
+    "ETIMEDOUT": "the connection timed out",
+    "ENETUNREACH": "the network is unreachable",
+    "EHOSTUNREACH": "the host is unreachable",
+    "EPIPE": "the other end of a pipe was closed",
+}
+#: errno numbers of :data:`_CONDITIONS` on this system.
+CONDITION_ERRNOS = {getattr(errno, name): words for name, words in _CONDITIONS.items() if hasattr(errno, name)}
+
+
+def _rust_errno(text: str) -> Optional[int]:
+    """The errno of a Rust ``std::io::Error`` shown in ``text`` (``… (os error 30)``), as py-rattler's
+    exceptions carry them; None when there is none."""
+    m = re.search(r"\(os error (\d+)\)", text)
+    return int(m.group(1)) if m else None
+
+
+def condition_message(exc: BaseException) -> Optional[str]:
+    """A plain-words message for an exception that is a condition of the machine or the input, not a
+    bug: an ``OSError`` with an errno in :data:`CONDITION_ERRNOS` (the file named), bytes that are not
+    UTF-8 in a path (``UnicodeError`` on surrogate escapes, PEP 383), an exception whose cause or
+    context is such an ``OSError``, or one whose text carries a Rust ``(os error N)``
+    (py-rattler); None otherwise (then it is a bug: exit 3).
+
+    Args:
+        exc: the exception that reached the top of a command.
+    Returns:
+        ``"PATH: what happened (the cause in words)"`` or None.
+    """
+    seen = set()
+    current: Optional[BaseException] = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in CONDITION_ERRNOS:
+            names = [n for n in (current.filename, getattr(current, "filename2", None)) if n is not None]
+            where = " -> ".join(repr(os_fsdecode(n))[1:-1] for n in names)
+            return (f"{where}: " if where else "") + CONDITION_ERRNOS[current.errno]
+        if isinstance(current, UnicodeError) and "surrogate" in str(current):
+            text = getattr(current, "object", "")
+            start = getattr(current, "start", 0)
+            near = echo(text[max(0, start - 60):start + 20], 120) if isinstance(text, str) else ""
+            return ("a path or value holds bytes that are not valid UTF-8 (envtool writes paths into scripts, "
+                    "modulefiles and JSON, which are UTF-8); use a path in UTF-8" + (f": near {near}" if near else ""))
+        number = _rust_errno(str(current))
+        if number in CONDITION_ERRNOS:
+            return f"{str(current)[:500]}: {CONDITION_ERRNOS[number]}"
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def os_fsdecode(name) -> str:
+    """A file name (``str`` or ``bytes``) as text; bytes that are not UTF-8 stay escaped."""
+    return os.fsdecode(name) if isinstance(name, (bytes, bytearray)) else str(name)
+
+
+@contextmanager
+def naming(path) -> Iterator[None]:
+    """Within the block, an ``OSError`` that names no file (a ``write`` or ``close`` on a full disk
+    reports none) is given ``path``, so the message says which file could not be written."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(path)
+        raise
+
+
+class ConditionError(EnvtoolError):
+    """A condition of the machine or the input stopped a command (read-only or full filesystem,
+    a permission, a name too long, a file that vanished): exit 2, or 1 when it happened during a
+    build step. Made from the original exception by :func:`condition_message`.
+
+    Args:
+        message: the plain-words message (names the path and the cause).
+        exit_status: 2 (input or environment) or 1 (a build step failed on it).
+    """
+
+    def __init__(self, message: str, exit_status: int = EXIT_USAGE):
+        self.exit_status = exit_status
         super().__init__(message)
 
 

@@ -167,3 +167,93 @@ def remove_stale(parent: Path, prefix: str) -> List[Path]:
         shutil.rmtree(p, ignore_errors=True)
     return [p for p in stale if not os.path.lexists(p)]
 
+
+
+def descendants(pid: int = 0) -> List[int]:
+    """PIDs of every live descendant of ``pid`` (default: this process), whatever their session or
+    process group, read from ``/proc/PID/stat`` (proc(5): field 4 is the parent PID).
+
+    Returns:
+        the PIDs, parents before their children; empty where ``/proc`` cannot be read.
+    """
+    root = pid or os.getpid()
+    parent_of = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # the command name (field 2) is in parentheses and may itself hold spaces or parentheses
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1:
+            parent_of[int(name)] = int(fields[1])
+    children: dict = {}
+    for child, parent in parent_of.items():
+        children.setdefault(parent, []).append(child)
+    out: List[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(0), []):
+            if child not in out and child != root:
+                out.append(child)
+                todo.append(child)
+    return out
+
+
+def kill_descendants(grace: float = 2.0) -> int:
+    """SIGTERM every descendant of this process (:func:`descendants`), then SIGKILL what is left
+    after ``grace`` seconds; children started by :func:`popen` go by whole process group too.
+
+    For the interrupt of a command that started children with plain :mod:`subprocess` (``validate``
+    runs ``horovodrun``, which starts the ranks): once the command's own exception has killed the
+    direct child, its children would be re-parented and out of reach, so they are signalled first.
+
+    Returns:
+        how many processes were signalled.
+    """
+    import time
+
+    found = descendants()
+    signalled = len(found)
+    with _lock:
+        groups = [p.pid for p in _children]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pgid in groups:
+            try:
+                os.killpg(pgid, sig)
+            except OSError:
+                pass
+        for pid in found:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        if sig == signal.SIGKILL:
+            break
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            found = [p for p in found if _alive_not_zombie(p)]
+            if not found:
+                break
+            time.sleep(0.05)
+        if not found and not groups:
+            break
+    return signalled
+
+
+def _alive_not_zombie(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet waited for, does not count)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    state = stat[stat.rfind(b")") + 2:][:1]
+    return state not in (b"Z", b"X")

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List
 
+from envtool.core.atomic import umask_mode
 from envtool.core.errors import UsageError
 from envtool.lock.model import (BUILT_CATEGORY, META_BUILT_PREFIX, META_ENGINE, META_KIND, META_PACKAGES,
                                 META_PYTHON, META_SITE, META_SPEC, META_SPEC_FIELDS, META_SPEC_HASH, LockData,
@@ -64,7 +65,8 @@ def to_conda_lock(data: LockData):
 
 
 def write_lock(data: LockData, path: Path) -> Path:
-    """Write ``data`` to ``path`` (atomically: a temporary sibling, then a rename).
+    """Write ``data`` to ``path`` (atomically: a temporary sibling, then a rename), with the mode a
+    new file gets under the process's umask (``0644`` under umask 022), not ``mkstemp``'s ``0600``.
 
     Returns:
         ``path``.
@@ -76,13 +78,23 @@ def write_lock(data: LockData, path: Path) -> Path:
     path = Path(path)
     content = to_conda_lock(data)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:  # name the lock asked for, not the temporary file
+        exc.filename = str(path)
+        raise
     os.close(fd)
     try:
         tmp_path = Path(tmp)
         write_conda_lock_file(content, tmp_path, metadata_choices=None, include_help_text=False)
         tmp_path.write_text(header(data, path.name) + tmp_path.read_text())
+        os.chmod(tmp_path, umask_mode())  # mkstemp made it 0600: a lock is as readable as a new file
         os.replace(tmp_path, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None or str(exc.filename) == tmp:
+            exc.filename = str(path)
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -77,6 +77,68 @@ def horovod_build(prefix: Path) -> Optional[Dict]:
     return {"env": env, "fixes": list(result.get("fixes") or []), "cache_key": result.get("cache_key")}
 
 
+#: Files of a distribution's metadata directory that the SBOM reads (core metadata: PEP 566; the
+#: installer: PEP 376; the archive hash: PEP 610), when present.
+_DIST_FILES = ("METADATA", "PKG-INFO", "INSTALLER", "direct_url.json")
+
+
+def first_unreadable(prefix: Path) -> Optional[Tuple[Path, str]]:
+    """The first place of ``prefix`` that an SBOM reads and this user cannot: the prefix itself,
+    ``conda-meta/`` and its records, ``lib/``, each ``lib/python*/site-packages`` and each
+    ``*.dist-info`` / ``*.egg-info`` in it with its metadata files, ``.envtool/create.json``.
+
+    Each is opened (directories listed), not judged from its mode, so ACLs and root count as
+    the kernel counts them. A directory that cannot be listed would otherwise look empty and
+    its packages would silently be left out.
+
+    Returns:
+        ``(path, reason in words)``, or None when everything can be read.
+    """
+    import os
+
+    def cannot(path: Path, directory: bool) -> Optional[str]:
+        try:
+            if directory:
+                os.listdir(path)
+            else:
+                with open(path, "rb") as fh:
+                    fh.read(1)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return exc.strerror or type(exc).__name__
+        return None
+
+    def entries(path: Path) -> List[str]:
+        try:
+            return sorted(os.listdir(path))
+        except OSError:
+            return []
+
+    todo: List[Tuple[Path, bool]] = [(prefix, True)]
+    meta = prefix / "conda-meta"
+    if meta.is_dir() or os.path.lexists(meta):
+        todo.append((meta, True))
+        todo += [(meta / n, False) for n in entries(meta) if n.endswith(".json")]
+    lib = prefix / "lib"
+    if os.path.lexists(lib):
+        todo.append((lib, True))
+        for n in entries(lib):
+            if n.startswith("python"):
+                sp = lib / n / "site-packages"
+                todo += [(lib / n, True), (sp, True)]
+                for d in entries(sp):
+                    if d.endswith((".dist-info", ".egg-info")) and (sp / d).is_dir():
+                        todo.append((sp / d, True))
+                        todo += [(sp / d / f, False) for f in _DIST_FILES]
+    todo.append((prefix / ".envtool" / "create.json", False))
+    for path, directory in todo:
+        why = cannot(path, directory)
+        if why:
+            return path, why
+    return None
+
+
 def build_bom(prefix: Path, name: Optional[str] = None, version: Optional[str] = None):
     """The CycloneDX :class:`~cyclonedx.model.bom.Bom` of the environment at ``prefix``.
 
@@ -87,8 +149,9 @@ def build_bom(prefix: Path, name: Optional[str] = None, version: Optional[str] =
     Returns:
         a ``cyclonedx.model.bom.Bom``.
     Raises:
-        UsageError: ``prefix`` is not a directory, or holds neither ``conda-meta/`` nor a
-            site-packages directory.
+        UsageError: ``prefix`` is not a directory, holds neither ``conda-meta/`` nor a
+            site-packages directory, or holds something this user cannot read
+            (:func:`first_unreadable`: the SBOM would miss packages).
     """
     from cyclonedx.model import HashAlgorithm, HashType, Property
     from cyclonedx.model.bom import Bom
@@ -98,6 +161,10 @@ def build_bom(prefix: Path, name: Optional[str] = None, version: Optional[str] =
     prefix = Path(prefix).absolute()
     if not prefix.is_dir():
         raise UsageError(f"--prefix: {prefix} is not a directory (expected an environment prefix)")
+    blocked = first_unreadable(prefix)
+    if blocked is not None:
+        raise UsageError(f"--prefix: cannot read {blocked[0]} ({blocked[1]}): an SBOM of {prefix} would leave out what "
+                         "it holds; run as a user who can read the whole environment")
     from envtool.core.prefix import PrefixData
 
     if not (prefix / "conda-meta").is_dir() and PrefixData(prefix).site_packages is None:

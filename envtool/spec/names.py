@@ -38,12 +38,17 @@ PATH_MAX = 4096
 
 
 def path_problem(text: str) -> Optional[str]:
-    """Why ``text`` cannot be a path here, or None: empty, a control character, a component over
-    :data:`NAME_MAX` bytes or a path over :data:`PATH_MAX` bytes (the kernel would answer ENAMETOOLONG)."""
+    """Why ``text`` cannot be a path here, or None: empty, a control character, bytes that are not
+    UTF-8, a component over :data:`NAME_MAX` bytes or a path over :data:`PATH_MAX` bytes (the kernel
+    would answer ENAMETOOLONG)."""
     if not text:
         return "an empty path"
     if has_control(text):
         return "a control character (newline, tab …)"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes, kept as surrogate escapes (PEP 383)
+        return "bytes that are not valid UTF-8 (envtool writes paths into UTF-8 scripts, modulefiles and JSON)"
     raw = os.fsencode(text)
     if len(raw) >= PATH_MAX:
         return f"a path of {len(raw)} bytes (at most {PATH_MAX - 1})"

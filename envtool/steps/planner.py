@@ -12,7 +12,7 @@ import os
 import shlex
 from typing import List, Tuple
 
-from envtool.core.errors import EnvtoolError
+from envtool.core.errors import EnvtoolError, UsageError
 from envtool.engines.base import get_engine
 from envtool.spec.model import Spec
 from envtool.steps import from_lock, horovod_build, lock_step, modulefile_step, validate
@@ -78,6 +78,9 @@ def decide_installer(spec: Spec, options: PlanOptions) -> PlanOptions:
     """``options`` with ``install_with`` decided (:func:`envtool.engines.installer.decide`) when the
     plan may install pip packages and nothing decided it yet; otherwise ``options`` unchanged.
 
+    Raises:
+        UsageError: ``--installer`` was given for a plan that installs no pip package (exit 2).
+
     pip's configuration is read with the base interpreter's pip
     (:func:`envtool.engines.installer.base_python`): the files and ``PIP_*`` variables it reads are
     those the new environment's pip reads (a new environment has no ``pip.conf`` of its own).
@@ -85,6 +88,10 @@ def decide_installer(spec: Spec, options: PlanOptions) -> PlanOptions:
     if options.install_with is not None:
         return options
     if not (spec.packages.pip or options.from_lock is not None or spec.horovod.install == "pip-build"):
+        if options.installer:
+            raise UsageError(f"--installer {options.installer}: spec {spec.name!r} installs no pip packages (no "
+                             "packages.pip, no lock, Horovod not built with pip), so there is nothing for an "
+                             "installer of pip packages to do; leave --installer out")
         return options
     from envtool.engines.installer import decide, requested
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any, Dict, List, Mapping, Optional, Sequence
 
 from envtool.core import procs
-from envtool.core.errors import CheckFailed, StepFailed
+from envtool.core.errors import CheckFailed, StepFailed, naming
 from envtool.core.plan import Plan, Step, redact
 
 
@@ -58,15 +58,21 @@ class Runner:
 
     def __exit__(self, *exc) -> None:
         if self._log:
-            self._log.close()
-            self._log = None
+            log, self._log = self._log, None
+            try:
+                with naming(self.log_path):
+                    log.close()
+            except OSError:
+                if exc[1] is None:  # else the error on the way out is the one to report
+                    raise
 
     def note(self, text: str) -> None:
         """Write a line to the log (and to stderr when verbose)."""
         text = redact(text)
         if self._log:
-            self._log.write(text.rstrip("\n") + "\n")
-            self._log.flush()
+            with naming(self.log_path):
+                self._log.write(text.rstrip("\n") + "\n")
+                self._log.flush()
         if self.verbose:
             print(f"  {text}", file=sys.stderr)
 

@@ -36,7 +36,7 @@ from typing import List, Optional, Tuple
 
 from envtool.core import procs
 from envtool.core.plan import redact
-from envtool.core.errors import EnvtoolError, Interrupted, TargetExists, UsageError
+from envtool.core.errors import Interrupted, TargetExists, UsageError, naming
 from envtool.spec.names import check_prefix
 
 #: Signals turned into a clean-up (then exit 130).
@@ -196,8 +196,17 @@ class PrefixLock:
                     os.close(fd)
                     raise
             if _identity(self.path) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                try:
+                    with naming(self.path):
+                        os.ftruncate(fd, 0)
+                        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                except BaseException:  # a full disk: the lock file we made must not stay behind
+                    try:
+                        os.unlink(self.path)
+                    except OSError:
+                        pass
+                    os.close(fd)
+                    raise
                 self.fd = fd
                 return
             os.close(fd)  # the holder unlinked it on release: lock the new file
@@ -336,9 +345,11 @@ class BuildTransaction:
                     fh.write(outcome + "\n")
             except OSError:
                 pass
-            if isinstance(exc, (EnvtoolError, Interrupted)):
+            try:  # any exception: the CLI names the log and what was left (an OSError too)
                 exc.log = self.log
                 exc.outcome = outcome
+            except AttributeError:
+                pass
             return False
         finally:
             if self._scratch is not None:
