@@ -37,7 +37,9 @@ def register(sub) -> None:
 def run(args) -> int:
     from envtool.core.errors import UsageError
     from envtool.steps.publish import publish
+    from envtool.cli.common import check_generated_inputs
 
+    check_generated_inputs(args, positional_spec=True)
     try:
         umask = int(args.umask, 8)
     except ValueError:

@@ -36,7 +36,9 @@ def run(args) -> int:
     from envtool.core.errors import UsageError
     from envtool.steps import jobscript, validate_job
     from envtool.validate import ranks as rk
+    from envtool.cli.common import check_generated_inputs
 
+    check_generated_inputs(args)
     if args.plot and not args.benchmark:
         raise UsageError("--plot draws the benchmark: add --benchmark")
     if args.plot and not args.plot.lower().endswith(".png"):

@@ -30,6 +30,14 @@ ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MODULE_RE = re.compile(r"[A-Za-z0-9_.+-][A-Za-z0-9_.+/:@=,-]*")
 #: C0 control characters and DEL (tab included: no name or path needs one).
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+#: Scheduler words given on the command line (queue, partition, QOS, account, job name): one
+#: word of printable characters (no space, no control character), not starting with ``-`` (a
+#: scheduler would read it as an option), at most 200 characters. Shell characters are allowed:
+#: the job script quotes every word (``<PROJECT>``, ``queue@server``).
+SCHED_WORD_RE = re.compile(r"[^\s\x00-\x1f\x7f-][^\s\x00-\x1f\x7f]{0,199}")
+#: Group names (``--group``): POSIX portable user/group names (POSIX.1-2017 XBD 3.437, the
+#: portable filename character set, not starting with ``-``), or a numeric gid.
+GROUP_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}")
 
 
 #: Longest path component and path (bytes), Linux's NAME_MAX and PATH_MAX (limits.h).
@@ -121,4 +129,62 @@ def check_no_control(value: str, path: Optional[str], field: str, line: Optional
     """
     if has_control(value.replace("\t", " ") if allow_tab else value):
         raise SpecError(path, field, "a value without control characters (newline, escape …)", got=value, line=line)
+    return value
+
+
+#: What each kind of command-line value may be, in words (for :func:`check_option`'s message).
+OPTION_KINDS = {
+    "path": "a path without control characters and within the system's length limits",
+    "module": "a module name such as 'gcc/12' (letters, digits, _.+-/:@=,; no spaces or control characters)",
+    "word": "a scheduler name (one word without spaces or control characters, not starting with '-', "
+            "at most 200 characters)",
+    "group": "a group name or number (letters, digits and _.-, not starting with '-')",
+    "text": "text without control characters (newline, carriage return, escape …)",
+}
+
+
+def option_problem(value: str, kind: str) -> Optional[str]:
+    """Why ``value`` cannot be a command-line value of ``kind`` (a key of :data:`OPTION_KINDS`), or None.
+
+    The checks are the ones site and spec files already get (:func:`path_problem`,
+    :data:`MODULE_RE` as :func:`check_module_name` uses it, :data:`CONTROL_RE`), plus
+    :data:`SCHED_WORD_RE` and :data:`GROUP_RE` for scheduler and group names.
+
+    Raises:
+        KeyError: an unknown ``kind`` (a bug).
+    """
+    if kind not in OPTION_KINDS:
+        raise KeyError(kind)
+    if not isinstance(value, str):
+        return "not text"
+    if has_control(value):
+        return "a control character (newline, carriage return, tab …)"
+    if kind == "path":
+        return path_problem(value)
+    if kind == "module":
+        if not MODULE_RE.fullmatch(value) or "//" in value or value.endswith("/"):
+            return "other characters"
+        return None
+    if kind == "word":
+        return None if SCHED_WORD_RE.fullmatch(value) else "a space, a leading '-' or over 200 characters"
+    if kind == "group":
+        return None if GROUP_RE.fullmatch(value) else "other characters or a leading '-'"
+    return None
+
+
+def check_option(option: str, value: str, kind: str) -> str:
+    """Refuse a command-line value that cannot go into a generated file (job script, modulefile).
+
+    Args:
+        option: the option as the user typed it (``--queue``), named in the message.
+        value: the value given.
+        kind: a key of :data:`OPTION_KINDS` (``path``, ``module``, ``word``, ``group``, ``text``).
+    Returns:
+        ``value`` unchanged.
+    Raises:
+        UsageError: exit 2, naming ``option``, what was expected and the value (cut by :func:`echo`).
+    """
+    problem = option_problem(value, kind)
+    if problem:
+        raise UsageError(f"{option}: expected {OPTION_KINDS[kind]}, got {problem}: {echo(value)}")
     return value

@@ -1,0 +1,174 @@
+"""Issue 23, item 3: one input gate for everything that reaches a generated file.
+
+* Command-line values that reach a job script or a modulefile get the checks site files get
+  (control characters, module-name, scheduler-name and path patterns, ``--time`` formats): exit 2
+  naming the option, nothing written. A fuzz test drives every ``jobscript`` and
+  ``validate --submit`` option with control characters through the real CLI.
+* Job scripts are checked with ``bash -n`` and run with a planted command that would create a
+  marker file.
+* ``extends:`` takes spec names or files beside the spec, and never echoes another file's contents.
+* ``env:`` cannot replace ``PATH``-like variables or set loader/shell hooks; ``{prepend: …}`` /
+  ``{append: …}`` is the reversible form, checked by loading and unloading real modulefiles in
+  Lmod and in Environment Modules.
+* ``horovod.extra_env`` cannot contradict the ``HOROVOD_*`` flags derived from the spec.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import run_envtool
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def make_venv(path: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory) -> Path:
+    return make_venv(tmp_path_factory.mktemp("trust") / "venv")
+
+
+def slurm_site(tmp: Path) -> Path:
+    """A Slurm site file whose launcher is ``srun`` (a stand-in launcher is put on PATH to run it)."""
+    site = tmp / "plainslurm.yaml"
+    site.write_text("name: plainslurm\nscheduler: slurm\ngpus_per_node: 0\nbatch:\n  cpus_per_node: 4\n")
+    return site
+
+
+INJECT = "x\ntouch {marker} #"
+
+
+def cli(argv, cwd: Path) -> int:
+    """The real CLI (``envtool.cli.main.main``) in this process: exit status; output discarded."""
+    from envtool.cli.main import main
+
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+            try:
+                rc = main([str(a) for a in argv])
+            except SystemExit as exc:  # argparse
+                rc = exc.code
+    finally:
+        os.chdir(old)
+    cli.stderr = err.getvalue()
+    return rc
+
+
+# --- job-script injection through CLI options ---------------------------------------------------
+
+JOBSCRIPT_OPTIONS = ["--queue", "--account", "--job-name", "--job-output", "--workdir", "--time", "--module",
+                     "--spec", "--site"]
+
+
+@pytest.mark.parametrize("option", JOBSCRIPT_OPTIONS)
+def test_jobscript_option_with_newline_is_refused(tmp_path, venv, option):
+    """A newline in an option used to end the ``#SBATCH`` comment and run the rest as a shell line."""
+    marker = tmp_path / "planted"
+    out = tmp_path / "job.sh"
+    target = ["--module", INJECT.format(marker=marker)] if option == "--module" else \
+        ["--prefix", venv, option, INJECT.format(marker=marker)]
+    proc = run_envtool("jobscript", "--site-file", slurm_site(tmp_path), *target, "--nodes", "1",
+                       "--ranks-per-node", "1", "--output", out, "--", "true", timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert option in proc.stderr and "control character" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists() and not marker.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plainslurm.yaml"]
+
+
+@pytest.mark.parametrize("option,value,words", [
+    ("--queue", "-x", "scheduler name"), ("--account", "a b", "scheduler name"),
+    ("--job-name", "a" * 201, "scheduler name"), ("--module", "gcc 12", "module name"),
+    ("--time", "10:00", "HH:MM:SS"), ("--time", "1:2:3\r", "control character"),
+])
+def test_jobscript_option_patterns(tmp_path, venv, option, value, words):
+    out = tmp_path / "job.sh"
+    target = [f"--module={value}"] if option == "--module" else ["--prefix", venv, f"{option}={value}"]
+    proc = run_envtool("jobscript", "--site-file", slurm_site(tmp_path), *target, "--nodes", "1",
+                       "--ranks-per-node", "1", "--output", out, "--", "true", timeout=120)
+    assert proc.returncode == 2 and option in proc.stderr and words in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+def test_job_script_runs_without_the_planted_command(tmp_path, venv):
+    """Values the gate lets through (shell syntax in paths and the command) stay words: ``bash -n``
+    passes and running the script (with a stand-in ``srun``) never creates the marker."""
+    marker = tmp_path / "planted"
+    workdir = tmp_path / "w'$(touch planted)`touch planted`;touch planted"  # a relative marker: no '/'
+    workdir.mkdir()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    # a stand-in for the launcher (horovodrun without a site launcher): drop its options, run the command
+    (bindir / "horovodrun").write_text('#!/bin/bash\nwhile [ "$1" != python ]; do shift; done\nexec "$@"\n')
+    (bindir / "horovodrun").chmod(0o755)
+    out = tmp_path / "job.sh"
+    proc = run_envtool("jobscript", "--site-file", slurm_site(tmp_path), "--prefix", venv, "--nodes", "1",
+                       "--ranks-per-node", "1", "--job-name", "a$(touch${IFS}planted)", "--queue", "q@s", "--account", "acct",
+                       "--job-output", str(tmp_path / f"o$(touch {marker}).out"), "--workdir", workdir,
+                       "--time", "0:10:00", "--output", out, "--",
+                       "python", "-c", "import os; print('RAN', os.getcwd())", f"$(touch {marker})", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert subprocess.run(["bash", "-n", str(out)], capture_output=True).returncode == 0
+    ran = subprocess.run(["bash", str(out)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env=dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}"))
+    assert ran.returncode == 0, ran.stderr
+    assert f"RAN {workdir}" in ran.stdout
+    assert not marker.exists() and not (workdir / "planted").exists()
+
+
+# --- fuzz: every jobscript and validate --submit option, control characters -> exit 2, no file ----
+
+CONTROLS = ["\n", "\r", "\x00", "\x1b", "\t", "\x7f", "\x0b", "\x0c", "\x85"[:0] + "\x1f"]
+hostile = st.tuples(st.text(max_size=6), st.sampled_from(CONTROLS), st.text(max_size=6)).map("".join)
+
+FUZZ_JOBSCRIPT = ["--queue", "--account", "--job-name", "--job-output", "--workdir", "--time", "--module", "--spec",
+                  "--site", "--site-file", "--prefix", "--output"]
+FUZZ_VALIDATE = ["--queue", "--account", "--time", "--workdir", "--module", "--spec", "--site", "--site-file",
+                 "--prefix", "--plot"]
+
+
+@settings(max_examples=int(os.environ.get("ENVTOOL_FUZZ_EXAMPLES", "40")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(command=st.sampled_from(["jobscript", "validate"]), data=st.data(), value=hostile)
+def test_fuzz_every_option_with_control_characters(tmp_path_factory, venv, command, data, value):
+    work = tmp_path_factory.mktemp("fuzz")
+    site = slurm_site(work)
+    option = data.draw(st.sampled_from(FUZZ_JOBSCRIPT if command == "jobscript" else FUZZ_VALIDATE))
+    good = {"--site-file": site, "--prefix": venv, "--workdir": work / "run", "--output": work / "job.sh",
+            "--time": "0:05:00", "--queue": "debug", "--account": "acct"}
+    if option == "--module":
+        good.pop("--prefix")
+    if option == "--site":
+        good.pop("--site-file")
+    good[option] = value
+    argv = [command]
+    for k, v in good.items():
+        if command == "validate" and k == "--output":
+            continue
+        argv.append(f"{k}={v}")
+    if command == "validate":
+        argv += ["--submit", "--nodes", "1", "--ranks-per-node", "1", "--timeout", "5"]
+        if option == "--plot":
+            argv += ["--benchmark"]
+    else:
+        argv += ["--nodes", "1", "--ranks-per-node", "1", "--", "true"]
+    before = sorted(p.name for p in work.iterdir())
+    rc = cli(argv, work)
+    assert rc == 2, (argv, rc, cli.stderr)
+    assert option in cli.stderr, cli.stderr
+    assert sorted(p.name for p in work.iterdir()) == before  # no script, no run directory
