@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_envtool
+from conftest import REPO, run_envtool
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -172,3 +172,69 @@ def test_fuzz_every_option_with_control_characters(tmp_path_factory, venv, comma
     assert rc == 2, (argv, rc, cli.stderr)
     assert option in cli.stderr, cli.stderr
     assert sorted(p.name for p in work.iterdir()) == before  # no script, no run directory
+
+
+# --- extends: spec names or files beside the spec; never the contents of another file -------------
+
+SECRET = "topsecret-line-9f3a: hunter2"
+
+
+@pytest.fixture
+def secret_file(tmp_path):
+    """A file only root may read, holding a line that looks like YAML (as /etc/shadow's do)."""
+    d = tmp_path / "private"
+    d.mkdir()
+    f = d / "shadow"
+    f.write_text(SECRET + "\n")
+    f.chmod(0o600)
+    return f
+
+
+def show(spec: Path, cwd: Path):
+    return run_envtool("show", spec, cwd=cwd, timeout=120, env={"PYTHONPATH": str(REPO)})
+
+
+@pytest.mark.parametrize("how", ["absolute", "dotdot", "subdir", "symlink-beside", "symlink-yaml-beside"])
+def test_extends_outside_the_spec_directory_is_refused_unread(tmp_path, secret_file, how):
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    if how == "absolute":
+        value = str(secret_file)
+    elif how == "dotdot":
+        value = "../private/shadow"
+    elif how == "subdir":
+        value = "private/shadow.yaml"
+        (specs / "private").mkdir()
+        (specs / "private" / "shadow.yaml").symlink_to(secret_file)
+    else:
+        name = "shadow.yaml" if how == "symlink-yaml-beside" else "shadow"
+        (specs / name).symlink_to(secret_file)
+        value = name
+    (specs / "kid.yaml").write_text(f"name: kid\nextends: {value}\n")
+    proc = show(specs / "kid.yaml", tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "extends" in proc.stderr and "kid.yaml:2" in proc.stderr, proc.stderr
+    assert "topsecret" not in proc.stderr + proc.stdout and "hunter2" not in proc.stderr + proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("body,line", [(SECRET + "\n", 1), ("a: 1\n" + SECRET + " [unclosed\n", 1),
+                                       ("a: [1\n" + SECRET + "\n", 2), (SECRET + "\n" + SECRET + "\n", 2)])
+def test_a_non_spec_file_beside_the_spec_is_named_not_echoed(tmp_path, body, line):
+    """A YAML file beside the spec that is not a spec: the error names the file and line only."""
+    (tmp_path / "notes.yaml").write_text(body)
+    (tmp_path / "kid.yaml").write_text("name: kid\nextends: notes.yaml\n")
+    proc = show(tmp_path / "kid.yaml", tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"notes.yaml:{line}:" in proc.stderr and "kid.yaml:2" in proc.stderr, proc.stderr
+    assert "topsecret" not in proc.stderr and "hunter2" not in proc.stderr, proc.stderr
+
+
+def test_extends_a_spec_beside_by_file_or_name(tmp_path):
+    (tmp_path / "base.yaml").write_text("extends: cpu-horovod\nsummary: from the base beside\n")
+    for value in ("base.yaml", "./base.yaml", "base"):
+        (tmp_path / "kid.yaml").write_text(f"name: kid\nextends: {value}\n")
+        proc = run_envtool("show", tmp_path / "kid.yaml", "--json", cwd="/", timeout=120,
+                           env={"PYTHONPATH": str(REPO)})
+        assert proc.returncode == 0, proc.stderr
+        assert '"summary": "from the base beside"' in proc.stdout

@@ -25,6 +25,7 @@ def register(sub) -> None:
 def _chain(path: Path) -> List[Tuple[str, Any]]:
     """``[(file, raw mapping), …]`` from the spec file to its root parent."""
     from envtool.spec import catalog
+    from envtool.spec.load import parent_path
     from envtool.spec.yamlload import load_yaml
 
     out = []
@@ -34,7 +35,7 @@ def _chain(path: Path) -> List[Tuple[str, Any]]:
         raw = load_yaml(path)
         out.append((str(path), raw))
         parent = raw.get("extends")
-        path = catalog.find(str(parent)) if parent else None
+        path = parent_path(path, parent, raw.line_of("extends"), catalog.find) if parent else None
     return out
 
 

@@ -8,6 +8,7 @@ the cross-field rules of :mod:`envtool.spec.rules` run.
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -448,28 +449,96 @@ def merge(parent: Dict[str, Any], child: Dict[str, Any]) -> LineDict:
     return out
 
 
-def resolve_raw(path: Path, find: Callable[[str], Path], _seen: Optional[List[str]] = None) -> LineDict:
-    """Read ``path`` and merge its ``extends`` chain (parents found with ``find(name)``).
+#: Every field name a spec may hold (for :func:`_quiet_parent_error`: a field path made only of
+#: these is envtool's own wording, not a piece of the file).
+_KNOWN_FIELDS = frozenset(TOP_KEYS + SITE_KEYS + PACKAGES_KEYS + HOROVOD_KEYS + EXPECT_KEYS + VENV_KEYS
+                          + CHECK_BUILD_KEYS + PIN_KEYS + DISTRIBUTION_KEYS + STATUS_KEYS
+                          + ("(yaml)", "(file)", "(top level)"))
+
+
+def _quiet_parent_error(exc: SpecError, child: Path, line: Optional[int]) -> SpecError:
+    """``exc`` (raised reading a parent named by ``extends``) without anything taken from the
+    parent's contents: the parent file, its line and a field made of known field names only,
+    never the offending value, key or YAML excerpt (``extends: /etc/shadow`` used to print the
+    file's first line)."""
+    import re
+
+    parts = [re.sub(r"\[\d+\]$", "", p) for p in exc.field.split(".")]
+    known = all(p in _KNOWN_FIELDS for p in parts)
+    return SpecError(exc.path, exc.field if known else "(file)",
+                     exc.expected if known and exc.got is None else "a spec file (this one does not validate "
+                     "as a spec; its contents are not shown here)", line=exc.line,
+                     hint=f"the parent named by 'extends' in {child}" + (f":{line}" if line else ""))
+
+
+def parent_path(child: Path, value: object, line: Optional[int], find: Callable[[str], Path]) -> Path:
+    """The file ``extends: value`` in spec file ``child`` names.
+
+    A spec name (:data:`names.SPEC_NAME_RE`, no ``.yaml`` suffix) is looked up with ``find``
+    (the catalog: ``$ENVTOOL_SPEC_PATH``, then the bundled specs), then as ``NAME.yaml`` beside
+    ``child``. A file name (``base.yaml``, ``./base.yml``) is a file in ``child``'s own
+    directory: no ``/`` (other than a leading ``./``), no ``..``, and its resolved path (symbolic
+    links followed) must still lie in that directory. Absolute paths and anything else are refused
+    without being opened.
 
     Raises:
-        SpecError: a file fails its own checks, a parent is missing, or ``extends`` loops
-            (the message lists the cycle).
+        SpecError: naming ``child``, its line and ``extends`` (exit 2).
+    """
+    expected = ("the name of a known spec, or a spec file in the same directory as this one "
+                "(NAME.yaml; no '/', no '..')")
+    if not isinstance(value, str) or not value:
+        raise SpecError(child, "extends", expected, got=value, line=line)
+    here = Path(os.path.abspath(child)).parent
+    if names.SPEC_NAME_RE.fullmatch(value) and not value.endswith((".yaml", ".yml")):
+        try:
+            return find(value)
+        except SpecError as exc:
+            for suffix in (".yaml", ".yml"):
+                beside = here / (value + suffix)
+                if beside.is_file() and os.path.realpath(beside).startswith(os.path.realpath(here) + os.sep):
+                    return beside
+            raise SpecError(child, "extends", expected, got=value, line=line, hint=exc.hint) from None
+    text = value[2:] if value.startswith("./") else value
+    if "/" in text or text in (".", "..") or not text.endswith((".yaml", ".yml")) \
+            or not names.SPEC_NAME_RE.fullmatch(text):
+        raise SpecError(child, "extends", expected, got=value, line=line)
+    candidate = here / text
+    real = os.path.realpath(candidate)
+    if os.path.dirname(real) != os.path.realpath(here):
+        raise SpecError(child, "extends", expected, got=value, line=line,
+                        hint="it is a symbolic link to a file outside this directory")
+    if not os.path.isfile(real):
+        raise SpecError(child, "extends", expected, got=value, line=line, hint=f"no file {candidate}")
+    return candidate
+
+
+def resolve_raw(path: Path, find: Callable[[str], Path], _seen: Optional[List[str]] = None,
+                _child: Optional[Tuple[Path, Optional[int]]] = None) -> LineDict:
+    """Read ``path`` and merge its ``extends`` chain (parents found with :func:`parent_path`).
+
+    Errors in a parent name the parent file and line but never echo its contents.
+
+    Raises:
+        SpecError: a file fails its own checks, a parent is missing or not allowed, or
+            ``extends`` loops (the message lists the cycle).
     """
     seen = list(_seen or [])
-    raw = load_yaml(path)
+    try:
+        raw = load_yaml(path)
+    except SpecError as exc:
+        raise (_quiet_parent_error(exc, *_child) if _child else exc) from None
     name = str(raw.get("name") or Path(path).stem)
     if name in seen:
         raise SpecError(path, "extends", "a chain without cycles", line=raw.line_of("extends"),
                         hint="cycle: " + " -> ".join(seen + [name]))
     seen.append(name)
-    check_file(str(path), raw)
+    try:
+        check_file(str(path), raw)
+    except SpecError as exc:
+        raise (_quiet_parent_error(exc, *_child) if _child else exc) from None
     parent_name = raw.get("extends")
     if not parent_name:
         return raw
-    try:
-        parent_path = find(str(parent_name))
-    except SpecError as exc:
-        raise SpecError(path, "extends", "the name of a known spec", got=parent_name,
-                        line=raw.line_of("extends"), hint=exc.hint) from None
-    parent = resolve_raw(parent_path, find, seen)
+    line = raw.line_of("extends")
+    parent = resolve_raw(parent_path(Path(path), parent_name, line, find), find, seen, (Path(path), line))
     return merge(parent, raw)
