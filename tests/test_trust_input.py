@@ -238,3 +238,190 @@ def test_extends_a_spec_beside_by_file_or_name(tmp_path):
                            env={"PYTHONPATH": str(REPO)})
         assert proc.returncode == 0, proc.stderr
         assert '"summary": "from the base beside"' in proc.stdout
+
+
+# --- env: no replaced search paths, no hooks; {prepend|append} is reversible ----------------------
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+HOSTILE_ENV = [("PATH", "/x/bin", "prepend"), ("LD_LIBRARY_PATH", "/x/lib", "prepend"),
+               ("PYTHONPATH", "/x/py", "prepend"), ("MANPATH", "/x/man", "prepend"),
+               ("LD_PRELOAD", "/x/evil.so", "hook"), ("LD_AUDIT", "/x/a.so", "hook"),
+               ("BASH_ENV", "/x/rc", "hook"), ("PROMPT_COMMAND", "touch /x/m", "hook"),
+               ("PYTHONSTARTUP", "/x/s.py", "hook"), ("PYTHONHOME", "/x", "hook"), ("ENV", "/x/rc", "hook")]
+
+
+@pytest.mark.parametrize("var,value,kind", HOSTILE_ENV, ids=[v for v, _, _ in HOSTILE_ENV])
+@pytest.mark.parametrize("where", ["spec env", "spec site.env", "site file env", "stack env", "batch env"])
+def test_env_cannot_replace_a_search_path_or_set_a_hook(tmp_path, var, value, kind, where):
+    spec_env = f"env:\n  {var}: {value!r}\n" if where == "spec env" else ""
+    if where == "spec site.env":
+        spec_env = f"site:\n  env:\n    {var}: {value!r}\n"
+    spec = write(tmp_path / "specs" / "kid.yaml", "name: kid\nextends: cpu-horovod\n" + spec_env)
+    site_body = "name: tsite\n"
+    if where == "site file env":
+        site_body += f"env:\n  {var}: {value!r}\n"
+    elif where == "stack env":
+        site_body += f"stacks:\n  kid:\n    env:\n      {var}: {value!r}\n"
+    elif where == "batch env":
+        site_body += f"batch:\n  env:\n    {var}: {value!r}\n"
+    site = write(tmp_path / "tsite.yaml", site_body)
+    proc = run_envtool("show", spec, "--site-file", site, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    field = {"spec env": f"env.{var}", "spec site.env": f"site.env.{var}", "site file env": f"env.{var}",
+             "stack env": f"stacks.kid.env.{var}", "batch env": f"batch.env.{var}"}[where]
+    assert f": {field}:" in proc.stderr, proc.stderr
+    assert str(spec if where.startswith("spec") else site) in proc.stderr, proc.stderr
+    if kind == "prepend":
+        assert f"{{{var}: {{prepend:" in proc.stderr, proc.stderr  # says what to write instead
+    else:
+        assert "hook" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("body,words", [
+    ("env:\n  LD_PRELOAD: {prepend: /x}\n", "hook"),
+    ("env:\n  PATH: {prepend: '/a:/b'}\n", "one path entry each"),
+    ("env:\n  PATH: {insert: /a}\n", "prepend"),
+    ("env:\n  PATH: {prepend: []}\n", "non-empty list"),
+    ("env:\n  PATH: {prepend: \"/a\\nb\"}\n", "control"),
+    ("horovod:\n  extra_env: {PATH: {prepend: /a}}\n", "build variables take no prepend"),
+    ("horovod:\n  extra_env: {LD_PRELOAD: /x.so}\n", "hook"),
+])
+def test_env_reversible_form_is_checked(tmp_path, body, words):
+    spec = write(tmp_path / "kid.yaml", "name: kid\nextends: cpu-horovod\n" + body)
+    proc = run_envtool("show", spec, timeout=120)
+    assert proc.returncode == 2 and words in proc.stderr and "kid.yaml:" in proc.stderr, proc.stderr
+
+
+PREPEND_SPEC = """\
+    name: kid
+    extends: cpu-horovod
+    env:
+      PATH: {prepend: [/opt/kid/bin, /opt/kid/tools]}
+      PYTHONPATH: {prepend: /opt/kid/py}
+      MANPATH: {append: /opt/kid/man}
+      OMP_NUM_THREADS: "3"
+    """
+
+
+def test_prepend_reaches_show_and_job_script(tmp_path, venv):
+    spec = write(tmp_path / "kid.yaml", PREPEND_SPEC)
+    proc = run_envtool("show", spec, "--json", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    env = json.loads(proc.stdout)["env"]
+    assert env["PATH"] == {"prepend": ["/opt/kid/bin", "/opt/kid/tools"]} and env["MANPATH"] == {
+        "append": ["/opt/kid/man"]}
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "horovodrun").write_text('#!/bin/bash\nwhile [ "$1" != python ]; do shift; done\nexec "$@"\n')
+    (bindir / "horovodrun").chmod(0o755)
+    out = tmp_path / "job.sh"
+    proc = run_envtool("jobscript", "--spec", spec, "--site", "local", "--prefix", venv, "--nodes", "1",
+                       "--ranks-per-node", "1", "--output", out, "--", "python", "-c",
+                       "import os; print(os.environ['PATH']); print(os.environ['PYTHONPATH']); "
+                       "print(os.environ.get('MANPATH'))", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert subprocess.run(["bash", "-n", str(out)]).returncode == 0
+    base_path = f"{bindir}:/usr/bin:/bin"
+    env = {"PATH": base_path, "HOME": str(tmp_path)}
+    ran = subprocess.run(["bash", str(out)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    path, pythonpath, manpath = ran.stdout.splitlines()
+    assert path == f"/opt/kid/bin:/opt/kid/tools:{venv}/bin:{base_path}", path
+    assert pythonpath == "/opt/kid/py" and manpath == "/opt/kid/man"  # unset before: no empty entry
+
+
+@pytest.mark.lmod
+@pytest.mark.parametrize("fmt,system", [("lua", "lmod"), ("tcl", "lmod"), ("tcl", "envmodules")],
+                         ids=["lua-lmod", "tcl-lmod", "tcl-envmodules"])
+def test_prepend_modulefile_load_unload_restores_path(tmp_path, venv, fmt, system):
+    """Real Lmod and Environment Modules in a real bash: the spec's prepend/append entries are in
+    front of (behind) the user's after ``module load``, and after ``module unload`` PATH,
+    PYTHONPATH and MANPATH are exactly what they were before."""
+    from test_modulefile import ENVMODULES_INIT, LMOD_INIT, _need, assert_same_env, load_unload
+
+    init = _need(LMOD_INIT, "Lmod") if system == "lmod" else _need(ENVMODULES_INIT, "Environment Modules")
+    spec = write(tmp_path / "kid.yaml", PREPEND_SPEC)
+    root = tmp_path / "mods"
+    proc = run_envtool("modulefile", spec, "--prefix", venv, "--root", root, "--format", fmt, "--name", "kid/1.0",
+                       timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    check = 'echo "PATH=$PATH"; echo "PYTHONPATH=$PYTHONPATH"; echo "MANPATH=$MANPATH"'
+    env = {"PYTHONPATH": "/home/u/py", "MANPATH": "/usr/share/man"}
+    before, after, proc = load_unload(init, system, root, "kid/1.0", tmp_path, env=env, check=check)
+    assert f"PATH=/opt/kid/bin:/opt/kid/tools:{venv}/bin:/usr/bin:/bin\n" in proc.stdout, proc.stdout
+    assert "PYTHONPATH=/opt/kid/py:/home/u/py\n" in proc.stdout, proc.stdout
+    assert "MANPATH=/usr/share/man:/opt/kid/man\n" in proc.stdout, proc.stdout
+    assert before["PATH"] == after["PATH"] == "/usr/bin:/bin"
+    assert before["PYTHONPATH"] == after["PYTHONPATH"] == "/home/u/py"
+    assert_same_env(before, after)
+
+
+@pytest.mark.parametrize("var", ["PATH", "LD_PRELOAD", "PYTHONPATH", "BASH_ENV", "PROMPT_COMMAND"])
+def test_modulefile_and_jobscript_refuse_env_that_replaces_path_or_sets_a_hook(tmp_path, venv, var):
+    """The issue's finding: ``env: {PATH: /x/bin}`` became a PATH replaced outright in the modulefile."""
+    spec = write(tmp_path / "kid.yaml", f"name: kid\nextends: cpu-horovod\nenv:\n  {var}: /x/bin\n")
+    root = tmp_path / "mods"
+    proc = run_envtool("modulefile", spec, "--prefix", venv, "--root", root, timeout=120)
+    assert proc.returncode == 2 and f"env.{var}" in proc.stderr and "kid.yaml:4" in proc.stderr, proc.stderr
+    assert not root.exists()
+    out = tmp_path / "job.sh"
+    proc = run_envtool("jobscript", "--spec", spec, "--site", "local", "--prefix", venv, "--nodes", "1",
+                       "--ranks-per-node", "1", "--output", out, "--", "true", timeout=120)
+    assert proc.returncode == 2 and f"env.{var}" in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+# --- horovod.extra_env against the derived HOROVOD_* flags -----------------------------------------
+
+@pytest.mark.parametrize("extra,field,words", [
+    ("HOROVOD_WITH_MPI: '1'", "HOROVOD_WITH_MPI", ["HOROVOD_WITHOUT_MPI=1", "HOROVOD_WITH_MPI=1",
+                                                   "horovod.controllers"]),
+    ("HOROVOD_WITHOUT_GLOO: '1'", "HOROVOD_WITHOUT_GLOO", ["HOROVOD_WITH_GLOO=1", "HOROVOD_WITHOUT_GLOO=1"]),
+    ("HOROVOD_WITH_PYTORCH: '0'", "HOROVOD_WITH_PYTORCH", ["HOROVOD_WITH_PYTORCH=1", "HOROVOD_WITH_PYTORCH=0",
+                                                           "horovod.frameworks"]),
+    ("HOROVOD_WITH_TENSORFLOW: '1'", "HOROVOD_WITH_TENSORFLOW", ["HOROVOD_WITHOUT_TENSORFLOW=1"]),
+    ("HOROVOD_CPU_OPERATIONS: MPI", "HOROVOD_CPU_OPERATIONS", ["HOROVOD_CPU_OPERATIONS=GLOO",
+                                                               "horovod.cpu_operations"]),
+])
+def test_extra_env_contradicting_derived_flags_is_refused(tmp_path, extra, field, words):
+    spec = write(tmp_path / "kid.yaml", f"""\
+        name: kid
+        extends: cpu-horovod
+        horovod:
+          controllers: [gloo]
+          cpu_operations: gloo
+          extra_env:
+            {extra}
+        expect:
+          check_build: {{frameworks: [PyTorch], controllers: [Gloo]}}
+        """)
+    for command in (["show", spec], ["plan", spec, "--prefix", tmp_path / "env"]):
+        proc = run_envtool(*command, timeout=120)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert f"horovod.extra_env.{field}" in proc.stderr and "kid.yaml" in proc.stderr, proc.stderr
+        for w in words:
+            assert w in proc.stderr, proc.stderr
+    assert not (tmp_path / "env").exists()
+
+
+def test_extra_env_repeating_a_derived_value_or_adding_another_is_kept(tmp_path):
+    spec = write(tmp_path / "kid.yaml", """\
+        name: kid
+        extends: cpu-horovod
+        horovod:
+          extra_env: {HOROVOD_WITH_GLOO: '1', HOROVOD_MPI_THREADS_DISABLE: '1'}
+        """)
+    proc = run_envtool("show", spec, "--json", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    build = json.loads(proc.stdout)["horovod"]["build_env"]
+    assert build["HOROVOD_WITH_GLOO"] == "1" and build["HOROVOD_MPI_THREADS_DISABLE"] == "1"

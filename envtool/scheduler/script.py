@@ -136,6 +136,12 @@ def render(req: JobRequest, version: str = "") -> str:
         if not k.replace("_", "").isalnum() or k[0].isdigit():
             raise UsageError(f"variable name {k!r} is not a shell variable name")
         body.append(f"export {k}={shlex.quote(str(v))}")
+    for k, op, entry in req.env_paths:
+        if not k.replace("_", "").isalnum() or k[0].isdigit() or op not in ("prepend", "append"):
+            raise UsageError(f"{op} of variable {k!r}: not a shell variable name or not prepend/append")
+        # one entry in front of (behind) what the job already has; no empty entry when it had none
+        body.append(f'export {k}={shlex.quote(str(entry))}"${{{k}:+:${k}}}"' if op == "prepend"
+                    else f'export {k}="${{{k}:+${k}:}}"{shlex.quote(str(entry))}')
     launch = req.launcher or launcher_mod.for_site(site)
     for step in req.steps:
         layout = step.layout or req.layout

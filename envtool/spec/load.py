@@ -128,6 +128,9 @@ class _Reader:
         values = self.data.get(key) or {}
         if not isinstance(values, dict):
             raise self.error(key, "a mapping of names to strings", got=values)
+        return self._pairs(key, values)
+
+    def _pairs(self, key: str, values: Dict[Any, Any]) -> Tuple[Tuple[str, str], ...]:
         out = []
         env = key in ENV_MAP_KEYS
         for k, v in values.items():
@@ -143,6 +146,60 @@ class _Reader:
             names.check_no_control(str(v), self.path, f"{self.field(key)}.{k}", self.line_of(key), allow_tab=env)
             out.append((k, str(v)))
         return tuple(out)
+
+    def env_map(self, key: str, paths: bool = True) -> Tuple[Tuple[Tuple[str, str], ...],
+                                                             Tuple[Tuple[str, str, str], ...]]:
+        """An ``env`` mapping that sets variables: ``(plain, edits)``.
+
+        ``plain`` holds ``(VAR, value)``; ``edits`` holds ``(VAR, op, entry)`` for the reversible
+        form ``VAR: {prepend: DIR or [DIR, …], append: …}``, in the order they are to be applied
+        one after the other (a prepended list is stored last entry first, so that the list ends up
+        in front in the order written). Search-path variables may only take that form and hooks
+        no form (:func:`envtool.spec.names.check_env_setting`).
+
+        Args:
+            key: the field (``env``, ``extra_env``).
+            paths: whether the ``{prepend|append}`` form is allowed here.
+        Raises:
+            SpecError: naming the file, line and ``<key>.<VAR>``.
+        """
+        values = self.data.get(key) or {}
+        if not isinstance(values, dict):
+            raise self.error(key, "a mapping of variable names to values", got=values)
+        edits: List[Tuple[str, str, str]] = []
+        plain: Dict[str, object] = {}
+        line = self.line_of(key)
+        for k, v in values.items():
+            names.check_env_key(k, self.path, self.field(key), line=line)
+            where = f"{self.field(key)}.{k}"
+            line = values.line_of(k) if isinstance(values, LineDict) else self.line_of(key)
+            if isinstance(v, dict):
+                if not paths:
+                    raise SpecError(self.path, where, "a string value (build variables take no prepend/append)",
+                                    got=v, line=line)
+                names.check_env_setting(k, self.path, where, line, edit=True)
+                bad = [op for op in v if op not in names.PATH_EDIT_OPS]
+                if bad or not v:
+                    raise SpecError(self.path, where, "{prepend: DIR} and/or {append: DIR} (a list for several)",
+                                    got=bad[0] if bad else v, line=line)
+                for op in names.PATH_EDIT_OPS:
+                    if op not in v:
+                        continue
+                    entries = v[op] if isinstance(v[op], list) else [v[op]]
+                    if not entries:
+                        raise SpecError(self.path, f"{where}.{op}", "a directory or a non-empty list of them",
+                                        got=v[op], line=line)
+                    for e in entries:
+                        if isinstance(e, bool) or not isinstance(e, (str, int, float)) or not str(e) \
+                                or ":" in str(e) or names.has_control(str(e)):
+                            raise SpecError(self.path, f"{where}.{op}", "one path entry each (no ':', no control "
+                                            "characters; a list for several)", got=e, line=line)
+                    seq = [str(e) for e in entries]
+                    edits += [(k, op, e) for e in (reversed(seq) if op == "prepend" else seq)]
+                continue
+            names.check_env_setting(k, self.path, where, line)
+            plain[k] = v
+        return self._pairs(key, plain), tuple(edits)
 
     def bool(self, key: str, default: bool = False) -> bool:
         value = self.data.get(key, default)
@@ -318,9 +375,10 @@ def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False)
 
     s = r.sub("site")
     s.check_keys(SITE_KEYS)
+    site_env, site_env_paths = s.env_map("env")
     site = m.Site(name=s.str("name") or "local", modules=s.str_list("modules"), base_env=s.str("base_env"),
                   launcher=s.str("launcher"), scheduler=s.str("scheduler"),
-                  gpus_per_node=s.int("gpus_per_node", 0), env=s.str_map("env"))
+                  gpus_per_node=s.int("gpus_per_node", 0), env=site_env, env_paths=site_env_paths)
 
     p = r.sub("packages")
     p.check_keys(PACKAGES_KEYS)
@@ -347,7 +405,7 @@ def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False)
         nccl_link=h.choice("nccl_link", m.NCCL_LINKS),
         allow_mixed_gpu_impl=h.bool("allow_mixed_gpu_impl"),
         cuda_home=h.str("cuda_home"), nccl_home=h.str("nccl_home"), cuda_cc_list=h.str("cuda_cc_list"),
-        extra_env=h.str_map("extra_env"),
+        extra_env=h.env_map("extra_env", paths=False)[0],
     )
 
     e = r.sub("expect")
@@ -375,13 +433,14 @@ def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False)
         raise r.error("abstract", "true or false", got=r.get("abstract"))
 
     status = _status(r, source_ids, partial)
+    env, env_paths = r.env_map("env")
 
     return m.Spec(
         name=name, path=path, summary=r.str("summary") or "", distribution=dist, sources=sources,
         platforms=platforms, engine=r.choice("engine", m.ENGINES, default="venv", nullable=False),
         python=python, cuda=cuda, site=site, channels=r.str_list("channels"), packages=packages,
-        horovod=horovod, expect=expect, env=r.str_map("env"), notes=r.str("notes") or "",
-        extends=r.str("extends"), venv=venv, status=status,
+        horovod=horovod, expect=expect, env=env, notes=r.str("notes") or "",
+        extends=r.str("extends"), venv=venv, status=status, env_paths=env_paths,
     )
 
 

@@ -188,3 +188,67 @@ def check_option(option: str, value: str, kind: str) -> str:
     if problem:
         raise UsageError(f"{option}: expected {OPTION_KINDS[kind]}, got {problem}: {echo(value)}")
     return value
+
+
+#: Variables that hold ``:``-separated search paths: a spec or site file may add entries to them
+#: (``{prepend: DIR}`` / ``{append: DIR}``, undone by ``module unload``) but not replace them, which
+#: would hide the user's own entries and outlive the module. Sources: POSIX.1-2017 XBD 8.3 (PATH);
+#: ld.so(8) (LD_LIBRARY_PATH); gcc(1) "Environment Variables" (LIBRARY_PATH, CPATH, C_INCLUDE_PATH,
+#: CPLUS_INCLUDE_PATH, OBJC_INCLUDE_PATH); python(1) (PYTHONPATH); man(1) (MANPATH); pkg-config(1);
+#: cmake-env-variables(7) (CMAKE_PREFIX_PATH); XDG Base Directory Specification (XDG_DATA_DIRS,
+#: XDG_CONFIG_DIRS); Lmod/Environment Modules (MODULEPATH); perlrun(1) (PERL5LIB, PERLLIB); Lua 5.4
+#: manual §6.3 (LUA_PATH, LUA_CPATH); dyld(1) (DYLD_LIBRARY_PATH, DYLD_FALLBACK_LIBRARY_PATH).
+PATH_LIST_VARS = frozenset({
+    "PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "OBJC_INCLUDE_PATH",
+    "PYTHONPATH", "MANPATH", "INFOPATH", "PKG_CONFIG_PATH", "CMAKE_PREFIX_PATH", "XDG_DATA_DIRS", "XDG_CONFIG_DIRS",
+    "MODULEPATH", "PERL5LIB", "PERLLIB", "LUA_PATH", "LUA_CPATH", "CLASSPATH", "DYLD_LIBRARY_PATH",
+    "DYLD_FALLBACK_LIBRARY_PATH", "CDPATH", "NLSPATH",
+})
+#: Variables that make a loader, a shell or an interpreter run code of the variable's choosing in
+#: every process that sees them: never set by a spec or site file. Sources: ld.so(8) "Environment"
+#: (every ``LD_*`` other than LD_LIBRARY_PATH: LD_PRELOAD, LD_AUDIT, LD_PROFILE …); dyld(1)
+#: (DYLD_INSERT_LIBRARIES); bash(1) "INVOCATION" (BASH_ENV, ENV) and "Shell Variables" (PROMPT_COMMAND;
+#: PS0-PS4 undergo command substitution; SHELLOPTS, BASHOPTS, IFS); zsh(1) "STARTUP/SHUTDOWN FILES"
+#: (ZDOTDIR); python(1) "Environment variables" (PYTHONSTARTUP, PYTHONHOME, PYTHONINSPECT,
+#: PYTHONUSERBASE, PYTHONBREAKPOINT, PYTHONEXECUTABLE, PYTHONPLATLIBDIR); perlrun(1) (PERL5OPT);
+#: ruby(1) (RUBYOPT); node(1) (NODE_OPTIONS: ``--require``); the JVM's JAVA_TOOL_OPTIONS and
+#: _JAVA_OPTIONS (``-javaagent``); gconv (glibc iconv(3) modules: GCONV_PATH).
+HOOK_VARS = frozenset({
+    "DYLD_INSERT_LIBRARIES", "BASH_ENV", "ENV", "PROMPT_COMMAND", "PS0", "PS1", "PS2", "PS3", "PS4", "SHELLOPTS",
+    "BASHOPTS", "IFS", "ZDOTDIR", "BASH_XTRACEFD", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONINSPECT", "PYTHONUSERBASE",
+    "PYTHONBREAKPOINT", "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR", "PERL5OPT", "RUBYOPT", "NODE_OPTIONS",
+    "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "GCONV_PATH",
+})
+#: The reversible forms of an ``env`` entry: ``{prepend: DIR or [DIR, …]}``, ``{append: …}``.
+PATH_EDIT_OPS = ("prepend", "append")
+
+
+def is_hook_var(key: str) -> bool:
+    """Whether variable ``key`` is a loader, shell or interpreter hook (:data:`HOOK_VARS`, any
+    ``LD_*`` but ``LD_LIBRARY_PATH``)."""
+    return key in HOOK_VARS or (key.startswith("LD_") and key != "LD_LIBRARY_PATH")
+
+
+def check_env_setting(key: str, path: Optional[str], field: str, line: Optional[int] = None,
+                      edit: bool = False) -> str:
+    """Refuse an ``env`` entry that replaces a search path or sets a hook.
+
+    Args:
+        key: the variable.
+        path, field, line: where it was written (``field`` is ``env.PATH`` …).
+        edit: the entry is the reversible ``{prepend: …}``/``{append: …}`` form.
+    Returns:
+        ``key``.
+    Raises:
+        SpecError: exit 2: a hook (:func:`is_hook_var`) in any form; a :data:`PATH_LIST_VARS`
+            variable set to a plain value (naming the form to write instead).
+    """
+    if is_hook_var(key):
+        raise SpecError(path, field, "no loader, shell or interpreter hook variable (it would run code of its "
+                        "choosing in every process of the environment)", got=key, line=line,
+                        hint="leave it out; put code the environment needs in a package or a module")
+    if key in PATH_LIST_VARS and not edit:
+        raise SpecError(path, field, f"{{prepend: DIR}} or {{append: DIR}} (a list for several), which adds to "
+                        f"{key} and is undone on 'module unload'; a plain value would replace {key}", line=line,
+                        hint=f"write: env: {{{key}: {{prepend: /path/to/dir}}}}")
+    return key
