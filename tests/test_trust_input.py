@@ -211,7 +211,7 @@ def test_extends_outside_the_spec_directory_is_refused_unread(tmp_path, secret_f
         (specs / name).symlink_to(secret_file)
         value = name
     (specs / "kid.yaml").write_text(f"name: kid\nextends: {value}\n")
-    proc = show(specs / "kid.yaml", tmp_path)
+    proc = show(specs / "kid.yaml", specs)  # run from the spec's directory, as a user would
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "extends" in proc.stderr and "kid.yaml:2" in proc.stderr, proc.stderr
     assert "topsecret" not in proc.stderr + proc.stdout and "hunter2" not in proc.stderr + proc.stdout
