@@ -55,7 +55,7 @@ def check_generated_inputs(args, positional_spec: bool = False) -> None:
 
     for dest, (option, kind) in GENERATED_FILE_OPTIONS.items():
         value = getattr(args, dest, None)
-        if value is None or value == "" and dest in ("spec", "site"):
+        if value is None or (value == "" and dest in ("spec", "site")):
             continue
         if dest == "spec" and positional_spec:
             option = "SPEC"
