@@ -48,8 +48,8 @@ def run(args) -> int:
     from envtool.steps.publish import publish
     from envtool.cli.common import check_generated_inputs
 
-    check_generated_inputs(args, positional_spec=True)
     try:
+        check_generated_inputs(args, positional_spec=True)
         try:
             umask = int(args.umask, 8)
         except ValueError:
