@@ -35,9 +35,9 @@ CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 #: scheduler would read it as an option), at most 200 characters. Shell characters are allowed:
 #: the job script quotes every word (``<PROJECT>``, ``queue@server``).
 SCHED_WORD_RE = re.compile(r"[^\s\x00-\x1f\x7f-][^\s\x00-\x1f\x7f]{0,199}")
-#: Group names (``--group``): POSIX portable user/group names (POSIX.1-2017 XBD 3.437, the
-#: portable filename character set, not starting with ``-``), or a numeric gid.
-GROUP_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}")
+#: Group names (``--group``): a name or a gid without control characters, not starting with ``-``
+#: (directory-service groups may hold spaces and capitals, so nothing narrower is assumed).
+GROUP_RE = re.compile(r"[^\x00-\x1f\x7f-][^\x00-\x1f\x7f]{0,255}")
 
 
 #: Longest path component and path (bytes), Linux's NAME_MAX and PATH_MAX (limits.h).
@@ -138,7 +138,7 @@ OPTION_KINDS = {
     "module": "a module name such as 'gcc/12' (letters, digits, _.+-/:@=,; no spaces or control characters)",
     "word": "a scheduler name (one word without spaces or control characters, not starting with '-', "
             "at most 200 characters)",
-    "group": "a group name or number (letters, digits and _.-, not starting with '-')",
+    "group": "a group name or number (no control characters, not starting with '-')",
     "text": "text without control characters (newline, carriage return, escape …)",
 }
 
@@ -168,7 +168,7 @@ def option_problem(value: str, kind: str) -> Optional[str]:
     if kind == "word":
         return None if SCHED_WORD_RE.fullmatch(value) else "a space, a leading '-' or over 200 characters"
     if kind == "group":
-        return None if GROUP_RE.fullmatch(value) else "other characters or a leading '-'"
+        return None if GROUP_RE.fullmatch(value) else "a leading '-' or over 256 characters"
     return None
 
 
