@@ -23,6 +23,52 @@ def path_arg(text: str) -> str:
     return text
 
 
+#: Options whose values reach a generated file (job script, modulefile, module tree): argparse
+#: ``dest`` -> (option as typed, kind of :data:`envtool.spec.names.OPTION_KINDS`, or ``time``).
+GENERATED_FILE_OPTIONS = {
+    "prefix": ("--prefix", "path"), "module": ("--module", "module"), "spec": ("--spec", "path"),
+    "site": ("--site", "path"), "site_file": ("--site-file", "path"), "queue": ("--queue", "word"),
+    "account": ("--account", "word"), "job_name": ("--job-name", "word"), "job_output": ("--job-output", "path"),
+    "workdir": ("--workdir", "path"), "output": ("--output", "path"), "time": ("--time", "time"),
+    "plot": ("--plot", "path"), "root": ("--root", "path"), "modulefiles": ("--modulefiles", "path"),
+    "modulefile_root": ("--modulefile-root", "path"), "group": ("--group", "group"), "name": ("--name", "module"),
+    "lock": ("--lock", "path"),
+}
+
+
+def check_generated_inputs(args, positional_spec: bool = False) -> None:
+    """The one input gate for command-line values that reach a generated file: every attribute
+    of ``args`` named in :data:`GENERATED_FILE_OPTIONS` that is set is checked with
+    :func:`envtool.spec.names.check_option` (the checks site files get: no control characters,
+    module-name, scheduler-name and path patterns), ``--time`` with
+    :func:`envtool.scheduler.model.parse_time`. Used by ``jobscript``, ``validate``,
+    ``modulefile``, ``publish``, ``create`` and ``plan`` before anything is written.
+
+    Args:
+        args: the parsed arguments.
+        positional_spec: ``spec`` is the positional SPEC (a string or a list), not ``--spec``.
+    Raises:
+        UsageError: exit 2, naming the option and what was expected.
+    """
+    from envtool.scheduler.model import parse_time
+    from envtool.spec.names import check_option
+
+    for dest, (option, kind) in GENERATED_FILE_OPTIONS.items():
+        value = getattr(args, dest, None)
+        if value is None or (value == "" and dest in ("spec", "site")):
+            continue
+        if dest == "spec" and positional_spec:
+            option = "SPEC"
+        for item in (value if isinstance(value, list) else [value]):
+            if not isinstance(item, str):
+                continue
+            if kind == "time":
+                check_option(option, item, "text")
+                parse_time(item)  # UsageError naming --time and the formats
+            else:
+                check_option(option, item, kind)
+
+
 def name_arg(text: str) -> str:
     """argparse ``type`` for a name option (spec, module, clone source): as :func:`path_arg`, but the
     empty string is allowed (``--clone`` with no value, ``clone`` with no source: "the default")."""

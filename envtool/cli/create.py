@@ -35,6 +35,9 @@ def run(args) -> int:
     from envtool.steps.create import create
     from envtool.steps.planner import clone_source
 
+    from envtool.cli.common import check_generated_inputs
+
+    check_generated_inputs(args, positional_spec=True)
     quiet = args.quiet or args.json
     spec, site = load_spec_site(args.spec, args.site, args.site_file, quiet=quiet)
 

@@ -68,9 +68,11 @@ def flatten(spec) -> Dict[str, Optional[str]]:
     s = spec.site
     out.update({"site.name": s.name, "site.modules": " ".join(s.modules) or None, "site.base_env": s.base_env,
                 "site.launcher": s.launcher, "site.scheduler": s.scheduler, "site.gpus_per_node": str(s.gpus_per_node)})
-    for k, v in s.env:
+    from envtool.spec.model import env_path_text
+
+    for k, v in list(s.env) + list(env_path_text(s.env_paths).items()):
         out[f"site.env.{k}"] = v
-    for k, v in spec.env:
+    for k, v in list(spec.env) + list(env_path_text(spec.env_paths).items()):
         out[f"env.{k}"] = v
     return {k: v for k, v in out.items() if v is not None}
 

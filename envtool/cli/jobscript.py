@@ -51,9 +51,12 @@ def run(args) -> int:
     import os
     from pathlib import Path
 
+    from envtool.cli.common import check_generated_inputs
     from envtool.core.errors import UsageError
     from envtool.scheduler.model import LaunchStep
     from envtool.steps import jobscript
+
+    check_generated_inputs(args)
 
     command = list(args.command)
     if command and command[0] == "--":

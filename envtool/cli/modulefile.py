@@ -40,7 +40,9 @@ def register(sub) -> None:
 def run(args) -> int:
     from envtool.core.errors import UsageError
     from envtool.modules import build_content, modulefile_path, parse_module_name, write_modulefile
+    from envtool.cli.common import check_generated_inputs
 
+    check_generated_inputs(args, positional_spec=True)
     if args.spec is None and (args.site or args.site_file):
         raise UsageError("--site/--site-file need a SPEC")
     spec = load_spec(args.spec, args.site, args.site_file) if args.spec else None

@@ -62,8 +62,10 @@ def options_from_args(args, spec, preview: bool = False, site=None, say=None):
 
 
 def run(args) -> int:
+    from envtool.cli.common import check_generated_inputs
     from envtool.steps.planner import format_plan, make_plan
 
+    check_generated_inputs(args, positional_spec=True)
     spec, site = load_spec_site(args.spec, args.site, args.site_file, quiet=args.json)
     options = options_from_args(args, spec, preview=True, site=site)
     plan = make_plan(spec, options)

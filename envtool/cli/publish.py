@@ -46,8 +46,10 @@ def run(args) -> int:
 
     from envtool.core.errors import EnvtoolError, UsageError
     from envtool.steps.publish import publish
+    from envtool.cli.common import check_generated_inputs
 
     try:
+        check_generated_inputs(args, positional_spec=True)
         try:
             umask = int(args.umask, 8)
         except ValueError:

@@ -25,6 +25,7 @@ def register(sub) -> None:
 def _chain(path: Path) -> List[Tuple[str, Any]]:
     """``[(file, raw mapping), …]`` from the spec file to its root parent."""
     from envtool.spec import catalog
+    from envtool.spec.load import parent_path
     from envtool.spec.yamlload import load_yaml
 
     out = []
@@ -34,8 +35,15 @@ def _chain(path: Path) -> List[Tuple[str, Any]]:
         raw = load_yaml(path)
         out.append((str(path), raw))
         parent = raw.get("extends")
-        path = catalog.find(str(parent)) if parent else None
+        path = parent_path(path, parent, raw.line_of("extends"), catalog.find) if parent else None
     return out
+
+
+def _env_word(key: str, value: Any) -> str:
+    """A value of ``env`` for the text listing: the value, or ``/x/bin:$PATH`` for a prepend/append."""
+    if isinstance(value, dict):
+        return ":".join(list(value.get("prepend", [])) + [f"${key}"] + list(value.get("append", [])))
+    return str(value)
 
 
 def _defined_in(chain, field: str, overrides=None, site_path: Optional[str] = None) -> Optional[str]:
@@ -65,6 +73,7 @@ def describe(name: str, site: Optional[str] = None, site_file: Optional[str] = N
         SpecError: exit 2.
     """
     from envtool.horovod.flags import build_env
+    from envtool.spec.model import env_path_edits
     from envtool.spec import catalog, channels, provenance, sites
     from envtool.spec.model import MARKS
 
@@ -102,7 +111,7 @@ def describe(name: str, site: Optional[str] = None, site_file: Optional[str] = N
     site_info: Dict[str, Any] = {"name": spec.site.name, "modules": list(spec.site.modules),
                                  "base_env": spec.site.base_env, "launcher": spec.site.launcher,
                                  "scheduler": spec.site.scheduler, "gpus_per_node": spec.site.gpus_per_node,
-                                 "env": dict(spec.site.env),
+                                 "env": {**dict(spec.site.env), **env_path_edits(spec.site.env_paths)},
                                  "libraries": {n: p.value for n, p in spec.site.libraries}}
     if resolved is not None:
         m = resolved.mapping
@@ -126,7 +135,8 @@ def describe(name: str, site: Optional[str] = None, site_file: Optional[str] = N
                                                            "controllers": list(cb.controllers),
                                                            "tensor_operations": list(cb.tensor_operations)},
                    "dataloader_start_method": spec.expect.dataloader_start_method},
-        "site": site_info, "env": dict(spec.env), "sources": sources, "notes": spec.notes,
+        "site": site_info, "env": {**dict(spec.env), **env_path_edits(spec.env_paths)}, "sources": sources,
+        "notes": spec.notes,
         "status": {"value": spec.status.value, "since": spec.status.since, "source": spec.status.source,
                    "note": spec.status.note},
     }
@@ -177,7 +187,7 @@ def format_text(d: Dict[str, Any]) -> str:
               f"  launcher: {s['launcher'] or '-'}; scheduler: {s['scheduler'] or '-'}; "
               f"GPUs per node: {s['gpus_per_node']}"]
     if s["env"]:
-        lines.append("  env: " + " ".join(f"{k}={v}" for k, v in s["env"].items()))
+        lines.append("  env: " + " ".join(f"{k}={_env_word(k, v)}" for k, v in s["env"].items()))
     if s.get("libraries"):
         lines.append("  libraries from the site's modules: " + ", ".join(f"{k} {v}" for k, v in s["libraries"].items()))
     stack = s.get("stack")
@@ -192,7 +202,7 @@ def format_text(d: Dict[str, Any]) -> str:
     elif "stack" in s:
         lines.append("  mapping: none for this spec (site defaults only)")
     if d["env"]:
-        lines += ["", "Environment: " + " ".join(f"{k}={v}" for k, v in d["env"].items())]
+        lines += ["", "Environment: " + " ".join(f"{k}={_env_word(k, v)}" for k, v in d["env"].items())]
     lines += ["", "Sources:"] + [f"  {k}: {v}" for k, v in d["sources"].items()]
     if d["notes"]:
         lines += ["", "Notes: " + d["notes"]]

@@ -39,7 +39,9 @@ def run(args) -> int:
     from envtool.core.errors import UsageError
     from envtool.steps import jobscript, validate_job
     from envtool.validate import ranks as rk
+    from envtool.cli.common import check_generated_inputs
 
+    check_generated_inputs(args)
     if args.preflight and not args.submit:
         raise UsageError("--preflight runs the pre-flight of a batch job: add --submit")
     if args.plot and not args.benchmark:

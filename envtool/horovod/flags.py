@@ -18,7 +18,7 @@ from packaging.version import Version
 
 from envtool.core import frameworks
 from envtool.core.errors import SpecError
-from envtool.spec.model import HorovodSpec, Spec
+from envtool.spec.model import GPU_OP_CHOICES, HorovodSpec, Spec
 from envtool.spec.rules import horovod_version
 
 _FRAMEWORK_VARS = tuple((f.name, f.build_var) for f in frameworks.FRAMEWORKS)
@@ -70,18 +70,63 @@ def build_env(spec: Spec, cpu_count: Optional[int] = None) -> List[Tuple[str, st
     if h.cuda_cc_list:
         env.append(("HOROVOD_BUILD_CUDA_CC_LIST", h.cuda_cc_list))
     names = {k for k, _ in env}
+    derived = dict(env)
     for key, value in h.extra_env:
         if version is not None and version < Version("0.20.0") and key.startswith("HOROVOD_") \
                 and value.strip() in ("0", "false", "False"):
             raise SpecError(spec.path, f"horovod.extra_env.{key}",
                             "a variable left out rather than set to 0 for Horovod < 0.20",
                             got=value, hint="setup.py@v0.19.x treats any non-empty value as set")
+        _check_extra(spec, key, value, derived)
         if key in names:
             env = [(k, v) for k, v in env if k != key]
         env.append((key, value))
     if cpu_count:
         env.append(("MAKEFLAGS", f"-j{cpu_count}"))
     return env
+
+
+def _origin(key: str) -> str:
+    """The spec field a derived variable comes from (for the message when ``extra_env`` contradicts it)."""
+    if key.startswith(("HOROVOD_WITH_", "HOROVOD_WITHOUT_")):
+        var = key.split("_", 2)[2]
+        return "horovod.controllers" if var in dict(_CONTROLLER_VARS).values() else "horovod.frameworks"
+    return {"HOROVOD_GPU_OPERATIONS": "horovod.gpu_operations", "HOROVOD_NCCL_LINK": "horovod.nccl_link",
+            "HOROVOD_ALLOW_MIXED_GPU_IMPL": "horovod.allow_mixed_gpu_impl",
+            "HOROVOD_CPU_OPERATIONS": "horovod.cpu_operations", "HOROVOD_CUDA_HOME": "horovod.cuda_home",
+            "HOROVOD_NCCL_HOME": "horovod.nccl_home",
+            "HOROVOD_BUILD_CUDA_CC_LIST": "horovod.cuda_cc_list"}.get(key, "horovod.gpu_ops")
+
+
+def _check_extra(spec: Spec, key: str, value: str, derived: dict) -> None:
+    """Refuse an ``extra_env`` entry that contradicts the derived ``HOROVOD_*`` set: the same
+    variable with another value, ``HOROVOD_WITH_X`` beside a derived ``HOROVOD_WITHOUT_X`` (or the
+    reverse), or a per-operation ``HOROVOD_GPU_<OP>`` beside a derived ``HOROVOD_GPU_OPERATIONS``
+    (or the reverse; CMakeLists.txt@v0.28.1 stops on that mix).
+
+    Raises:
+        SpecError: naming ``horovod.extra_env.<KEY>``, both values and the field to change instead.
+    """
+    field = f"horovod.extra_env.{key}"
+    if key in derived and derived[key] != value:
+        raise SpecError(spec.path, field, f"{key} left to envtool, which derives {key}={derived[key]} from "
+                        f"{_origin(key)}", got=f"{key}={value}", hint=f"change {_origin(key)} instead")
+    for a, b in (("HOROVOD_WITH_", "HOROVOD_WITHOUT_"), ("HOROVOD_WITHOUT_", "HOROVOD_WITH_")):
+        if key.startswith(a):
+            opposite = b + key[len(a):]
+            if opposite in derived:
+                raise SpecError(spec.path, field, f"no {key}: envtool derives {opposite}={derived[opposite]} from "
+                                f"{_origin(opposite)}", got=f"{key}={value}",
+                                hint=f"change {_origin(opposite)} instead; both variables would reach the build")
+    per_op = {f"HOROVOD_GPU_{op.upper()}" for op in GPU_OP_CHOICES}
+    if key in per_op and "HOROVOD_GPU_OPERATIONS" in derived:
+        raise SpecError(spec.path, field, f"no {key}: envtool derives HOROVOD_GPU_OPERATIONS="
+                        f"{derived['HOROVOD_GPU_OPERATIONS']} from horovod.gpu_operations", got=f"{key}={value}",
+                        hint="Horovod's CMake stops when HOROVOD_GPU_OPERATIONS is combined with a per-op variable")
+    if key == "HOROVOD_GPU_OPERATIONS" and per_op & set(derived):
+        other = sorted(per_op & set(derived))[0]
+        raise SpecError(spec.path, field, f"no {key}: envtool derives {other}={derived[other]} from horovod.gpu_ops",
+                        got=f"{key}={value}", hint="use horovod.gpu_operations instead of gpu_ops")
 
 
 def cache_relevant(env: List[Tuple[str, str]]) -> List[Tuple[str, str]]:

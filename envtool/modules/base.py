@@ -22,6 +22,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from envtool.core.errors import SpecError, UsageError
 from envtool.spec.model import Spec
+from envtool.spec.names import check_env_setting
 
 #: Module name and version components: what Lmod and Environment Modules accept as a path
 #: component without quoting, and never ``.``-leading (hidden) or ``default``.
@@ -290,8 +291,20 @@ def _spec_env(spec: Spec) -> List[EnvChange]:
         if not VAR_RE.fullmatch(key):
             raise SpecError(spec.path, where, "a variable name of letters, digits and _ (not starting with a digit)",
                             got=key)
+        check_env_setting(key, spec.path, where)  # a spec built in memory: the loader's check again
         _check_value(str(value), where, spec)
         out.append(EnvChange("pushenv", key, str(value), origin))
+    # env: {VAR: {prepend|append: DIR}}: path entries, undone on unload (Lmod prepend_path/append_path,
+    # Tcl prepend-path/append-path), applied in order.
+    for paths, origin in ((spec.site.env_paths, "site env"), (spec.env_paths, "spec env")):
+        for key, op, value in paths:
+            where = ("env." if origin == "spec env" else "site.env.") + key
+            if not VAR_RE.fullmatch(key) or op not in ("prepend", "append"):
+                raise SpecError(spec.path, where, "{prepend: DIR} or {append: DIR} on a variable name",
+                                got=(key, op))
+            check_env_setting(key, spec.path, where, edit=True)
+            _check_value(str(value), where, spec)
+            out.append(EnvChange(op + "_path", key, str(value), origin))
     return out
 
 

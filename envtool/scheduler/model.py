@@ -82,6 +82,8 @@ class JobRequest:
         modules: modules loaded in order (the site's, then the environment's).
         activation: shell lines (already quoted) that activate the environment.
         env: variables exported before the launcher lines, in order.
+        env_paths: search-path entries added after ``env``: ``(VAR, "prepend"|"append", entry)``
+            applied in order (``export VAR=entry${VAR:+:$VAR}`` for a prepend).
         workdir: directory the script changes to first (absolute), or None.
         launcher: the :class:`envtool.scheduler.launcher.Launcher` to use (None: the site's).
         comments: extra comment lines for the script's header (one line each).
@@ -101,6 +103,7 @@ class JobRequest:
     workdir: Optional[str] = None
     launcher: object = None
     comments: Tuple[str, ...] = field(default=())
+    env_paths: Tuple[Tuple[str, str, str], ...] = ()
 
     @property
     def effective_queue(self) -> Optional[str]:

@@ -15,6 +15,7 @@ from string import Template
 from typing import Iterable, List, Optional, Tuple
 
 from envtool.core.errors import UsageError
+from envtool.spec.names import CONTROL_RE
 from envtool.scheduler.model import JobRequest, Layout, missing
 
 _TEMPLATE = Path(__file__).with_name("templates") / "jobscript.sh"
@@ -63,6 +64,12 @@ def make_layout(site, nodes: int, ranks_per_node: Optional[int] = None,
                   cpus_per_rank=cpn // ranks_per_node if cpn else 0)
 
 
+def _one_line(text: object) -> str:
+    """``text`` for a comment or the ``#!`` line: control characters (a newline would end the
+    line) become ``?``."""
+    return CONTROL_RE.sub("?", str(text))
+
+
 def quote_words(words: Iterable[str]) -> str:
     """Words joined with each one :func:`shlex.quote`-d."""
     return " ".join(shlex.quote(str(w)) for w in words)
@@ -108,9 +115,15 @@ def render(req: JobRequest, version: str = "") -> str:
     if b.account_required and not req.account and sched.NAME != "local":
         raise UsageError(f"site {site.name} charges every job to an account (batch.account_required in "
                          f"{site.path}): give --account")
-    directives = [f"{sched.DIRECTIVE} {quote_words(d)}" for d in sched.directives(req)]
-    for extra in b.directives:
-        directives.append(f"{sched.DIRECTIVE} {quote_words(shlex.split(extra))}")
+    words = list(sched.directives(req)) + [tuple(shlex.split(extra)) for extra in b.directives]
+    for d in words:
+        # A directive is a comment line: a newline inside a quoted word would end it and make the
+        # rest a shell line. The CLI gate (cli.common.check_generated_inputs) and the site-file
+        # reader refuse such values; this is the last line of defence.
+        if any(CONTROL_RE.search(str(w)) for w in d):
+            raise UsageError(f"{sched.DIRECTIVE} {' '.join(map(str, d))!r}: a directive value holds a control "
+                             "character (newline, carriage return …)")
+    directives = [f"{sched.DIRECTIVE} {quote_words(d)}" for d in words]
     body: List[str] = []
     if req.workdir:
         body.append(f"cd {shlex.quote(req.workdir)}")
@@ -125,14 +138,22 @@ def render(req: JobRequest, version: str = "") -> str:
         if not k.replace("_", "").isalnum() or k[0].isdigit():
             raise UsageError(f"variable name {k!r} is not a shell variable name")
         body.append(f"export {k}={shlex.quote(str(v))}")
+    for k, op, entry in req.env_paths:
+        if not k.replace("_", "").isalnum() or k[0].isdigit() or op not in ("prepend", "append"):
+            raise UsageError(f"{op} of variable {k!r}: not a shell variable name or not prepend/append")
+        # one entry in front of (behind) what the job already has; no empty entry when it had none
+        body.append(f'export {k}={shlex.quote(str(entry))}"${{{k}:+:${k}}}"' if op == "prepend"
+                    else f'export {k}="${{{k}:+${k}:}}"{shlex.quote(str(entry))}')
     body.extend(_step_line(req, sched, launch, step) for step in req.steps if not step.early)
     src = dict(site.sources).get(b.source, "") if b.source else ""
     lay = req.layout
     text = Template(_TEMPLATE.read_text()).substitute(
-        shell=b.shell, directives="\n".join(directives), version=version, site=site.name, site_file=site.path,
+        shell=_one_line(b.shell), directives="\n".join(directives), version=version, site=_one_line(site.name),
+        site_file=_one_line(site.path),
         scheduler=site.scheduler or "none", nodes=lay.nodes, ranks_per_node=lay.ranks_per_node,
         gpus_per_rank=lay.gpus_per_rank, cpus_per_rank=lay.cpus_per_rank or "?",
-        layout_source=(f"{b.source}: {src}" if src else (b.source or "the site file")), body="\n".join(body))
+        layout_source=_one_line(f"{b.source}: {src}" if src else (b.source or "the site file")),
+        body="\n".join(body))
     if not directives:
         text = text.replace("\n\n# Job script", "\n# Job script", 1)
     for c in req.comments:

@@ -8,6 +8,7 @@ the cross-field rules of :mod:`envtool.spec.rules` run.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -128,6 +129,9 @@ class _Reader:
         values = self.data.get(key) or {}
         if not isinstance(values, dict):
             raise self.error(key, "a mapping of names to strings", got=values)
+        return self._pairs(key, values)
+
+    def _pairs(self, key: str, values: Dict[Any, Any]) -> Tuple[Tuple[str, str], ...]:
         out = []
         env = key in ENV_MAP_KEYS
         for k, v in values.items():
@@ -143,6 +147,60 @@ class _Reader:
             names.check_no_control(str(v), self.path, f"{self.field(key)}.{k}", self.line_of(key), allow_tab=env)
             out.append((k, str(v)))
         return tuple(out)
+
+    def env_map(self, key: str, paths: bool = True) -> Tuple[Tuple[Tuple[str, str], ...],
+                                                             Tuple[Tuple[str, str, str], ...]]:
+        """An ``env`` mapping that sets variables: ``(plain, edits)``.
+
+        ``plain`` holds ``(VAR, value)``; ``edits`` holds ``(VAR, op, entry)`` for the reversible
+        form ``VAR: {prepend: DIR or [DIR, …], append: …}``, in the order they are to be applied
+        one after the other (a prepended list is stored last entry first, so that the list ends up
+        in front in the order written). Search-path variables may only take that form and hooks
+        no form (:func:`envtool.spec.names.check_env_setting`).
+
+        Args:
+            key: the field (``env``, ``extra_env``).
+            paths: whether the ``{prepend|append}`` form is allowed here.
+        Raises:
+            SpecError: naming the file, line and ``<key>.<VAR>``.
+        """
+        values = self.data.get(key) or {}
+        if not isinstance(values, dict):
+            raise self.error(key, "a mapping of variable names to values", got=values)
+        edits: List[Tuple[str, str, str]] = []
+        plain: Dict[str, object] = {}
+        line = self.line_of(key)
+        for k, v in values.items():
+            names.check_env_key(k, self.path, self.field(key), line=line)
+            where = f"{self.field(key)}.{k}"
+            line = values.line_of(k) if isinstance(values, LineDict) else self.line_of(key)
+            if isinstance(v, dict):
+                if not paths:
+                    raise SpecError(self.path, where, "a string value (build variables take no prepend/append)",
+                                    got=v, line=line)
+                names.check_env_setting(k, self.path, where, line, edit=True)
+                bad = [op for op in v if op not in names.PATH_EDIT_OPS]
+                if bad or not v:
+                    raise SpecError(self.path, where, "{prepend: DIR} and/or {append: DIR} (a list for several)",
+                                    got=bad[0] if bad else v, line=line)
+                for op in names.PATH_EDIT_OPS:
+                    if op not in v:
+                        continue
+                    entries = v[op] if isinstance(v[op], list) else [v[op]]
+                    if not entries:
+                        raise SpecError(self.path, f"{where}.{op}", "a directory or a non-empty list of them",
+                                        got=v[op], line=line)
+                    for e in entries:
+                        if isinstance(e, bool) or not isinstance(e, (str, int, float)) or not str(e) \
+                                or ":" in str(e) or names.has_control(str(e)):
+                            raise SpecError(self.path, f"{where}.{op}", "one path entry each (no ':', no control "
+                                            "characters; a list for several)", got=e, line=line)
+                    seq = [str(e) for e in entries]
+                    edits += [(k, op, e) for e in (reversed(seq) if op == "prepend" else seq)]
+                continue
+            names.check_env_setting(k, self.path, where, line)
+            plain[k] = v
+        return self._pairs(key, plain), tuple(edits)
 
     def bool(self, key: str, default: bool = False) -> bool:
         value = self.data.get(key, default)
@@ -338,9 +396,10 @@ def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False)
 
     s = r.sub("site")
     s.check_keys(SITE_KEYS)
+    site_env, site_env_paths = s.env_map("env")
     site = m.Site(name=s.str("name") or "local", modules=s.str_list("modules"), base_env=s.str("base_env"),
                   launcher=s.str("launcher"), scheduler=s.str("scheduler"),
-                  gpus_per_node=s.int("gpus_per_node", 0), env=s.str_map("env"),
+                  gpus_per_node=s.int("gpus_per_node", 0), env=site_env, env_paths=site_env_paths,
                   libraries=_libraries(s, source_ids))
 
     p = r.sub("packages")
@@ -368,7 +427,7 @@ def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False)
         nccl_link=h.choice("nccl_link", m.NCCL_LINKS),
         allow_mixed_gpu_impl=h.bool("allow_mixed_gpu_impl"),
         cuda_home=h.str("cuda_home"), nccl_home=h.str("nccl_home"), cuda_cc_list=h.str("cuda_cc_list"),
-        extra_env=h.str_map("extra_env"),
+        extra_env=h.env_map("extra_env", paths=False)[0],
         build_packages=_pin_list(h, "build_packages", source_ids, kind="conda"),
     )
 
@@ -404,13 +463,14 @@ def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False)
         raise r.error("abstract", "true or false", got=r.get("abstract"))
 
     status = _status(r, source_ids, partial)
+    env, env_paths = r.env_map("env")
 
     return m.Spec(
         name=name, path=path, summary=r.str("summary") or "", distribution=dist, sources=sources,
         platforms=platforms, engine=r.choice("engine", m.ENGINES, default="venv", nullable=False),
         python=python, cuda=cuda, site=site, channels=r.str_list("channels"), packages=packages,
-        horovod=horovod, expect=expect, env=r.str_map("env"), notes=r.str("notes") or "",
-        extends=r.str("extends"), venv=venv, status=status,
+        horovod=horovod, expect=expect, env=env, notes=r.str("notes") or "",
+        extends=r.str("extends"), venv=venv, status=status, env_paths=env_paths,
     )
 
 
@@ -479,28 +539,94 @@ def merge(parent: Dict[str, Any], child: Dict[str, Any], top: bool = True) -> Li
     return out
 
 
-def resolve_raw(path: Path, find: Callable[[str], Path], _seen: Optional[List[str]] = None) -> LineDict:
-    """Read ``path`` and merge its ``extends`` chain (parents found with ``find(name)``).
+#: Every field name a spec may hold (for :func:`_quiet_parent_error`: a field path made only of
+#: these is envtool's own wording, not a piece of the file).
+_KNOWN_FIELDS = frozenset(TOP_KEYS + SITE_KEYS + PACKAGES_KEYS + HOROVOD_KEYS + EXPECT_KEYS + VENV_KEYS
+                          + CHECK_BUILD_KEYS + PIN_KEYS + DISTRIBUTION_KEYS + STATUS_KEYS
+                          + ("(yaml)", "(file)", "(top level)"))
+
+
+def _quiet_parent_error(exc: SpecError, child: Path, line: Optional[int]) -> SpecError:
+    """``exc`` (raised reading a parent named by ``extends``) without anything taken from the
+    parent's contents: the parent file, its line and a field made of known field names only,
+    never the offending value, key or YAML excerpt (``extends: /etc/shadow`` used to print the
+    file's first line)."""
+    parts = [re.sub(r"\[\d+\]$", "", p) for p in exc.field.split(".")]
+    known = all(p in _KNOWN_FIELDS for p in parts)
+    return SpecError(exc.path, exc.field if known else "(file)",
+                     exc.expected if known and exc.got is None else "a spec file (this one does not validate "
+                     "as a spec; its contents are not shown here)", line=exc.line,
+                     hint=f"the parent named by 'extends' in {child}" + (f":{line}" if line else ""))
+
+
+def parent_path(child: Path, value: object, line: Optional[int], find: Callable[[str], Path]) -> Path:
+    """The file ``extends: value`` in spec file ``child`` names.
+
+    A spec name (:data:`names.SPEC_NAME_RE`, no ``.yaml`` suffix) is looked up with ``find``
+    (the catalog: ``$ENVTOOL_SPEC_PATH``, then the bundled specs), then as ``NAME.yaml`` beside
+    ``child``. A file name (``base.yaml``, ``./base.yml``) is a file in ``child``'s own
+    directory: no ``/`` (other than a leading ``./``), no ``..``, and its resolved path (symbolic
+    links followed) must still lie in that directory. Absolute paths and anything else are refused
+    without being opened.
 
     Raises:
-        SpecError: a file fails its own checks, a parent is missing, or ``extends`` loops
-            (the message lists the cycle).
+        SpecError: naming ``child``, its line and ``extends`` (exit 2).
+    """
+    expected = ("the name of a known spec, or a spec file in the same directory as this one "
+                "(NAME.yaml; no '/', no '..')")
+    if not isinstance(value, str) or not value:
+        raise SpecError(child, "extends", expected, got=value, line=line)
+    here = Path(os.path.abspath(child)).parent
+    if names.SPEC_NAME_RE.fullmatch(value) and not value.endswith((".yaml", ".yml")):
+        try:
+            return find(value)
+        except SpecError as exc:
+            for suffix in (".yaml", ".yml"):
+                beside = here / (value + suffix)
+                if beside.is_file() and os.path.realpath(beside).startswith(os.path.realpath(here) + os.sep):
+                    return beside
+            raise SpecError(child, "extends", expected, got=value, line=line, hint=exc.hint) from None
+    text = value[2:] if value.startswith("./") else value
+    if "/" in text or text in (".", "..") or not text.endswith((".yaml", ".yml")) \
+            or not names.SPEC_NAME_RE.fullmatch(text):
+        raise SpecError(child, "extends", expected, got=value, line=line)
+    candidate = here / text
+    real = os.path.realpath(candidate)
+    if os.path.dirname(real) != os.path.realpath(here):
+        raise SpecError(child, "extends", expected, got=value, line=line,
+                        hint="it is a symbolic link to a file outside this directory")
+    if not os.path.isfile(real):
+        raise SpecError(child, "extends", expected, got=value, line=line, hint=f"no file {candidate}")
+    return candidate
+
+
+def resolve_raw(path: Path, find: Callable[[str], Path], _seen: Optional[List[str]] = None,
+                _child: Optional[Tuple[Path, Optional[int]]] = None) -> LineDict:
+    """Read ``path`` and merge its ``extends`` chain (parents found with :func:`parent_path`).
+
+    Errors in a parent name the parent file and line but never echo its contents.
+
+    Raises:
+        SpecError: a file fails its own checks, a parent is missing or not allowed, or
+            ``extends`` loops (the message lists the cycle).
     """
     seen = list(_seen or [])
-    raw = load_yaml(path)
+    try:
+        raw = load_yaml(path)
+    except SpecError as exc:
+        raise (_quiet_parent_error(exc, *_child) if _child else exc) from None
     name = str(raw.get("name") or Path(path).stem)
     if name in seen:
         raise SpecError(path, "extends", "a chain without cycles", line=raw.line_of("extends"),
                         hint="cycle: " + " -> ".join(seen + [name]))
     seen.append(name)
-    check_file(str(path), raw)
+    try:
+        check_file(str(path), raw)
+    except SpecError as exc:
+        raise (_quiet_parent_error(exc, *_child) if _child else exc) from None
     parent_name = raw.get("extends")
     if not parent_name:
         return raw
-    try:
-        parent_path = find(str(parent_name))
-    except SpecError as exc:
-        raise SpecError(path, "extends", "the name of a known spec", got=parent_name,
-                        line=raw.line_of("extends"), hint=exc.hint) from None
-    parent = resolve_raw(parent_path, find, seen)
+    line = raw.line_of("extends")
+    parent = resolve_raw(parent_path(Path(path), parent_name, line, find), find, seen, (Path(path), line))
     return merge(parent, raw)

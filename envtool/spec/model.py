@@ -13,7 +13,7 @@ one of the spec's ``sources``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 #: Provenance marks and their meaning (``shared/reference/stacks.md``, "Marks").
 MARKS: Dict[str, str] = {
@@ -142,6 +142,8 @@ class Site:
         scheduler: ``slurm``, ``lsf``, ``pbs``, ``cobalt`` or None.
         gpus_per_node: GPUs on one node (0 for CPU-only).
         env: variables the site sets for every environment.
+        env_paths: search-path entries the site adds, ``(VAR, "prepend"|"append", entry)`` applied in
+            order (``env: {VAR: {prepend: DIR}}``; undone on ``module unload``).
         build_caches: read-only Horovod wheel cache roots the site publishes (site file's
             ``build_caches``), consulted after the user's cache and ``$ENVTOOL_CACHE_PATH``.
         build_modules: modules that provide a C++ compiler, CMake and MPI on the site (site
@@ -163,6 +165,7 @@ class Site:
     build_caches: Tuple[str, ...] = ()
     build_modules: Tuple[str, ...] = ()
     libraries: Tuple[Tuple[str, "Pin"], ...] = ()
+    env_paths: Tuple[Tuple[str, str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -322,6 +325,8 @@ class Spec:
         horovod: the Horovod section.
         expect: what validation checks.
         env: variables exported by the environment's activation and its modulefile.
+        env_paths: search-path entries added by its modulefile, job scripts and ``validate``:
+            ``(VAR, "prepend"|"append", entry)`` applied in order (``env: {PATH: {prepend: DIR}}``).
         venv: options of the venv engine (:class:`VenvOptions`).
         notes: free text for ``show`` (e.g. where seeds and primary sources disagree).
         extends: the parent spec's name, or None.
@@ -347,6 +352,7 @@ class Spec:
     extends: Optional[str] = None
     venv: VenvOptions = field(default_factory=VenvOptions)
     status: Status = field(default_factory=Status)
+    env_paths: Tuple[Tuple[str, str, str], ...] = ()
 
     def pins(self):
         """Yield ``(field, Pin)`` for every pinned value, for provenance checks and ``show``."""
@@ -364,3 +370,22 @@ class Spec:
             yield f"horovod.build_packages[{i}]", pin
         for name, pin in self.site.libraries:
             yield f"site.libraries.{name}", pin
+
+
+def env_path_edits(paths: Tuple[Tuple[str, str, str], ...]) -> Dict[str, Dict[str, List[str]]]:
+    """``env_paths`` (``(VAR, op, entry)`` applied in order) as written in a spec:
+    ``{VAR: {"prepend": [entries in front, in order], "append": [entries behind, in order]}}``."""
+    out: Dict[str, Dict[str, List[str]]] = {}
+    for var, op, entry in paths:
+        ops = out.setdefault(var, {})
+        if op == "prepend":
+            ops.setdefault(op, []).insert(0, entry)
+        else:
+            ops.setdefault(op, []).append(entry)
+    return out
+
+
+def env_path_text(paths: Tuple[Tuple[str, str, str], ...]) -> Dict[str, str]:
+    """``env_paths`` in words for listings: ``{"PATH": "/x/bin:$PATH"}``."""
+    return {var: ":".join(ops.get("prepend", []) + [f"${var}"] + ops.get("append", []))
+            for var, ops in env_path_edits(paths).items()}

@@ -96,6 +96,7 @@ class StackMapping:
         line: line of the entry in the site file.
         spec: for a site variant, the spec it resolves as (its key is then the variant's name); else None.
         warning: what users of this stack at this site must know (``show`` and ``doctor`` print it), or None.
+        env_paths: search-path entries added, ``(VAR, "prepend"|"append", entry)`` in order.
     """
 
     key: str
@@ -110,6 +111,7 @@ class StackMapping:
     line: Optional[int] = None
     spec: Optional[str] = None
     warning: Optional[str] = None
+    env_paths: Tuple[Tuple[str, str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,7 @@ class BatchSection:
         env: variables exported in job scripts only (``SLURM_CPU_BIND: cores``).
         module_use: directories ``module use`` adds before any ``module load``.
         shell: the script's interpreter line after ``#!`` (default ``/bin/bash``).
+        env_paths: search-path entries added in job scripts, ``(VAR, "prepend"|"append", entry)``.
     """
 
     source: Optional[str] = None
@@ -148,6 +151,7 @@ class BatchSection:
     env: Tuple[Tuple[str, str], ...] = ()
     module_use: Tuple[str, ...] = ()
     shell: str = "/bin/bash"
+    env_paths: Tuple[Tuple[str, str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -208,6 +212,7 @@ class SiteFile:
         detect: how to recognise the site (:class:`DetectRule`, any matching), possibly empty.
         clone_prefix: the default prefix of ``create --clone`` here (``$VAR`` expanded,
             ``{spec}`` replaced by the spec name), or None.
+        env_paths: search-path entries added for every stack, ``(VAR, "prepend"|"append", entry)``.
     """
 
     name: str
@@ -227,6 +232,7 @@ class SiteFile:
     build_modules: Tuple[str, ...] = ()
     detect: Tuple[DetectRule, ...] = ()
     clone_prefix: Optional[str] = None
+    env_paths: Tuple[Tuple[str, str, str], ...] = ()
 
     def mapping_for(self, spec_name: str) -> Optional[StackMapping]:
         """The stack entry for ``spec_name``: exact key first, then the first matching glob; or None.
@@ -312,10 +318,11 @@ def load_site(path: Path) -> SiteFile:
                                     line=overrides.line_of(banned) if isinstance(overrides, LineDict) else None)
             # Type-check the fragment on its own so errors name this file.
             load.build_spec(spath, overrides, name=str(key), partial=True)
+        stack_env, stack_env_paths = s.env_map("env")
         stacks.append(StackMapping(key=str(key), modules=s.str_list("modules"), base_env=s.str("base_env"),
-                                   launcher=s.str("launcher"), env=s.str_map("env"), mark=mark, source=source,
+                                   launcher=s.str("launcher"), env=stack_env, mark=mark, source=source,
                                    note=s.str("note"), overrides=overrides, line=s.line,
-                                   spec=variant_of, warning=s.str("warning")))
+                                   spec=variant_of, warning=s.str("warning"), env_paths=stack_env_paths))
     batch = _batch(spath, raw, source_ids)
     build_caches = r.str_list("build_caches")
     for c in build_caches:
@@ -326,13 +333,14 @@ def load_site(path: Path) -> SiteFile:
     if clone_prefix is not None and "{spec}" not in clone_prefix:
         raise r.error("clone_prefix", "a path template naming {spec} (e.g. $HOME/.conda/envs/{spec})",
                       got=clone_prefix)
+    env, env_paths = r.env_map("env")
     return SiteFile(name=r.str("name") or Path(path).stem, path=spath, summary=r.str("summary") or "",
                     sources=sources, platforms=tuple(platforms), scheduler=None if scheduler == "none" else scheduler,
                     launcher=r.str("launcher"), gpus_per_node=r.int("gpus_per_node", 0),
-                    modules=r.str_list("modules"), env=r.str_map("env"), notes=r.str("notes") or "",
+                    modules=r.str_list("modules"), env=env, notes=r.str("notes") or "",
                     stacks=tuple(stacks), batch=batch, build_caches=tuple(build_caches),
                     build_modules=r.str_list("build_modules"), detect=detect,
-                    clone_prefix=clone_prefix)
+                    clone_prefix=clone_prefix, env_paths=env_paths)
 
 
 def _detect(spath: str, raw, source_ids) -> Tuple[DetectRule, ...]:
@@ -453,12 +461,13 @@ def _batch(spath: str, raw, source_ids) -> BatchSection:
     mpi = b.str("mpi")
     if mpi is not None and not mpi.replace("_", "").isalnum():
         raise b.error("mpi", "an srun --mpi plugin name (pmix, pmi2, cray_shasta)", got=mpi)
+    env, env_paths = b.env_map("env")
     return BatchSection(source=source, cpus_per_node=b.int("cpus_per_node", 0), queue=b.str("queue"),
                         queue_option=b.choice("queue_option", QUEUE_OPTIONS, default="partition", nullable=False),
                         constraint=b.str("constraint"),
                         gpu_option=b.choice("gpu_option", GPU_OPTIONS, default="gpus-per-node", nullable=False),
                         mpi=mpi, account_required=b.bool("account_required", False),
-                        directives=b.str_list("directives"), env=b.str_map("env"),
+                        directives=b.str_list("directives"), env=env, env_paths=env_paths,
                         module_use=b.str_list("module_use"), shell=b.str("shell") or "/bin/bash")
 
 
@@ -547,7 +556,9 @@ def resolve_full(name: str, site: Optional[str] = None, site_file: Optional[str]
                                      mapping.env if mapping is not None else ()),
                       build_caches=sf.build_caches, build_modules=sf.build_modules,
                       # the libraries the spec records are that site's modules'; another site's are unknown
-                      libraries=own_site.libraries if own_site.name == sf.name else ())
+                      libraries=own_site.libraries if own_site.name == sf.name else (),
+                      env_paths=((own_site.env_paths if own_site.name == sf.name else ()) + sf.env_paths
+                                 + (mapping.env_paths if mapping is not None else ())))
     spec = dataclasses.replace(spec, site=new_site, platforms=shared)
     rules.check(spec, raw)
     return Resolved(spec=spec, site=sf, mapping=mapping, spec_site=own_site)

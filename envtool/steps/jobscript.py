@@ -34,6 +34,8 @@ class Target:
         module: ``NAME/VERSION`` of the environment's module, or None.
         modules: every module loaded, in order.
         env: variables exported, in order (later entries already merged over earlier ones).
+        env_paths: search-path entries added after them, ``(VAR, "prepend"|"append", entry)`` in order
+            (the site's, its ``batch.env``'s, the spec's).
         launcher: the site's :class:`envtool.scheduler.launcher.Launcher`.
     """
 
@@ -46,6 +48,7 @@ class Target:
     launcher: object = None
     python: str = "python"
     notes: Tuple[str, ...] = field(default=())
+    env_paths: Tuple[Tuple[str, str, str], ...] = ()
 
 
 def spec_of_prefix(prefix: Path) -> Optional[str]:
@@ -122,8 +125,10 @@ def resolve_target(prefix: Optional[str] = None, module: Optional[str] = None, s
             env[k] = v
         if resolved_spec.expect.dataloader_start_method:
             env["ENVTOOL_START_METHOD"] = resolved_spec.expect.dataloader_start_method
+    env_paths = (resolved_spec.site.env_paths if resolved_spec is not None else sf.env_paths) \
+        + sf.batch.env_paths + (resolved_spec.env_paths if resolved_spec is not None else ())
     return Target(site=sf, spec=resolved_spec, prefix=pfx, module=module, modules=tuple(modules),
-                  env=tuple(env.items()), launcher=launcher_mod.for_site(sf, mapping),
+                  env=tuple(env.items()), env_paths=env_paths, launcher=launcher_mod.for_site(sf, mapping),
                   python=str(pfx / "bin" / "python") if pfx else "python")
 
 
@@ -152,7 +157,8 @@ def build_request(target: Target, nodes: int, steps: Sequence[LaunchStep], ranks
     return JobRequest(site=site, layout=layout, steps=tuple(steps), seconds=parse_time(time) if time else None,
                       account=account, queue=queue, job_name=job_name, output=output,
                       modules=target.modules, activation=activation_lines(target.prefix) if target.prefix else (),
-                      env=tuple(env.items()), workdir=workdir, launcher=target.launcher,
+                      env=tuple(env.items()), env_paths=target.env_paths, workdir=workdir,
+                      launcher=target.launcher,
                       comments=tuple(comments))
 
 

@@ -65,6 +65,9 @@ def _run_horovodrun(target: Target, ranks: int, controller: Optional[str], argv:
                PATH=f"{target.prefix / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     for k, v in target.env:
         env[k] = v
+    for k, op, entry in target.env_paths:  # env: {VAR: {prepend|append: DIR}}, as the job script does
+        old = env.get(k)
+        env[k] = entry if not old else (f"{entry}{os.pathsep}{old}" if op == "prepend" else f"{old}{os.pathsep}{entry}")
     log.write(f"$ {shlex.join(cmd)}\n")
     log.flush()
     try:
