@@ -21,6 +21,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
+    from envtool.core.inputs import read_input
     from envtool.engines.base import active_prefix
     from envtool.core.errors import UsageError
     from envtool.horovod import checkbuild
@@ -31,7 +32,7 @@ def run(args) -> int:
             text = sys.stdin.read()
         else:
             try:
-                text = Path(args.from_file).read_text(errors="replace")
+                text = read_input(args.from_file, "--from-file").decode(errors="replace")
             except OSError as exc:
                 raise UsageError(f"cannot read {args.from_file}: {exc.strerror}") from None
     else:

@@ -80,8 +80,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     from envtool.core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EnvtoolError, Interrupted
     from envtool.core.plan import redact  # a URL's password is never printed
 
+    from envtool.core import procs
+
     try:
-        return int(args.func(args) or 0)
+        with procs.command_scope():  # children die with the command; signals exit 130
+            return int(args.func(args) or 0)
     except EnvtoolError as exc:
         print(f"envtool: error: {redact(str(exc))}", file=sys.stderr)
         if exc.outcome:

@@ -274,3 +274,60 @@ def remove_stale(parent: Path, prefix: str, before: Optional[Callable[[Path], ob
             shutil.rmtree(p, ignore_errors=True)
     return [p for p in stale if not os.path.lexists(p)]
 
+
+
+@contextmanager
+def command_scope() -> Iterator[str]:
+    """The life of one envtool command: its children cannot outlive it.
+
+    Marks every process the command starts (and their descendants) with :data:`BUILD_MARKER`
+    ``=run-PID-NANOSECONDS``; turns each of :data:`EXIT_SIGNALS` that was not ignored when envtool
+    started into :class:`envtool.core.errors.Interrupted` (exit 130), after killing the marked
+    processes at once (a worker thread may be waiting for one); and on leaving, by any path,
+    kills the process groups started by :func:`popen` and every marked process still running.
+    A build (:class:`envtool.steps.transaction.BuildTransaction`) sets its own marker and handlers
+    inside this scope.
+
+    Yields:
+        the marker's value.
+    """
+    from envtool.core.errors import Interrupted
+
+    value = f"run-{os.getpid()}-{time.time_ns()}"
+    before = os.environ.get(BUILD_MARKER)
+    os.environ[BUILD_MARKER] = value
+    previous = {}
+    state = {"signalled": False}
+
+    def on_signal(signum, frame):
+        if state["signalled"]:
+            return
+        state["signalled"] = True
+        kill_marked(os.environ.get(BUILD_MARKER, value), wait=1.0)
+        kill_marked(value, wait=1.0)
+        raise Interrupted(signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        for sig in EXIT_SIGNALS:
+            if ignored_at_start(sig):
+                continue
+            previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, on_signal)
+    try:
+        yield value
+    except KeyboardInterrupt:
+        state["signalled"] = True  # on the way to exit 130: a repeat must not cut the message short
+        raise
+    finally:
+        try:
+            kill_children(grace=1.0)
+            kill_marked(value, wait=2.0)
+        finally:
+            if before is None:
+                os.environ.pop(BUILD_MARKER, None)
+            else:
+                os.environ[BUILD_MARKER] = before
+            for sig, handler in previous.items():
+                signal.signal(sig, signal.SIG_IGN if state["signalled"] else
+                              (handler if handler is not None else signal.SIG_DFL))

@@ -65,10 +65,13 @@ def clone_env(source: str, prefix: Path, engine: str = "rattler", mode: str = "l
     check_prefix(str(prefix))
     target = Path(os.path.abspath(prefix))
     src = resolve_source(source)
-    if target == src or str(target).startswith(str(src) + os.sep):
-        raise UsageError(f"--prefix {target} is inside the clone source {src}")
+    # resolved paths: ``--prefix ALIAS/inner`` with ALIAS a symlink to the source is inside it too
+    real_target, real_src = os.path.realpath(target), os.path.realpath(src)
+    if real_target == real_src or real_target.startswith(real_src.rstrip(os.sep) + os.sep):
+        shown = f" (resolved: {real_target})" if real_target != str(target) else ""
+        raise UsageError(f"--prefix {target}{shown} is inside the clone source {src}, which clone never writes to")
     log = new_log_path("clone-" + target.name)
-    tx = BuildTransaction(target, force, log)
+    tx = BuildTransaction(target, force, log, source=src)
     build = tx.build
     kind = source_kind(src)
     runner = Runner(log_path=log, verbose=verbose, quiet=quiet)

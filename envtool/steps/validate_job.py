@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
+from envtool.core import procs
 from envtool.core.errors import CheckFailed, EnvtoolError, UsageError
 from envtool.scheduler.model import LaunchStep, Layout
 from envtool.steps.jobscript import Target, build_request, render
@@ -68,7 +69,8 @@ def _run_horovodrun(target: Target, ranks: int, controller: Optional[str], argv:
     log.write(f"$ {shlex.join(cmd)}\n")
     log.flush()
     try:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout)
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout,
+                              preexec_fn=procs.die_with_parent)
     except subprocess.TimeoutExpired:
         log.write(f"(timed out after {timeout:.0f} s)\n")
         return 124
@@ -323,7 +325,7 @@ def _run_local_script(script: Path, run_dir: Path, progress: Progress, timeout: 
     progress(f"running {script} on this machine")
     with open(run_dir / "job.out", "ab") as out:
         proc = subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.STDOUT, cwd=run_dir,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=procs.die_with_parent)
         try:
             code = proc.wait(timeout=timeout)
         except (KeyboardInterrupt, subprocess.TimeoutExpired) as exc:
