@@ -27,6 +27,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -88,6 +89,75 @@ def marked(value: str) -> List[int]:
         if state != b"Z" and needle in env.split(b"\0"):
             out.append(int(entry.name))
     return out
+
+
+#: The guard (:func:`watch`): a separate small Python process that reads ``+VALUE`` / ``-VALUE``
+#: lines on its stdin and, when the pipe closes (envtool is gone, ``kill -9`` included), kills
+#: every process still marked with a watched value.
+_GUARD_CODE = r"""
+import os, signal, sys, time
+watched = set()
+for line in sys.stdin.buffer:
+    line = line.rstrip(b"\n")
+    if line[:1] == b"+":
+        watched.add(line[1:])
+    elif line[:1] == b"-":
+        watched.discard(line[1:])
+needles = {b"%s=" + v for v in watched}
+deadline = time.monotonic() + 10
+while needles:
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open("/proc/%%s/environ" %% name, "rb") as fh:
+                env = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if needles.intersection(env):
+            found.append(int(name))
+    if not found or time.monotonic() > deadline:
+        break
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    time.sleep(0.05)
+"""
+_guard: Optional[subprocess.Popen] = None
+
+
+def watch(value: str) -> None:
+    """Have the guard process kill every process marked ``value`` should envtool die without
+    cleaning up (``kill -9``, a crash): the kernel's death signal (:func:`die_with_parent`) reaches
+    only direct children, the guard reaches their descendants too. The guard is started on first
+    use (in its own session, unmarked) and ends when this process does."""
+    global _guard
+    with _lock:
+        try:
+            if _guard is None or _guard.poll() is not None:
+                env = {k: v for k, v in os.environ.items() if k != BUILD_MARKER}
+                _guard = subprocess.Popen([sys.executable, "-I", "-S", "-c", _GUARD_CODE % BUILD_MARKER],
+                                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL, start_new_session=True, env=env,
+                                          close_fds=True)
+            _guard.stdin.write(b"+" + os.fsencode(value) + b"\n")
+            _guard.stdin.flush()
+        except OSError:
+            pass  # no guard: the death signal and the next run's sweep still apply
+
+
+def unwatch(value: str) -> None:
+    """Stop guarding ``value`` (its processes have been waited for or killed)."""
+    with _lock:
+        if _guard is not None and _guard.poll() is None:
+            try:
+                _guard.stdin.write(b"-" + os.fsencode(value) + b"\n")
+                _guard.stdin.flush()
+            except OSError:
+                pass
 
 
 def kill_marked(value: str, wait: float = 10.0) -> int:
@@ -296,6 +366,7 @@ def command_scope() -> Iterator[str]:
     value = f"run-{os.getpid()}-{time.time_ns()}"
     before = os.environ.get(BUILD_MARKER)
     os.environ[BUILD_MARKER] = value
+    watch(value)
     previous = {}
     state = {"signalled": False}
 
@@ -323,6 +394,7 @@ def command_scope() -> Iterator[str]:
         try:
             kill_children(grace=1.0)
             kill_marked(value, wait=2.0)
+            unwatch(value)
         finally:
             if before is None:
                 os.environ.pop(BUILD_MARKER, None)

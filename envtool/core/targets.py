@@ -92,7 +92,8 @@ def check_replaceable(target: Path, option: str = "--prefix", source: Optional[P
     shown = str(target)
     if os.path.islink(target):
         raise UsageError(f"{option} {shown} is a symbolic link (to {os.readlink(target)}); --force replaces only "
-                         "an environment directory itself, never through a link: give the real path")
+                         "an environment directory itself, never through a link, so nothing was touched: give the real "
+                         "path")
     real = _real(target)
     why = None
     try:

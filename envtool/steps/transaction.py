@@ -396,6 +396,7 @@ class BuildTransaction:
             for name, value in ((BUILD_MARKER, str(self.build)), ("TMPDIR", str(self.tmp))):
                 self._environ[name] = os.environ.get(name)
                 os.environ[name] = value
+            procs.watch(str(self.build))
         except BaseException:
             self._leave()
             raise
@@ -479,6 +480,9 @@ class BuildTransaction:
         """Common end of ``__exit__`` and of a failed ``__enter__``: temporary directory, environment,
         signal handlers, lock."""
         _remove_path(self.tmp)
+        if self._environ:
+            procs.kill_marked(str(self.build), wait=2.0)  # none on success; stragglers on a failure
+            procs.unwatch(str(self.build))
         for cm in self._scratch:
             cm.__exit__(None, None, None)
         self._scratch = []
