@@ -140,14 +140,19 @@ def test_force_refuses_what_is_not_a_replaceable_environment(world, case):
         assert not [p for p in parent.iterdir() if ".envtool-" in p.name]
 
 
-def test_clone_through_a_symlink_into_the_source_is_refused(world):
+@pytest.mark.parametrize("command", ["clone", "create --clone"])
+def test_clone_through_a_symlink_into_the_source_is_refused(world, command):
     tmp_path, env = world
     source = tmp_path / "src"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(source)], check=True)
     alias = tmp_path / "ALIAS"
     alias.symlink_to(source)
     before = snapshot(source)
-    proc = run_envtool("clone", source, "--prefix", alias / "inner", "--mode", "copy", env=env, timeout=300)
+    if command == "clone":
+        argv = ["clone", source, "--prefix", alias / "inner", "--mode", "copy"]
+    else:
+        argv = ["create", "tiny", "--clone", source, "--prefix", alias / "inner"]
+    proc = run_envtool(*argv, env=env, timeout=300)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "inside the clone source" in proc.stderr and str(source / "inner") in proc.stderr
     assert snapshot(source) == before

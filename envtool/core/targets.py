@@ -77,6 +77,20 @@ def protected_roots() -> List[tuple]:
     return roots
 
 
+def check_outside_source(target: Path, source: Path, option: str = "--prefix") -> None:
+    """Refuse a clone target that is the clone source or lies inside it, comparing resolved paths
+    (``--prefix ALIAS/inner`` with ALIAS a symlink to the source is inside it).
+
+    Raises:
+        UsageError: exit 2, naming both paths.
+    """
+    real_target, real_src = _real(target), _real(source)
+    if _within(real_target, real_src):
+        shown = f" (resolved: {real_target})" if real_target != os.path.abspath(str(target)) else ""
+        raise UsageError(f"{option} {target}{shown} is inside the clone source {source}, which a clone never "
+                         "writes to")
+
+
 def check_replaceable(target: Path, option: str = "--prefix", source: Optional[Path] = None) -> None:
     """Refuse to replace ``target`` unless it is an environment that holds nothing else of value.
 

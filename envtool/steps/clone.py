@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
 from envtool.engines.clone import resolve_source, source_kind
-from envtool.core.errors import EnvtoolError, Interrupted, UsageError
+from envtool.core.errors import EnvtoolError, Interrupted
+from envtool.core.targets import check_outside_source
 from envtool.spec.names import check_prefix
 
 
@@ -65,11 +66,7 @@ def clone_env(source: str, prefix: Path, engine: str = "rattler", mode: str = "l
     check_prefix(str(prefix))
     target = Path(os.path.abspath(prefix))
     src = resolve_source(source)
-    # resolved paths: ``--prefix ALIAS/inner`` with ALIAS a symlink to the source is inside it too
-    real_target, real_src = os.path.realpath(target), os.path.realpath(src)
-    if real_target == real_src or real_target.startswith(real_src.rstrip(os.sep) + os.sep):
-        shown = f" (resolved: {real_target})" if real_target != str(target) else ""
-        raise UsageError(f"--prefix {target}{shown} is inside the clone source {src}, which clone never writes to")
+    check_outside_source(target, src)  # resolved paths: ALIAS/inner through a symlink to the source too
     log = new_log_path("clone-" + target.name)
     tx = BuildTransaction(target, force, log, source=src)
     build = tx.build

@@ -17,6 +17,7 @@ from typing import Any, Dict
 
 from envtool.core.errors import EnvtoolError, Interrupted
 from envtool.core.paths import cache_root
+from envtool.core.targets import check_outside_source
 from envtool.spec.model import Spec
 from envtool.core.plan import PlanOptions
 from envtool.steps.planner import make_plan
@@ -70,8 +71,15 @@ def create(spec: Spec, options: PlanOptions, force: bool = False, verbose: bool 
             ``exc.outcome`` what was left, ``exc.results`` what the steps reported.
         Interrupted: SIGINT/SIGTERM/SIGHUP (after clean-up; exit 130).
     """
+    source = None
+    if options.clone is not None:
+        from envtool.engines.clone import resolve_source
+        from envtool.steps.planner import clone_source
+
+        source = resolve_source(clone_source(spec, options)[0])
+        check_outside_source(Path(os.path.abspath(options.prefix)), source)
     log = new_log_path(spec.name)
-    tx = BuildTransaction(options.prefix, force, log)
+    tx = BuildTransaction(options.prefix, force, log, source=source)
     target, build = tx.target, tx.build
     runner = Runner(log_path=log, verbose=verbose, quiet=quiet)
     try:
