@@ -53,7 +53,9 @@ def clone_env(source: str, prefix: Path, engine: str = "rattler", mode: str = "l
     Returns:
         a :class:`CloneResult`.
     Raises:
-        UsageError: bad source or prefix, or the target exists without ``force`` (exit 2).
+        UsageError: bad source or prefix (inside the source, resolved), the target exists without
+            ``force``, or ``force`` would replace what is not an environment
+            (:func:`envtool.core.targets.check_replaceable`) (exit 2).
         EnvtoolError: a step failed (``exc.log`` names the build log, ``exc.outcome`` what was left).
         Interrupted: SIGINT/SIGTERM/SIGHUP, after clean-up (exit 130).
     """

@@ -66,7 +66,9 @@ def create(spec: Spec, options: PlanOptions, force: bool = False, verbose: bool 
     Raises:
         TargetExists: the target exists without ``force``, or appeared during the build (exit 2;
             the new environment is then kept beside it, see ``exc.kept``).
-        UsageError: the prefix is not a valid path (exit 2).
+        UsageError: the prefix is not a valid path, lies inside the clone source, or ``force``
+            would replace what is not an environment (:func:`envtool.core.targets.check_replaceable`);
+            the prefix lock is a symlink or another user's, or stays held (exit 2).
         EnvtoolError: a step or the validation failed; ``exc.log`` names the build log,
             ``exc.outcome`` what was left, ``exc.results`` what the steps reported.
         Interrupted: SIGINT/SIGTERM/SIGHUP (after clean-up; exit 130).

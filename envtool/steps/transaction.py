@@ -335,8 +335,11 @@ class BuildTransaction:
         force: may replace the directory at ``target`` that exists when the build starts.
         log: the build log (the clean-up appends to it).
         say: where progress lines go (default: stderr), for the lock wait and the stale sweep.
+        source: a clone source: ``force`` may not replace a directory that contains it.
     Raises (from ``__enter__``):
-        UsageError: the prefix is not a valid path (control characters), or exists without ``force``.
+        UsageError: the prefix is not a valid path (control characters), or exists without ``force``;
+            with ``force`` it is not a replaceable environment (:func:`check_replaceable`); the lock
+            file is a symlink, not the caller's, or stays held (:class:`PrefixLock`).
     On a failure inside the block the exception is re-raised with ``log``, ``outcome`` set; a
     signal becomes :class:`envtool.core.errors.Interrupted`.
     """
