@@ -352,3 +352,18 @@ def test_validate_leaves_no_children_when_terminated(world):
     assert proc.returncode == 130, err
     time.sleep(0.3)
     assert not [p for p in kids if alive(p)], "validate's children outlived it"
+
+
+def test_a_fifo_among_scripts_is_skipped_not_read(world):
+    tmp_path, env = world
+    prefix = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True)
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "train.py").write_text("import os\nos.environ['OMP_NUM_THREADS'] = '1'\n")
+    os.mkfifo(scripts / "pipe.py")
+    started = time.monotonic()
+    proc = run_envtool("doctor", "--prefix", prefix, "--script", scripts, env=env, timeout=60)
+    assert time.monotonic() - started < 45
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "check crashed" not in proc.stdout + proc.stderr

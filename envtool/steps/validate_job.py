@@ -262,7 +262,10 @@ def _submit(sched, script: Path) -> str:
     argv = sched.submit_argv(str(script))
     stdin = script.read_text() if getattr(sched, "SUBMIT_STDIN", False) else None
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, input=stdin, cwd=script.parent)
+        # the job is the scheduler's, not envtool's child: it does not carry envtool's process marker
+        env = {k: v for k, v in os.environ.items() if k != procs.BUILD_MARKER}
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, input=stdin, cwd=script.parent,
+                              env=env)
     except FileNotFoundError:
         raise UsageError(f"{argv[0]} is not on PATH: run on a login node of the site, or load its scheduler "
                          f"module") from None
