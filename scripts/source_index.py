@@ -3,8 +3,11 @@
 
 For each ``owner/name@ref:path`` that a bundled spec or site file cites, the git blob id and the
 number of lines of that file at that ref, read from local bare clones; for each seed, its SHA-256
-and line count. tests/test_provenance.py checks every citation against this index offline (a
-cited line must exist; a repository file must have been read at that ref).
+and line count. Each entry's ``cited`` maps every line number some citation names (``#L12``,
+``:12-14``) to that line's text, so that tests/test_provenance.py can check offline that a pin's
+version is on its cited line and compare a spec's ``HOROVOD_*`` build variables with those its
+cited build script sets (a cited line must exist; a repository file must have been read at that
+ref).
 
 Usage: python3 scripts/source_index.py MIRROR_DIR [SEEDS_DIR]
   MIRROR_DIR holds one bare clone per repository at ``<owner>+<name>/repo`` (what the team's
@@ -35,6 +38,14 @@ def cited_entries():
                 yield str(text)
 
 
+def _cite(entry: dict, lines, span) -> None:
+    """Record in ``entry["cited"]`` the text of the lines ``span`` (``(first, last)``, 1-based) names."""
+    if not span:
+        return
+    for n in range(span[0], min(span[1], len(lines)) + 1):
+        entry["cited"][str(n)] = lines[n - 1]
+
+
 def main(argv) -> int:
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
@@ -42,6 +53,7 @@ def main(argv) -> int:
     mirrors = Path(argv[1])
     seeds = Path(argv[2]) if len(argv) > 2 else REPO.parent / "shared" / "seeds"
     index = {"repo_files": {}, "seeds": {}}
+    texts = {}
     failed = 0
     for text in cited_entries():
         ref = provenance.parse(text)
@@ -50,6 +62,7 @@ def main(argv) -> int:
         if ref.kind == "repo":
             key = f"{ref.repo}@{ref.ref}:{ref.path}"
             if key in index["repo_files"]:
+                _cite(index["repo_files"][key], texts[key], ref.lines)
                 continue
             git_dir = mirrors / ref.repo.replace("/", "+") / "repo"
             show = subprocess.run(["git", "-C", str(git_dir), "show", f"{ref.ref}:{ref.path}"], capture_output=True)
@@ -59,15 +72,24 @@ def main(argv) -> int:
                 print(f"cannot read {key}: {show.stderr.decode(errors='replace').strip()}", file=sys.stderr)
                 failed += 1
                 continue
-            index["repo_files"][key] = {"blob": blob.stdout.strip(), "lines": len(show.stdout.splitlines())}
-        elif ref.kind == "seed" and ref.path not in index["seeds"]:
-            f = seeds / ref.path
-            if not f.is_file():
-                print(f"no seed {f}", file=sys.stderr)
-                failed += 1
-                continue
-            data = f.read_bytes()
-            index["seeds"][ref.path] = {"sha256": hashlib.sha256(data).hexdigest(), "lines": len(data.splitlines())}
+            texts[key] = show.stdout.decode(errors="replace").splitlines()
+            index["repo_files"][key] = {"blob": blob.stdout.strip(), "lines": len(show.stdout.splitlines()),
+                                        "cited": {}}
+            _cite(index["repo_files"][key], texts[key], ref.lines)
+        elif ref.kind == "seed":
+            if ref.path not in index["seeds"]:
+                f = seeds / ref.path
+                if not f.is_file():
+                    print(f"no seed {f}", file=sys.stderr)
+                    failed += 1
+                    continue
+                data = f.read_bytes()
+                texts[ref.path] = data.decode(errors="replace").splitlines()
+                index["seeds"][ref.path] = {"sha256": hashlib.sha256(data).hexdigest(),
+                                            "lines": len(data.splitlines()), "cited": {}}
+            _cite(index["seeds"][ref.path], texts[ref.path], ref.lines)
+    for entry in list(index["repo_files"].values()) + list(index["seeds"].values()):
+        entry["cited"] = dict(sorted(entry["cited"].items(), key=lambda kv: int(kv[0])))
     index["repo_files"] = dict(sorted(index["repo_files"].items()))
     index["seeds"] = dict(sorted(index["seeds"].items()))
     out = REPO / "tests" / "data" / "source_index.json"

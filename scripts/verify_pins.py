@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Spot-check every V pin against the text it cites: the pin's version (or a site mapping's
-module names) must appear on the cited line(s) of the cited file at the cited ref.
+module names) must appear on the cited line(s) of the cited file at the cited ref, as a whole
+version (``envtool.spec.provenance.states``: ``0.18.2+1`` is not on a line that says ``0.18.2``).
+tests/test_provenance.py makes the same check offline from tests/data/source_index.json.
 
 Usage: python3 scripts/verify_pins.py MIRROR_DIR [SEEDS_DIR]
   MIRROR_DIR: bare clones at ``<owner>+<name>/repo``; SEEDS_DIR defaults to ../shared/seeds.
@@ -42,7 +44,10 @@ def cited_text(ref, mirrors: Path, seeds: Path):
     return "\n".join(lines)
 
 
-def tokens(value: str):
+def tokens(value: str, version=None):
+    """The version to look for: the one a pin names, else the first in its text (a range's lower bound)."""
+    if version:
+        return [version]
     m = re.search(r"\d+(?:\.\d+)+", value)
     return [m.group(0)] if m else [value]
 
@@ -58,28 +63,31 @@ def main(argv) -> int:
         src = dict(spec.sources)
         for field, pin in spec.pins():
             if pin.mark == "V":
-                checks.append((spec.name, field, pin.value, src.get(pin.source or ""), tokens(pin.value)))
+                checks.append((spec.name, field, pin.value, src.get(pin.source or ""), tokens(pin.value, pin.version),
+                               field == "python" or pin.value.startswith("python")))
     for f in sorted((REPO / "sites").glob("*.yaml")):
         sf = sites.load_site(f)
         src = dict(sf.sources)
         for st in sf.stacks:
             if st.mark == "V" and st.modules:
                 checks.append((sf.name, f"stacks.{st.key}", " ".join(st.modules), src.get(st.source or ""),
-                               list(st.modules)))
+                               list(st.modules), None))
             for key, val in (st.overrides or {}).items():
                 if isinstance(val, dict) and val.get("mark") == "V":
                     checks.append((sf.name, f"stacks.{st.key}.overrides.{key}", str(val.get("value")),
-                                   src.get(str(val.get("source"))), [f"py{str(val.get('value')).replace('.', '')}"]))
+                                   src.get(str(val.get("source"))), [str(val.get("value"))], key == "python"))
     bad = unchecked = 0
-    for name, field, value, text, want in checks:
+    for name, field, value, text, want, python in checks:
         ref = provenance.parse(text or "")
         body = cited_text(ref, mirrors, seeds) if ref else None
         if body is None:
             unchecked += 1
             print(f"unchecked  {name} {field} {value}: {text} (not readable offline)")
             continue
-        flat = body.replace("%20", " ").replace("%7C", "|")
-        ok = all(w in flat for w in want)
+        if python is None:  # module names
+            ok = all(w in body for w in want)
+        else:
+            ok = all(provenance.states(body, w, python=python) for w in want)
         bad += not ok
         print(f"{'ok' if ok else 'MISMATCH':9}  {name} {field} {value}: {ref.where()}")
     print(f"{len(checks)} V pins and mappings: {len(checks) - bad - unchecked} agree with the cited text, "

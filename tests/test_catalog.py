@@ -92,13 +92,17 @@ def test_summit_overlay_for_open_ce_1_1_3():
 
 
 def test_wml_ce_1_6_x_ddl_builds():
-    for name, commit, version in (("ibm-wml-ce-1.6.1", "9f87459", "0.16.4"), ("ibm-wml-ce-1.6.2", "bbf09d79", "0.18.2+1")):
+    for name, commit, version in (("ibm-wml-ce-1.6.1", "9f87459", "0.16.4"), ("ibm-wml-ce-1.6.2", "bbf09d79", "0.18.2")):
         spec = catalog.load_spec(name)
         h = spec.horovod
         assert h.install == "pip-build" and commit in h.source and h.version.value == version
         assert dict(h.gpu_ops) == {"allreduce": "ddl"} and h.cuda_home == "${CONDA_PREFIX}"
         assert dict(spec.env)["IBM_POWERAI_LICENSE_ACCEPT"] == "yes" and "linux-ppc64le" in spec.platforms
     assert catalog.load_spec("ibm-wml-ce-1.6.1").expect.check_build is None
+    # OLCF's recipe installs the compiler for the Horovod build and removes it: a build-only package
+    wml162 = catalog.load_spec("ibm-wml-ce-1.6.2")
+    assert [p.value for p in wml162.horovod.build_packages] == ["gxx_linux-ppc64le 7.3.0.*"]
+    assert not any(p.value.startswith("gxx") for p in wml162.packages.conda)
     assert catalog.load_spec("ibm-wml-ce-1.7.0").horovod.install == "conda"
 
 
@@ -163,3 +167,21 @@ def test_override_that_breaks_a_rule_is_refused(tmp_path):
     with pytest.raises(SpecError) as info:
         sites.resolve("cpu-horovod", site_file=str(path))
     assert info.value.field == "horovod.gpu_operations"
+
+
+def test_polaris_site_libraries_per_module_with_and_without_the_site():
+    """cuDNN and NCCL of each Polaris conda module, as its modulefile names them
+    (argonne-lcf/conda_install_scripts modulefiles, site.libraries), kept when the site is applied."""
+    want = {"polaris-conda-2022-07-19": ("8.3.3.40", "2.12.10"), "polaris-conda-2022-09-08": ("8.4.1.50", "2.14.3"),
+            "polaris-conda-2022-09-08-hvd-nccl": ("8.4.1.50", "2.14.3"),
+            "polaris-conda-2023-01-10": ("8.6.0.163", "2.16.2"), "polaris-conda-2023-10-04": ("8.6.0.163", "2.18.3")}
+    for name, (cudnn, nccl) in want.items():
+        for spec in (catalog.load_spec(name), sites.resolve(name, site="polaris")):
+            libs = {k: (p.value, p.mark) for k, p in spec.site.libraries}
+            assert libs == {"cudnn": (cudnn, "V"), "nccl": (nccl, "V")}, (name, libs)
+            assert "site.libraries.nccl" in dict(spec.pins())
+            # the child's site section merges with the parent's key by key: site.name stays polaris
+            assert spec.site.name == "polaris"
+    # another site's resolution does not claim Polaris's libraries
+    assert sites.resolve("polaris-conda-2023-10-04", site="local").site.libraries == ()
+

@@ -34,7 +34,7 @@ def test_specs_table_and_json_carry_the_same_rows():
     assert len(header) == len(COLUMNS) and all(set(COLUMNS) <= set(r) for r in rows)
     assert len(table.splitlines()) == len(rows) + 1
     by_name = {r["name"]: r for r in rows}
-    assert by_name["ibm-wml-ce-1.6.2"]["backend"] == "DDL" and by_name["ibm-wml-ce-1.6.2"]["horovod"] == "0.18.2+1"
+    assert by_name["ibm-wml-ce-1.6.2"]["backend"] == "DDL" and by_name["ibm-wml-ce-1.6.2"]["horovod"] == "0.18.2"
     assert by_name["open-ce-1.1.3"]["tensorflow"] == "2.4.1" and by_name["open-ce-1.1.3"]["backend"] == "NCCL"
     assert by_name["cpu-horovod"]["backend"] == "Gloo+MPI (CPU)"
 

@@ -17,7 +17,7 @@ from envtool import __version__
 #: Command modules under ``envtool.cli``, in ``--help`` order. A module that is not there yet is
 #: skipped (each issue adds its own).
 COMMANDS = ("create", "plan", "check_build", "specs", "show", "diff_specs", "clone", "lock", "diff",
-            "modulefile", "publish", "sbom", "doctor", "jobscript", "validate", "cache")
+            "modulefile", "publish", "retire", "sbom", "doctor", "jobscript", "validate", "cache", "completion")
 
 
 def _command_module(argv: List[str]) -> Optional[str]:

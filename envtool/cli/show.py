@@ -96,12 +96,14 @@ def describe(name: str, site: Optional[str] = None, site_file: Optional[str] = N
                "gpu_operations": h.gpu_operations, "gpu_ops": dict(h.gpu_ops), "cpu_operations": h.cpu_operations,
                "nccl_link": h.nccl_link, "cuda_home": h.cuda_home, "nccl_home": h.nccl_home,
                "cuda_cc_list": h.cuda_cc_list, "extra_env": dict(h.extra_env),
+               "build_packages": [p.value for p in h.build_packages],
                "build_env": dict(build_env(spec)) if h.install != "none" else {}}
     cb = spec.expect.check_build
     site_info: Dict[str, Any] = {"name": spec.site.name, "modules": list(spec.site.modules),
                                  "base_env": spec.site.base_env, "launcher": spec.site.launcher,
                                  "scheduler": spec.site.scheduler, "gpus_per_node": spec.site.gpus_per_node,
-                                 "env": dict(spec.site.env)}
+                                 "env": dict(spec.site.env),
+                                 "libraries": {n: p.value for n, p in spec.site.libraries}}
     if resolved is not None:
         m = resolved.mapping
         site_info["site_file"] = resolved.site.path
@@ -159,6 +161,8 @@ def format_text(d: Dict[str, Any]) -> str:
         lines.append(f"  source: {h['source']}")
     if h["build_env"]:
         lines.append("  build: " + " ".join(f"{k}={v}" for k, v in h["build_env"].items()))
+    if h["build_packages"]:
+        lines.append("  build-only packages (removed after the build): " + ", ".join(h["build_packages"]))
         if h["install"] == "conda":
             lines.append("  (the channel's package was built so; envtool installs it, it does not build it)")
     cb = d["expect"]["check_build"]
@@ -174,6 +178,8 @@ def format_text(d: Dict[str, Any]) -> str:
               f"GPUs per node: {s['gpus_per_node']}"]
     if s["env"]:
         lines.append("  env: " + " ".join(f"{k}={v}" for k, v in s["env"].items()))
+    if s.get("libraries"):
+        lines.append("  libraries from the site's modules: " + ", ".join(f"{k} {v}" for k, v in s["libraries"].items()))
     stack = s.get("stack")
     if stack:
         lines.append(f"  mapping: stacks.{stack['key']} [{stack['mark'] or '-'}] {stack['source'] or '-'}"

@@ -22,7 +22,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from envtool.engines.base import Engine, InstalledPackage
 from envtool.core.errors import EnvtoolError, StepFailed, UsageError
@@ -461,6 +461,97 @@ def _extra_action(step: Step, runner) -> None:
         raise StepFailed(step.id, str(exc), runner.log_path) from None
     except Exception as exc:
         raise StepFailed(step.id, f"cannot add {' '.join(missing)} to the clone: {exc}", runner.log_path) from None
+
+
+def build_package_steps(spec: Spec, prefix: Path, final_prefix: Path) -> Tuple[List[Step], List[Step]]:
+    """The steps around the Horovod build for ``horovod.build_packages``: ``conda-install-build``
+    (before) adds the build-only packages the environment lacks, solved from the spec's channels
+    with the environment's records pinned; ``conda-remove-build`` (after) removes exactly the
+    records that step added, so neither the environment nor its lockfile keeps them. This is
+    OLCF's WML-CE 1.6.2 recipe: ``conda install gxx_linux-ppc64le=7.3.0``, the pip build,
+    ``conda remove gxx_linux-ppc64le`` (olcf/olcf-user-docs@f674c627dd63:
+    software/analytics/ibm-wml-ce.rst#L153-L155).
+
+    Args:
+        spec: the resolved spec (engine ``conda``).
+        prefix: the environment being made (the build prefix).
+        final_prefix: where it will live (written into files with prefix placeholders).
+    Returns:
+        ``(before, after)``; both empty when the spec has no build packages.
+    """
+    pins = spec.horovod.build_packages
+    if not pins:
+        return [], []
+    platform = _platform_for(spec)
+    channels = expand(spec.channels, platform)
+    specs = tuple(p.value for p in pins)
+    shared: Dict[str, Any] = {}  # the records the first step added, for the second to remove
+    data = {"channels": tuple(channels), "specs": specs, "platform": platform,
+            "virtual_packages": spec_virtual_packages(spec, platform), "prefix": str(prefix),
+            "final_prefix": str(final_prefix), "added": shared}
+    before = Step(id="conda-install-build", title="Install the Horovod build's build-only conda packages: "
+                  + " ".join(specs),
+                  commands=(("#", "py-rattler solve, from " + shlex.join(channels) + f" for {platform}, "
+                                  + shlex.join(specs) + " with the environment's records pinned; install the "
+                                  "additions (removed again after the build)"),),
+                  notes=("horovod.build_packages: needed to build Horovod, not kept in the environment",),
+                  action=_install_build_action, data=data)
+    after = Step(id="conda-remove-build", title="Remove the build-only conda packages added for the Horovod build",
+                 commands=(("#", "py-rattler: remove the records conda-install-build added (" + shlex.join(specs)
+                                 + " and what they pulled in); the rest of the environment stays as it was"),),
+                 action=_remove_build_action, data=data)
+    return [before], [after]
+
+
+def _install_build_action(step: Step, runner) -> dict:
+    """Action of ``conda-install-build``; returns ``{"added": [name, …]}`` (sorted)."""
+    import rattler
+
+    d = step.data
+    have = read_prefix_records(Path(d["prefix"]))
+    missing = [s for s in d["specs"] if not any(rattler.MatchSpec(s).matches(r) for r in have)]
+    d["added"]["names"] = []
+    if not missing:
+        runner.note("the environment already has every build-only package; nothing to add or remove")
+        return {"added": []}
+    try:
+        solved = _run(rattler.solve(sources=list(d["channels"]), specs=[rattler.MatchSpec(s) for s in missing],
+                                    platforms=[d["platform"], "noarch"], pinned_packages=have,
+                                    virtual_packages=parse_virtual_packages(d["virtual_packages"], d["platform"])))
+        before = {r.name.normalized for r in have}
+        merged = {r.name.normalized: r for r in have}
+        merged.update({r.name.normalized: r for r in solved})
+        added = sorted(n for n in merged if n not in before)
+        runner.note("adding for the build: " + ", ".join(f"{merged[n].name.normalized} {merged[n].version} "
+                                                         f"{merged[n].build}" for n in added))
+        # recorded before the install, so that a failed install is undone by the transaction, not half-known here
+        d["added"]["names"] = added
+        install_records(list(merged.values()), Path(d["prefix"]), _package_cache(),
+                        target_prefix=Path(d["final_prefix"]), platform=d["platform"], progress=runner.progress)
+    except EnvtoolError as exc:
+        raise StepFailed(step.id, str(exc), runner.log_path) from None
+    except Exception as exc:
+        raise StepFailed(step.id, f"cannot add the build-only packages {' '.join(missing)}: {exc}",
+                         runner.log_path) from None
+    return {"added": added}
+
+
+def _remove_build_action(step: Step, runner) -> dict:
+    """Action of ``conda-remove-build``; returns ``{"removed": [name, …]}``."""
+    d = step.data
+    names = set(d["added"].get("names") or ())
+    if not names:
+        runner.note("nothing was added for the build")
+        return {"removed": []}
+    have = read_prefix_records(Path(d["prefix"]))
+    keep = [r for r in have if r.name.normalized not in names]
+    runner.note("removing the build-only packages: " + ", ".join(sorted(names)))
+    try:
+        install_records(keep, Path(d["prefix"]), _package_cache(), target_prefix=Path(d["final_prefix"]),
+                        platform=d["platform"], progress=runner.progress)
+    except EnvtoolError as exc:
+        raise StepFailed(step.id, str(exc), runner.log_path) from None
+    return {"removed": sorted(names)}
 
 
 def _drop_conda_horovod_steps(spec: Spec, prefix: Path, final_prefix: Path) -> List[Step]:

@@ -30,6 +30,11 @@ def spec_content(spec: Spec) -> Dict[str, Any]:
     """
     horovod = asdict(spec.horovod)
     horovod["version"] = spec.horovod.version.value if spec.horovod.version else None
+    # build-only packages take part (they change how Horovod is built) only when there are some,
+    # so that the hashes of specs without them (and their locks) stay as they were
+    horovod.pop("build_packages")
+    if spec.horovod.build_packages:
+        horovod["build_packages"] = [p.value for p in spec.horovod.build_packages]
     return {
         "format": HASH_FORMAT,
         "engine": spec.engine,

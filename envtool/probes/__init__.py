@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 #: The probe scripts in this package (file name without ``.py``).
-NAMES: Tuple[str, ...] = ("env_info", "dataloader", "allreduce", "framework_versions", "bytecode")
+NAMES: Tuple[str, ...] = ("env_info", "dataloader", "allreduce", "framework_versions", "bytecode", "imports")
 
 #: Prefix of every line a probe prints a JSON record on (each probe module repeats it; a test
 #: checks they agree).

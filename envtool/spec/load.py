@@ -8,6 +8,7 @@ the cross-field rules of :mod:`envtool.spec.rules` run.
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -22,12 +23,12 @@ TOP_KEYS = ("name", "summary", "distribution", "extends", "abstract", "sources",
             "status")
 #: Keys a child never inherits from its parent (``abstract: true`` marks a parent-only spec).
 NOT_INHERITED = ("extends", "name", "abstract")
-SITE_KEYS = ("name", "modules", "base_env", "launcher", "scheduler", "gpus_per_node", "env")
+SITE_KEYS = ("name", "modules", "base_env", "launcher", "scheduler", "gpus_per_node", "env", "libraries")
 PACKAGES_KEYS = ("conda", "pip")
 HOROVOD_KEYS = ("version", "install", "source", "frameworks", "controllers", "gpu_operations", "gpu_ops",
                 "cpu_operations", "nccl_link", "allow_mixed_gpu_impl", "cuda_home", "nccl_home",
-                "cuda_cc_list", "extra_env")
-EXPECT_KEYS = ("check_build", "dataloader_start_method")
+                "cuda_cc_list", "extra_env", "build_packages")
+EXPECT_KEYS = ("check_build", "dataloader_start_method", "import_warnings")
 VENV_KEYS = ("system_site_packages",)
 CHECK_BUILD_KEYS = ("frameworks", "controllers", "tensor_operations")
 PIN_KEYS = ("spec", "value", "mark", "source", "note")
@@ -254,6 +255,26 @@ def _pin_list(r: _Reader, key: str, source_ids, kind: Optional[str] = None) -> T
                  for i, v in enumerate(values))
 
 
+_LIBRARY_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+
+
+def _libraries(s: "_Reader", source_ids) -> Tuple[Tuple[str, m.Pin], ...]:
+    """``site.libraries``: ``{name: version pin}`` for libraries a site's modules provide."""
+    raw = s.get("libraries")
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise s.error("libraries", "a mapping of library name to version pin ({cudnn: {value: …, mark: …}})",
+                      got=raw)
+    out = []
+    for name, value in raw.items():
+        if not isinstance(name, str) or not _LIBRARY_NAME.match(name):
+            raise s.error("libraries", "library names of lower-case letters, digits, '.', '_' and '-'", got=name)
+        out.append((name, _pin(s.path, value, s.field(f"libraries.{name}"), s.line_of("libraries"), source_ids,
+                               kind="version")))
+    return tuple(out)
+
+
 def _sources(r: _Reader) -> Tuple[Tuple[str, str], ...]:
     raw = r.get("sources")
     if raw is None:
@@ -319,7 +340,8 @@ def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False)
     s.check_keys(SITE_KEYS)
     site = m.Site(name=s.str("name") or "local", modules=s.str_list("modules"), base_env=s.str("base_env"),
                   launcher=s.str("launcher"), scheduler=s.str("scheduler"),
-                  gpus_per_node=s.int("gpus_per_node", 0), env=s.str_map("env"))
+                  gpus_per_node=s.int("gpus_per_node", 0), env=s.str_map("env"),
+                  libraries=_libraries(s, source_ids))
 
     p = r.sub("packages")
     p.check_keys(PACKAGES_KEYS)
@@ -347,6 +369,7 @@ def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False)
         allow_mixed_gpu_impl=h.bool("allow_mixed_gpu_impl"),
         cuda_home=h.str("cuda_home"), nccl_home=h.str("nccl_home"), cuda_cc_list=h.str("cuda_cc_list"),
         extra_env=h.str_map("extra_env"),
+        build_packages=_pin_list(h, "build_packages", source_ids, kind="conda"),
     )
 
     e = r.sub("expect")
@@ -359,8 +382,15 @@ def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False)
             frameworks=_names(c, "frameworks", m.CHECK_BUILD_FRAMEWORKS),
             controllers=_names(c, "controllers", m.CHECK_BUILD_CONTROLLERS),
             tensor_operations=_names(c, "tensor_operations", m.CHECK_BUILD_TENSOR_OPERATIONS))
+    import_warnings = e.str_list("import_warnings")
+    for i, pattern in enumerate(import_warnings):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise e.error(f"import_warnings[{i}]", f"a Python regular expression ({exc})", got=pattern) from None
     expect = m.Expect(check_build=check_build,
-                      dataloader_start_method=e.choice("dataloader_start_method", m.START_METHODS))
+                      dataloader_start_method=e.choice("dataloader_start_method", m.START_METHODS),
+                      import_warnings=tuple(import_warnings))
 
     v = r.sub("venv")
     v.check_keys(VENV_KEYS)
@@ -426,20 +456,21 @@ def _names(r: _Reader, key: str, allowed: Sequence[str]) -> Tuple[str, ...]:
     return tuple(out)
 
 
-def merge(parent: Dict[str, Any], child: Dict[str, Any]) -> LineDict:
+def merge(parent: Dict[str, Any], child: Dict[str, Any], top: bool = True) -> LineDict:
     """Merge two raw spec mappings: mappings merge key by key, anything else in ``child`` wins.
 
-    ``extends``, ``name`` and ``abstract`` are never inherited. Line numbers of the child's keys are kept.
+    The top level's ``extends``, ``name`` and ``abstract`` are never inherited (a nested ``name``,
+    such as ``site.name``, is). Line numbers of the child's keys are kept.
     """
     out = LineDict()
     out.line = getattr(child, "line", None)
     for key, value in parent.items():
-        if key in NOT_INHERITED:
+        if top and key in NOT_INHERITED:
             continue
         out[key] = value
     for key, value in child.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            merged = merge(out[key], value)
+            merged = merge(out[key], value, top=False)
             out[key] = merged
         else:
             out[key] = value

@@ -144,6 +144,13 @@ class Site:
         env: variables the site sets for every environment.
         build_caches: read-only Horovod wheel cache roots the site publishes (site file's
             ``build_caches``), consulted after the user's cache and ``$ENVTOOL_CACHE_PATH``.
+        build_modules: modules that provide a C++ compiler, CMake and MPI on the site (site
+            file's ``build_modules``), named when a Horovod compile lacks one of them.
+        libraries: ``(name, Pin)`` for libraries the site's modules provide (``cudnn``,
+            ``nccl``), with their provenance: recorded and shown, never installed by envtool
+            (e.g. ALCF's ``conda/2022-09-08`` modulefile puts cuDNN 8.4.1.50 and NCCL 2.14.3 on
+            the library path: argonne-lcf/conda_install_scripts@772cb822f974:
+            alcf_polaris/modulefiles/2022-09-08.lua#L55-L57).
     """
 
     name: str = "local"
@@ -154,6 +161,8 @@ class Site:
     gpus_per_node: int = 0
     env: Tuple[Tuple[str, str], ...] = ()
     build_caches: Tuple[str, ...] = ()
+    build_modules: Tuple[str, ...] = ()
+    libraries: Tuple[Tuple[str, "Pin"], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -186,6 +195,13 @@ class HorovodSpec:
         nccl_home: value for ``HOROVOD_NCCL_HOME``.
         cuda_cc_list: value for ``HOROVOD_BUILD_CUDA_CC_LIST`` (``70,80``).
         extra_env: any other build variables, passed through verbatim.
+        build_packages: conda packages that the Horovod build needs and the environment does
+            not keep (OLCF's WML-CE 1.6.2 recipe installs ``gxx_linux-ppc64le=7.3.0`` before
+            building Horovod and removes it afterwards: olcf/olcf-user-docs@f674c627dd63:
+            software/analytics/ibm-wml-ce.rst#L153-L155). The conda engine installs those the
+            environment lacks before the build (step ``conda-install-build``) and removes exactly
+            what it added after it (``conda-remove-build``), so they are in neither the
+            environment's package list nor its lockfile.
     """
 
     version: Optional[Pin] = None
@@ -202,6 +218,7 @@ class HorovodSpec:
     nccl_home: Optional[str] = None
     cuda_cc_list: Optional[str] = None
     extra_env: Tuple[Tuple[str, str], ...] = ()
+    build_packages: Tuple["Pin", ...] = ()
 
     @property
     def uses_gpu(self) -> bool:
@@ -241,10 +258,13 @@ class Expect:
         check_build: the capabilities, or None when Horovod has no ``--check-build``
             (before 0.17.1) or is not installed.
         dataloader_start_method: the start method a DataLoader must work under, or None.
+        import_warnings: regular expressions (``re.search``) of the warnings that importing the
+            frameworks and their Horovod bindings may print; any other warning fails validation.
     """
 
     check_build: Optional[CheckBuildExpectation] = None
     dataloader_start_method: Optional[str] = None
+    import_warnings: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -340,3 +360,7 @@ class Spec:
             yield f"packages.pip[{i}]", pin
         if self.horovod.version is not None:
             yield "horovod.version", self.horovod.version
+        for i, pin in enumerate(self.horovod.build_packages):
+            yield f"horovod.build_packages[{i}]", pin
+        for name, pin in self.site.libraries:
+            yield f"site.libraries.{name}", pin

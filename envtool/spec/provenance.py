@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import urllib.parse
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
@@ -120,6 +121,26 @@ def parse(text: str) -> Optional[SourceRef]:
     if m:
         return SourceRef(text=text, kind="secondary", path=m.group("path"), description=m.group("desc"))
     return None
+
+
+def states(text: str, version: str, python: bool = False) -> bool:
+    """Whether ``text`` (a cited line) states ``version`` as a whole version.
+
+    ``2.4.1`` is not stated by ``2.4.10``, nor ``0.18.2+1`` by ``__version__ = '0.18.2'``; URL
+    escapes are read (a badge's ``3.6%20%7C%203.7`` states ``3.7``). With ``python``, an ``X.Y``
+    is also stated by Miniconda's installer name ``pyXY_…`` (``CONDAVER='py38_4.12.0'``:
+    argonne-lcf/conda_install_scripts@899e23cf3cc7:alcf_polaris/install_datascience_conda_fromsource.sh#L197).
+
+    Args:
+        text: the cited text.
+        version: the version a pin names (``2.14.3``, ``3.8``).
+        python: the pin is a Python version.
+    """
+    text = urllib.parse.unquote(text)
+    if re.search(r"(?<![\d.])" + re.escape(version) + r"(?![\d+])", text):
+        return True
+    parts = version.split(".")
+    return python and len(parts) >= 2 and re.search(r"\bpy" + parts[0] + parts[1] + r"(?!\d)", text) is not None
 
 
 def problems(name: str, sources: Iterable[Tuple[str, str]], pins: Iterable[Tuple[str, object]],

@@ -101,6 +101,10 @@ def check(spec: Spec, raw: Optional[LineDict] = None) -> None:
     if h.install == "conda" and spec.engine != "conda":
         fail("horovod.install", "engine: conda when Horovod comes from a channel (install: conda)",
              got=spec.engine)
+    # build-only packages are conda packages added and removed around the pip build of Horovod
+    if h.build_packages and (spec.engine != "conda" or h.install != "pip-build"):
+        fail("horovod.build_packages", "engine: conda and horovod.install: pip-build when build-only conda "
+             "packages are listed", got=f"engine {spec.engine}, install {h.install}")
     if spec.venv.system_site_packages and spec.engine != "venv":
         fail("venv.system_site_packages", "engine: venv (a conda env has no system site packages)",
              got=spec.engine, hint="drop the venv section, or clone a module's Python with --clone")

@@ -18,6 +18,7 @@ with ``--site-file``) holds::
     modules: []                         # loaded for every stack
     env: {VAR: value}                   # set for every stack
     build_caches: [/sw/envtool-cache]   # read-only Horovod wheel caches (``envtool cache publish``)
+    build_modules: [gcc, cmake, openmpi]  # modules that give a C++ compiler, CMake and MPI for a Horovod compile
     detect:                             # how to recognise the site (see :func:`detect`); any rule matching
       - env: {NERSC_HOST: perlmutter}   #   a variable whose value matches a glob
         source: id                      #   where the fact comes from (an id in ``sources``)
@@ -66,7 +67,7 @@ from envtool.spec import model as m
 from envtool.spec.yamlload import LineDict, load_yaml
 
 SITE_FILE_KEYS = ("name", "summary", "sources", "platforms", "scheduler", "launcher", "gpus_per_node", "modules",
-                  "env", "notes", "stacks", "batch", "build_caches", "detect", "clone_prefix")
+                  "env", "notes", "stacks", "batch", "build_caches", "build_modules", "detect", "clone_prefix")
 DETECT_KEYS = ("env", "hostname", "source")
 BATCH_KEYS = ("source", "cpus_per_node", "queue", "queue_option", "constraint", "gpu_option", "mpi",
               "account_required", "directives", "env", "module_use", "shell")
@@ -203,6 +204,8 @@ class SiteFile:
         stacks: the per-spec mappings, in file order.
         batch: the job-script layout (:class:`BatchSection`).
         build_caches: read-only Horovod wheel cache roots (absolute paths or ``~/…``).
+        build_modules: modules that provide a C++ compiler, CMake and MPI for a Horovod compile
+            (named in the fix when ``plan``/``create`` finds one missing).
         detect: how to recognise the site (:class:`DetectRule`, any matching), possibly empty.
         clone_prefix: the default prefix of ``create --clone`` here (``$VAR`` expanded,
             ``{spec}`` replaced by the spec name), or None.
@@ -222,6 +225,7 @@ class SiteFile:
     stacks: Tuple[StackMapping, ...] = ()
     batch: BatchSection = BatchSection()
     build_caches: Tuple[str, ...] = ()
+    build_modules: Tuple[str, ...] = ()
     detect: Tuple[DetectRule, ...] = ()
     clone_prefix: Optional[str] = None
 
@@ -327,7 +331,8 @@ def load_site(path: Path) -> SiteFile:
                     sources=sources, platforms=tuple(platforms), scheduler=None if scheduler == "none" else scheduler,
                     launcher=r.str("launcher"), gpus_per_node=r.int("gpus_per_node", 0),
                     modules=r.str_list("modules"), env=r.str_map("env"), notes=r.str("notes") or "",
-                    stacks=tuple(stacks), batch=batch, build_caches=tuple(build_caches), detect=detect,
+                    stacks=tuple(stacks), batch=batch, build_caches=tuple(build_caches),
+                    build_modules=r.str_list("build_modules"), detect=detect,
                     clone_prefix=clone_prefix)
 
 
@@ -543,7 +548,9 @@ def resolve_full(name: str, site: Optional[str] = None, site_file: Optional[str]
                       scheduler=sf.scheduler, gpus_per_node=sf.gpus_per_node,
                       env=_merge_env(own_site.env if own_site.name == sf.name else (), sf.env,
                                      mapping.env if mapping is not None else ()),
-                      build_caches=sf.build_caches)
+                      build_caches=sf.build_caches, build_modules=sf.build_modules,
+                      # the libraries the spec records are that site's modules'; another site's are unknown
+                      libraries=own_site.libraries if own_site.name == sf.name else ())
     spec = dataclasses.replace(spec, site=new_site, platforms=shared)
     rules.check(spec, raw)
     return Resolved(spec=spec, site=sf, mapping=mapping, spec_site=own_site)

@@ -20,6 +20,7 @@ from envtool.core.paths import cache_root
 from envtool.core.targets import check_outside_source
 from envtool.spec.model import Spec
 from envtool.core.plan import PlanOptions
+from envtool.steps.horovod_build import check_system_tools
 from envtool.steps.planner import make_plan
 from envtool.steps.relocate import rewrite_prefix
 from envtool.steps.runner import Runner
@@ -88,6 +89,7 @@ def create(spec: Spec, options: PlanOptions, force: bool = False, verbose: bool 
         with tx, runner:
             options = replace(options, prefix=target, build_prefix=build)
             plan = make_plan(spec, options)
+            check_system_tools(plan.steps)
             runner.note(f"envtool create {spec.name} ({spec.path}) -> {target}; building in {build}")
             if options.lock_reason:
                 runner.note(f"packages: {options.lock_reason}")

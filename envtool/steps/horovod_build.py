@@ -24,6 +24,7 @@ from envtool.core.errors import StepFailed
 from envtool.core.platforms import conda_platform
 from envtool.horovod import cache as wheel_cache
 from envtool.horovod import fixes
+from envtool.horovod import requirements as system_tools
 from envtool.horovod.flags import build_env, cache_relevant, requirement
 from envtool.spec.model import Spec
 from envtool.spec.rules import horovod_version
@@ -80,6 +81,9 @@ class BuildDecision:
         caches: the wheel cache roots consulted, in order: the user's (written after a build),
             then the site's read-only ones (``$ENVTOOL_CACHE_PATH``, the site file's
             ``build_caches``); see :func:`envtool.horovod.cache.chain`.
+        missing_tools: what a compile needs from the machine and was not found when planning
+            (:func:`envtool.horovod.requirements.probe`); a cache hit needs none of it.
+        fix: shell-quoted lines that get :attr:`missing_tools` (site modules, apt-get, pip).
     """
 
     prefix: Path
@@ -96,6 +100,8 @@ class BuildDecision:
     sdist_sha256: str = ""
     no_deps: bool = False
     caches: Tuple[Path, ...] = ()
+    missing_tools: Tuple[system_tools.BuildTool, ...] = ()
+    fix: Tuple[str, ...] = ()
 
     @property
     def python(self) -> str:
@@ -151,6 +157,9 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
         loose = ", ".join(f for f in requested if f not in pinned)
         notes.append(f"fix rules: decided when run ({loose} not pinned to one version; toolchain: "
                      f"{toolchain.describe()})")
+    if h.build_packages:
+        notes.append("build-only packages (horovod.build_packages), installed by conda-install-build and removed "
+                     "by conda-remove-build: " + ", ".join(p.value for p in h.build_packages))
     uses_mpi = "mpi" in h.controllers
     caches = wheel_cache.chain(spec.site.build_caches)
     cache = caches[0]
@@ -170,21 +179,29 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
         notes.append("its dependencies come from the lock: the wheel is installed with --no-deps")
     source = ("-r", f"{wheel_dir}/requirements.txt", "--require-hashes") if sdist_hash else (req,)
     no_deps = ("--no-deps",) if locked is not None else ()
+    absent = system_tools.missing(system_tools.probe(h.controllers, cxx=real_cxx, prefix=Path(options.work_prefix)))
+    fix_lines = tuple(system_tools.fix_lines(absent, site_name=spec.site.name, build_modules=spec.site.build_modules))
+    if absent:
+        notes.append("a compile needs " + system_tools.describe(absent) + ": not found here; "
+                     + "; or ".join(fix_lines))
     decision = BuildDecision(
         prefix=Path(options.work_prefix), requirement=req, version=str(version) if version else None,
         build_env=tuple(env), requested=requested, toolchain=toolchain,
         compiler=_first_line([real_cxx, "--version"]) or real_cxx,
         mpi=mpi_version() if uses_mpi else "not used", platform=conda_platform(), rules=rule_ids,
         fix_env=tuple(fix_env), sdist_sha256=sdist_hash, no_deps=locked is not None,
-        caches=tuple(c.root for c in caches))
-    return [Step(
+        caches=tuple(c.root for c in caches), missing_tools=absent, fix=fix_lines)
+    from envtool.engines.conda import build_package_steps
+
+    before, after = build_package_steps(spec, Path(options.work_prefix), Path(options.prefix))
+    return before + [Step(
         id="build-horovod",
         title=f"Build Horovod ({req}) with " + " ".join(f"{k}={v}" for k, v in env if k.startswith("HOROVOD_")),
         commands=(("#", "probe installed framework versions and the Python tag; look up the wheel cache"),
                   tuple(pip_wheel_argv(py, wheel_dir, source)),
                   (py, "-m", "pip", "install", "--disable-pip-version-check", *no_deps, f"{wheel_dir}/horovod-*.whl")),
         env=tuple(display_env), notes=tuple(notes), action=_run_build, data={"build": decision},
-    )]
+    )] + after
 
 
 #: pip's options for the build: ``-v`` makes pip pass the build's own output (CMake's
@@ -290,6 +307,10 @@ def _run_build(step: Step, runner) -> Dict:
               "cache_dir": None if hit is None else str(hit.dir),
               "fixes": [r.id for r in rules], "rules_decided": "when planned" if d.rules is not None else "when run"}
     cache = caches[0]
+    if wheel is None and d.missing_tools:
+        raise StepFailed(step.id, "no wheel cache holds this Horovod build and compiling it needs "
+                         + system_tools.describe(d.missing_tools) + ", not found on this machine; fix: "
+                         + "; or ".join(d.fix), runner.log_path)
     if wheel is None:
         runner.progress(f"      compiling Horovod (minutes; full output in the build log {runner.log_path})")
         (cache.root / "build").mkdir(parents=True, exist_ok=True)
@@ -334,3 +355,41 @@ def _fix_runpaths(python: str, runner) -> Dict:
         runner.note(problem)
         runner.progress(f"      note: {problem}")
     return {"changed": [c[0] for c in changes], "problem": problem or None}
+
+
+def could_hit(d: BuildDecision) -> bool:
+    """Whether some wheel cache of ``d.caches`` holds an entry built from the same requirement and
+    ``HOROVOD_*`` set on this platform — a wheel that a build without a compiler could still use
+    (the full key, with framework versions and the Python tag, is decided when the step runs).
+
+    Reads the entries' ``key.json`` files only; an unreadable entry counts as no entry.
+    """
+    wanted = sorted(kv for kv in cache_relevant(list(d.build_env)) if kv[0].startswith("HOROVOD_"))
+    for root in d.caches:
+        for entry in wheel_cache.WheelCache(root, read_only=True).entries():
+            key = entry.key
+            if key is None or entry.wheel is None:
+                continue
+            have = sorted(kv for kv in key.build_env if kv[0].startswith("HOROVOD_"))
+            if key.requirement == d.requirement and have == wanted and key.platform == d.platform:
+                return True
+    return False
+
+
+def check_system_tools(steps) -> None:
+    """Refuse, before anything is built, a plan whose Horovod compile lacks a tool and that no
+    wheel cache can spare (:func:`could_hit`).
+
+    Args:
+        steps: the plan's steps.
+    Raises:
+        UsageError: names each missing tool and the fix lines (exit 2).
+    """
+    from envtool.core.errors import UsageError
+
+    for step in steps:
+        d = step.data.get("build") if step.id == "build-horovod" else None
+        if d is None or not d.missing_tools or could_hit(d):
+            continue
+        raise UsageError("building Horovod needs " + system_tools.describe(d.missing_tools)
+                         + ", not found on this machine (PATH); fix, then run again:\n  " + "\n  ".join(d.fix))

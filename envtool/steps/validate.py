@@ -2,7 +2,10 @@
 
 * ``horovodrun --check-build`` parsed and compared with ``expect.check_build``;
 * a real DataLoader with 2 workers under ``expect.dataloader_start_method``;
-* a 2-rank Gloo allreduce through ``horovodrun`` when Horovod has PyTorch and Gloo.
+* a 2-rank Gloo allreduce through ``horovodrun`` when Horovod has PyTorch and Gloo;
+* importing each framework and its Horovod binding (``torch``, ``horovod.torch``) in one process:
+  every warning that prints is reported, and one that ``expect.import_warnings`` does not name
+  fails validation (a warning printed once per rank is noise in every job's output).
 The step returns its result (the runner records it under ``validate``); a mismatch raises
 :class:`CheckFailed` carrying the same result.
 """
@@ -13,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import List
 
-from envtool.core import procs
+from envtool.core import frameworks, procs
 from envtool.core.errors import CheckFailed, StepFailed
 from envtool.horovod import checkbuild
 from envtool.probes import probe_path
@@ -43,10 +46,30 @@ def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
         notes.append(f"a DataLoader with 2 workers must run under start method {expect.dataloader_start_method!r}")
     if not commands:
         return []
+    modules = import_modules(spec)
+    if modules:
+        commands.append((str(prefix / "bin" / "python"), str(probe_path("imports")), *modules))
+        notes.append("importing " + ", ".join(modules) + " must print no warning"
+                     + (" but those matching expect.import_warnings" if spec.expect.import_warnings else ""))
     return [Step(id="validate", title="Validate: horovodrun --check-build, DataLoader start method"
-                 + (", 2-rank allreduce" if run_allreduce else ""),
+                 + (", 2-rank allreduce" if run_allreduce else "") + (", clean imports" if modules else ""),
                  commands=tuple(commands), notes=tuple(notes), action=_run_validate,
-                 data={"spec": spec, "prefix": str(prefix), "allreduce": run_allreduce})]
+                 data={"spec": spec, "prefix": str(prefix), "allreduce": run_allreduce, "imports": modules})]
+
+
+def import_modules(spec: Spec) -> tuple:
+    """The modules whose import validation checks: each of ``horovod.frameworks`` (``torch``) and,
+    when Horovod is installed, its binding (``horovod.torch``), in that order."""
+    out = []
+    for name in spec.horovod.frameworks:
+        try:
+            fw = frameworks.get(name)
+        except KeyError:
+            continue
+        out.append(fw.module)
+        if spec.horovod.install != "none":
+            out.append(fw.binding)
+    return tuple(out)
 
 
 def _check_build(prefix: Path):
@@ -79,7 +102,9 @@ def _run_validate(step: Step, runner) -> dict:
     result = {"ok": True}
     problems = []
     method = spec.expect.dataloader_start_method
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    modules = step.data.get("imports") or ()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        im_future = pool.submit(probes.import_modules, prefix / "bin" / "python", modules) if modules else None
         cb_future = pool.submit(_check_build, prefix) if spec.expect.check_build is not None else None
         ar_future = pool.submit(_allreduce, prefix) if step.data["allreduce"] else None
         dl_future = pool.submit(probes.dataloader, prefix / "bin" / "python", method) if method else None
@@ -110,6 +135,23 @@ def _run_validate(step: Step, runner) -> dict:
         result["dataloader"] = dl.to_dict()
         if not dl.ok:
             problems.append(f"DataLoader with start method {method!r} failed: {dl.error}")
+    if im_future is not None:
+        imported, error = im_future.result()
+        if error:
+            problems.append(f"importing {', '.join(modules)} gave no answer: {error}")
+        else:
+            unexpected = probes.unexpected_warnings(imported, spec.expect.import_warnings)
+            result["imports"] = {"modules": [r.to_dict() for r in imported],
+                                 "unexpected": [{"module": m, "warning": w} for m, w in unexpected]}
+            for r in imported:
+                runner.note(f"import {r.module}: " + ("ok" if r.ok else f"FAILED ({r.error})") + f", {r.seconds:.2f} s"
+                            + "".join(f"\n  printed: {line}" for line in r.printed()))
+            failed = [r for r in imported if not r.ok]
+            if failed:
+                problems.append("; ".join(f"import {r.module} failed: {r.error}" for r in failed))
+            for m, w in unexpected:
+                problems.append(f"import {m} printed a warning the spec does not expect: {w} "
+                                "(fix its cause, or accept it with a pattern under expect.import_warnings)")
     result["ok"] = not problems
     result["problems"] = problems
     if problems:
@@ -129,4 +171,12 @@ def format_report(result: dict) -> str:
         d = result["dataloader"]
         status = "ok" if d["ok"] else f"FAILED: {d['error']}"
         lines.append(f"{'DataLoader start method':<28}{d['method']:<11}{status}")
+    if "imports" in result:
+        imp = result["imports"]
+        names = ", ".join(m["module"] for m in imp["modules"])
+        printed = sum(len(m["warnings"]) + len([ln for ln in m["stderr"].splitlines() if ln.strip()])
+                      for m in imp["modules"])
+        status = "ok" if not imp["unexpected"] else f"FAILED: {len(imp['unexpected'])} unexpected warning(s)"
+        lines.append(f"{'import ' + names:<28}{'no warning':<11}{status}"
+                     + (f" ({printed} expected warning(s))" if printed and not imp["unexpected"] else ""))
     return "\n".join(lines)

@@ -124,8 +124,8 @@ def run_here(target: Target, ranks: int = 2, benchmark: bool = False, steps: int
                                                                           _method(target)), timeout, log)
             recs = rk.gather(run_dir, phase)
             runs[controller] = recs
-            problems += [f"{controller}: {p}" for p in rk.judge(recs, ranks)]
-            if rc != 0 and not rk.judge(recs, ranks):
+            problems += [f"{controller}: {p}" for p in rk.judge(recs, ranks, _expected_warnings(target))]
+            if rc != 0 and not rk.judge(recs, ranks, _expected_warnings(target)):
                 problems.append(f"{controller}: horovodrun exited with {rc} (see {log_path})")
         if not runs:
             problems.append("Horovod has neither a Gloo nor an MPI controller: nothing to run ranks with")
@@ -230,7 +230,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
                                            if cb.get("missing") else str(cb.get("error"))))
     recs = rk.gather(run_dir, "probe")
     result["ranks"] = recs
-    problems += rk.judge(recs, lay.ranks)
+    problems += rk.judge(recs, lay.ranks, _expected_warnings(target))
     if any(": no result" in p for p in problems):
         said = rk.errors_in_output(run_dir / "job.out")
         if said:
@@ -342,3 +342,9 @@ def _run_local_script(script: Path, run_dir: Path, progress: Progress, timeout: 
                 raise
             raise CheckFailed(f"the script did not finish within {timeout:.0f} s; it was stopped") from None
     return ("exit 0" if code == 0 else f"exit {code}"), code
+
+
+def _expected_warnings(target) -> tuple:
+    """The spec's ``expect.import_warnings`` (patterns of accepted import warnings), or ()."""
+    spec = getattr(target, "spec", None)
+    return tuple(spec.expect.import_warnings) if spec is not None else ()

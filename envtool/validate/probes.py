@@ -218,3 +218,70 @@ def parse_allreduce(output: str, ranks: int = 2) -> bool:
                 pass
         pos = output.find("{", end)
     return seen == set(range(ranks))
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What importing one module printed (the ``imports`` probe, ``envtool/probes/imports.py``).
+
+    Attributes:
+        module: the module imported (``torch``, ``horovod.torch``).
+        ok: the import succeeded.
+        error: ``ExceptionType: first line`` when it failed, else None.
+        warnings: each Python warning it printed, as ``Category: message``.
+        stderr: what it wrote straight to file descriptor 2 (C/C++ libraries), stripped.
+        seconds: how long the import took (s).
+    """
+
+    module: str
+    ok: bool
+    error: Optional[str] = None
+    warnings: Tuple[str, ...] = ()
+    stderr: str = ""
+    seconds: float = 0.0
+
+    def printed(self) -> Tuple[str, ...]:
+        """Every warning line a user would see: the Python warnings, then each non-blank stderr line."""
+        return self.warnings + tuple(ln.strip() for ln in self.stderr.splitlines() if ln.strip())
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def import_modules(python: Path, modules: Sequence[str], timeout: float = 300.0) -> Tuple[Tuple[ImportResult, ...], Optional[str]]:
+    """Import ``modules`` in order, in one fresh process of ``python``; what each printed.
+
+    Args:
+        python: the environment's interpreter.
+        modules: module names (``torch``, ``horovod.torch``).
+        timeout: seconds before the probe counts as hung (its process group is killed).
+    Returns:
+        ``(results, error)``: one :class:`ImportResult` per module, and None; or ``()`` and why
+        the probe gave no answer (it hung or died).
+    """
+    run = _probes.run_probe(python, "imports", list(modules), timeout, env=_clean_env({"PYTHONUNBUFFERED": "1"}))
+    record = next((r for r in run.records if "modules" in r), None)
+    if record is None:
+        return (), run.error or "the import probe printed no result"
+    out = []
+    for m in record["modules"]:
+        out.append(ImportResult(module=str(m.get("module")), ok=bool(m.get("ok")), error=m.get("error"),
+                                warnings=tuple(f"{w.get('category')}: {w.get('message')}" for w in m.get("warnings", ())),
+                                stderr=str(m.get("stderr") or "").strip(), seconds=float(m.get("seconds") or 0.0)))
+    return tuple(out), None
+
+
+def unexpected_warnings(results: Sequence[ImportResult], expected: Sequence[str]) -> Tuple[Tuple[str, str], ...]:
+    """The printed warning lines that no pattern of ``expected`` matches (``re.search``).
+
+    Args:
+        results: :func:`import_modules`'s results.
+        expected: the spec's ``expect.import_warnings`` patterns.
+    Returns:
+        ``(module, line)`` pairs, in import order.
+    """
+    import re
+
+    patterns = [re.compile(p) for p in expected]
+    return tuple((r.module, line) for r in results for line in r.printed()
+                 if not any(p.search(line) for p in patterns))

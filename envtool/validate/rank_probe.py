@@ -21,6 +21,7 @@ import socket
 import sys
 import time
 import traceback
+import warnings
 
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "PMI_RANK", "JSM_NAMESPACE_RANK", "PALS_RANKID",
              "ALPS_APP_PE", "HOROVOD_RANK")
@@ -126,8 +127,12 @@ def main(argv):
            "launcher_local_rank": _first(LOCAL_RANK_VARS), "ok": False, "checks": {}}
     hvd = None
     try:
-        import torch
-        import horovod.torch as hvd
+        # What importing the framework and Horovod prints is printed once per rank in every job:
+        # record it (the filters decide what counts, as for a user) instead of printing it.
+        with warnings.catch_warnings(record=True) as caught:
+            import torch
+            import horovod.torch as hvd
+        rec["import_warnings"] = ["%s: %s" % (w.category.__name__, w.message) for w in caught]
 
         hvd.init()
         rec.update(rank=hvd.rank(), local_rank=hvd.local_rank(), size=hvd.size(),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 PROBE_FILE = Path(__file__).with_name("rank_probe.py")
 
@@ -46,13 +46,19 @@ def gather(run_dir: Path, phase: str) -> List[dict]:
                                       else r.get("rank") or 0))
 
 
-def judge(records: List[dict], ranks: int) -> List[str]:
-    """Problems, one line each, naming rank and host: failed checks, errors, ranks that never reported.
+def judge(records: List[dict], ranks: int, expected_warnings: Sequence[str] = ()) -> List[str]:
+    """Problems, one line each, naming rank and host: failed checks, errors, ranks that never
+    reported, and warnings that importing the framework and Horovod printed on a rank.
 
     Args:
         records: from :func:`gather`.
         ranks: how many ranks the step launched.
+        expected_warnings: regular expressions (``re.search``) of import warnings that are not
+            problems (a spec's ``expect.import_warnings``).
     """
+    import re
+
+    patterns = [re.compile(p) for p in expected_warnings]
     problems = []
     seen = set()
     for r in records:
@@ -63,6 +69,9 @@ def judge(records: List[dict], ranks: int) -> List[str]:
             problems.append(f"{where}: the launcher started it as rank {r['launcher_rank']}, Horovod sees rank "
                             f"{r['rank']} of {r.get('size')} (MPI did not initialise through the launcher: "
                             f"a PMI mismatch, e.g. srun --mpi)")
+        for w in r.get("import_warnings") or ():
+            if not any(p.search(w) for p in patterns):
+                problems.append(f"{where}: importing torch and horovod.torch printed a warning: {w}")
         if r.get("error"):
             problems.append(f"{where}: {r['error']}")
             continue

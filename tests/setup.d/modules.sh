@@ -29,15 +29,23 @@ lmod_init() {
     return 1
 }
 
+# The unpacked tree is keyed by the package version it came from (.envtool-key): a tree from
+# another version than the one apt offers now is unpacked again.
+candidate=$(apt-cache policy environment-modules 2>/dev/null | awk '/Candidate:/ {print $2}')
+have=$(cat "$ENVMODULES_ROOT/.envtool-key" 2>/dev/null || true)
+stale=0
+if [ -n "$candidate" ] && [ "$candidate" != "(none)" ] && [ "$have" != "$candidate" ]; then stale=1; fi
+
 # Environment Modules first: `apt-get download` works whether or not lmod is installed.
-if [ ! -f "$ENVMODULES_ROOT/usr/share/modules/init/bash" ]; then
+if [ ! -f "$ENVMODULES_ROOT/usr/share/modules/init/bash" ] || [ "$stale" = 1 ]; then
     if ! command -v tclsh8.6 >/dev/null 2>&1; then
         apt_update_once
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tcl8.6
     fi
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
-    deb=$(ls /var/cache/apt/archives/environment-modules_*.deb 2>/dev/null | head -n1 || true)
+    deb=$(ls /var/cache/apt/archives/environment-modules_"${candidate//:/%3a}"_*.deb 2>/dev/null | head -n1 || true)
+    [ -n "$candidate" ] && [ "$candidate" != "(none)" ] || deb=$(ls /var/cache/apt/archives/environment-modules_*.deb 2>/dev/null | head -n1 || true)
     if [ -z "$deb" ]; then
         apt_update_once
         (cd "$work" && apt-get download -qq environment-modules)
@@ -55,6 +63,7 @@ if [ ! -f "$ENVMODULES_ROOT/usr/share/modules/init/bash" ]; then
                -e "s#/etc/environment-modules#$ENVMODULES_ROOT/etc/environment-modules#g" \
                -e "s#/usr/lib/x86_64-linux-gnu#$ENVMODULES_ROOT/usr/lib/x86_64-linux-gnu#g" "$f"
     done
+    dpkg-deb -f "$deb" Version >"$work/tree/.envtool-key"
     rm -rf "$ENVMODULES_ROOT"
     mkdir -p "$(dirname "$ENVMODULES_ROOT")"
     mv "$work/tree" "$ENVMODULES_ROOT"
