@@ -259,7 +259,8 @@ def import_modules(python: Path, modules: Sequence[str], timeout: float = 300.0)
         ``(results, error)``: one :class:`ImportResult` per module, and None; or ``()`` and why
         the probe gave no answer (it hung or died).
     """
-    run = _probes.run_probe(python, "imports", list(modules), timeout, env=_clean_env({"PYTHONUNBUFFERED": "1"}))
+    run = _probes.run_probe(python, "imports", list(modules), timeout, env=_clean_env({"PYTHONUNBUFFERED": "1"}),
+                            preexec_fn=procs.die_with_parent)
     record = next((r for r in run.records if "modules" in r), None)
     if record is None:
         return (), run.error or "the import probe printed no result"
