@@ -76,7 +76,11 @@ def marked(value: str) -> List[int]:
     ``BUILD_MARKER=value`` (those of other users are unreadable unless root: skipped)."""
     needle = f"{BUILD_MARKER}={value}".encode()
     out = []
-    for entry in os.scandir("/proc"):
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError:  # no /proc here: the death signal and the process groups still apply
+        return out
+    for entry in entries:
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
