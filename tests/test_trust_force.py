@@ -73,6 +73,14 @@ def alive(pid: int) -> bool:
         return False
 
 
+def kill_by_pid(pids):
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def leftovers(parent: Path):
     return sorted(p.name for p in parent.iterdir() if ".envtool-" in p.name)
 
@@ -239,11 +247,13 @@ def test_other_fatal_signals_clean_up_like_sigterm(world, sig):
     kids = descendants(proc.pid)
     proc.send_signal(getattr(signal, sig))
     out, err = proc.communicate(timeout=120)
+    time.sleep(0.2)
+    left = [p for p in kids if alive(p)]
+    kill_by_pid(left)  # the test's own clean-up, when the check fails
     assert proc.returncode == 130, err
     assert f"interrupted by {sig}" in err and "build log:" in err
     assert leftovers(target.parent) == []  # no build directory, no lock file, no temporary directory
-    time.sleep(0.2)
-    assert not [p for p in kids if alive(p)]
+    assert not left
 
 
 def test_nohup_keeps_sighup_ignored(world):
@@ -295,7 +305,9 @@ def test_kill_9_takes_the_children_with_it(world):
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline and [p for p in kids if alive(p)]:
         time.sleep(0.05)
-    assert not [p for p in kids if alive(p)], "children outlived envtool's kill -9"
+    left = [p for p in kids if alive(p)]
+    kill_by_pid(left)  # the test's own clean-up, when the check fails
+    assert not left, "children outlived envtool's kill -9"
 
 
 def test_the_next_run_stops_a_dead_runs_stragglers_before_sweeping(world):
@@ -324,34 +336,48 @@ def test_the_next_run_stops_a_dead_runs_stragglers_before_sweeping(world):
 
 
 # ----------------------------------------------------------------------------- item 5: validate's children
-HOROVODRUN = """import subprocess, sys, time
-subprocess.Popen(["sleep", "300"], start_new_session=True)  # a child in its own session, as a launcher's
+HOROVODRUN = """import os, subprocess, sys, time
+# a child in its own session, as a launcher's; its pid goes to a file for the test
+child = subprocess.Popen(["sleep", "300"], start_new_session=True, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+open(os.environ["PIDS"], "a").write("%d %d\\n" % (os.getpid(), child.pid))
 print("started", flush=True)
-time.sleep(300)
+if os.environ.get("LINGER"):
+    time.sleep(300)
 """
 
 
-def test_validate_leaves_no_children_when_terminated(world):
+@pytest.mark.parametrize("how", ["exits", "SIGTERM", "SIGHUP", "kill -9"])
+def test_validate_leaves_no_children(world, how):
     tmp_path, env = world
     prefix = tmp_path / "env"
     (prefix / "bin").mkdir(parents=True)
     (prefix / "bin" / "python").symlink_to(sys.executable)
     (prefix / "bin" / "horovodrun").write_text(HOROVODRUN)
+    pids = tmp_path / "pids"
+    env = dict(env, PIDS=str(pids), **({} if how == "exits" else {"LINGER": "1"}))
     proc = start(["validate", "--prefix", prefix], env)
     deadline = time.monotonic() + 60
-    kids = set()
-    while time.monotonic() < deadline:
-        kids = descendants(proc.pid)
-        if any(b"sleep" in Path(f"/proc/{p}/cmdline").read_bytes() for p in kids if alive(p)):
-            break
+    while time.monotonic() < deadline and not (pids.exists() and pids.read_text().endswith("\n")):
         time.sleep(0.05)
+    assert pids.exists(), "the fake horovodrun never started its child"
+    kids = [int(x) for x in pids.read_text().split()]
+    if how == "exits":
+        proc.communicate(timeout=120)
+        assert proc.returncode in (1, 2)
+    elif how == "kill -9":
+        proc.kill()
+        proc.wait()
     else:
-        raise AssertionError("the fake horovodrun never started its child")
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    time.sleep(0.3)
-    assert not [p for p in kids if alive(p)], "validate's children outlived it"
+        proc.send_signal(getattr(signal, how))
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and [p for p in kids if alive(p)]:
+        time.sleep(0.05)
+    left = [p for p in kids if alive(p)]
+    kill_by_pid(left)  # the test's own clean-up, when the check fails
+    assert not left, "validate's children outlived it"
 
 
 def test_a_fifo_among_scripts_is_skipped_not_read(world):
