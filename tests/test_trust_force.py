@@ -393,3 +393,20 @@ def test_a_fifo_among_scripts_is_skipped_not_read(world):
     assert time.monotonic() - started < 45
     assert proc.returncode in (0, 1), proc.stderr
     assert "check crashed" not in proc.stdout + proc.stderr
+
+
+def test_publish_force_refuses_a_directory_that_is_not_an_environment(world):
+    tmp_path, env = world
+    (tmp_path / "specs" / "tiny.yaml").write_text(TINY + 'distribution: {name: site, version: "1.0"}\n')
+    squatter = tmp_path / "sw" / "tiny" / "1.0"
+    squatter.mkdir(parents=True)
+    (squatter / "data.txt").write_text("someone's")
+    squatter.chmod(0o700)
+    (squatter / "data.txt").chmod(0o600)
+    before = [(p, os.lstat(p).st_mode) for p in [squatter, squatter / "data.txt"]]
+    proc = run_envtool("publish", "tiny", "--root", tmp_path / "sw", "--modulefiles", tmp_path / "mods", "--force",
+                       env=env, timeout=300)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert str(squatter) in proc.stderr and "not an environment" in proc.stderr, proc.stderr
+    assert [(p, os.lstat(p).st_mode) for p in [squatter, squatter / "data.txt"]] == before
+    assert (squatter / "data.txt").read_text() == "someone's"
