@@ -113,6 +113,7 @@ def test_commit_removes_cachedir_tag_from_the_prefix_only(tmp_path):
 def test_a_failure_inside_the_transaction_removes_the_build_and_says_what_is_left(tmp_path):
     target = tmp_path / "env"
     target.mkdir()
+    (target / "pyvenv.cfg").write_text("home = /usr/bin\n")  # --force replaces only an environment
     (target / "keep").write_text("old")
     log = tmp_path / "log"
     with pytest.raises(StepFailed) as info:

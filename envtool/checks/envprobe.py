@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from envtool import probes as _probes
-from envtool.core import frameworks
+from envtool.core import frameworks, procs
 from envtool.validate import probes as vprobes
 
 #: Frameworks the info probe imports when installed: module → Horovod extension module.
@@ -69,7 +69,7 @@ def run_script(python: Path, script: str, args: List[str], timeout: float, env: 
     with tempfile.TemporaryDirectory(prefix="envtool-doctor-") as tmp:
         path = Path(tmp) / "envtool_doctor_probe.py"
         path.write_text(script)
-        return _probes.run_file(python, path, args, timeout, env)
+        return _probes.run_file(python, path, args, timeout, env, preexec_fn=procs.die_with_parent)
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,8 @@ def probe_info(ctx) -> InfoResult:
     if not ctx.python.exists():
         return InfoResult(error=f"{ctx.python} does not exist")
     run = _probes.run_probe(ctx.python, "env_info",
-                            [json.dumps([list(f) for f in FRAMEWORKS]), json.dumps(API_PROBES)], ctx.timeout)
+                            [json.dumps([list(f) for f in FRAMEWORKS]), json.dumps(API_PROBES)], ctx.timeout,
+                            preexec_fn=procs.die_with_parent)
     if run.error or not run.records:
         return InfoResult(error=run.error or "no output", seconds=run.seconds, output_tail=run.output_tail)
     return InfoResult(run.records[-1], None, run.seconds, run.output_tail)

@@ -443,15 +443,16 @@ def _iter_dir(d: Path) -> Iterator[Path]:
                              and not (Path(dirpath, n, "pyvenv.cfg").exists()
                                       or Path(dirpath, n, "conda-meta").is_dir()))
         for n in sorted(filenames):
-            if n.endswith(".py"):
+            if n.endswith(".py") and os.path.isfile(os.path.join(dirpath, n)):  # not a FIFO or a device
                 yield Path(dirpath, n)
 
 
 def _read(path: Path, shown: str) -> _Module:
     from envtool.core.errors import UsageError
+    from envtool.core.inputs import read_input
 
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = read_input(path, "--script").decode("utf-8", errors="replace")  # a FIFO: exit 2, never a hang
     except OSError as exc:
         raise UsageError(f"--script {shown}: cannot read it ({exc.strerror})") from None
     return _parse(text, shown, path)

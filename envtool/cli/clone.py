@@ -21,7 +21,9 @@ def register(sub) -> None:
                    help="for a venv-style source: a --system-site-packages layer (default) or a full copy")
     p.add_argument("--verify-source", default="content", choices=("content", "stat"),
                    help="prove the source unchanged by sha256 of every file (default) or by stat data incl. ctime")
-    p.add_argument("--force", action="store_true", help="replace an existing target (once the clone is complete)")
+    p.add_argument("--force", action="store_true", help="replace the environment at the target (once the clone is complete); only an "
+                        "environment is replaced, never another directory, a symlink, the current or home "
+                        "directory or an envtool cache (exit 2)")
     add_json(p)
     p.set_defaults(func=run)
 

@@ -15,7 +15,9 @@ def register(sub) -> None:
     p.add_argument("spec", type=name_arg, help="spec name (see 'envtool specs') or path to a spec file")
     p.add_argument("--prefix", type=path_arg, help="target prefix (default: for --clone the site's clone_prefix, "
                                                    "else ./envs/SPEC)")
-    p.add_argument("--force", action="store_true", help="replace an existing target (once the new one is complete)")
+    p.add_argument("--force", action="store_true", help="replace the environment at the target (once the new one is complete); only an "
+                        "environment is replaced, never another directory, a symlink, the current or home "
+                        "directory or an envtool cache (exit 2)")
     p.add_argument("--clone", type=name_arg, nargs="?", const="", default=None, metavar="SOURCE",
                    help="clone SOURCE (env name or prefix; default: the site's base env for the spec, else the "
                         "active environment $CONDA_PREFIX, e.g. the one a loaded module provides)")

@@ -77,6 +77,9 @@ def _resolve(args):
     lock = None
     if args.lock:
         lock = Path(args.lock)
+        from envtool.core.inputs import check_input
+
+        check_input(lock, "--lock")
         if not lock.is_file():
             raise UsageError(f"--lock {args.lock}: no such file")
         from envtool.checks import lockdrift

@@ -212,6 +212,8 @@ def _run(argv: List[str]):
     from envtool.core.errors import EXIT_INTERNAL, EXIT_USAGE, ConditionError, EnvtoolError, condition_message
     from envtool.core.plan import redact  # a URL's password is never printed
 
+    from envtool.core import procs
+
     try:
         parser = build_parser(only=_command_module(argv))
         args = parser.parse_args(argv)
@@ -221,7 +223,8 @@ def _run(argv: List[str]):
         from envtool.cli.common import check_environment
 
         check_environment()
-        return int(args.func(args) or 0), None
+        with procs.command_scope():  # children die with the command; signals exit 130
+            return int(args.func(args) or 0), None
     except UsageErrorExit as exc:
         message = str(exc)
         print(f"{message}", file=sys.stderr)

@@ -7,21 +7,187 @@ envtool only, which kills the groups itself and cleans up. Scratch directories (
 a package-cache staging directory) are registered with :func:`scratch` so that the single
 clean-up path removes them whatever was running when the signal came.
 
+Children die with envtool on every path: each one started by :func:`popen` asks the kernel for
+SIGKILL when envtool goes (``prctl(PR_SET_PDEATHSIG)``, prctl(2)), even by ``kill -9``; and a
+build marks every process it starts, and their descendants, with :data:`BUILD_MARKER` in the
+environment, so that :func:`kill_marked` finds them all (``/proc/PID/environ``, proc(5)) —
+the clean-up of an interrupted build, and the next run on the same prefix before it sweeps a
+dead run's directory.
+
 Directory names end in ``-PID`` (``.NAME.envtool-build-PID``, ``.envtool-seed-PID``):
 :func:`stale_dirs` finds those whose process is gone (``kill -9``, a node crash) so that the
 next run removes them.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List, Sequence, Set, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Set, Tuple
+
+#: Signals whose default action ends the process (signal(7)) and that a terminal, a batch system
+#: or ``kill`` sends; a long command turns each into a clean-up and exit 130.
+EXIT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+                signal.SIGALRM)
+#: The environment variable that marks a build's processes (its value: the build directory).
+BUILD_MARKER = "ENVTOOL_BUILD"
+#: ``PR_SET_PDEATHSIG`` of linux/prctl.h.
+_PR_SET_PDEATHSIG = 1
+
+
+def _prctl():
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_PRCTL = _prctl()  # looked up once, in the parent: the child calls it between fork and exec
+
+
+def die_with_parent() -> None:
+    """``preexec_fn`` for a child: SIGKILL it when the thread that started it ends (``kill -9`` of
+    envtool included). ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (prctl(2)); a no-op where it is missing."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
+def ignored_at_start(sig: int) -> bool:
+    """Whether ``sig`` was ignored when this process started (``nohup`` ignores SIGHUP; a shell's
+    background job, SIGINT and SIGQUIT). Python itself sets only SIGINT, so any other ``SIG_IGN``
+    found is inherited."""
+    return signal.getsignal(sig) == signal.SIG_IGN
+
+
+def marked(value: str) -> List[int]:
+    """PIDs of live processes (not zombies, not this one) whose environment has
+    ``BUILD_MARKER=value`` (those of other users are unreadable unless root: skipped)."""
+    needle = f"{BUILD_MARKER}={value}".encode()
+    out = []
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError:  # no /proc here: the death signal and the process groups still apply
+        return out
+    for entry in entries:
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                env = fh.read()
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != b"Z" and needle in env.split(b"\0"):
+            out.append(int(entry.name))
+    return out
+
+
+#: The guard (:func:`watch`): a separate small Python process that reads ``+VALUE`` / ``-VALUE``
+#: lines on its stdin and, when the pipe closes (envtool is gone, ``kill -9`` included), kills
+#: every process still marked with a watched value.
+_GUARD_CODE = r"""
+import os, signal, sys, time
+watched = set()
+for line in sys.stdin.buffer:
+    line = line.rstrip(b"\n")
+    if line[:1] == b"+":
+        watched.add(line[1:])
+    elif line[:1] == b"-":
+        watched.discard(line[1:])
+needles = {b"%s=" + v for v in watched}
+deadline = time.monotonic() + 10
+while needles:
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open("/proc/%%s/environ" %% name, "rb") as fh:
+                env = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if needles.intersection(env):
+            found.append(int(name))
+    if not found or time.monotonic() > deadline:
+        break
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    time.sleep(0.05)
+"""
+_guard: Optional[subprocess.Popen] = None
+
+
+def watch(value: str) -> None:
+    """Have the guard process kill every process marked ``value`` should envtool die without
+    cleaning up (``kill -9``, a crash): the kernel's death signal (:func:`die_with_parent`) reaches
+    only direct children, the guard reaches their descendants too. The guard is started on first
+    use (in its own session, unmarked) and ends when this process does."""
+    global _guard
+    with _lock:
+        try:
+            if _guard is None or _guard.poll() is not None:
+                env = {k: v for k, v in os.environ.items() if k != BUILD_MARKER}
+                _guard = subprocess.Popen([sys.executable, "-I", "-S", "-c", _GUARD_CODE % BUILD_MARKER],
+                                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL, start_new_session=True, env=env,
+                                          close_fds=True)
+            _guard.stdin.write(b"+" + os.fsencode(value) + b"\n")
+            _guard.stdin.flush()
+        except OSError:
+            pass  # no guard: the death signal and the next run's sweep still apply
+
+
+def unwatch(value: str) -> None:
+    """Stop guarding ``value`` (its processes have been waited for or killed)."""
+    with _lock:
+        if _guard is not None and _guard.poll() is None:
+            try:
+                _guard.stdin.write(b"-" + os.fsencode(value) + b"\n")
+                _guard.stdin.flush()
+            except OSError:
+                pass
+
+
+def kill_marked(value: str, wait: float = 10.0) -> int:
+    """SIGKILL every process marked with ``value`` (:func:`marked`) until none is left.
+
+    Args:
+        value: the marker's value (a build directory).
+        wait: seconds to keep looking for stragglers (a process forking as it dies).
+    Returns:
+        the number of processes killed.
+    """
+    killed: Set[int] = set()
+    deadline = time.monotonic() + wait
+    while True:
+        pids = marked(value)
+        if not pids:
+            return len(killed)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if time.monotonic() >= deadline:
+            return len(killed)
+        time.sleep(0.05)
 
 _lock = threading.Lock()
 _children: Set[subprocess.Popen] = set()
@@ -33,13 +199,15 @@ def popen(argv: Sequence[str], **kwargs) -> subprocess.Popen:
 
     Args:
         argv: the command.
-        **kwargs: passed to ``Popen`` (``start_new_session`` is forced to True).
+        **kwargs: passed to ``Popen`` (``start_new_session`` is forced to True; ``preexec_fn``
+            to :func:`die_with_parent`).
     Returns:
         the started process; call :func:`forget` once it has been waited for.
     Raises:
         OSError: the program cannot be started.
     """
     kwargs["start_new_session"] = True
+    kwargs["preexec_fn"] = die_with_parent
     proc = subprocess.Popen(list(argv), **kwargs)
     with _lock:
         _children.add(proc)
@@ -160,11 +328,24 @@ def stale_dirs(parent: Path, prefix: str) -> Tuple[List[Path], List[Path]]:
     return stale, live
 
 
-def remove_stale(parent: Path, prefix: str) -> List[Path]:
-    """Remove :func:`stale_dirs` ``parent/<prefix><PID>`` of dead processes; returns what was removed."""
+def remove_stale(parent: Path, prefix: str, before: Optional[Callable[[Path], object]] = None) -> List[Path]:
+    """Remove :func:`stale_dirs` ``parent/<prefix><PID>`` of dead processes; returns what was removed.
+
+    Args:
+        parent, prefix: as :func:`stale_dirs`.
+        before: called with each stale path before it is removed (to stop what still writes there).
+    """
     stale, _ = stale_dirs(parent, prefix)
     for p in stale:
-        shutil.rmtree(p, ignore_errors=True)
+        if before is not None:
+            before(p)
+        if os.path.islink(p) or not os.path.isdir(p):
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+        else:
+            shutil.rmtree(p, ignore_errors=True)
     return [p for p in stale if not os.path.lexists(p)]
 
 
@@ -257,3 +438,62 @@ def _alive_not_zombie(pid: int) -> bool:
         return False
     state = stat[stat.rfind(b")") + 2:][:1]
     return state not in (b"Z", b"X")
+
+
+@contextmanager
+def command_scope() -> Iterator[str]:
+    """The life of one envtool command: its children cannot outlive it.
+
+    Marks every process the command starts (and their descendants) with :data:`BUILD_MARKER`
+    ``=run-PID-NANOSECONDS``; turns each of :data:`EXIT_SIGNALS` that was not ignored when envtool
+    started into :class:`envtool.core.errors.Interrupted` (exit 130), after killing the marked
+    processes at once (a worker thread may be waiting for one); and on leaving, by any path,
+    kills the process groups started by :func:`popen` and every marked process still running.
+    A build (:class:`envtool.steps.transaction.BuildTransaction`) sets its own marker and handlers
+    inside this scope.
+
+    Yields:
+        the marker's value.
+    """
+    from envtool.core.errors import Interrupted
+
+    value = f"run-{os.getpid()}-{time.time_ns()}"
+    before = os.environ.get(BUILD_MARKER)
+    os.environ[BUILD_MARKER] = value
+    watch(value)
+    previous = {}
+    state = {"signalled": False}
+
+    def on_signal(signum, frame):
+        if state["signalled"]:
+            return
+        state["signalled"] = True
+        kill_marked(os.environ.get(BUILD_MARKER, value), wait=1.0)
+        kill_marked(value, wait=1.0)
+        raise Interrupted(signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        for sig in EXIT_SIGNALS:
+            if ignored_at_start(sig):
+                continue
+            previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, on_signal)
+    try:
+        yield value
+    except KeyboardInterrupt:
+        state["signalled"] = True  # on the way to exit 130: a repeat must not cut the message short
+        raise
+    finally:
+        try:
+            kill_children(grace=1.0)
+            kill_marked(value, wait=2.0)
+            unwatch(value)
+        finally:
+            if before is None:
+                os.environ.pop(BUILD_MARKER, None)
+            else:
+                os.environ[BUILD_MARKER] = before
+            for sig, handler in previous.items():
+                signal.signal(sig, signal.SIG_IGN if state["signalled"] else
+                              (handler if handler is not None else signal.SIG_DFL))

@@ -16,6 +16,7 @@ from typing import Dict, List
 
 from envtool.core.atomic import umask_mode
 from envtool.core.errors import UsageError
+from envtool.core.inputs import check_input
 from envtool.lock.model import (BUILT_CATEGORY, META_BUILT_PREFIX, META_ENGINE, META_KIND, META_PACKAGES,
                                 META_PYTHON, META_SITE, META_SPEC, META_SPEC_FIELDS, META_SPEC_HASH, LockData,
                                 LockedPackage, packages_stamp)
@@ -133,6 +134,7 @@ def read_lock(path: Path) -> LockData:
     from pydantic import ValidationError
 
     path = Path(path)
+    check_input(path, "lock file")  # a FIFO or a device: exit 2 at once, never read
     if not path.is_file():
         raise UsageError(f"{path}: expected an existing conda-lock file")
     try:

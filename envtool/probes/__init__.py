@@ -124,7 +124,7 @@ class ProbeRun:
 
 
 def run_file(python: Path, script: Path, args: Sequence[str], timeout: float,
-             env: Optional[Mapping[str, str]] = None) -> ProbeRun:
+             env: Optional[Mapping[str, str]] = None, preexec_fn=None) -> ProbeRun:
     """Run ``python script ARGS`` in a new session from an empty temporary directory; kill the
     whole process group (DataLoader workers, a launcher's children) after ``timeout`` seconds.
 
@@ -134,6 +134,8 @@ def run_file(python: Path, script: Path, args: Sequence[str], timeout: float,
         args: its arguments.
         timeout: seconds before the probe counts as hung.
         env: its environment (default :func:`clean_env`).
+        preexec_fn: run in the child before ``exec`` (the caller's "die with me":
+            ``envtool.core.procs.die_with_parent``), or None.
     Returns:
         a :class:`ProbeRun`; never raises for a failing, crashing or hanging probe.
     """
@@ -144,7 +146,8 @@ def run_file(python: Path, script: Path, args: Sequence[str], timeout: float,
         try:
             proc = subprocess.Popen([str(python), str(script), *[str(a) for a in args]], stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=tmp,
-                                    env=dict(env) if env is not None else clean_env(), start_new_session=True)
+                                    env=dict(env) if env is not None else clean_env(), start_new_session=True,
+                                    preexec_fn=preexec_fn)
         except OSError as exc:
             return ProbeRun(error=f"cannot run {python}: {exc.strerror}", seconds=time.monotonic() - started)
         timed_out = False
@@ -172,11 +175,11 @@ def run_file(python: Path, script: Path, args: Sequence[str], timeout: float,
 
 
 def run_probe(python: Path, name: str, args: Sequence[str], timeout: float,
-              env: Optional[Mapping[str, str]] = None) -> ProbeRun:
+              env: Optional[Mapping[str, str]] = None, preexec_fn=None) -> ProbeRun:
     """Run probe ``name`` (:func:`probe_path`) with ``python``; see :func:`run_file`.
 
     Raises:
         ValueError, FileNotFoundError: from :func:`probe_path` (a bug or a broken install,
             not a problem of the environment probed).
     """
-    return run_file(python, probe_path(name), args, timeout, env)
+    return run_file(python, probe_path(name), args, timeout, env, preexec_fn=preexec_fn)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from envtool.core.errors import SpecError
+from envtool.core.inputs import check_input
 from envtool.spec import load, rules
 from envtool.spec.model import Spec
 
@@ -58,6 +59,7 @@ def find_named(name: str, found: Dict[str, Path], kind: str, fallback_hint: str,
     """
     if "/" in name or name.endswith((".yaml", ".yml")):
         path = Path(name)
+        check_input(path, f"{kind} file")  # a FIFO or a device: exit 2 at once
         try:
             ok = path.is_file()
         except OSError as exc:  # ENAMETOOLONG, ELOOP …: is_file only swallows "not there"

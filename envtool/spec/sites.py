@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Dict, Mapping, Optional, Tuple
 
 from envtool.core.errors import SpecError
+from envtool.core.inputs import check_input
 from envtool.spec import catalog, load, rules
 from envtool.spec import model as m
 from envtool.spec.yamlload import LineDict, load_yaml
@@ -511,6 +512,8 @@ def resolve_full(name: str, site: Optional[str] = None, site_file: Optional[str]
             platform; a rule broken after the overrides), or the spec is abstract.
     """
     site_path = Path(site_file) if site_file else find(site or "local")
+    if site_file:
+        check_input(site_path, "--site-file")  # a FIFO or a device: exit 2 at once
     if site_file and not site_path.is_file():
         raise SpecError(site_file, "(site file)", "an existing site file")
     sf = load_site(site_path)

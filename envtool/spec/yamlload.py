@@ -24,6 +24,7 @@ from typing import Any, Dict, Optional, Tuple
 import yaml
 
 from envtool.core.errors import SpecError
+from envtool.core.inputs import open_input
 
 #: Largest spec, site or other YAML input file read (bytes). Bundled specs are under 10 KB.
 MAX_BYTES = 1 << 20
@@ -104,7 +105,7 @@ def load_yaml(path: Path) -> LineDict:
             (the message names the file and line).
     """
     try:
-        with open(path, "rb") as fh:
+        with open_input(path) as fh:  # a FIFO or a device is refused (exit 2), never read
             st = os.fstat(fh.fileno())
             key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
             if key in _PARSED:

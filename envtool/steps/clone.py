@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
 from envtool.engines.clone import resolve_source, source_kind
-from envtool.core.errors import EnvtoolError, Interrupted, UsageError
+from envtool.core.errors import EnvtoolError, Interrupted
+from envtool.core.targets import check_outside_source
 from envtool.spec.names import check_prefix
 
 
@@ -52,7 +53,9 @@ def clone_env(source: str, prefix: Path, engine: str = "rattler", mode: str = "l
     Returns:
         a :class:`CloneResult`.
     Raises:
-        UsageError: bad source or prefix, or the target exists without ``force`` (exit 2).
+        UsageError: bad source or prefix (inside the source, resolved), the target exists without
+            ``force``, or ``force`` would replace what is not an environment
+            (:func:`envtool.core.targets.check_replaceable`) (exit 2).
         EnvtoolError: a step failed (``exc.log`` names the build log, ``exc.outcome`` what was left).
         Interrupted: SIGINT/SIGTERM/SIGHUP, after clean-up (exit 130).
     """
@@ -65,10 +68,9 @@ def clone_env(source: str, prefix: Path, engine: str = "rattler", mode: str = "l
     check_prefix(str(prefix))
     target = Path(os.path.abspath(prefix))
     src = resolve_source(source)
-    if target == src or str(target).startswith(str(src) + os.sep):
-        raise UsageError(f"--prefix {target} is inside the clone source {src}")
+    check_outside_source(target, src)  # resolved paths: ALIAS/inner through a symlink to the source too
     log = new_log_path("clone-" + target.name)
-    tx = BuildTransaction(target, force, log)
+    tx = BuildTransaction(target, force, log, source=src)
     build = tx.build
     kind = source_kind(src)
     runner = Runner(log_path=log, verbose=verbose, quiet=quiet)

@@ -17,6 +17,7 @@ from typing import Any, Dict
 
 from envtool.core.errors import EnvtoolError, Interrupted
 from envtool.core.paths import cache_root
+from envtool.core.targets import check_outside_source
 from envtool.spec.model import Spec
 from envtool.core.plan import PlanOptions
 from envtool.steps.horovod_build import check_system_tools
@@ -66,13 +67,22 @@ def create(spec: Spec, options: PlanOptions, force: bool = False, verbose: bool 
     Raises:
         TargetExists: the target exists without ``force``, or appeared during the build (exit 2;
             the new environment is then kept beside it, see ``exc.kept``).
-        UsageError: the prefix is not a valid path (exit 2).
+        UsageError: the prefix is not a valid path, lies inside the clone source, or ``force``
+            would replace what is not an environment (:func:`envtool.core.targets.check_replaceable`);
+            the prefix lock is a symlink or another user's, or stays held (exit 2).
         EnvtoolError: a step or the validation failed; ``exc.log`` names the build log,
             ``exc.outcome`` what was left, ``exc.results`` what the steps reported.
         Interrupted: SIGINT/SIGTERM/SIGHUP (after clean-up; exit 130).
     """
+    source = None
+    if options.clone is not None:
+        from envtool.engines.clone import resolve_source
+        from envtool.steps.planner import clone_source
+
+        source = resolve_source(clone_source(spec, options)[0])
+        check_outside_source(Path(os.path.abspath(options.prefix)), source)
     log = new_log_path(spec.name)
-    tx = BuildTransaction(options.prefix, force, log)
+    tx = BuildTransaction(options.prefix, force, log, source=source)
     target, build = tx.target, tx.build
     runner = Runner(log_path=log, verbose=verbose, quiet=quiet)
     try:

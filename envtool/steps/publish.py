@@ -49,6 +49,7 @@ from typing import Callable, Dict, List, Optional
 from envtool.core.errors import UsageError
 from envtool.spec.model import Spec
 from envtool.core.plan import PlanOptions
+from envtool.core.targets import check_replaceable
 from envtool.modules.base import ModuleContent
 
 #: The marker of a published environment, inside it.
@@ -314,7 +315,9 @@ def _prepare(spec: Spec, root: Path, modulefiles: Path, fmt: str, force: bool, c
 
     Raises:
         UsageError: a target or modulefile that publish did not make (without ``force``), a
-            symlinked target, a lock that cannot install the spec here (exit 2).
+            symlinked target, with ``force`` a target that is not an environment
+            (:func:`envtool.core.targets.check_replaceable`), a lock that cannot install the spec
+            here (exit 2).
     """
     from envtool.modules import modulefile_path
     from envtool.steps.from_lock import choose
@@ -329,6 +332,8 @@ def _prepare(spec: Spec, root: Path, modulefiles: Path, fmt: str, force: bool, c
         raise UsageError(f"{target} exists but was not published by envtool (no {MARKER}: another "
                          "tool's, or a publish that was interrupted); move it away, or pass --force to "
                          "rebuild and replace it")
+    if os.path.lexists(target) and force:
+        check_replaceable(target, option="publish target")  # --force replaces only an environment
     stub = ModuleContent(name=spec.name, version=version, prefix=str(target), kind="prefix")
     modulefile = modulefile_path(modulefiles, stub, fmt)
     if not os.path.lexists(target) and os.path.lexists(modulefile) and not force:

@@ -3,22 +3,32 @@
 Guarantees (the brief's "nothing is lost"):
 
 * one build at a time per prefix: a lock file ``.NAME.envtool-lock`` beside the prefix
-  (``flock``); a second ``create``/``clone`` to the same prefix waits, saying for whom;
+  (``flock``), opened ``O_NOFOLLOW`` and used only when it is a regular file of the caller's; a
+  second ``create``/``clone`` to the same prefix waits, saying for whom, for at most
+  ``$ENVTOOL_LOCK_TIMEOUT`` seconds (default 300), then exits 2;
+* ``--force`` replaces only an environment, never the current directory, the home directory,
+  an envtool cache or a symlink (:func:`envtool.core.targets.check_replaceable`, exit 2 with
+  nothing touched);
 * the environment is built in ``.NAME.envtool-build-PID`` beside the target and appears at the
-  target only by a rename, after every step has passed;
+  target only by a rename, after every step has passed; the build's children get a private
+  ``$TMPDIR`` (``.NAME.envtool-tmp-PID``, mode 0700) removed with it, and carry
+  ``ENVTOOL_BUILD=<build directory>`` in their environment;
 * whatever sits at the target is never deleted unless ``--force`` was given *and* it is the
   very directory that was there when the build started (same device and inode): without
   ``--force`` a target that appeared meanwhile is left alone, the command exits 2 and the new
   environment is kept beside it (path printed); with ``--force`` the old one is swapped out
   whole (``renameat2(RENAME_EXCHANGE)``, one atomic step, where the filesystem has it);
-* on a failure, SIGINT, SIGTERM or SIGHUP — repeated ones too: after the first, further
-  signals are ignored (until the process exits: it is on its way to exit 130) — the children are killed by process group
-  (:mod:`envtool.core.procs`), the build directory and any registered scratch directory (the
-  package-cache staging directory of a clone) are removed, the log says why, and the error
-  carries the log path and what was left (``nothing was left at …`` or ``the old environment
-  at … is intact``);
-* build directories of processes that are gone (``kill -9``) are removed by the next run on
-  the same prefix, and said so.
+* on a failure or a signal (:data:`SIGNALS`: SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
+  SIGALRM; one ignored when envtool started, as ``nohup`` ignores SIGHUP, stays ignored) —
+  repeated ones too: after the first, further signals are ignored (until the process exits: it
+  is on its way to exit 130) — the children are killed (by process group, and every process
+  carrying the build's marker: :mod:`envtool.core.procs`), the build directory, the temporary
+  directory and any registered scratch directory (the package-cache staging directory of a
+  clone) are removed, the lock file too, the log says why, and the error carries the log path
+  and what was left (``nothing was left at …`` or ``the old environment at … is intact``);
+* children die with envtool even on ``kill -9`` (``PR_SET_PDEATHSIG``); the next run on the same
+  prefix kills what still carries a dead run's marker, then removes its build and temporary
+  directories, and says so.
 """
 from __future__ import annotations
 
@@ -27,20 +37,32 @@ import ctypes.util
 import errno
 import fcntl
 import os
+import pwd
 import shutil
 import signal
+import stat
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import List, Optional, Tuple
 
 from envtool.core import procs
 from envtool.core.plan import redact
-from envtool.core.errors import Interrupted, TargetExists, UsageError, naming
+from envtool.core.targets import check_replaceable
+from envtool.core.errors import EnvtoolError, Interrupted, TargetExists, UsageError, naming
 from envtool.spec.names import check_prefix
 
-#: Signals turned into a clean-up (then exit 130).
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: Signals turned into a clean-up (then exit 130): those a terminal, a batch system or ``kill`` sends
+#: and whose default action ends the process (signal(7)); one that was ignored when envtool
+#: started (``nohup`` ignores SIGHUP) stays ignored.
+SIGNALS = procs.EXIT_SIGNALS
+#: How long a second ``create``/``clone`` waits for the prefix lock (seconds), unless
+#: ``$ENVTOOL_LOCK_TIMEOUT`` says otherwise.
+LOCK_TIMEOUT = 300.0
+#: Set in every child's environment during a build: the build directory. The next run on the
+#: same prefix kills processes that still carry a dead run's value before it sweeps the directory.
+BUILD_MARKER = procs.BUILD_MARKER
 #: Flags of Linux ``renameat2(2)`` (linux/fs.h).
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
@@ -133,7 +155,7 @@ def move_into_place(build: Path, target: Path, replace: Optional[Tuple[int, int]
             raise
         os.rename(aside, build)
     if _identity(build) == replace:
-        shutil.rmtree(build, ignore_errors=True)
+        _remove_path(build)
     else:  # someone swapped the target between our check and the exchange: keep theirs
         os.rename(build, kept_path(target))
 
@@ -153,6 +175,17 @@ def remove_cachedir_tag(prefix: Path) -> bool:
     return False
 
 
+def _remove_path(path: Path) -> None:
+    """Remove ``path``: a symlink itself (never what it points at), a directory tree, or a file."""
+    if os.path.islink(path) or os.path.isfile(path):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _remove_settled(path: Path, tries: int = 10, pause: float = 0.2) -> None:
     """Remove ``path`` until it stays away for ``pause`` seconds (at most ``tries`` rounds).
 
@@ -163,38 +196,108 @@ def _remove_settled(path: Path, tries: int = 10, pause: float = 0.2) -> None:
     for _ in range(tries):
         if not os.path.lexists(path):
             return
-        shutil.rmtree(path, ignore_errors=True)
+        _remove_path(path)
         time.sleep(pause)
+
+
+def lock_timeout() -> float:
+    """Seconds a build waits for another envtool's prefix lock: ``$ENVTOOL_LOCK_TIMEOUT``, else
+    :data:`LOCK_TIMEOUT`.
+
+    Raises:
+        UsageError: the variable is not a finite number of seconds >= 0 (exit 2).
+    """
+    text = os.environ.get("ENVTOOL_LOCK_TIMEOUT", "").strip()
+    if not text:
+        return LOCK_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value >= 0 and value != float("inf")):
+        raise UsageError(f"ENVTOOL_LOCK_TIMEOUT: expected a number of seconds >= 0, got {text[:50]!r}")
+    return value
+
+
+def _owner(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
 
 
 class PrefixLock:
     """An exclusive ``flock`` on ``.NAME.envtool-lock`` beside a prefix (removed on release).
 
-    The file is unlinked on release; a waiter re-checks after acquiring that the path still
-    names the file it locked, so no two processes ever hold "the" lock at once.
+    The file is opened with ``O_NOFOLLOW`` and must be a regular file owned by the caller: a
+    symlink, a FIFO or another user's file planted there is refused (exit 2, naming it), never
+    followed. The file is unlinked on release; a waiter re-checks after acquiring that the path
+    still names the file it locked, so no two processes ever hold "the" lock at once. Waiting
+    is bounded (:func:`lock_timeout`).
     """
 
     def __init__(self, target: Path):
         self.path = target.parent / f".{target.name}.envtool-lock"
+        self.target = target
         self.fd: Optional[int] = None
 
-    def acquire(self, say=None) -> None:
-        """Take the lock, waiting (and saying so once through ``say``) while another process holds it."""
+    def _open(self) -> int:
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, flags, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP or os.path.islink(self.path):
+                raise UsageError(f"the lock file {self.path} is a symbolic link (to {os.readlink(self.path)}); "
+                                 "envtool never follows it: remove it (someone may have planted it) and run "
+                                 "again") from None
+            raise UsageError(f"cannot open the lock file {self.path}: {exc.strerror}") from None
+        st = os.fstat(fd)
+        problem = None
+        if not stat.S_ISREG(st.st_mode):
+            problem = "is not a regular file"
+        elif st.st_uid != os.geteuid():
+            problem = (f"belongs to {_owner(st.st_uid)}, not to you ({_owner(os.geteuid())}): another user "
+                       f"builds or built {self.target}")
+        if problem:
+            os.close(fd)
+            raise UsageError(f"the lock file {self.path} {problem}; envtool will not use it: remove it, or choose "
+                             "another --prefix")
+        return fd
+
+    def acquire(self, say=None, timeout: Optional[float] = None) -> None:
+        """Take the lock, waiting (and saying so once through ``say``) while another process holds it.
+
+        Args:
+            say: called with one line when the lock is held by another process.
+            timeout: seconds to wait at most (default :func:`lock_timeout`).
+        Raises:
+            UsageError: the lock file is a symlink, not a regular file or another user's, it
+                cannot be opened, or it is still held after ``timeout`` seconds (exit 2).
+        """
+        timeout = lock_timeout() if timeout is None else timeout
+        deadline = time.monotonic() + timeout
         told = False
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = self._open()
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if not told and say:
-                    holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-                    say(f"waiting for another envtool (pid {holder}) working on {self.path.parent / self.path.name[1:-len('.envtool-lock')]}")
-                    told = True
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                except BaseException:
-                    os.close(fd)
-                    raise
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                        if time.monotonic() >= deadline:
+                            raise UsageError(f"another envtool (pid {holder}) still works on {self.target} after "
+                                             f"{timeout:g} s (lock file {self.path}); try again later, or set "
+                                             "ENVTOOL_LOCK_TIMEOUT to wait longer") from None
+                        if not told and say:
+                            say(f"waiting for another envtool (pid {holder}) working on {self.target} "
+                                f"(lock file {self.path}; at most {timeout:g} s, ENVTOOL_LOCK_TIMEOUT)")
+                            told = True
+                        time.sleep(0.1)
+            except BaseException:
+                os.close(fd)
+                raise
             if _identity(self.path) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
                 try:
                     with naming(self.path):
@@ -210,13 +313,17 @@ class PrefixLock:
                 self.fd = fd
                 return
             os.close(fd)  # the holder unlinked it on release: lock the new file
+            if time.monotonic() >= deadline:
+                raise UsageError(f"the lock file {self.path} keeps changing under envtool; try again later")
 
     def release(self) -> None:
-        """Unlink the lock file and drop the lock."""
+        """Unlink the lock file (when the path still names the file locked) and drop the lock."""
         if self.fd is None:
             return
         try:
-            os.unlink(self.path)
+            st = os.fstat(self.fd)
+            if _identity(self.path) == (st.st_dev, st.st_ino):
+                os.unlink(self.path)
         except OSError:
             pass
         os.close(self.fd)
@@ -237,57 +344,80 @@ class BuildTransaction:
         force: may replace the directory at ``target`` that exists when the build starts.
         log: the build log (the clean-up appends to it).
         say: where progress lines go (default: stderr), for the lock wait and the stale sweep.
+        source: a clone source: ``force`` may not replace a directory that contains it.
     Raises (from ``__enter__``):
-        UsageError: the prefix is not a valid path (control characters), or exists without ``force``.
+        UsageError: the prefix is not a valid path (control characters), or exists without ``force``;
+            with ``force`` it is not a replaceable environment (:func:`check_replaceable`); the lock
+            file is a symlink, not the caller's, or stays held (:class:`PrefixLock`).
     On a failure inside the block the exception is re-raised with ``log``, ``outcome`` set; a
     signal becomes :class:`envtool.core.errors.Interrupted`.
     """
 
-    def __init__(self, target: Path, force: bool, log: Path, say=None):
+    def __init__(self, target: Path, force: bool, log: Path, say=None, source: Optional[Path] = None):
         check_prefix(str(target))
         self.target = Path(os.path.abspath(target))
         self.force = force
+        self.source = source
         self.log = Path(log)
         self.say = say or (lambda text: print(f"envtool: {text}", file=sys.stderr, flush=True))
         self.build = self.target.parent / f".{self.target.name}.envtool-build-{os.getpid()}"
+        #: the build's private temporary directory (``$TMPDIR`` of its children), removed with the build
+        self.tmp = self.target.parent / f".{self.target.name}.envtool-tmp-{os.getpid()}"
         self.replace: Optional[Tuple[int, int]] = None
         self.swept: List[Path] = []
         self._lock = PrefixLock(self.target)
         self._previous = {}
         self._cleaning = False
         self._signalled: Optional[int] = None
-        self._scratch = None
+        self._scratch = []
+        self._environ = {}
         self.committed = False
 
     # ------------------------------------------------------------------ set-up
-    def __enter__(self) -> "BuildTransaction":
-        if self.target.exists() and not self.force:
+    def _check_target(self) -> None:
+        if os.path.lexists(self.target) and self.force:
+            check_replaceable(self.target, source=self.source)  # exit 2, nothing touched
+        elif self.target.exists() and not self.force:
             raise TargetExists(self.target)
+
+    def __enter__(self) -> "BuildTransaction":
+        self._check_target()
         try:
             self.target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"cannot create {self.target.parent}: {exc.strerror}") from None
         self._lock.acquire(self.say)
         try:
-            if self.target.exists() and not self.force:
-                raise TargetExists(self.target)
+            self._check_target()  # again: it may have changed while we waited for the lock
             self.replace = _identity(self.target) if self.force else None
-            for stem in (".envtool-build-", ".envtool-old-"):
-                self.swept += procs.remove_stale(self.target.parent, f".{self.target.name}{stem}")
+            for stem in (".envtool-build-", ".envtool-old-", ".envtool-tmp-"):
+                # a dead run's children may still write there: stop them first (or the sweep races them)
+                self.swept += procs.remove_stale(self.target.parent, f".{self.target.name}{stem}",
+                                                 before=lambda p: procs.kill_marked(str(p)))
             for p in self.swept:
                 self.say(f"removed {p}, left by an envtool process that no longer runs")
-            shutil.rmtree(self.build, ignore_errors=True)
+            _remove_path(self.build)
+            _remove_path(self.tmp)
             self._install_handlers()
-            self._scratch = procs.scratch(self.build)
-            self._scratch.__enter__()
+            for path in (self.build, self.tmp):
+                cm = procs.scratch(path)
+                cm.__enter__()
+                self._scratch.append(cm)
+            os.mkdir(self.tmp, 0o700)
+            tempfile.gettempdir()  # envtool's own temporary files stay where they were
+            for name, value in ((BUILD_MARKER, str(self.build)), ("TMPDIR", str(self.tmp))):
+                self._environ[name] = os.environ.get(name)
+                os.environ[name] = value
+            procs.watch(str(self.build))
         except BaseException:
-            self._restore_handlers()
-            self._lock.release()
+            self._leave()
             raise
         return self
 
     def _install_handlers(self) -> None:
         for sig in SIGNALS:
+            if procs.ignored_at_start(sig):
+                continue  # nohup's SIGHUP, a background job's SIGINT: they stay ignored
             self._previous[sig] = signal.getsignal(sig)
             signal.signal(sig, self._on_signal)
 
@@ -300,6 +430,9 @@ class BuildTransaction:
         if self._cleaning or self._signalled:
             return  # clean-up is under way (or about to be): repeats must not cut it short
         self._signalled = signum
+        # stop the build's processes now: the main thread may be waiting for a worker thread (the
+        # validation probes) that waits for its child
+        procs.kill_marked(str(self.build), wait=1.0)
         raise Interrupted(signum)
 
     # ------------------------------------------------------------------ the rename
@@ -311,6 +444,7 @@ class BuildTransaction:
     def commit(self) -> None:
         """Remove a root ``CACHEDIR.TAG`` and move the build into place (see :func:`move_into_place`)."""
         remove_cachedir_tag(self.build)
+        _remove_path(self.tmp)
         move_into_place(self.build, self.target, self.replace)
         self.committed = True
 
@@ -321,10 +455,12 @@ class BuildTransaction:
             if exc is None:
                 return False
             killed = procs.kill_children()
+            killed += procs.kill_marked(str(self.build))
             removed = procs.remove_scratch()
             if os.path.lexists(self.build):
                 removed.append(self.build)
             _remove_settled(self.build)
+            _remove_settled(self.tmp)
             if self.committed:
                 outcome = f"the new environment is in place at {self.target}"
             elif isinstance(exc, TargetExists) and exc.kept:
@@ -339,7 +475,7 @@ class BuildTransaction:
                 with open(self.log, "a", encoding="utf-8") as fh:
                     fh.write(redact(f"FAILED: {type(exc).__name__}: {exc}") + "\n")
                     if killed:
-                        fh.write(f"killed {killed} child process group(s)\n")
+                        fh.write(f"killed {killed} child process group(s) and process(es)\n")
                     for p in removed:
                         fh.write(f"removed {p}\n")
                     fh.write(outcome + "\n")
@@ -352,14 +488,30 @@ class BuildTransaction:
                 pass
             return False
         finally:
-            if self._scratch is not None:
-                self._scratch.__exit__(None, None, None)
-            if self._signalled:
-                # the command is on its way out (exit 130): a further SIGINT/SIGTERM must not replace the
-                # Interrupted that carries the log path by a bare KeyboardInterrupt, or kill us mid-message
-                for sig in SIGNALS:
-                    signal.signal(sig, signal.SIG_IGN)
-                self._previous = {}
-            self._restore_handlers()
-            self._lock.release()
-            self._cleaning = False
+            self._leave()
+
+    def _leave(self) -> None:
+        """Common end of ``__exit__`` and of a failed ``__enter__``: temporary directory, environment,
+        signal handlers, lock."""
+        _remove_path(self.tmp)
+        if self._environ:
+            procs.kill_marked(str(self.build), wait=2.0)  # none on success; stragglers on a failure
+            procs.unwatch(str(self.build))
+        for cm in self._scratch:
+            cm.__exit__(None, None, None)
+        self._scratch = []
+        for name, value in self._environ.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._environ = {}
+        if self._signalled:
+            # the command is on its way out (exit 130): a further signal must not replace the
+            # Interrupted that carries the log path by a bare KeyboardInterrupt, or kill us mid-message
+            for sig in self._previous:
+                signal.signal(sig, signal.SIG_IGN)
+            self._previous = {}
+        self._restore_handlers()
+        self._lock.release()
+        self._cleaning = False

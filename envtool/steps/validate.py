@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import List
 
-from envtool.core import frameworks
+from envtool.core import frameworks, procs
 from envtool.core.errors import CheckFailed, StepFailed
 from envtool.horovod import checkbuild
 from envtool.probes import probe_path
@@ -85,7 +85,8 @@ def _allreduce(prefix: Path):
     argv = probes.allreduce_command(prefix, 2, "gloo")
     env = dict(os.environ, PYTHONUNBUFFERED="1", PATH=f"{prefix / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env,
+                              preexec_fn=procs.die_with_parent)
     except subprocess.TimeoutExpired as exc:
         return False, f"timed out after 300 s: {exc.stdout or ''}"
     output = proc.stdout + proc.stderr

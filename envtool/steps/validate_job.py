@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
+from envtool.core import procs
 from envtool.core.errors import CheckFailed, EnvtoolError, UsageError
 from envtool.scheduler.model import LaunchStep, Layout
 from envtool.steps.jobscript import Target, build_request, render
@@ -71,7 +72,8 @@ def _run_horovodrun(target: Target, ranks: int, controller: Optional[str], argv:
     log.write(f"$ {shlex.join(cmd)}\n")
     log.flush()
     try:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout)
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout,
+                              preexec_fn=procs.die_with_parent)
     except subprocess.TimeoutExpired:
         log.write(f"(timed out after {timeout:.0f} s)\n")
         return 124
@@ -300,7 +302,10 @@ def _submit(sched, script: Path) -> str:
     argv = sched.submit_argv(str(script))
     stdin = script.read_text() if getattr(sched, "SUBMIT_STDIN", False) else None
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, input=stdin, cwd=script.parent)
+        # the job is the scheduler's, not envtool's child: it does not carry envtool's process marker
+        env = {k: v for k, v in os.environ.items() if k != procs.BUILD_MARKER}
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, input=stdin, cwd=script.parent,
+                              env=env)
     except FileNotFoundError:
         raise UsageError(f"{argv[0]} is not on PATH: run on a login node of the site, or load its scheduler "
                          f"module") from None
@@ -363,7 +368,7 @@ def _run_local_script(script: Path, run_dir: Path, progress: Progress, timeout: 
     progress(f"running {script} on this machine")
     with open(run_dir / "job.out", "ab") as out:
         proc = subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.STDOUT, cwd=run_dir,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=procs.die_with_parent)
         try:
             code = proc.wait(timeout=timeout)
         except (KeyboardInterrupt, subprocess.TimeoutExpired) as exc:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
 from envtool import probes as _probes
+from envtool.core import procs
 from envtool.probes import allreduce as allreduce_probe
 from envtool.probes import dataloader as dataloader_probe
 
@@ -138,7 +139,7 @@ def dataloader_methods(python: Path, methods: Sequence[str], timeout: float = 12
         a :class:`DataLoaderProbe` (never raises for a failing, crashing or hanging probe).
     """
     args = (["--hvd-init"] if hvd_init else []) + list(methods)
-    run = _probes.run_probe(python, "dataloader", args, timeout)
+    run = _probes.run_probe(python, "dataloader", args, timeout, preexec_fn=procs.die_with_parent)
     return read_dataloader(run, methods, timeout)
 
 
@@ -173,7 +174,8 @@ def check_build_output(prefix: Path, timeout: float = 180.0) -> str:
         raise FileNotFoundError(str(horovodrun))
     env = _clean_env({"PATH": f"{Path(prefix) / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"})
     proc = subprocess.run([str(Path(prefix) / "bin" / "python"), str(horovodrun), "--check-build"],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+                          capture_output=True, text=True, timeout=timeout, env=env,
+                          preexec_fn=procs.die_with_parent)
     return proc.stdout + (("\n" + proc.stderr) if proc.stderr.strip() else "")
 
 
@@ -257,7 +259,8 @@ def import_modules(python: Path, modules: Sequence[str], timeout: float = 300.0)
         ``(results, error)``: one :class:`ImportResult` per module, and None; or ``()`` and why
         the probe gave no answer (it hung or died).
     """
-    run = _probes.run_probe(python, "imports", list(modules), timeout, env=_clean_env({"PYTHONUNBUFFERED": "1"}))
+    run = _probes.run_probe(python, "imports", list(modules), timeout, env=_clean_env({"PYTHONUNBUFFERED": "1"}),
+                            preexec_fn=procs.die_with_parent)
     record = next((r for r in run.records if "modules" in r), None)
     if record is None:
         return (), run.error or "the import probe printed no result"
