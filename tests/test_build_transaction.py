@@ -274,7 +274,7 @@ def test_sigterm_during_clone_cleans_up(world, tmp_path):
     time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode in (130, 0), err  # 0 only if the clone won the race
+    assert proc.returncode in (130, 0), (proc.returncode, err)  # 0 only if the clone won the race
     if proc.returncode == 130:
         assert "build log:" in err and not target.exists()
     assert envtool_leftovers(target.parent) == []

@@ -276,8 +276,17 @@ def test_children_use_a_private_tmpdir_that_goes_with_the_build(world):
     shared_tmp.mkdir()
     proc = start(["create", "tiny", "--prefix", target], dict(env, TMPDIR=str(shared_tmp)))
     build = wait_for_build(target.parent, "tiny")
-    private = [p for p in target.parent.iterdir() if p.name.startswith(".tiny.envtool-tmp-")]
+    # beside the target, or (this test's path is long: Unix sockets under it would not fit) a short
+    # one under the system's temporary directory — never the shared TMPDIR itself
+    from envtool.steps.transaction import private_tmp
+
+    expected, stem = private_tmp(target)
+    if stem is None:
+        private = [p for p in target.parent.iterdir() if p.name.startswith(".tiny.envtool-tmp-")]
+    else:
+        private = [p for p in expected.parent.iterdir() if p.name.startswith(stem)]
     assert len(private) == 1 and (os.stat(private[0]).st_mode & 0o777) == 0o700
+    assert len(str(private[0])) <= 48 + len(".tiny.envtool-tmp-") or stem is None
     envs = []
     for pid in descendants(proc.pid):
         try:
@@ -291,6 +300,7 @@ def test_children_use_a_private_tmpdir_that_goes_with_the_build(world):
     assert proc.returncode == 130, err
     assert list(shared_tmp.iterdir()) == []  # nothing of ensurepip's (pip-*.whl, cacert.pem) in the shared TMPDIR
     assert leftovers(target.parent) == [] and not build.exists()
+    assert not private[0].exists()
 
 
 def test_kill_9_takes_the_children_with_it(world):

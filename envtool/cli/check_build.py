@@ -21,7 +21,6 @@ def register(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from envtool.core.inputs import read_input
     from envtool.engines.base import active_prefix
     from envtool.core.errors import UsageError
     from envtool.horovod import checkbuild

@@ -37,6 +37,14 @@ def entry() -> NoReturn:
                 sys.stdout.write('{"ok": false, "error": "interrupted", "exit": 130}\n')
         except (OSError, ValueError):
             pass
+    # The exit status is decided: a late SIGINT/SIGTERM/SIGHUP (a second Ctrl-C, a scheduler's
+    # repeat) must not turn it into death by signal while the interpreter shuts down (CPython puts
+    # back SIG_DFL for every signal that had a Python handler when it finalizes).
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (OSError, ValueError):
+            pass
     if "rattler" in sys.modules:
         for stream in (sys.stdout, sys.stderr):
             try:

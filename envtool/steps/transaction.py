@@ -50,7 +50,7 @@ from typing import List, Optional, Tuple
 from envtool.core import procs
 from envtool.core.plan import redact
 from envtool.core.targets import check_replaceable
-from envtool.core.errors import EnvtoolError, Interrupted, TargetExists, UsageError, naming
+from envtool.core.errors import EnvtoolError, Interrupted, TargetExists, UsageError, condition_message, naming
 from envtool.spec.names import check_prefix
 
 #: Signals turned into a clean-up (then exit 130): those a terminal, a batch system or ``kill`` sends
@@ -250,7 +250,9 @@ class PrefixLock:
                 raise UsageError(f"the lock file {self.path} is a symbolic link (to {os.readlink(self.path)}); "
                                  "envtool never follows it: remove it (someone may have planted it) and run "
                                  "again") from None
-            raise UsageError(f"cannot open the lock file {self.path}: {exc.strerror}") from None
+            # a read-only or full filesystem, a permission: the condition in plain words, exit 2
+            raise UsageError("cannot open the lock file " + (condition_message(exc) or f"{self.path}: {exc.strerror}")) \
+                from None
         st = os.fstat(fd)
         problem = None
         if not stat.S_ISREG(st.st_mode):
@@ -330,6 +332,37 @@ class PrefixLock:
         self.fd = None
 
 
+#: The longest private ``TMPDIR`` kept beside the target (bytes). Children make Unix sockets under
+#: it — Python's multiprocessing ``TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX`` (32 more bytes) for a
+#: forkserver DataLoader, Open MPI's and PMIx's session directories — and a socket path holds at
+#: most 107 bytes (``sun_path``, unix(7)); a longer prefix gets a short one under the system's
+#: temporary directory instead.
+MAX_TMPDIR = 48
+
+
+def private_tmp(target: Path) -> Tuple[Path, Optional[str]]:
+    """Where a build of ``target`` keeps its children's ``TMPDIR``, and the stem a sweep of a dead
+    run's leftovers looks for there.
+
+    Returns:
+        ``(path, None)`` for ``.NAME.envtool-tmp-PID`` beside the target (swept with the build
+        directories), or ``(path, stem)`` for ``envtool-DIGEST-PID`` under the system's temporary
+        directory (``$TMPDIR``, else ``/tmp``) when the sibling path is longer than
+        :data:`MAX_TMPDIR`; ``DIGEST`` names the target and the user.
+    """
+    import hashlib
+
+    sibling = target.parent / f".{target.name}.envtool-tmp-{os.getpid()}"
+    if len(os.fsencode(str(sibling))) <= MAX_TMPDIR:
+        return sibling, None
+    base = tempfile.gettempdir()
+    if len(os.fsencode(base)) > 24:
+        base = "/tmp"
+    digest = hashlib.sha256(f"{os.geteuid()}:{target}".encode(errors="surrogateescape")).hexdigest()[:10]
+    stem = f"envtool-{digest}-"
+    return Path(base) / f"{stem}{os.getpid()}", stem
+
+
 class BuildTransaction:
     """Build a prefix beside its target, then rename it into place (``with`` block).
 
@@ -361,8 +394,10 @@ class BuildTransaction:
         self.log = Path(log)
         self.say = say or (lambda text: print(f"envtool: {text}", file=sys.stderr, flush=True))
         self.build = self.target.parent / f".{self.target.name}.envtool-build-{os.getpid()}"
-        #: the build's private temporary directory (``$TMPDIR`` of its children), removed with the build
-        self.tmp = self.target.parent / f".{self.target.name}.envtool-tmp-{os.getpid()}"
+        #: the build's private temporary directory (``$TMPDIR`` of its children), removed with the build:
+        #: beside the target, or under the system's temporary directory when that path would be too
+        #: long for the Unix sockets children make there (:func:`private_tmp`)
+        self.tmp, self._tmp_stem = private_tmp(self.target)
         self.replace: Optional[Tuple[int, int]] = None
         self.swept: List[Path] = []
         self._lock = PrefixLock(self.target)
@@ -394,6 +429,8 @@ class BuildTransaction:
                 # a dead run's children may still write there: stop them first (or the sweep races them)
                 self.swept += procs.remove_stale(self.target.parent, f".{self.target.name}{stem}",
                                                  before=lambda p: procs.kill_marked(str(p)))
+            if self._tmp_stem:  # a dead run's short private TMPDIR under the system's
+                self.swept += procs.remove_stale(self.tmp.parent, self._tmp_stem)
             for p in self.swept:
                 self.say(f"removed {p}, left by an envtool process that no longer runs")
             _remove_path(self.build)
