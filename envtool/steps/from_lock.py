@@ -263,12 +263,12 @@ def _install_conda(step: Step, runner) -> None:
         from envtool.engines.conda import install_records
     except ImportError as exc:
         raise StepFailed(step.id, f"the conda engine is not available: {exc}", runner.log_path) from None
-    from envtool.core.paths import cache_root
+    from envtool.core.paths import cache_dir
 
     try:
         records = conda_resolve.records_for(step.data["packages"], step.data["channels"], step.data["platform"],
                                             progress=runner.note)
-        install_records(records, Path(step.data["prefix"]), cache_root() / "pkgs",
+        install_records(records, Path(step.data["prefix"]), cache_dir("pkgs"),
                         target_prefix=Path(step.data["target_prefix"]), progress=runner.note)
     except EnvtoolError as exc:
         if isinstance(exc, StepFailed):
