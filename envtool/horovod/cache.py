@@ -305,14 +305,12 @@ class WheelCache:
         if want_sha256 and rec.sha256 != want_sha256.lower():
             return None, f"{wheel}: SHA-256 {rec.sha256} recorded, the lock has {want_sha256.lower()}"
         try:
-            st = wheel.stat()
-            got = file_sha256(wheel) if st.st_size == rec.size else ""
+            size, got = wheel.stat().st_size, file_sha256(wheel)
         except OSError as exc:
             return None, f"{wheel}: {exc.strerror or exc}"
-        if st.st_size != rec.size or got != rec.sha256:
-            return None, (f"{wheel}: its contents are not the wheel key.json records "
-                          + (f"(size {st.st_size}, recorded {rec.size})" if st.st_size != rec.size
-                             else f"(SHA-256 {got}, recorded {rec.sha256})"))
+        if size != rec.size or got != rec.sha256:
+            return None, (f"{wheel}: not the wheel key.json records (SHA-256 {got}, {size} bytes; recorded "
+                          f"{rec.sha256}, {rec.size} bytes)")
         if not self.read_only:
             try:
                 os.utime(entry)

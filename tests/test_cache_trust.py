@@ -1,0 +1,380 @@
+"""Every cached artifact proves itself before use (issue 23, "Prove every cached artifact").
+
+Real files, real modes, a real second user (``envtool-user``, in group ``envtool-pub``) writing
+into caches, real ``pip install`` into a real venv and real imports: a wheel planted in a site
+wheel cache, a site cache others can write, a ``.pyc`` planted in the bytecode store, cache
+directories under ``umask 002``, and ``envtool diff`` of a prefix whose Horovod wheel is not the
+locked one. Tiny wheels (:mod:`helpers.wheels`) stand in for Horovod: the cache logic never looks
+inside a wheel.
+"""
+import grp
+import importlib.util
+import json
+import marshal
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import run_envtool
+from envtool.horovod import cache
+from helpers.conda_channel import build_channel, python_package
+from helpers.wheels import make_wheel
+
+USER = "envtool-user"
+GROUP = "envtool-pub"
+
+
+@pytest.fixture
+def shared_tmp():
+    """A temporary directory the second user can reach (pytest's own base is root's, mode 0700)."""
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="envtool-trust-", dir="/tmp"))
+    os.chmod(d, 0o755)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _need_user():
+    try:
+        return pwd.getpwnam(USER).pw_uid, grp.getgrnam(GROUP).gr_gid
+    except KeyError:
+        pytest.skip(f"test user {USER} / group {GROUP} missing (bash scripts/setup.sh --test)")
+
+
+def as_user(script: str) -> subprocess.CompletedProcess:
+    """``script`` in bash as the second user (runuser)."""
+    return subprocess.run(["runuser", "-u", USER, "--", "bash", "-c", script], capture_output=True, text=True,
+                          timeout=120)
+
+
+def _key(**kw) -> cache.BuildKey:
+    fields = dict(requirement="horovod==0.28.1", build_env=(("HOROVOD_WITH_PYTORCH", "1"),),
+                  frameworks=(("torch", "2.13.0+cpu"),), python_tag="cp311", compiler="c++ (GCC) 12.2.0",
+                  platform="linux-64", mpi="not used", fixes=())
+    fields.update(kw)
+    return cache.BuildKey(**fields)
+
+
+def _wheels(tmp_path: Path, marker: Path):
+    """A genuine "horovod" wheel and a planted one of the same file name whose import writes ``marker``."""
+    (tmp_path / "genuine").mkdir()
+    (tmp_path / "planted").mkdir()
+    genuine = make_wheel(tmp_path / "genuine", "horovod", "0.28.1", {"horovod/__init__.py": "GENUINE = True\n"})
+    planted = make_wheel(tmp_path / "planted", "horovod", "0.28.1", {
+        "horovod/__init__.py": f"open({str(marker)!r}, 'w').write('planted code ran')\nGENUINE = False\n"})
+    return genuine, planted
+
+
+def _published_site(tmp_path: Path, monkeypatch, genuine: Path, key: cache.BuildKey) -> Path:
+    """A site cache made the way a site makes one: built into a cache, then ``cache publish``."""
+    monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "publisher"))
+    cache.WheelCache().store(key, genuine, log_text="[100%] Built target horovod\n")
+    site = tmp_path / "site"
+    results = cache.publish(cache.WheelCache().entries(), site)
+    assert [r["status"] for r in results] == ["published"]
+    monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "user"))
+    return site
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory) -> Path:
+    prefix = tmp_path_factory.mktemp("trust") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True, timeout=300)
+    return prefix
+
+
+def _install_what_the_cache_gives(venv: Path, wheel) -> str:
+    """What the build step does with a cache hit: ``pip install`` it; then what validation does:
+    import it. Returns the import's output ("" when there was no hit)."""
+    if wheel is None:
+        return ""
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                    "--no-deps", "--force-reinstall", str(wheel)], check=True, capture_output=True, timeout=300)
+    return subprocess.run([str(venv / "bin" / "python"), "-c", "import horovod; print(horovod.GENUINE)"],
+                          capture_output=True, text=True, cwd="/", timeout=120).stdout.strip()
+
+
+def test_tampered_wheel_in_a_site_cache_is_refused_and_none_of_its_code_runs(tmp_path, monkeypatch, venv):
+    marker = tmp_path / "planted-code-ran"
+    genuine, planted = _wheels(tmp_path, marker)
+    key = _key()
+    site = _published_site(tmp_path, monkeypatch, genuine, key)
+    monkeypatch.setenv("ENVTOOL_CACHE_PATH", str(site))
+    entry = site / "horovod-wheels" / key.digest()
+    record = json.loads((entry / "key.json").read_text())["wheel"]
+    assert record == {"file": genuine.name, "size": genuine.stat().st_size, "sha256": cache.file_sha256(genuine)}
+    # the genuine published wheel is found and installs (the path below does run what the cache gives)
+    wheel, hit = cache.lookup_chain(cache.chain(), key)
+    assert hit is not None and hit.root == site
+    assert _install_what_the_cache_gives(venv, wheel) == "True"
+
+    # 1. the wheel replaced beside the copied key.json
+    shutil.copyfile(planted, entry / genuine.name)
+    skipped = []
+    wheel, hit = cache.lookup_chain(cache.chain(), key, skipped=skipped)
+    assert (wheel, hit) == (None, None)
+    assert [c.root for c, _ in skipped] == [site] and "SHA-256" in skipped[0][1], skipped
+    _install_what_the_cache_gives(venv, wheel)
+    assert not marker.exists()
+
+    # 2. the genuine wheel back, a planted one beside it that sorts first
+    shutil.copyfile(genuine, entry / genuine.name)
+    shutil.copyfile(planted, entry / "horovod-0.28.0-py3-none-any.whl")
+    skipped = []
+    wheel, hit = cache.lookup_chain(cache.chain(), key, skipped=skipped)
+    assert wheel is None and "holds horovod-0.28.0-py3-none-any.whl, " in skipped[0][1], skipped
+    _install_what_the_cache_gives(venv, wheel)
+    assert not marker.exists()
+
+    # 3. an entry made by copying key.json without its wheel record (as an older envtool wrote it)
+    (entry / "horovod-0.28.0-py3-none-any.whl").unlink()
+    shutil.copyfile(planted, entry / genuine.name)
+    (entry / "key.json").write_text(json.dumps(cache.asdict(key)))
+    skipped = []
+    wheel, hit = cache.lookup_chain(cache.chain(), key, skipped=skipped)
+    assert wheel is None and "records no wheel SHA-256" in skipped[0][1], skipped
+    _install_what_the_cache_gives(venv, wheel)
+    assert not marker.exists()
+
+    # 4. under a lock, only the lock's hash is taken, even from a proven entry
+    shutil.rmtree(entry)
+    monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "publisher"))
+    assert cache.publish(cache.WheelCache().entries(), site)[0]["status"] == "published"
+    monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "user"))
+    assert cache.lookup_chain(cache.chain(), key)[0] == entry / genuine.name
+    skipped = []
+    assert cache.lookup_chain(cache.chain(), key, want_sha256=cache.file_sha256(planted), skipped=skipped) == (None, None)
+    assert "the lock has" in skipped[0][1]
+
+
+def test_a_site_cache_others_can_write_is_skipped(shared_tmp, monkeypatch):
+    uid, gid = _need_user()
+    tmp_path = shared_tmp
+    genuine, _ = _wheels(tmp_path, tmp_path / "unused")
+    key = _key()
+    site = _published_site(tmp_path, monkeypatch, genuine, key)
+    key_json = tmp_path / "key.json"
+    shutil.copyfile(site / "horovod-wheels" / key.digest() / "key.json", key_json)
+    for d in (tmp_path / "genuine", key_json, genuine):
+        os.chmod(d, 0o755 if d.is_dir() else 0o644)
+    wheels = site / "horovod-wheels"
+    entry = wheels / key.digest()
+    assert cache.WheelCache(site, read_only=True).find(key) == (entry / genuine.name, "")
+
+    os.chmod(wheels, 0o777)
+    wheel, why = cache.WheelCache(site, read_only=True).find(key)
+    assert wheel is None and why == f"not trusted: {wheels} is world-writable"
+
+    os.chmod(wheels, 0o775)
+    os.chown(wheels, -1, gid)
+    wheel, why = cache.WheelCache(site, read_only=True).find(key)
+    assert wheel is None and f"{wheels} is writable by group {GROUP}" in why and "build_cache_group" in why
+    assert cache.WheelCache(site, read_only=True, group=GROUP).find(key)[0] == entry / genuine.name
+
+    # a member of that group replaces the entry with one of their own: its owner is not the cache's
+    shutil.rmtree(entry)
+    proc = as_user(f"umask 022; mkdir {entry} && cp {genuine} {key_json} {entry}/")
+    assert proc.returncode == 0, proc.stderr
+    assert entry.stat().st_uid == uid
+    wheel, why = cache.WheelCache(site, read_only=True, group=GROUP).find(key)
+    assert wheel is None and why == f"not trusted: {entry} is owned by {USER}, not by the cache's owner root"
+
+    # the site file names the trusted group; a bad name is refused (exit 2)
+    site_file = tmp_path / "mysite.yaml"
+    site_file.write_text(f"name: mysite\nbuild_caches: [{site}]\nbuild_cache_group: {GROUP}\n")
+    proc = run_envtool("plan", "cpu-horovod", "--site-file", site_file, "--prefix", tmp_path / "env",
+                       env={"ENVTOOL_CACHE_DIR": str(tmp_path / "user")})
+    assert proc.returncode == 0, proc.stderr
+    site_file.write_text(f"name: mysite\nbuild_caches: [{site}]\nbuild_cache_group: 'a b;c'\n")
+    proc = run_envtool("plan", "cpu-horovod", "--site-file", site_file, "--prefix", tmp_path / "env",
+                       env={"ENVTOOL_CACHE_DIR": str(tmp_path / "user")})
+    assert proc.returncode == 2 and "build_cache_group" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cache_publish_records_the_wheel_and_stays_group_readable_not_writable_under_umask_002(tmp_path, monkeypatch):
+    genuine, _ = _wheels(tmp_path, tmp_path / "unused")
+    key = _key()
+    monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "user"))
+    cache.WheelCache().store(key, genuine)
+    site = tmp_path / "site"
+    proc = subprocess.run(["bash", "-c", f"umask 002; exec {sys.executable} -m envtool cache publish --to {site} --json"],
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    entry = site / "horovod-wheels" / key.digest()
+    for p in (site, site / "horovod-wheels", entry, *entry.iterdir()):
+        mode = stat.S_IMODE(p.stat().st_mode)
+        assert mode & stat.S_IRGRP and not mode & (stat.S_IWGRP | stat.S_IWOTH), (p, oct(mode))
+    assert json.loads((entry / "key.json").read_text())["wheel"]["sha256"] == cache.file_sha256(genuine)
+    assert cache.WheelCache(site, read_only=True).find(key) == (entry / genuine.name, "")
+
+
+def _planted_pyc(source: Path, code: str) -> bytes:
+    """Bytecode of ``code`` with a header valid for ``source`` (its mtime and size, PEP 552), as
+    someone planting a ``.pyc`` would write it."""
+    st = source.stat()
+    header = importlib.util.MAGIC_NUMBER + (0).to_bytes(4, "little") + \
+        (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+    return header + marshal.dumps(compile(code, str(source), "exec"))
+
+
+def test_a_planted_pyc_in_the_bytecode_store_is_never_linked(shared_tmp):
+    """The store of a user whose umask was 002 (group envtool-pub); envtool-user, a member, plants
+    bytecode for a source that the next environment shares (as uv hard-links it)."""
+    _need_user()
+    from envtool.probes import probe_path
+
+    tmp_path = shared_tmp
+    marker = tmp_path / "planted-code-ran"
+    source = tmp_path / "a.py"
+    source.write_text("VALUE = 'genuine'\n")
+    libs = []
+    for n in (1, 2, 3):
+        lib = tmp_path / f"env{n}" / "lib"
+        lib.mkdir(parents=True)
+        os.link(source, lib / "a.py")
+        libs.append(lib)
+    store = tmp_path / "cache" / "bytecode"
+    store.mkdir(parents=True, mode=0o775)
+    os.chmod(store.parent, 0o775)
+    os.chmod(store, 0o2775)
+    os.chown(store, -1, grp.getgrnam(GROUP).gr_gid)
+
+    def probe(lib):
+        return subprocess.run(["bash", "-c", f"umask 002; exec {sys.executable} {probe_path('bytecode')} {lib} {store}"],
+                              capture_output=True, text=True, check=True, timeout=120)
+
+    probe(libs[0])
+    tag = sys.implementation.cache_tag
+    entries = [p for p in store.iterdir() if p.name.endswith(".pyc")]
+    assert len(entries) == 1
+    entry = entries[0]
+    planted = tmp_path / "planted.pyc"
+    planted.write_bytes(_planted_pyc(source, f"open({str(marker)!r}, 'w').write('ran')\nVALUE = 'planted'\n"))
+    os.chmod(planted, 0o644)
+    # the group member replaces the entry (and its hash sidecar, if any) with their own
+    proc = as_user(f"rm -f {entry} {entry}.sha256; cp {planted} {entry}; "
+                   f"sha256sum {entry} | cut -d' ' -f1 > {entry}.sha256")
+    if proc.returncode != 0:  # the store is private now (0700): the planting is done for them, as root
+        entry.unlink()
+        Path(f"{entry}.sha256").unlink(missing_ok=True)
+        shutil.copyfile(planted, entry)
+        Path(f"{entry}.sha256").write_text(cache.file_sha256(entry) + "\n")
+        os.chown(entry, pwd.getpwnam(USER).pw_uid, -1)
+        os.chown(f"{entry}.sha256", pwd.getpwnam(USER).pw_uid, -1)
+    planted_ino = entry.stat().st_ino
+
+    probe(libs[1])
+    pyc = libs[1] / "__pycache__" / f"a.{tag}.pyc"
+    assert pyc.stat().st_ino != planted_ino
+    out = subprocess.run([sys.executable, "-c", "import a; print(a.VALUE)"], cwd=libs[1], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert out == "genuine" and not marker.exists()
+    assert stat.S_IMODE(store.stat().st_mode) == 0o700  # the store is private from now on
+
+    # an entry of the user's own without the recorded hash (or with another) is not linked either
+    for sidecar in (None, "0" * 64 + "\n"):
+        entry.unlink()
+        Path(f"{entry}.sha256").unlink(missing_ok=True)
+        shutil.copyfile(planted, entry)
+        if sidecar:
+            Path(f"{entry}.sha256").write_text(sidecar)
+        ino = entry.stat().st_ino
+        shutil.rmtree(libs[2] / "__pycache__", ignore_errors=True)
+        probe(libs[2])
+        assert (libs[2] / "__pycache__" / f"a.{tag}.pyc").stat().st_ino != ino
+        subprocess.run([sys.executable, "-c", "import a"], cwd=libs[2], check=True)
+        assert not marker.exists()
+    # while a proven entry is linked (the bytecode cache still works)
+    shutil.rmtree(libs[2] / "__pycache__")
+    probe(libs[2])
+    assert (libs[2] / "__pycache__" / f"a.{tag}.pyc").stat().st_ino == entry.stat().st_ino
+
+
+def test_envtools_cache_directories_are_private_under_umask_002(tmp_path):
+    """A conda create from a local channel under umask 002 makes the cache root, logs/, repodata/
+    and pkgs/; each is 0700. A cache root of the user's own that is open to the group is
+    tightened; one owned by another user is refused (exit 2)."""
+    uid, _ = _need_user()
+    channel = build_channel(tmp_path / "channel", [python_package()])
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "tiny.yaml").write_text(textwrap.dedent(f"""\
+        name: tiny
+        summary: test
+        platforms: [linux-64]
+        engine: conda
+        channels: ["{channel}"]
+        packages:
+          conda: [python]
+        horovod:
+          install: none
+        """))
+    root = tmp_path / "cache"
+    repo = Path(__file__).resolve().parent.parent
+
+    def create(prefix):
+        return subprocess.run(["bash", "-c", f"umask 002; exec {sys.executable} -m envtool create tiny --prefix {prefix}"],
+                              capture_output=True, text=True, cwd=repo, timeout=600,
+                              env=dict(os.environ, ENVTOOL_SPEC_PATH=str(specs), ENVTOOL_CACHE_DIR=str(root)))
+
+    proc = create(tmp_path / "env")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for d in (root, root / "logs", root / "repodata", root / "pkgs"):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, (d, oct(d.stat().st_mode))
+
+    os.chmod(root, 0o775)
+    os.chmod(root / "pkgs", 0o2775)
+    proc = create(tmp_path / "env2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700 and stat.S_IMODE((root / "pkgs").stat().st_mode) == 0o700
+
+    os.chown(root / "logs", uid, -1)
+    proc = create(tmp_path / "env3")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"{root}/logs: envtool's cache directory is owned by another user" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "env3").exists()
+
+
+def test_diff_reports_a_horovod_wheel_that_is_not_the_locked_one(tmp_path):
+    """An environment whose Horovod came from a wheel cache is locked (``lock --prefix``: the wheel's
+    URL and SHA-256); the wheel is then replaced by another of the same name, version and build
+    key: ``diff`` reports the hash (exit 1), in text and JSON."""
+    marker = tmp_path / "planted-code-ran"
+    genuine, planted = _wheels(tmp_path, marker)
+    digest = _key().digest()
+    prefix = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True, timeout=300)
+
+    def install(wheel):
+        entry = tmp_path / f"cache-{wheel.parent.name}" / "horovod-wheels" / digest
+        entry.mkdir(parents=True)
+        shutil.copyfile(wheel, entry / wheel.name)
+        subprocess.run([str(prefix / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                        "--no-deps", "--force-reinstall", str(entry / wheel.name)], check=True, timeout=300)
+
+    install(genuine)
+    lock = tmp_path / "env.conda-lock.yml"
+    proc = run_envtool("lock", "--prefix", prefix, "-o", lock)
+    assert proc.returncode == 0, proc.stderr
+    assert cache.file_sha256(genuine) in lock.read_text()
+    proc = run_envtool("diff", "--prefix", prefix, "--lock", lock)
+    assert proc.returncode == 0 and "matches" in proc.stdout, proc.stdout + proc.stderr
+
+    install(planted)
+    proc = run_envtool("diff", "--prefix", prefix, "--lock", lock)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert (f"~ pip horovod: hash {cache.file_sha256(genuine)} -> {cache.file_sha256(planted)}") in proc.stdout
+    data = json.loads(run_envtool("diff", "--prefix", prefix, "--lock", lock, "--json").stdout)
+    assert data["ok"] is False and data["changed"] == [
+        {"manager": "pip", "name": "horovod", "field": "hash", "locked": cache.file_sha256(genuine),
+         "installed": cache.file_sha256(planted)}]
