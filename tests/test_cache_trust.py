@@ -388,3 +388,34 @@ def test_diff_reports_a_horovod_wheel_that_is_not_the_locked_one(tmp_path):
     assert data["ok"] is False and data["changed"] == [
         {"manager": "pip", "name": "horovod", "field": "hash", "locked": sha256(genuine),
          "installed": sha256(planted)}]
+
+
+def test_the_build_step_warns_naming_the_cache_and_checks_what_pip_installed(tmp_path, monkeypatch, venv, capfd):
+    """The build step's own lookup (the code ``create`` runs): a tampered site entry is reported
+    on stderr and in the build log, naming the cache directory and why; and a wheel that pip
+    installed with another hash than the one checked stops the step."""
+    from envtool.core.errors import StepFailed
+    from envtool.steps.horovod_build import cached_wheel, check_installed_wheel
+    from envtool.steps.runner import Runner
+
+    marker = tmp_path / "planted-code-ran"
+    genuine, planted = _wheels(tmp_path, marker)
+    key = _key()
+    site = _published_site(tmp_path, monkeypatch, genuine, key)
+    monkeypatch.setenv("ENVTOOL_CACHE_PATH", str(site))
+    shutil.copyfile(planted, site / "horovod-wheels" / key.digest() / genuine.name)
+    log = tmp_path / "build.log"
+    with Runner(log_path=log) as runner:
+        assert cached_wheel(list(cache.chain()), key, "", runner) == (None, None)
+    err = capfd.readouterr().err
+    assert f"warning: wheel cache {site}/horovod-wheels: entry {key.digest()} not used: " in err
+    assert "not the wheel key.json records" in err
+    text = log.read_text()
+    assert f"wheel cache {tmp_path}/user/horovod-wheels: key {key.digest()} miss\n" in text
+    assert f"wheel cache {site}/horovod-wheels (site, read-only): key {key.digest()} miss (" in text
+
+    _install_what_the_cache_gives(venv, genuine)
+    with Runner(log_path=log) as runner:
+        check_installed_wheel(venv, sha256(genuine), "build-horovod", runner)
+        with pytest.raises(StepFailed, match="not the checked"):
+            check_installed_wheel(venv, sha256(planted), "build-horovod", runner)

@@ -388,7 +388,8 @@ def check_installed_wheel(prefix: Path, sha256: str, step_id: str, runner) -> No
     replaced between the cache check and pip's read is caught before any of its code runs.
 
     Raises:
-        StepFailed: no ``direct_url.json`` or another hash (the build prefix is then discarded).
+        StepFailed: pip recorded another hash (the build prefix is then discarded). A pip that
+            records none (no ``direct_url.json`` hash) leaves the check made before the install.
     """
     from envtool.core.prefix import PrefixData
 
@@ -398,9 +399,12 @@ def check_installed_wheel(prefix: Path, sha256: str, step_id: str, runner) -> No
     got = hashes.get("sha256") or ""
     if not got and isinstance(info, dict) and str(info.get("hash", "")).startswith("sha256="):
         got = str(info["hash"]).split("=", 1)[1]
+    if not got:  # an older pip records no hash of a local archive: the check before the install stands
+        runner.note(f"pip recorded no SHA-256 of the Horovod wheel it installed; it was {sha256} when checked")
+        return
     if got != sha256:
-        raise StepFailed(step_id, f"pip installed a Horovod wheel of SHA-256 {got or '(none recorded)'}, not the "
-                         f"checked {sha256}: the cached wheel changed while it was installed", runner.log_path)
+        raise StepFailed(step_id, f"pip installed a Horovod wheel of SHA-256 {got}, not the checked {sha256}: "
+                         "the cached wheel changed while it was installed", runner.log_path)
     runner.note(f"installed Horovod wheel SHA-256 {sha256} (as checked)")
 
 
