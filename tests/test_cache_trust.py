@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_envtool
+from envtool.core.errors import StepFailed
 from envtool.horovod import cache
 from helpers.conda_channel import build_channel, python_package
 from helpers.wheels import make_wheel
@@ -355,6 +356,26 @@ def test_envtools_cache_directories_are_private_under_umask_002(tmp_path):
     assert "Traceback" not in proc.stderr and not (tmp_path / "env3").exists()
 
 
+def _verify_lock(prefix: Path, lock: Path, digest: str, cache_hit: bool) -> str:
+    """Run ``create --lock``'s ``verify-lock`` step on ``prefix`` after a ``build-horovod`` step that
+    reported ``cache_hit``; returns the step's log."""
+    from envtool.core.plan import PlanOptions
+    from envtool.lock.lockio import read_lock
+    from envtool.lock.model import pick_platform
+    from envtool.steps import from_lock
+    from envtool.steps.runner import Runner
+
+    data = read_lock(lock)
+    loaded = from_lock.LoadedLock(lock, data, pick_platform(data, None, str(lock)), ())
+    (step,) = from_lock.verify_steps(PlanOptions(prefix=prefix), loaded)
+    log = prefix.parent / f"verify-{cache_hit}.log"
+    log.unlink(missing_ok=True)
+    with Runner(log_path=log, quiet=True) as runner:
+        runner.results["build-horovod"] = {"cache_key": digest, "cache_hit": cache_hit}
+        step.action(step, runner)
+    return log.read_text()
+
+
 def test_diff_reports_a_horovod_wheel_that_is_not_the_locked_one(tmp_path):
     """An environment whose Horovod came from a wheel cache is locked (``lock --prefix``: the wheel's
     URL and SHA-256); the wheel is then replaced by another of the same name, version and build
@@ -380,7 +401,14 @@ def test_diff_reports_a_horovod_wheel_that_is_not_the_locked_one(tmp_path):
     proc = run_envtool("diff", "--prefix", prefix, "--lock", lock)
     assert proc.returncode == 0 and "matches" in proc.stdout, proc.stdout + proc.stderr
 
+    _verify_lock(prefix, lock, digest, cache_hit=True)  # the genuine wheel: the step passes
+
     install(planted)
+    # create --lock's "Compare the prefix with the lock" step: a cached wheel must be the locked one
+    with pytest.raises(StepFailed, match="horovod: hash"):
+        _verify_lock(prefix, lock, digest, cache_hit=True)
+    # (compiled afresh because the locked wheel was in no cache: another hash by nature, noted)
+    assert "compiled afresh" in _verify_lock(prefix, lock, digest, cache_hit=False)
     proc = run_envtool("diff", "--prefix", prefix, "--lock", lock)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert (f"~ pip horovod: hash {sha256(genuine)} -> {sha256(planted)}") in proc.stdout
@@ -394,7 +422,6 @@ def test_the_build_step_warns_naming_the_cache_and_checks_what_pip_installed(tmp
     """The build step's own lookup (the code ``create`` runs): a tampered site entry is reported
     on stderr and in the build log, naming the cache directory and why; and a wheel that pip
     installed with another hash than the one checked stops the step."""
-    from envtool.core.errors import StepFailed
     from envtool.steps.horovod_build import cached_wheel, check_installed_wheel
     from envtool.steps.runner import Runner
 
