@@ -446,3 +446,66 @@ def test_the_build_step_warns_naming_the_cache_and_checks_what_pip_installed(tmp
         check_installed_wheel(venv, sha256(genuine), "build-horovod", runner)
         with pytest.raises(StepFailed, match="not the checked"):
             check_installed_wheel(venv, sha256(planted), "build-horovod", runner)
+
+
+@pytest.mark.slow
+def test_create_under_a_lock_refuses_planted_site_wheels_and_installs_the_locked_one(tmp_path):
+    """End to end with the real Horovod wheel (copied from the user's wheel cache, never changed):
+    the spec's lock, made to record that wheel (as a lock of an environment does), and three site
+    caches in ``$ENVTOOL_CACHE_PATH``: a planted wheel beside the real entry's copied key.json, a
+    planted wheel whose key.json records the planted wheel's own hash (self-consistent, not the
+    lock's), then the real entry. ``create --lock`` skips the first two with warnings naming them,
+    installs the real wheel and none of the planted code runs; ``diff`` then finds no drift."""
+    from dataclasses import replace
+
+    from envtool.lock.lockio import read_lock, write_lock
+    from test_site_cache import _copy_entry, _read_only, _real_entry, _writable
+
+    entry = _real_entry()
+    real_sha = sha256(entry.wheel)
+    marker = tmp_path / "planted-code-ran"
+    (tmp_path / "w").mkdir()
+    planted = make_wheel(tmp_path / "w", "horovod", "0.28.1", {
+        "horovod/__init__.py": f"open({str(marker)!r}, 'w').write('planted code ran')\n"})
+    repo = Path(__file__).resolve().parent.parent
+    data = read_lock(repo / "lockfiles" / "cpu-horovod.conda-lock.yml")
+    data = replace(data, packages=tuple(
+        replace(p, url=entry.wheel.name, sha256=real_sha) if p.key == ("pip", "horovod") else p
+        for p in data.packages))
+    lock = write_lock(data, tmp_path / "cpu-horovod.conda-lock.yml")
+
+    copied, consistent, good = tmp_path / "site-copied", tmp_path / "site-consistent", tmp_path / "site"
+    d = _copy_entry(entry, copied)
+    shutil.copyfile(planted, d / entry.wheel.name)  # key.json still records the real wheel
+    d = _copy_entry(entry, consistent)
+    shutil.copyfile(planted, d / entry.wheel.name)
+    key = json.loads((d / "key.json").read_text())
+    key["wheel"].update(size=planted.stat().st_size, sha256=sha256(planted))
+    (d / "key.json").write_text(json.dumps(key))
+    _copy_entry(entry, good)
+    roots = (copied, consistent, good)
+    for r in roots:
+        _read_only(r)
+    try:
+        env = {"ENVTOOL_CACHE_DIR": str(tmp_path / "user"), "ENVTOOL_CACHE_PATH": ":".join(map(str, roots))}
+        prefix = tmp_path / "env"
+        proc = run_envtool("create", "cpu-horovod", "--lock", lock, "--prefix", prefix, "--json", env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert not marker.exists()
+        build = json.loads(proc.stdout)["results"]["build-horovod"]
+        assert build["cache_hit"] is True and build["cache_dir"] == str(good / "horovod-wheels")
+        assert build["wheel_sha256"] == real_sha == build["locked_wheel_sha256"]
+        skipped = {s["cache_dir"]: s["reason"] for s in build["cache_skipped"]}
+        assert list(skipped) == [f"{copied}/horovod-wheels", f"{consistent}/horovod-wheels"], skipped
+        assert "not the wheel key.json records" in skipped[f"{copied}/horovod-wheels"]
+        assert skipped[f"{consistent}/horovod-wheels"].endswith("the lock has " + real_sha)
+        log = (prefix / ".envtool" / "create.log").read_text()
+        assert f"wheel cache {consistent}/horovod-wheels (site, read-only): key {entry.digest} miss (" in log
+        assert f"wheel cache {good}/horovod-wheels (site, read-only): key {entry.digest} hit" in log
+        diff = run_envtool("diff", "--prefix", prefix, "--lock", lock)
+        assert diff.returncode == 0, diff.stdout + diff.stderr
+        subprocess.run([str(prefix / "bin" / "python"), "-c", "import horovod.torch"], check=True, cwd="/")
+        assert not marker.exists()
+    finally:
+        for r in roots:
+            _writable(r)

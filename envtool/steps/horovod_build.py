@@ -310,11 +310,13 @@ def _run_build(step: Step, runner) -> Dict:
     roots = d.caches or (wheel_cache.cache_root(),)
     caches = [wheel_cache.WheelCache(roots[0])] + [wheel_cache.WheelCache(r, read_only=True, group=d.cache_group)
                                                     for r in roots[1:]]
-    wheel, hit = cached_wheel(caches, key, d.wheel_sha256, runner)
+    skipped: List[Tuple[object, str]] = []
+    wheel, hit = cached_wheel(caches, key, d.wheel_sha256, runner, skipped)
     result = {"cache_key": key.digest(), "cache_hit": wheel is not None, "locked_wheel_sha256": d.wheel_sha256 or None,
               "cache": None if hit is None else ("site" if hit.read_only else "user"),
               "cache_dir": None if hit is None else str(hit.dir),
-              "fixes": [r.id for r in rules], "rules_decided": "when planned" if d.rules is not None else "when run"}
+              "fixes": [r.id for r in rules], "rules_decided": "when planned" if d.rules is not None else "when run",
+              "cache_skipped": [{"cache_dir": str(c.dir), "reason": why} for c, why in skipped]}
     cache = caches[0]
     if wheel is None and d.missing_tools:
         raise StepFailed(step.id, "no wheel cache holds this Horovod build and compiling it needs "
@@ -354,7 +356,7 @@ def _run_build(step: Step, runner) -> Dict:
     return result
 
 
-def cached_wheel(caches, key: "wheel_cache.BuildKey", want_sha256: str, runner):
+def cached_wheel(caches, key: "wheel_cache.BuildKey", want_sha256: str, runner, skipped=None):
     """The first proven cached wheel for ``key`` (:func:`envtool.horovod.cache.lookup_chain`), with
     one log line per cache consulted; an entry that is there but not used is reported as a warning
     (progress and log) naming the cache directory and why, and the next cache (or a compile) is used.
@@ -364,10 +366,11 @@ def cached_wheel(caches, key: "wheel_cache.BuildKey", want_sha256: str, runner):
         key: the build key.
         want_sha256: the lock's wheel SHA-256, or ``""``.
         runner: the step runner (``note``, ``progress``).
+        skipped: when given, ``(cache, reason)`` is appended for each entry not used.
     Returns:
         ``(wheel, cache)`` or ``(None, None)``.
     """
-    skipped: List[Tuple[object, str]] = []
+    skipped = [] if skipped is None else skipped
     wheel, hit = wheel_cache.lookup_chain(caches, key, want_sha256, skipped=skipped)
     why = {id(c): reason for c, reason in skipped}
     for c in caches:
