@@ -1,5 +1,6 @@
 """Site-wide Horovod wheel caches: read-only roots consulted after the user's cache, ``envtool cache
 list/prune/publish``; a real create that hits a read-only site cache without compiling (slow)."""
+import hashlib
 import json
 import os
 import shutil
@@ -33,7 +34,7 @@ def _copy_entry(entry, root: Path, key=None) -> Path:
     shutil.copy2(entry.wheel, dest / entry.wheel.name)
     data = cache.asdict(key or entry.key)
     data["wheel"] = {"file": entry.wheel.name, "size": entry.wheel.stat().st_size,
-                     "sha256": cache.file_sha256(entry.wheel)}
+                     "sha256": hashlib.sha256(entry.wheel.read_bytes()).hexdigest()}
     (dest / "key.json").write_text(json.dumps(data, sort_keys=True))
     return dest
 
