@@ -333,7 +333,7 @@ def test_envtools_cache_directories_are_private_under_umask_002(tmp_path):
     root = tmp_path / "cache"
     repo = Path(__file__).resolve().parent.parent
 
-    def create(prefix):
+    def create(prefix):  # with the cache root ``root`` as it is when called
         return subprocess.run(["bash", "-c", f"umask 002; exec {sys.executable} -m envtool create tiny --prefix {prefix}"],
                               capture_output=True, text=True, cwd=repo, timeout=600,
                               env=dict(os.environ, ENVTOOL_SPEC_PATH=str(specs), ENVTOOL_CACHE_DIR=str(root)))
@@ -354,6 +354,16 @@ def test_envtools_cache_directories_are_private_under_umask_002(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"{root}/logs: envtool's cache directory is owned by another user" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "env3").exists()
+
+    # a shared directory envtool did not make (here like /tmp) is refused, not made private
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "someone-elses-file").write_text("kept\n")
+    os.chmod(shared, 0o1777)
+    root = shared
+    proc = create(tmp_path / "env4")
+    assert proc.returncode == 2 and f"{shared}: envtool's cache directory can be written by others" in proc.stderr
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777 and sorted(os.listdir(shared)) == ["someone-elses-file"]
 
 
 def _verify_lock(prefix: Path, lock: Path, digest: str, cache_hit: bool) -> str:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 #: Mode of envtool's own cache directories (owner only).
 PRIVATE_DIR_MODE = 0o700
+#: What envtool keeps in its cache root: a root holding nothing else is envtool's to tighten.
+CACHE_ENTRIES = frozenset({"horovod-wheels", "pkgs", "repodata", "logs", "fixes", "build", "bytecode"})
 
 
 def cache_root() -> Path:
@@ -28,22 +30,35 @@ def cache_root() -> Path:
     return Path(base) / "envtool"
 
 
-def private_dir(path: Path) -> Path:
-    """Make sure ``path`` is a directory of the current user with mode ``0700``.
+def _envtools(path: Path) -> bool:
+    """True when directory ``path`` holds nothing but what envtool keeps there (:data:`CACHE_ENTRIES`)."""
+    try:
+        return set(os.listdir(path)) <= CACHE_ENTRIES
+    except OSError:
+        return False
+
+
+def private_dir(path: Path, ours: bool = True) -> Path:
+    """Make sure ``path`` is a directory of the current user that nobody else can enter.
 
     Created with ``os.mkdir(path, 0o700)`` then ``chmod`` (``mkdir``'s mode is masked by the
-    umask, which can only take bits away, never add group write; the ``chmod`` makes the mode
-    exact). A directory that exists is kept when the current user owns it, with group and
-    other permissions removed. Missing parents are created with the default mode (they are
-    not envtool's, e.g. ``~/.cache``).
+    umask, which can only take bits away; the ``chmod`` makes the mode exact). A directory that
+    exists must be the current user's. When it is envtool's (``ours``, or it holds nothing but
+    :data:`CACHE_ENTRIES`), group and other permissions are removed. Otherwise (``$ENVTOOL_CACHE_DIR``
+    naming a directory envtool did not make) its mode is left alone when nobody else can write
+    it, and it is refused when someone can (envtool does not change the mode of what it did not
+    make). Missing parents are created with the default mode (they are not envtool's, e.g.
+    ``~/.cache``).
 
     Args:
         path: the directory.
+        ours: ``path`` is envtool's own (a directory below the cache root); False for the root.
     Returns:
         ``path``.
     Raises:
-        UsageError: ``path`` exists and is not a directory, or is owned by another user (exit 2,
-            naming the path and the owner); it cannot be created (the OS error's text).
+        UsageError: ``path`` exists and is not a directory, is owned by another user, or is a
+            directory envtool did not make that others can write (exit 2, naming the path); it
+            cannot be created (the OS error's text).
     """
     from envtool.core.errors import UsageError
 
@@ -53,6 +68,7 @@ def private_dir(path: Path) -> Path:
             path.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.mkdir(path, PRIVATE_DIR_MODE)
+            ours = True
         except FileExistsError:
             pass
         st = os.stat(path)
@@ -61,8 +77,13 @@ def private_dir(path: Path) -> Path:
         if st.st_uid != os.geteuid():
             raise UsageError(f"{path}: envtool's cache directory is owned by another user (uid {st.st_uid}), "
                              f"not by you (uid {os.geteuid()}); set ENVTOOL_CACHE_DIR to a directory of your own")
-        if stat.S_IMODE(st.st_mode) != PRIVATE_DIR_MODE:
+        mode = stat.S_IMODE(st.st_mode)
+        if mode != PRIVATE_DIR_MODE and (ours or _envtools(path)):
             os.chmod(path, PRIVATE_DIR_MODE)
+        elif mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise UsageError(f"{path}: envtool's cache directory can be written by others (mode {mode:04o}) and "
+                             "holds files envtool did not put there; set ENVTOOL_CACHE_DIR to a directory of your "
+                             "own (envtool makes it private)")
     except OSError as exc:
         raise UsageError(f"{path}: cannot create envtool's cache directory: {exc.strerror or exc}") from None
     return path
@@ -75,7 +96,7 @@ def cache_dir(*parts: str) -> Path:
     Raises:
         UsageError: see :func:`private_dir`.
     """
-    path = private_dir(cache_root())
+    path = private_dir(cache_root(), ours=False)
     for part in parts:
         path = private_dir(path / part)
     return path
