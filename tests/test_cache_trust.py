@@ -216,7 +216,15 @@ def test_cache_publish_records_the_wheel_and_stays_group_readable_not_writable_u
     genuine, _ = _wheels(tmp_path, tmp_path / "unused")
     key = _key()
     monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "user"))
-    cache.WheelCache().store(key, genuine)
+    old = os.umask(0o002)
+    try:
+        stored = cache.WheelCache().store(key, genuine)
+    finally:
+        os.umask(old)
+    for p in (tmp_path / "user", tmp_path / "user" / "horovod-wheels", stored.parent):
+        assert stat.S_IMODE(p.stat().st_mode) == 0o700, p
+    for p in stored.parent.iterdir():
+        assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
     site = tmp_path / "site"
     proc = subprocess.run(["bash", "-c", f"umask 002; exec {sys.executable} -m envtool cache publish --to {site} --json"],
                           capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent, timeout=120)
