@@ -360,7 +360,7 @@ def test_envtools_cache_directories_are_private_under_umask_002(tmp_path):
     os.chown(root / "logs", uid, -1)
     proc = create(tmp_path / "env3")
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert f"{root}/logs: envtool's cache directory is owned by another user" in proc.stderr
+    assert f"{root}/logs: permission denied: envtool's cache directory is owned by another user" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "env3").exists()
 
     # a shared directory envtool did not make (here like /tmp) is refused, not made private

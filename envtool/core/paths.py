@@ -57,35 +57,34 @@ def private_dir(path: Path, ours: bool = True) -> Path:
         ``path``.
     Raises:
         UsageError: ``path`` exists and is not a directory, is owned by another user, or is a
-            directory envtool did not make that others can write (exit 2, naming the path); it
-            cannot be created (the OS error's text).
+            directory envtool did not make that others can write (exit 2, naming the path).
+        OSError: it cannot be created (read-only or full filesystem, no permission: the command
+            reports it as a condition naming the path, :func:`envtool.core.errors.condition_message`).
     """
     from envtool.core.errors import UsageError
 
     path = Path(path)
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        if not path.parent.is_dir():
-            path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.mkdir(path, PRIVATE_DIR_MODE)
-            ours = True
-        except FileExistsError:
-            pass
-        st = os.stat(path)
-        if not stat.S_ISDIR(st.st_mode):
-            raise UsageError(f"{path}: envtool's cache directory is not a directory")
-        if st.st_uid != os.geteuid():
-            raise UsageError(f"{path}: envtool's cache directory is owned by another user (uid {st.st_uid}), "
-                             f"not by you (uid {os.geteuid()}); set ENVTOOL_CACHE_DIR to a directory of your own")
-        mode = stat.S_IMODE(st.st_mode)
-        if mode != PRIVATE_DIR_MODE and (ours or _envtools(path)):
-            os.chmod(path, PRIVATE_DIR_MODE)
-        elif mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise UsageError(f"{path}: envtool's cache directory can be written by others (mode {mode:04o}) and "
-                             "holds files envtool did not put there; set ENVTOOL_CACHE_DIR to a directory of your "
-                             "own (envtool makes it private)")
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot create envtool's cache directory: {exc.strerror or exc}") from None
+        os.mkdir(path, PRIVATE_DIR_MODE)
+        ours = True
+    except FileExistsError:
+        pass
+    st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{path}: envtool's cache directory is not a directory")
+    if st.st_uid != os.geteuid():
+        raise UsageError(f"{path}: permission denied: envtool's cache directory is owned by another user "
+                         f"(uid {st.st_uid}), not by you (uid {os.geteuid()}); set ENVTOOL_CACHE_DIR to a "
+                         "directory of your own")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode != PRIVATE_DIR_MODE and (ours or _envtools(path)):
+        os.chmod(path, PRIVATE_DIR_MODE)
+    elif mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UsageError(f"{path}: envtool's cache directory can be written by others (mode {mode:04o}) and "
+                         "holds files envtool did not put there; set ENVTOOL_CACHE_DIR to a directory of your "
+                         "own (envtool makes it private)")
     return path
 
 
@@ -94,7 +93,7 @@ def cache_dir(*parts: str) -> Path:
     :func:`private_dir` (``cache_dir("logs")`` makes the root and ``logs/`` mode ``0700``).
 
     Raises:
-        UsageError: see :func:`private_dir`.
+        UsageError, OSError: see :func:`private_dir`.
     """
     path = private_dir(cache_root(), ours=False)
     for part in parts:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 from envtool.core.errors import EnvtoolError, Interrupted
-from envtool.core.paths import cache_dir, cache_root
+from envtool.core.paths import cache_root
 from envtool.core.targets import check_outside_source
 from envtool.spec.model import Spec
 from envtool.core.plan import PlanOptions
@@ -47,10 +47,10 @@ class CreateResult:
 
 
 def new_log_path(spec_name: str) -> Path:
-    """A fresh log file path under ``<cache>/logs`` (``<spec>-<UTC time>-<pid>.log``); the directory is
-    made private (:func:`envtool.core.paths.cache_dir`)."""
+    """A fresh log file path under ``<cache>/logs`` (``<spec>-<UTC time>-<pid>.log``; not created: the
+    :class:`~envtool.steps.runner.Runner` makes the directory, private, when it opens the log)."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    return cache_dir("logs") / f"{spec_name}-{stamp}-{os.getpid()}.log"
+    return cache_root() / "logs" / f"{spec_name}-{stamp}-{os.getpid()}.log"
 
 
 def create(spec: Spec, options: PlanOptions, force: bool = False, verbose: bool = False,
