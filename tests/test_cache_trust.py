@@ -467,7 +467,7 @@ def test_the_build_step_warns_naming_the_cache_and_checks_what_pip_installed(tmp
 
 
 @pytest.mark.slow
-def test_create_under_a_lock_refuses_planted_site_wheels_and_installs_the_locked_one(tmp_path):
+def test_create_under_a_lock_refuses_planted_site_wheels_and_installs_the_locked_one(tmp_path, shared_tmp):
     """End to end with the real Horovod wheel (copied from the user's wheel cache, never changed):
     the spec's lock, made to record that wheel (as a lock of an environment does), and three site
     caches in ``$ENVTOOL_CACHE_PATH``: a planted wheel beside the real entry's copied key.json, a
@@ -506,7 +506,7 @@ def test_create_under_a_lock_refuses_planted_site_wheels_and_installs_the_locked
         _read_only(r)
     try:
         env = {"ENVTOOL_CACHE_DIR": str(tmp_path / "user"), "ENVTOOL_CACHE_PATH": ":".join(map(str, roots))}
-        prefix = tmp_path / "env"
+        prefix = shared_tmp / "env"  # a short path: validation's forkserver socket lives below the build directory
         proc = run_envtool("create", "cpu-horovod", "--lock", lock, "--prefix", prefix, "--json", env=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert not marker.exists()
