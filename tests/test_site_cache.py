@@ -1,5 +1,6 @@
 """Site-wide Horovod wheel caches: read-only roots consulted after the user's cache, ``envtool cache
 list/prune/publish``; a real create that hits a read-only site cache without compiling (slow)."""
+import hashlib
 import json
 import os
 import shutil
@@ -26,11 +27,15 @@ def _real_entry():
 
 def _copy_entry(entry, root: Path, key=None) -> Path:
     """Copy ``entry`` into cache root ``root``; with ``key``, its key.json says ``key`` (under the
-    entry's own digest: a mismatching entry)."""
+    entry's own digest: a mismatching entry). key.json records the wheel (file, size, SHA-256), as
+    ``store`` and ``publish`` write it (an entry of an older envtool may lack that record)."""
     dest = root / "horovod-wheels" / entry.digest
     dest.mkdir(parents=True)
     shutil.copy2(entry.wheel, dest / entry.wheel.name)
-    (dest / "key.json").write_text(json.dumps(cache.asdict(key or entry.key), sort_keys=True))
+    data = cache.asdict(key or entry.key)
+    data["wheel"] = {"file": entry.wheel.name, "size": entry.wheel.stat().st_size,
+                     "sha256": hashlib.sha256(entry.wheel.read_bytes()).hexdigest()}
+    (dest / "key.json").write_text(json.dumps(data, sort_keys=True))
     return dest
 
 

@@ -11,7 +11,8 @@ def register(sub) -> None:
     """Add the ``diff`` command to the ``sub`` subparsers."""
     p = sub.add_parser("diff", help="packages added, removed or changed in a prefix since a lock (exit 1 on drift)",
                        description="Compare an environment with a conda-lock file: packages added, removed and "
-                                   "changed (version, conda build, hash where both sides know it). Exit 1 on drift.")
+                                   "changed (version, conda build, archive hash where both sides know it, and a "
+                                   "built Horovod's wheel SHA-256 where the lock records a wheel). Exit 1 on drift.")
     p.add_argument("--prefix", required=True, type=path_arg, help="the environment")
     p.add_argument("--lock", type=path_arg, metavar="FILE", help="the lock (default: PREFIX/conda-lock.yml, written by create)")
     p.add_argument("--platform", help="the lock's platform to compare with (default: this machine's)")

@@ -299,8 +299,9 @@ def seed_cache(records: Sequence[Any], cache_dir: Path, pkgs_dirs: Sequence[Path
     """
 
     jobs = jobs or min(4, os.cpu_count() or 1)
-    cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    from envtool.core.paths import ensure_dir
+
+    cache_dir = ensure_dir(Path(cache_dir))
     report = SeedReport()
     todo: List[Tuple[str, Path]] = []
     own_cache = cache_dir.resolve()

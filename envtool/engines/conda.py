@@ -130,9 +130,9 @@ def solve_records(channels: List[str], specs: List[str], platform: str,
     channels = expand(channels, platform)
     vps = parse_virtual_packages(virtual_packages, platform)
     if cache_dir is None:
-        from envtool.core.paths import cache_root
+        from envtool.core.paths import cache_dir as own_cache_dir
 
-        cache_dir = cache_root() / "repodata"
+        cache_dir = own_cache_dir("repodata")
     Path(cache_dir).mkdir(parents=True, exist_ok=True)
     try:
         match_specs = [rattler.MatchSpec(s) for s in specs]
@@ -225,8 +225,9 @@ def install_records(records: Sequence[Any], prefix: Path, cache_dir: Path, *,
     """
     import rattler
 
-    cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    from envtool.core.paths import ensure_dir
+
+    cache_dir = ensure_dir(Path(cache_dir))
     Path(prefix).mkdir(parents=True, exist_ok=True)
     kwargs: Dict[str, Any] = {}
     if target_prefix is not None and str(target_prefix) != str(prefix):

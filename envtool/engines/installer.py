@@ -406,7 +406,8 @@ def prune_bytecode(store: Optional[Path] = None) -> Tuple[int, int]:
     """Delete the kept bytecode (:func:`compile_command`) that no environment links any more.
 
     An entry whose link count is 1 is held by the store alone: every environment that shared it
-    is gone (or recompiled), so it can only serve a source inode that no longer exists.
+    is gone (or recompiled), so it can only serve a source inode that no longer exists. Its hash
+    sidecar (``<entry>.sha256``) goes with it.
 
     Args:
         store: the bytecode store (default ``<envtool cache>/bytecode``).
@@ -421,6 +422,7 @@ def prune_bytecode(store: Optional[Path] = None) -> Tuple[int, int]:
         entries = list(os.scandir(store))
     except OSError:
         return 0, 0
+    names = {e.name for e in entries}
     for entry in entries:
         try:
             st = entry.stat(follow_symlinks=False)
@@ -428,8 +430,15 @@ def prune_bytecode(store: Optional[Path] = None) -> Tuple[int, int]:
                 os.unlink(entry.path)
                 count += 1
                 freed += st.st_size
+                names.discard(entry.name)
         except OSError:
             continue
+    for entry in entries:  # a hash sidecar (envtool.probes.bytecode) whose entry is gone
+        if entry.name.endswith(".pyc.sha256") and entry.name[:-len(".sha256")] not in names:
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                pass
     return count, freed
 
 

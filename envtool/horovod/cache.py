@@ -10,12 +10,27 @@ Site caches are read-only roots with the same layout that a site publishes
 and then those of the site file's ``build_caches``. They are consulted after the user's cache;
 an entry is used only when its ``key.json`` equals the wanted key (a mismatching or unreadable
 entry is skipped, so the next cache or a build is used).
+
+Every entry proves itself before its wheel is used (:meth:`WheelCache.find`):
+
+* ``key.json`` records the wheel (``"wheel": {"file", "size", "sha256"}``, written by
+  :meth:`WheelCache.store` and :func:`publish`); the entry must hold exactly that one wheel, of
+  that size and SHA-256. An entry that records none (stored by an older envtool), holds another
+  or a second wheel, or whose wheel's hash differs is skipped with the reason.
+* Under a lock that records the wheel's SHA-256, only a wheel with that hash is used.
+* Nobody but the cache's owner may write it: every directory from the cache root down to the
+  entry, and the entry's files, must be owned by the root's owner (the user, for the user's own
+  cache) or by root, not world-writable, and group-writable only by the group the site file
+  names in ``build_cache_group``; symbolic links below the root are refused. A cache that fails
+  is skipped with the reason (:func:`trust_problem`).
 """
 from __future__ import annotations
 
+import grp
 import hashlib
 import json
 import os
+import pwd
 import shutil
 import stat
 import tempfile
@@ -24,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from envtool.core.paths import cache_root
+from envtool.core.paths import cache_root, ensure_dir
 
 
 @dataclass(frozen=True)
@@ -111,63 +126,243 @@ def _read_key(entry: Path) -> Optional[BuildKey]:
         return None
 
 
+@dataclass(frozen=True)
+class WheelRecord:
+    """The wheel an entry's ``key.json`` records (its ``"wheel"`` object).
+
+    Attributes:
+        file: the wheel's file name (``horovod-0.28.1-cp311-cp311-linux_x86_64.whl``).
+        size: its size in bytes.
+        sha256: its SHA-256 (64 lower-case hex digits).
+    """
+
+    file: str
+    size: int
+    sha256: str
+
+
+def _read_record(entry: Path) -> Optional[WheelRecord]:
+    """The :class:`WheelRecord` of ``entry/key.json``, or None when it records none (or a malformed one)."""
+    try:
+        w = json.loads((entry / "key.json").read_text(encoding="utf-8"))["wheel"]
+        rec = WheelRecord(file=str(w["file"]), size=int(w["size"]), sha256=str(w["sha256"]).lower())
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if len(rec.sha256) != 64 or any(c not in "0123456789abcdef" for c in rec.sha256) or "/" in rec.file:
+        return None
+    return rec
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes (hex), read in 1 MiB blocks.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _key_json(key: BuildKey, wheel: Path, sha256: str) -> str:
+    data = asdict(key)
+    data["wheel"] = {"file": wheel.name, "size": wheel.stat().st_size, "sha256": sha256}
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return f"gid {gid}"
+
+
+def trusted_gid(group: Optional[str]) -> Optional[int]:
+    """The group id of ``group`` (a name or a number, the site file's ``build_cache_group``), or None
+    when it is empty or no such group exists (then no group-writable cache is trusted)."""
+    if not group:
+        return None
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        return int(group) if group.isdigit() else None
+
+
+def trust_problem(root: Path, below: Sequence[str] = (), owner: Optional[int] = None,
+                  group: Optional[str] = None) -> Optional[str]:
+    """Why a cache path cannot be trusted, or None when nobody but its owner can write it.
+
+    Checked: ``root`` (followed if a symbolic link) and each path ``below`` names relative to it
+    (not followed: a symbolic link is refused), in order. Each must be owned by ``owner`` (default:
+    ``root``'s owner) or by root (uid 0), not writable by others, and writable by its group only
+    when that group is ``group``.
+
+    Args:
+        root: the cache root.
+        below: relative paths under ``root`` (``horovod-wheels``, ``horovod-wheels/<digest>``, files).
+        owner: the uid every path must belong to (the user's own cache: the user).
+        group: the group trusted to write (the site file's ``build_cache_group``), or None.
+    Returns:
+        a reason naming the path (``/sw/cache/horovod-wheels is world-writable``), or None.
+    """
+    gid = trusted_gid(group)
+    try:
+        st = os.stat(root)
+    except OSError as exc:
+        return f"{root}: {exc.strerror or exc}"
+    owner = st.st_uid if owner is None else owner
+    path = Path(root)
+    for i, rel in enumerate(("",) + tuple(below)):
+        if rel:
+            path = Path(root) / rel
+            try:
+                st = os.lstat(path)
+            except OSError as exc:
+                return f"{path}: {exc.strerror or exc}"
+            if stat.S_ISLNK(st.st_mode):
+                return f"{path} is a symbolic link"
+        if st.st_uid not in (owner, 0):
+            return f"{path} is owned by {_user_name(st.st_uid)}, not by the cache's owner {_user_name(owner)}"
+        if st.st_mode & stat.S_IWOTH:
+            return f"{path} is world-writable"
+        if st.st_mode & stat.S_IWGRP and st.st_gid != gid:
+            return (f"{path} is writable by group {_group_name(st.st_gid)}, which the site file does not name "
+                    f"(build_cache_group: {group or 'not set'})")
+    return None
+
+
 class WheelCache:
     """Built wheels under ``root/horovod-wheels``; safe against concurrent writers (atomic rename).
 
     Args:
         root: the cache root (default: the user's, :func:`envtool.core.paths.cache_root`).
         read_only: a site cache: :meth:`lookup` never touches it and :meth:`store` refuses.
+        group: the group trusted to write a site cache (the site file's ``build_cache_group``).
     """
 
-    def __init__(self, root: Optional[Path] = None, read_only: bool = False):
+    def __init__(self, root: Optional[Path] = None, read_only: bool = False, group: Optional[str] = None):
         self.root = Path(root) if root else cache_root()
         self.dir = self.root / "horovod-wheels"
         self.read_only = read_only
+        self.group = group
 
     def __repr__(self) -> str:
         return f"WheelCache({str(self.root)!r}{', read_only=True' if self.read_only else ''})"
 
-    def lookup(self, key: BuildKey) -> Optional[Path]:
-        """The cached wheel for ``key``, or None (also when the entry's ``key.json`` is not ``key``).
+    def find(self, key: BuildKey, want_sha256: str = "") -> Tuple[Optional[Path], str]:
+        """The proven wheel for ``key``, or why there is none.
 
-        A hit in a writable cache marks the entry used (its mtime, which ``prune`` reads).
+        The entry ``horovod-wheels/<digest>`` is used when nobody but the cache's owner can write it
+        (:func:`trust_problem`; the user's own cache must be the user's), its ``key.json`` is
+        ``key`` and records the wheel, the entry holds exactly that wheel (no other ``.whl``), of
+        the recorded size and SHA-256, and that SHA-256 is ``want_sha256`` when given (a lock's).
+        The wheel's bytes are hashed here; :func:`envtool.steps.horovod_build` checks again that
+        pip installed a wheel of that hash (``direct_url.json``). A hit in a writable cache marks
+        the entry used (its mtime, which ``prune`` reads).
+
+        Args:
+            key: the wanted build key.
+            want_sha256: the SHA-256 the wheel must have (a lock's), or ``""``.
+        Returns:
+            ``(wheel, "")`` on a hit; ``(None, "")`` when there is no entry; ``(None, reason)``
+            when the entry is there but not used (``reason`` says why, naming the path).
         """
-        entry = self.dir / key.digest()
+        digest = key.digest()
+        entry = self.dir / digest
+        if not os.path.lexists(entry):
+            return None, ""
+        problem = trust_problem(self.root, ("horovod-wheels", f"horovod-wheels/{digest}"),
+                                owner=None if self.read_only else os.geteuid(), group=self.group)
+        if problem:
+            return None, f"not trusted: {problem}"
+        if _read_key(entry) != key:
+            return None, "its key.json names another build (or is unreadable)"
+        rec = _read_record(entry)
+        if rec is None:
+            return None, (f"{entry}/key.json records no wheel SHA-256 (stored by an older envtool; "
+                          "publish or build it again)")
         try:
-            wheels = sorted(entry.glob("horovod-*.whl")) if entry.is_dir() else []
-        except OSError:
-            return None
-        if not wheels or _read_key(entry) != key:
-            return None
+            wheels = sorted(f.name for f in entry.iterdir() if f.name.endswith(".whl"))
+        except OSError as exc:
+            return None, f"{entry}: {exc.strerror or exc}"
+        if wheels != [rec.file]:
+            return None, (f"{entry} holds {', '.join(wheels) or 'no wheel'}; key.json names exactly one wheel, "
+                          f"{rec.file}")
+        wheel = entry / rec.file
+        problem = trust_problem(self.root, (f"horovod-wheels/{digest}/key.json", f"horovod-wheels/{digest}/{rec.file}"),
+                                owner=None if self.read_only else os.geteuid(), group=self.group)
+        if problem:
+            return None, f"not trusted: {problem}"
+        if want_sha256 and rec.sha256 != want_sha256.lower():
+            return None, f"{wheel}: SHA-256 {rec.sha256} recorded, the lock has {want_sha256.lower()}"
+        try:
+            size, got = wheel.stat().st_size, file_sha256(wheel)
+        except OSError as exc:
+            return None, f"{wheel}: {exc.strerror or exc}"
+        if size != rec.size or got != rec.sha256:
+            return None, (f"{wheel}: not the wheel key.json records (SHA-256 {got}, {size} bytes; recorded "
+                          f"{rec.sha256}, {rec.size} bytes)")
         if not self.read_only:
             try:
                 os.utime(entry)
             except OSError:
                 pass
-        return wheels[0]
+        return wheel, ""
+
+    def lookup(self, key: BuildKey, want_sha256: str = "") -> Optional[Path]:
+        """The proven cached wheel for ``key`` (:meth:`find`), or None."""
+        return self.find(key, want_sha256)[0]
 
     def store(self, key: BuildKey, wheel: Path, log_text: Optional[str] = None) -> Path:
-        """Copy ``wheel`` (and its build output ``log_text``) into the cache under ``key``.
+        """Copy ``wheel`` (and its build output ``log_text``) into the cache under ``key``; its
+        ``key.json`` records the wheel's file name, size and SHA-256. The cache's directories are
+        private (``0700``, :func:`envtool.core.paths.ensure_dir`), its files ``0600``.
 
         Returns:
             the cached wheel's path.
         Raises:
             PermissionError: the cache is read-only (a site cache).
+            UsageError: the cache directory belongs to another user.
+            EnvtoolError: the stored entry does not prove itself afterwards (names the reason).
         """
         if self.read_only:
             raise PermissionError(f"{self.root} is a read-only (site) wheel cache")
-        self.dir.mkdir(parents=True, exist_ok=True)
+        ensure_dir(self.dir)
         final = self.dir / key.digest()
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.dir))
-        shutil.copy2(wheel, tmp / wheel.name)
-        (tmp / "key.json").write_text(json.dumps(asdict(key), indent=2, sort_keys=True) + "\n")
+        shutil.copyfile(wheel, tmp / wheel.name)
+        (tmp / "key.json").write_text(_key_json(key, tmp / wheel.name, file_sha256(tmp / wheel.name)))
         if log_text is not None:
             (tmp / "build.log").write_text(log_text, encoding="utf-8", errors="replace")
+        for f in tmp.iterdir():
+            os.chmod(f, 0o600)
         try:
             os.rename(tmp, final)
-        except OSError:  # another process stored the same key first
+        except OSError:  # another process stored the same key first, or an entry that proves nothing is there
+            if self.lookup(key) is None and os.path.lexists(final):
+                old = Path(tempfile.mkdtemp(prefix=".tmp-old-", dir=self.dir))
+                try:
+                    os.rename(final, old / "entry")
+                    os.rename(tmp, final)
+                except OSError:
+                    pass
+                shutil.rmtree(old, ignore_errors=True)
             shutil.rmtree(tmp, ignore_errors=True)
-        return self.lookup(key) or final / wheel.name
+        stored = self.lookup(key)
+        if stored is None:
+            from envtool.core.errors import EnvtoolError
+
+            raise EnvtoolError(f"{final}: the built wheel could not be stored in the wheel cache ({self.find(key)[1]})")
+        return stored
 
     def entries(self) -> List[Entry]:
         """Every entry of the cache (complete or not), newest use first; ``[]`` when there is none."""
@@ -236,25 +431,48 @@ def site_roots(site_caches: Iterable[str] = ()) -> Tuple[Path, ...]:
     return tuple(out)
 
 
-def chain(site_caches: Iterable[str] = ()) -> Tuple[WheelCache, ...]:
-    """The caches a build consults, in order: the user's (writable), then :func:`site_roots` (read-only)."""
-    return (WheelCache(),) + tuple(WheelCache(r, read_only=True) for r in site_roots(site_caches))
+def chain(site_caches: Iterable[str] = (), group: Optional[str] = None) -> Tuple[WheelCache, ...]:
+    """The caches a build consults, in order: the user's (writable), then :func:`site_roots` (read-only).
+
+    Args:
+        site_caches: the site file's ``build_caches``.
+        group: the site file's ``build_cache_group`` (trusted to write a site cache).
+    """
+    return (WheelCache(),) + tuple(WheelCache(r, read_only=True, group=group) for r in site_roots(site_caches))
 
 
-def lookup_chain(caches: Sequence[WheelCache], key: BuildKey) -> Tuple[Optional[Path], Optional[WheelCache]]:
-    """The first cache of ``caches`` holding ``key``: ``(wheel, cache)``, or ``(None, None)``."""
+def lookup_chain(caches: Sequence[WheelCache], key: BuildKey, want_sha256: str = "",
+                 skipped: Optional[List[Tuple[WheelCache, str]]] = None) -> Tuple[Optional[Path], Optional[WheelCache]]:
+    """The first cache of ``caches`` with a proven wheel for ``key`` (:meth:`WheelCache.find`).
+
+    Args:
+        caches: the caches, in order.
+        key: the wanted build key.
+        want_sha256: the SHA-256 the wheel must have (a lock's), or ``""``.
+        skipped: when given, ``(cache, reason)`` is appended for each cache whose entry was not used.
+    Returns:
+        ``(wheel, cache)``, or ``(None, None)``.
+    """
     for c in caches:
-        wheel = c.lookup(key)
+        wheel, reason = c.find(key, want_sha256)
         if wheel is not None:
             return wheel, c
+        if reason and skipped is not None:
+            skipped.append((c, reason))
     return None, None
 
 
 def publish(entries: Sequence[Entry], to: Path) -> List[Dict]:
     """Copy cache entries into the site cache root ``to`` (``to/horovod-wheels/<digest>/``), each
-    atomically (copied beside, then renamed), group-readable (files ``g+r``, directories ``g+rx``).
+    atomically (copied beside, then renamed), readable by the group and writable by the publisher
+    alone (files ``0644`` less what the umask takes, then ``g+r``; directories it creates lose group
+    and other write, then get ``g+rx``), so that users' envtool trusts it (:func:`trust_problem`).
 
-    An entry already published (same digest, same ``key.json``) is left as it is.
+    Each entry's wheel is proven first: its ``key.json`` must record the wheel (file, size,
+    SHA-256) and the wheel must match; an entry of an older envtool that records none gets the
+    hash of its wheel recorded (it is the publisher's own cache). An entry already published and
+    proven (same digest, same key, same wheel) is left as it is; one that does not prove itself is
+    replaced.
 
     Args:
         entries: the entries to publish (complete ones: a wheel and a readable key).
@@ -265,8 +483,10 @@ def publish(entries: Sequence[Entry], to: Path) -> List[Dict]:
         OSError: ``to`` cannot be created or written.
     """
     dest_dir = Path(to) / "horovod-wheels"
-    dest_dir.mkdir(parents=True, exist_ok=True)
     for d in (Path(to), dest_dir):
+        if not d.is_dir():
+            d.mkdir(parents=True, exist_ok=True)
+            os.chmod(d, stat.S_IMODE(d.stat().st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
         _group_readable(d)
     site = WheelCache(Path(to), read_only=True)
     out = []
@@ -275,25 +495,52 @@ def publish(entries: Sequence[Entry], to: Path) -> List[Dict]:
             out.append({"digest": e.digest, "wheel": None, "status": "skipped",
                         "reason": "incomplete entry (no wheel or no readable key.json)"})
             continue
-        if site.lookup(e.key) is not None:
+        rec = _read_record(e.path)
+        wheels = sorted(f.name for f in e.path.iterdir() if f.name.endswith(".whl"))
+        if len(wheels) != 1 or (rec is not None and wheels != [rec.file]):
+            out.append({"digest": e.digest, "wheel": e.wheel.name, "status": "skipped",
+                        "reason": f"the entry holds {', '.join(wheels)}; expected exactly the wheel key.json names"})
+            continue
+        sha = file_sha256(e.wheel)
+        if rec is not None and (sha != rec.sha256 or e.wheel.stat().st_size != rec.size):
+            out.append({"digest": e.digest, "wheel": e.wheel.name, "status": "skipped",
+                        "reason": f"its SHA-256 {sha} is not the {rec.sha256} key.json records"})
+            continue
+        if site.lookup(e.key, want_sha256=sha) is not None:
             out.append({"digest": e.digest, "wheel": e.wheel.name, "status": "already there"})
             continue
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=dest_dir))
         try:
             for f in e.path.iterdir():
-                if f.is_file():
-                    shutil.copy2(f, tmp / f.name)
-                    _group_readable(tmp / f.name)
+                if f.is_file() and not f.is_symlink() and f.name in (e.wheel.name, "build.log"):
+                    shutil.copyfile(f, tmp / f.name)
+            (tmp / "key.json").write_text(_key_json(e.key, tmp / e.wheel.name, sha))
+            if file_sha256(tmp / e.wheel.name) != sha:
+                raise OSError(f"{e.wheel} changed while it was copied")
+            for f in tmp.iterdir():
+                os.chmod(f, 0o644 & ~_umask())
+                _group_readable(f)
+            os.chmod(tmp, 0o755 & ~_umask())
             _group_readable(tmp)
             final = dest_dir / e.digest
-            if final.exists():  # a stale or mismatching entry under this digest: replace it
-                shutil.rmtree(final)
+            if os.path.lexists(final):  # a stale or mismatching entry under this digest: replace it
+                if final.is_dir() and not final.is_symlink():
+                    shutil.rmtree(final)
+                else:
+                    os.unlink(final)
             os.rename(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         out.append({"digest": e.digest, "wheel": e.wheel.name, "status": "published"})
     return out
+
+
+def _umask() -> int:
+    """The process's umask (read by setting and restoring it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _group_readable(path: Path) -> None:

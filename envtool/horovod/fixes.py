@@ -17,6 +17,8 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from packaging.version import Version
 
+from envtool.core.paths import ensure_dir
+
 #: Framework name (spec spelling) → installed/pinned version.
 FrameworkVersions = Mapping[str, Version]
 
@@ -158,7 +160,7 @@ def _torch_cxx17_applies(horovod: Optional[Version], frameworks: FrameworkVersio
 
 
 def _torch_cxx17_write(workdir: Path) -> None:
-    workdir.mkdir(parents=True, exist_ok=True)
+    ensure_dir(workdir)
     wrapper = workdir / "c++17-wrapper"
     wrapper.write_text(_CXX_WRAPPER)
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)

@@ -133,10 +133,12 @@ def records_for(packages: Sequence[LockedPackage], channels: Sequence[str], plat
         base = p.url.rsplit("/", 2)[0]
         by_channel.setdefault(base, []).append(p)
 
-    from envtool.core.paths import cache_root
+    from envtool.core.paths import cache_dir
+
+    repodata = cache_dir("repodata")
 
     async def query():
-        gateway = Gateway(cache_dir=str(cache_root() / "repodata"))
+        gateway = Gateway(cache_dir=str(repodata))
         found = {}
         for base, pkgs in by_channel.items():
             subdirs = sorted({p.url.rsplit("/", 2)[1] for p in pkgs})

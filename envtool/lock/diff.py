@@ -15,7 +15,9 @@ class Change:
         manager: ``conda`` or ``pip``.
         name: normalized name.
         field: what differs: ``version``, ``build`` (conda build string), ``hash`` (archive
-            SHA-256/MD5, compared where both sides know it), ``build-key`` (a built Horovod wheel).
+            SHA-256/MD5, compared where both sides know it; for a built Horovod, the wheel's
+            SHA-256 where the lock records a wheel), ``build-key`` (a built Horovod wheel's
+            wheel-cache key).
         locked: the lock's value.
         installed: the prefix's value.
     """
@@ -64,8 +66,12 @@ def compare(locked: Sequence[LockedPackage], installed: Sequence[LockedPackage],
     """Compare locked entries with a snapshot of a prefix.
 
     Versions are compared exactly; conda build strings and hashes when both sides have them;
-    pip hashes only where both are known and the package is not one envtool builds (a built
-    Horovod is compared by its wheel-cache key when both sides have one).
+    pip archive hashes where both are known. A package envtool builds (Horovod) is compared by its
+    wheel-cache key when both sides have one, and by the wheel's SHA-256 when the lock records a
+    wheel (a lock of an environment: ``create`` and ``lock --prefix`` record the installed wheel's
+    URL and the SHA-256 pip recorded in ``direct_url.json``) and the prefix records the hash of the
+    wheel it was installed from (pip's ``direct_url.json``). A lock made by a solve records the
+    source archive instead: a wheel built from it has another hash by nature, so none is compared.
 
     Args:
         locked: the lock's entries for ``platform``.
@@ -96,10 +102,17 @@ def compare(locked: Sequence[LockedPackage], installed: Sequence[LockedPackage],
         if a.built or b.built:
             if _is_key(a.built) and _is_key(b.built) and a.built != b.built:
                 changed.append(Change(k[0], k[1], "build-key", a.built, b.built))
+            elif is_wheel(a.url) and a.sha256 and b.sha256 and a.sha256.lower() != b.sha256.lower():
+                changed.append(Change(k[0], k[1], "hash", a.sha256, b.sha256))
             continue
         if a.sha256 and b.sha256 and a.sha256 != b.sha256:
             changed.append(Change(k[0], k[1], "hash", a.sha256, b.sha256))
     return DiffReport(platform=platform, added=added, removed=removed, changed=tuple(changed))
+
+
+def is_wheel(url: str) -> bool:
+    """True when ``url`` names a wheel (``….whl``, a ``#fragment`` ignored), not a source archive."""
+    return url.split("#", 1)[0].endswith(".whl")
 
 
 def _is_key(value: str) -> bool:

@@ -20,7 +20,16 @@ and the loader sets ``co_filename`` to the path a module was actually found at
    environment.
 
 Links that cannot be made (another filesystem, a read-only cache) are skipped: the file is then
-compiled as before. ``.pyc`` files are replaced by rename, never written in place, so a shared
+compiled as before.
+
+A kept entry is linked only when it proves itself (:func:`trusted_entry`): a regular file (not a
+symlink) owned by the user running the probe, writable by nobody else, whose SHA-256 equals the
+one recorded when it was kept, in the sidecar ``<entry>.sha256`` (itself a regular file owned by
+the user, writable by nobody else). Anything else in the store (a ``.pyc`` planted there by
+someone else, an edited one, one kept by an envtool that recorded no hash) is never linked: the
+source is compiled, and the entry replaced by the fresh bytecode. The store directory is created
+mode ``0700``; one owned by another user is not used at all. Bytecode that is kept loses its
+group and other write permission (it is shared by every environment that links it). ``.pyc`` files are replaced by rename, never written in place, so a shared
 link is never changed under another environment. Prints one record after ``ENVTOOL-PROBE ``::
 
     {"sources": 3120, "linked": 3050, "compiled": 70, "kept": 3050, "seconds": 3.1}
@@ -28,9 +37,11 @@ link is never changed under another environment. Prints one record after ``ENVTO
 Exit status: 0, or 2 for bad arguments.
 """
 import compileall
+import hashlib
 import importlib.util
 import json
 import os
+import stat
 import sys
 import time
 
@@ -54,6 +65,108 @@ def cache_name(st, pyc):
     plain bytecode (str)."""
     tail = os.path.basename(pyc).split(".", 1)[1]
     return f"{st.st_dev:x}-{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}.{tail}"
+
+
+#: Suffix of the sidecar that records a kept entry's SHA-256 (hex digits and a newline).
+HASH_SUFFIX = ".sha256"
+
+
+def _owned_private(st):
+    """True when ``os.stat_result`` ``st`` is a regular file of the current user that neither its
+    group nor others may write (bool)."""
+    return (stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+            and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _read_private(path, limit):
+    """``(bytes, stat_result)`` of ``path`` opened without following a symlink, or None when it is
+    missing, a symlink, not :func:`_owned_private`, or larger than ``limit`` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not _owned_private(st) or st.st_size > limit:
+            return None
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks), st
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def trusted_entry(entry):
+    """The ``os.stat_result`` of store entry ``entry`` when it may be linked, else None.
+
+    It may when the entry and its sidecar ``entry + HASH_SUFFIX`` are regular files of the current
+    user that nobody else may write, and the entry's SHA-256 is the one the sidecar records."""
+    side = _read_private(entry + HASH_SUFFIX, 200)
+    if side is None:
+        return None
+    got = _read_private(entry, 1 << 30)
+    if got is None:
+        return None
+    data, st = got
+    if hashlib.sha256(data).hexdigest() != side[0].decode("ascii", "replace").strip():
+        return None
+    return st
+
+
+def keep(pyc, entry):
+    """Keep ``pyc`` in the store as ``entry`` (a hard link) with its SHA-256 in the sidecar; an
+    untrusted entry already there is replaced. Returns True when kept.
+
+    ``pyc`` must be the current user's; its group and other write permission is removed first
+    (every environment that links the entry shares the inode)."""
+    try:
+        st = os.lstat(pyc)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            return False
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            os.chmod(pyc, stat.S_IMODE(st.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
+        with open(pyc, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        for stale in (entry, entry + HASH_SUFFIX):
+            try:
+                os.unlink(stale)
+            except FileNotFoundError:
+                pass
+        os.link(pyc, entry)
+        tmp = f"{entry}{HASH_SUFFIX}.{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(digest + "\n")
+        os.replace(tmp, entry + HASH_SUFFIX)
+        return True
+    except OSError:
+        return False
+
+
+def open_store(store):
+    """Create the bytecode store ``store`` (mode ``0700``) or check the one there; returns ``store``,
+    or None when it cannot be used (not a directory, owned by another user, not creatable). An
+    existing store of the current user open to others is tightened to ``0700``."""
+    try:
+        os.makedirs(os.path.dirname(store) or ".", exist_ok=True)
+        try:
+            os.mkdir(store, 0o700)
+        except FileExistsError:
+            pass
+        st = os.lstat(store)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            return None
+        if stat.S_IMODE(st.st_mode) != 0o700:
+            os.chmod(store, 0o700)
+        return store
+    except OSError:
+        return None
 
 
 def _compile(paths):
@@ -86,16 +199,11 @@ def main(argv=None):
         return 2
     root, store = argv[1], argv[2]
     started = time.monotonic()
-    try:
-        if store:
-            os.makedirs(store, exist_ok=True)
-        else:
-            store = None  # "": link nothing, keep nothing
-    except OSError:
-        store = None
+    store = open_store(store) if store else None  # "": link nothing, keep nothing
     shared = []  # (source, pyc, cache entry) of sources with more than one link
     files = sources(root)
     linked = 0
+    proven_entries = set()  # store entries checked by trusted_entry and linked
     done = set()  # sources whose bytecode was linked (valid: same inode, so same mtime and size)
     for src in files:
         try:
@@ -107,27 +215,34 @@ def main(argv=None):
         pyc = importlib.util.cache_from_source(src)
         entry = os.path.join(store, cache_name(st, pyc))
         shared.append((pyc, entry))
-        if not os.path.exists(pyc) and os.path.exists(entry):
-            try:
-                os.makedirs(os.path.dirname(pyc), exist_ok=True)
-                os.link(entry, pyc)
-                linked += 1
-                done.add(src)
-            except OSError:
-                pass
+        if os.path.exists(pyc) or not os.path.lexists(entry):
+            continue
+        proven = trusted_entry(entry)
+        if proven is None:
+            continue  # not proven: compiled below, and the entry replaced when kept
+        try:
+            os.makedirs(os.path.dirname(pyc), exist_ok=True)
+            os.link(entry, pyc)
+            if os.lstat(pyc).st_ino != proven.st_ino:  # the entry was replaced meanwhile
+                os.unlink(pyc)
+                continue
+            linked += 1
+            done.add(src)
+            proven_entries.add(entry)
+        except OSError:
+            pass
     # what is left: sources with no linked bytecode (compile_file reads the header of an existing
     # .pyc and recompiles only a stale one), one worker per CPU when there are many
     todo = [src for src in files if src not in done]
     compiled = _compile(todo)
     kept = 0
     for pyc, entry in shared:
-        if os.path.exists(entry) or not os.path.exists(pyc):
+        if not os.path.exists(pyc):
             continue
-        try:
-            os.link(pyc, entry)
+        if entry in proven_entries or (os.path.lexists(entry) and trusted_entry(entry) is not None):
+            continue  # a proven entry for this inode is kept already
+        if keep(pyc, entry):
             kept += 1
-        except OSError:
-            pass
     record = {"sources": len(files), "linked": linked, "compiled": compiled, "kept": kept,
               "seconds": round(time.monotonic() - started, 2)}
     print(MARKER + json.dumps(record), flush=True)

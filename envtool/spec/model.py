@@ -153,6 +153,8 @@ class Site:
             (e.g. ALCF's ``conda/2022-09-08`` modulefile puts cuDNN 8.4.1.50 and NCCL 2.14.3 on
             the library path: argonne-lcf/conda_install_scripts@772cb822f974:
             alcf_polaris/modulefiles/2022-09-08.lua#L55-L57).
+        build_cache_group: the group trusted to write those caches and ``$ENVTOOL_CACHE_PATH``'s
+            (site file's ``build_cache_group``), or None: a cache writable by any group is skipped.
     """
 
     name: str = "local"
@@ -166,6 +168,7 @@ class Site:
     build_modules: Tuple[str, ...] = ()
     libraries: Tuple[Tuple[str, "Pin"], ...] = ()
     env_paths: Tuple[Tuple[str, str, str], ...] = ()
+    build_cache_group: Optional[str] = None
 
 
 @dataclass(frozen=True)

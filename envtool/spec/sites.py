@@ -19,6 +19,7 @@ with ``--site-file``) holds::
     env: {VAR: value}                   # set for every stack
     build_caches: [/sw/envtool-cache]   # read-only Horovod wheel caches (``envtool cache publish``)
     build_modules: [gcc, cmake, openmpi]  # modules that give a C++ compiler, CMake and MPI for a Horovod compile
+    build_cache_group: swadmin          # the group trusted to write them (default: none may)
     detect:                             # how to recognise the site (see :func:`detect`); any rule matching
       - env: {NERSC_HOST: perlmutter}   #   a variable whose value matches a glob
         source: id                      #   where the fact comes from (an id in ``sources``)
@@ -56,6 +57,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Tuple
@@ -67,7 +69,8 @@ from envtool.spec import model as m
 from envtool.spec.yamlload import LineDict, load_yaml
 
 SITE_FILE_KEYS = ("name", "summary", "sources", "platforms", "scheduler", "launcher", "gpus_per_node", "modules",
-                  "env", "notes", "stacks", "batch", "build_caches", "build_modules", "detect", "clone_prefix")
+                  "env", "notes", "stacks", "batch", "build_caches", "build_modules", "build_cache_group", "detect",
+                  "clone_prefix")
 DETECT_KEYS = ("env", "hostname", "source")
 BATCH_KEYS = ("source", "cpus_per_node", "queue", "queue_option", "constraint", "gpu_option", "mpi",
               "account_required", "directives", "env", "module_use", "shell")
@@ -210,6 +213,8 @@ class SiteFile:
         build_caches: read-only Horovod wheel cache roots (absolute paths or ``~/…``).
         build_modules: modules that provide a C++ compiler, CMake and MPI for a Horovod compile
             (named in the fix when ``plan``/``create`` finds one missing).
+        build_cache_group: the group trusted to write the site's wheel caches (a group name), or
+            None: a wheel cache writable by a group is not used.
         detect: how to recognise the site (:class:`DetectRule`, any matching), possibly empty.
         clone_prefix: the default prefix of ``create --clone`` here (``$VAR`` expanded,
             ``{spec}`` replaced by the spec name), or None.
@@ -231,6 +236,7 @@ class SiteFile:
     batch: BatchSection = BatchSection()
     build_caches: Tuple[str, ...] = ()
     build_modules: Tuple[str, ...] = ()
+    build_cache_group: Optional[str] = None
     detect: Tuple[DetectRule, ...] = ()
     clone_prefix: Optional[str] = None
     env_paths: Tuple[Tuple[str, str, str], ...] = ()
@@ -329,6 +335,9 @@ def load_site(path: Path) -> SiteFile:
     for c in build_caches:
         if not (c.startswith("/") or c.startswith("~")):
             raise r.error("build_caches", "absolute directories (or ~/…) of published wheel caches", got=c)
+    build_cache_group = r.str("build_cache_group")
+    if build_cache_group is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", build_cache_group):
+        raise r.error("build_cache_group", "a group name (letters, digits, '_', '.', '-')", got=build_cache_group)
     detect = _detect(spath, raw, source_ids)
     clone_prefix = r.str("clone_prefix")
     if clone_prefix is not None and "{spec}" not in clone_prefix:
@@ -340,7 +349,7 @@ def load_site(path: Path) -> SiteFile:
                     launcher=r.str("launcher"), gpus_per_node=r.int("gpus_per_node", 0),
                     modules=r.str_list("modules"), env=env, notes=r.str("notes") or "",
                     stacks=tuple(stacks), batch=batch, build_caches=tuple(build_caches),
-                    build_modules=r.str_list("build_modules"), detect=detect,
+                    build_modules=r.str_list("build_modules"), build_cache_group=build_cache_group, detect=detect,
                     clone_prefix=clone_prefix, env_paths=env_paths)
 
 
@@ -558,6 +567,7 @@ def resolve_full(name: str, site: Optional[str] = None, site_file: Optional[str]
                       env=_merge_env(own_site.env if own_site.name == sf.name else (), sf.env,
                                      mapping.env if mapping is not None else ()),
                       build_caches=sf.build_caches, build_modules=sf.build_modules,
+                      build_cache_group=sf.build_cache_group,
                       # the libraries the spec records are that site's modules'; another site's are unknown
                       libraries=own_site.libraries if own_site.name == sf.name else (),
                       env_paths=((own_site.env_paths if own_site.name == sf.name else ()) + sf.env_paths

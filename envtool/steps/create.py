@@ -47,7 +47,8 @@ class CreateResult:
 
 
 def new_log_path(spec_name: str) -> Path:
-    """A fresh log file path under ``<cache>/logs`` (``<spec>-<UTC time>-<pid>.log``)."""
+    """A fresh log file path under ``<cache>/logs`` (``<spec>-<UTC time>-<pid>.log``; not created: the
+    :class:`~envtool.steps.runner.Runner` makes the directory, private, when it opens the log)."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     return cache_root() / "logs" / f"{spec_name}-{stamp}-{os.getpid()}.log"
 

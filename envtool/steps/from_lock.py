@@ -245,13 +245,17 @@ def plan_steps(spec: Spec, options: PlanOptions, loaded: LoadedLock) -> List[Ste
 
 
 def verify_steps(options: PlanOptions, loaded: LoadedLock) -> List[Step]:
-    """The ``verify-lock`` step: the prefix against the lock (built packages excepted), after the build."""
+    """The ``verify-lock`` step: the prefix against the lock, after the build. Built packages
+    (Horovod) are compared by the wheel's SHA-256 where the lock records a wheel: a wheel taken
+    from a cache must be the locked one; one compiled afresh (the locked wheel was in no cache)
+    differs by nature and is noted, not refused."""
     path, platform = loaded.path, loaded.platform
     prefix = Path(options.work_prefix)
     return [Step(id="verify-lock", title="Compare the prefix with the lock",
                  commands=(("#", "envtool diff --prefix " + shlex.quote(str(prefix)) + " --lock "
                             + shlex.quote(str(path)) + " (built packages excepted)"),),
                  action=_verify, data={"packages": tuple(p for p in loaded.entries() if not p.built),
+                                       "built": tuple(p for p in loaded.entries() if p.built),
                                        "platform": platform, "prefix": str(prefix), "lock": str(path)})]
 
 
@@ -263,12 +267,12 @@ def _install_conda(step: Step, runner) -> None:
         from envtool.engines.conda import install_records
     except ImportError as exc:
         raise StepFailed(step.id, f"the conda engine is not available: {exc}", runner.log_path) from None
-    from envtool.core.paths import cache_root
+    from envtool.core.paths import cache_dir
 
     try:
         records = conda_resolve.records_for(step.data["packages"], step.data["channels"], step.data["platform"],
                                             progress=runner.note)
-        install_records(records, Path(step.data["prefix"]), cache_root() / "pkgs",
+        install_records(records, Path(step.data["prefix"]), cache_dir("pkgs"),
                         target_prefix=Path(step.data["target_prefix"]), progress=runner.note)
     except EnvtoolError as exc:
         if isinstance(exc, StepFailed):
@@ -294,12 +298,32 @@ def _install_pip(step: Step, runner) -> None:
 
 
 def _verify(step: Step, runner) -> dict:
+    from dataclasses import replace
+
     from envtool.lock import diff, snapshot
 
     platform = step.data["platform"]
-    installed = [p for p in snapshot.snapshot(Path(step.data["prefix"]), platform, lookup=False) if not p.built]
+    build = runner.results.get("build-horovod") or {}
+    keys = {"horovod": build["cache_key"]} if build.get("cache_key") else None
+    everything = snapshot.snapshot(Path(step.data["prefix"]), platform, lookup=False, built_keys=keys)
+    installed = [p for p in everything if not p.built]
     report = diff.compare(step.data["packages"], installed, platform,
                           seeded=snapshot.seeded(Path(step.data["prefix"])))
+    by_key = {p.key: p for p in everything}
+    extra = []
+    for locked in step.data.get("built", ()):
+        got = by_key.get(locked.key)
+        if got is None or not (diff.is_wheel(locked.url) and locked.sha256):
+            continue
+        if got.sha256.lower() == locked.sha256.lower():
+            runner.note(f"{locked.key[1]}: installed wheel SHA-256 {got.sha256} is the lock's")
+        elif build.get("cache_hit") is False:
+            runner.note(f"{locked.key[1]}: compiled afresh (the locked wheel {locked.sha256} is in no wheel cache); "
+                        f"installed wheel SHA-256 {got.sha256 or '(not recorded)'}")
+        else:
+            extra.append(diff.Change(locked.key[0], locked.key[1], "hash", locked.sha256, got.sha256 or "(not recorded)"))
+    if extra:
+        report = replace(report, changed=report.changed + tuple(extra))
     if not report.ok:
         text = diff.format_report(report, step.data["lock"], step.data["prefix"])
         runner.note(text)

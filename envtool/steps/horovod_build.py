@@ -25,6 +25,7 @@ from envtool.core.platforms import conda_platform
 from envtool.horovod import cache as wheel_cache
 from envtool.horovod import fixes
 from envtool.horovod import requirements as system_tools
+from envtool.core.paths import ensure_dir
 from envtool.horovod.flags import build_env, cache_relevant, requirement
 from envtool.spec.model import Spec
 from envtool.spec.rules import horovod_version
@@ -84,6 +85,10 @@ class BuildDecision:
         missing_tools: what a compile needs from the machine and was not found when planning
             (:func:`envtool.horovod.requirements.probe`); a cache hit needs none of it.
         fix: shell-quoted lines that get :attr:`missing_tools` (site modules, apt-get, pip).
+        cache_group: the group trusted to write the site's caches (site file's
+            ``build_cache_group``), or None.
+        wheel_sha256: the SHA-256 of the Horovod wheel the lock records (a lock of an environment
+            records the installed wheel), or ``""``: then only a cached wheel of that hash is used.
     """
 
     prefix: Path
@@ -102,6 +107,8 @@ class BuildDecision:
     caches: Tuple[Path, ...] = ()
     missing_tools: Tuple[system_tools.BuildTool, ...] = ()
     fix: Tuple[str, ...] = ()
+    cache_group: Optional[str] = None
+    wheel_sha256: str = ""
 
     @property
     def python(self) -> str:
@@ -161,7 +168,7 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
         notes.append("build-only packages (horovod.build_packages), installed by conda-install-build and removed "
                      "by conda-remove-build: " + ", ".join(p.value for p in h.build_packages))
     uses_mpi = "mpi" in h.controllers
-    caches = wheel_cache.chain(spec.site.build_caches)
+    caches = wheel_cache.chain(spec.site.build_caches, spec.site.build_cache_group)
     cache = caches[0]
     notes.append(f"built wheels are cached in {cache.dir} (key: Horovod version, HOROVOD_* set, framework "
                  "versions, Python tag, compiler, platform, MPI, fix rules); framework versions and the "
@@ -175,6 +182,11 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
     if locked is not None and locked.sha256 and locked.url.split("#")[0].endswith((".tar.gz", ".zip")):
         sdist_hash = locked.sha256
         notes.append(f"the source archive is checked against the lock's SHA-256 ({sdist_hash[:12]}…)")
+    wheel_hash = ""
+    if locked is not None and locked.sha256 and locked.url.split("#")[0].endswith(".whl"):
+        wheel_hash = locked.sha256.lower()
+        notes.append(f"the lock records the Horovod wheel's SHA-256 ({wheel_hash[:12]}…): only a cached wheel "
+                     "with that hash is installed")
     if locked is not None:
         notes.append("its dependencies come from the lock: the wheel is installed with --no-deps")
     source = ("-r", f"{wheel_dir}/requirements.txt", "--require-hashes") if sdist_hash else (req,)
@@ -190,7 +202,8 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
         compiler=_first_line([real_cxx, "--version"]) or real_cxx,
         mpi=mpi_version() if uses_mpi else "not used", platform=conda_platform(), rules=rule_ids,
         fix_env=tuple(fix_env), sdist_sha256=sdist_hash, no_deps=locked is not None,
-        caches=tuple(c.root for c in caches), missing_tools=absent, fix=fix_lines)
+        caches=tuple(c.root for c in caches), missing_tools=absent, fix=fix_lines,
+        cache_group=spec.site.build_cache_group, wheel_sha256=wheel_hash)
     from envtool.engines.conda import build_package_steps
 
     before, after = build_package_steps(spec, Path(options.work_prefix), Path(options.prefix))
@@ -295,17 +308,15 @@ def _run_build(step: Step, runner) -> Dict:
         fixes=tuple(r.id for r in rules),
     )
     roots = d.caches or (wheel_cache.cache_root(),)
-    caches = [wheel_cache.WheelCache(roots[0])] + [wheel_cache.WheelCache(r, read_only=True) for r in roots[1:]]
-    wheel, hit = wheel_cache.lookup_chain(caches, key)
-    for c in caches:
-        runner.note(f"wheel cache {c.dir}{' (site, read-only)' if c.read_only else ''}: key {key.digest()} "
-                    + ("hit" if c is hit else "miss"))
-        if c is hit:
-            break
-    result = {"cache_key": key.digest(), "cache_hit": wheel is not None,
+    caches = [wheel_cache.WheelCache(roots[0])] + [wheel_cache.WheelCache(r, read_only=True, group=d.cache_group)
+                                                    for r in roots[1:]]
+    skipped: List[Tuple[object, str]] = []
+    wheel, hit = cached_wheel(caches, key, d.wheel_sha256, runner, skipped)
+    result = {"cache_key": key.digest(), "cache_hit": wheel is not None, "locked_wheel_sha256": d.wheel_sha256 or None,
               "cache": None if hit is None else ("site" if hit.read_only else "user"),
               "cache_dir": None if hit is None else str(hit.dir),
-              "fixes": [r.id for r in rules], "rules_decided": "when planned" if d.rules is not None else "when run"}
+              "fixes": [r.id for r in rules], "rules_decided": "when planned" if d.rules is not None else "when run",
+              "cache_skipped": [{"cache_dir": str(c.dir), "reason": why} for c, why in skipped]}
     cache = caches[0]
     if wheel is None and d.missing_tools:
         raise StepFailed(step.id, "no wheel cache holds this Horovod build and compiling it needs "
@@ -313,7 +324,7 @@ def _run_build(step: Step, runner) -> Dict:
                          + "; or ".join(d.fix), runner.log_path)
     if wheel is None:
         runner.progress(f"      compiling Horovod (minutes; full output in the build log {runner.log_path})")
-        (cache.root / "build").mkdir(parents=True, exist_ok=True)
+        ensure_dir(cache.root / "build")
         tmp = Path(tempfile.mkdtemp(prefix="horovod-", dir=cache.root / "build"))
         try:
             source = [d.requirement]
@@ -329,14 +340,75 @@ def _run_build(step: Step, runner) -> Dict:
             wheel = cache.store(key, built[0], log_text=proc.stdout)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        if d.wheel_sha256:
+            runner.progress(f"      note: the lock's Horovod wheel (SHA-256 {d.wheel_sha256[:12]}…) is in no wheel cache; "
+                            "compiled afresh with the same build inputs (a rebuild is not byte-identical)")
     else:
         where = f"site cache {hit.root}" if hit is not None and hit.read_only else "cache"
         runner.progress(f"      reusing {where} wheel {wheel.name} (key {key.digest()})")
     result["wheel"] = str(wheel)
+    sha = wheel_cache.file_sha256(Path(wheel))
+    result["wheel_sha256"] = sha
     no_deps = ["--no-deps"] if d.no_deps else []
     runner.run([d.python, "-m", "pip", "install", "--disable-pip-version-check", *no_deps, str(wheel)])
+    check_installed_wheel(d.prefix, sha, step.id, runner)
     result["runpath"] = _fix_runpaths(d.python, runner)
     return result
+
+
+def cached_wheel(caches, key: "wheel_cache.BuildKey", want_sha256: str, runner, skipped=None):
+    """The first proven cached wheel for ``key`` (:func:`envtool.horovod.cache.lookup_chain`), with
+    one log line per cache consulted; an entry that is there but not used is reported as a warning
+    (progress and log) naming the cache directory and why, and the next cache (or a compile) is used.
+
+    Args:
+        caches: :class:`~envtool.horovod.cache.WheelCache` objects, in order.
+        key: the build key.
+        want_sha256: the lock's wheel SHA-256, or ``""``.
+        runner: the step runner (``note``, ``progress``).
+        skipped: when given, ``(cache, reason)`` is appended for each entry not used.
+    Returns:
+        ``(wheel, cache)`` or ``(None, None)``.
+    """
+    skipped = [] if skipped is None else skipped
+    wheel, hit = wheel_cache.lookup_chain(caches, key, want_sha256, skipped=skipped)
+    why = {id(c): reason for c, reason in skipped}
+    for c in caches:
+        reason = why.get(id(c))
+        runner.note(f"wheel cache {c.dir}{' (site, read-only)' if c.read_only else ''}: key {key.digest()} "
+                    + ("hit" if c is hit else f"miss ({reason})" if reason else "miss"))
+        if reason:
+            runner.progress(f"      warning: wheel cache {c.dir}: entry {key.digest()} not used: {reason}")
+        if c is hit:
+            break
+    return wheel, hit
+
+
+def check_installed_wheel(prefix: Path, sha256: str, step_id: str, runner) -> None:
+    """Check that pip installed the wheel of SHA-256 ``sha256``: the hash pip computed of the archive it
+    read and recorded in the installed Horovod's ``direct_url.json`` (PEP 610, ``archive_info.hashes``;
+    https://packaging.python.org/en/latest/specifications/direct-url-data-structure/), so a wheel
+    replaced between the cache check and pip's read is caught before any of its code runs.
+
+    Raises:
+        StepFailed: pip recorded another hash (the build prefix is then discarded). A pip that
+            records none (no ``direct_url.json`` hash) leaves the check made before the install.
+    """
+    from envtool.core.prefix import PrefixData
+
+    dist = next((x for x in PrefixData(prefix).distributions if x.name == "horovod"), None)
+    info = dist.direct.get("archive_info") if dist is not None else None
+    hashes = (info or {}).get("hashes") or {} if isinstance(info, dict) else {}
+    got = hashes.get("sha256") or ""
+    if not got and isinstance(info, dict) and str(info.get("hash", "")).startswith("sha256="):
+        got = str(info["hash"]).split("=", 1)[1]
+    if not got:  # an older pip records no hash of a local archive: the check before the install stands
+        runner.note(f"pip recorded no SHA-256 of the Horovod wheel it installed; it was {sha256} when checked")
+        return
+    if got != sha256:
+        raise StepFailed(step_id, f"pip installed a Horovod wheel of SHA-256 {got}, not the checked {sha256}: "
+                         "the cached wheel changed while it was installed", runner.log_path)
+    runner.note(f"installed Horovod wheel SHA-256 {sha256} (as checked)")
 
 
 def _fix_runpaths(python: str, runner) -> Dict:

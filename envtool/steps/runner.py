@@ -52,7 +52,9 @@ class Runner:
     current: Optional[Step] = None
 
     def __enter__(self) -> "Runner":
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        from envtool.core.paths import ensure_dir
+
+        ensure_dir(self.log_path.parent)  # private (0700) when it is envtool's cache (``<cache>/logs``)
         self._log = open(self.log_path, "a", encoding="utf-8", errors="replace")
         return self
 
