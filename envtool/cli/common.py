@@ -123,28 +123,17 @@ def read_input(name: str, what: str, limit: int = MAX_INPUT) -> str:
     Raises:
         UsageError: not a regular file, unreadable, or longer than ``limit`` (exit 2, naming it).
     """
-    import stat
-
     from envtool.core.errors import UsageError, echo
+    from envtool.core.inputs import open_input
 
     if name == "-":
         data = sys.stdin.buffer.read(limit + 1)
     else:
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            with open_input(name, what) as fh:  # a FIFO, a device, a directory: exit 2, never read
+                data = fh.read(limit + 1)
         except OSError as exc:
             raise UsageError(f"{what} {echo(name)}: cannot read it ({exc.strerror})") from None
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            os.close(fd)
-            kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket")
-            raise UsageError(f"{what} {echo(name)}: expected a regular file, got {kind}")
-        with os.fdopen(fd, "rb") as fh:
-            try:
-                data = fh.read(limit + 1)
-            except OSError as exc:
-                raise UsageError(f"{what} {echo(name)}: cannot read it ({exc.strerror})") from None
     if len(data) > limit:
         raise UsageError(f"{what} {echo(name)}: expected at most {limit // (1024 * 1024)} MiB of text, got more")
     return data.decode("utf-8", errors="replace")

@@ -339,14 +339,20 @@ def remove_stale(parent: Path, prefix: str, before: Optional[Callable[[Path], ob
     for p in stale:
         if before is not None:
             before(p)
-        if os.path.islink(p) or not os.path.isdir(p):
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
-        else:
-            shutil.rmtree(p, ignore_errors=True)
+        remove_path(p)
     return [p for p in stale if not os.path.lexists(p)]
+
+
+def remove_path(path) -> None:
+    """Remove ``path`` if it is there: a symlink itself (never what it points at), a file, or a
+    directory tree (errors inside the tree ignored; what stays is what could not be removed)."""
+    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 

@@ -38,7 +38,6 @@ import errno
 import fcntl
 import os
 import pwd
-import shutil
 import signal
 import stat
 import sys
@@ -175,15 +174,7 @@ def remove_cachedir_tag(prefix: Path) -> bool:
     return False
 
 
-def _remove_path(path: Path) -> None:
-    """Remove ``path``: a symlink itself (never what it points at), a directory tree, or a file."""
-    if os.path.islink(path) or os.path.isfile(path):
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-    else:
-        shutil.rmtree(path, ignore_errors=True)
+_remove_path = procs.remove_path
 
 
 def _remove_settled(path: Path, tries: int = 10, pause: float = 0.2) -> None:
