@@ -1,7 +1,7 @@
 """The Horovod build step: derive the build environment, apply fix rules, build or reuse a wheel.
 
 Build: ``pip wheel --no-build-isolation --no-cache-dir --no-deps`` inside the environment (build
-isolation hides the installed framework from CMake's probe: ``shared/reference/horovod.md``,
+isolation hides the installed framework from CMake's probe: ``docs/reference/horovod.md``,
 pitfalls), then ``pip install`` of the wheel. Built wheels are kept in the
 :class:`~envtool.horovod.cache.WheelCache`, so a second environment with the same key installs
 in seconds.
