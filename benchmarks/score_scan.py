@@ -16,8 +16,8 @@ Issue 26 asks for precision >= 0.95 (debatable findings counted as false) and re
 Each project (or script) is scanned with ``python3 -m envtool doctor --only script --script
 DIR --json`` from this checkout. Findings are matched to the judged risks of
 ``benchmarks/scan_truth.yaml`` (or ``expected.yaml``): same rule id, same file (relative to
-the project), and line within ``--tolerance`` lines (a risk with ``line: null`` matches any
-line of the file); each risk matches at most one finding and each finding at most one risk.
+the project), and line within ``--tolerance`` lines of the judged line (or of any line of a
+list of acceptable lines; ``line: null`` matches any line of the file); each risk matches at most one finding and each finding at most one risk.
 
 Two levels are scored:
 
@@ -134,10 +134,14 @@ def match(findings: List[dict], risks: List[dict], tol: int) -> Tuple[List[Tuple
         for ri, r in enumerate(risks):
             if f["rule"] != r["rule"] or f["file"] != r["file"]:
                 continue
-            if r.get("line") is None:
+            lines = r.get("line")
+            if lines is None:
                 cands.append((tol + 1, fi, ri))
-            elif isinstance(f["line"], int) and abs(f["line"] - r["line"]) <= tol:
-                cands.append((abs(f["line"] - r["line"]), fi, ri))
+                continue
+            lines = lines if isinstance(lines, list) else [lines]
+            dist = min(abs(f["line"] - n) for n in lines) if isinstance(f["line"], int) else tol + 1
+            if dist <= tol:
+                cands.append((dist, fi, ri))
     used_f, used_r, pairs = set(), set(), []
     for _, fi, ri in sorted(cands):
         if fi in used_f or ri in used_r:
