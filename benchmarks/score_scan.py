@@ -259,7 +259,7 @@ def main(argv=None) -> int:
             for name, exp in sorted(expected.items()):
                 if args.only and name not in args.only:
                     continue
-                risks = [dict(r, file=name) for r in (exp.get("risks") or [])]
+                risks = [dict(r, file=name, reason=exp.get("summary", "")) for r in (exp.get("risks") or [])]
                 run_one("own", name, args.own / name, risks)
     finally:
         if not args.keep:
