@@ -31,7 +31,7 @@ file:line, rule, message or reason) so that they can be judged. Exit status 0 (a
 not a test); 2 on bad arguments or an unreadable YAML file.
 
 Usage: python3 benchmarks/score_scan.py [--mirror DIR] [--tolerance 3] [--only ID ...]
-       [--alias FOUND=TRUTH ...] [--no-own] [--no-corpus] [--json] [--keep DIR]
+       [--rules RULE ...] [--alias FOUND=TRUTH ...] [--no-own] [--no-corpus] [--json] [--keep DIR]
   --alias maps a rule id the scanner reports onto the id used in the truth file (e.g. when
   the scanner names a rule differently), repeatable.
   --mirror defaults to $ENVTOOL_SCAN_MIRROR, else /work/.mirror.
@@ -55,6 +55,8 @@ CORPUS = REPO / "benchmarks" / "scan_corpus.yaml"
 TRUTH = REPO / "benchmarks" / "scan_truth.yaml"
 OWN = REPO / "tests" / "data" / "scan_own"
 LEVELS = ("warn", "info")
+#: rule id -> [TP, FP, FN] at warn level, over every set scored.
+RULE_COUNTS: Dict[str, List[int]] = {}
 
 
 def load_yaml(path: Path) -> dict:
@@ -188,6 +190,12 @@ def score(pid: str, findings: List[dict], risks: List[dict], tol: int, tallies: 
     warn_r = [r for r in risks if r.get("level", "warn") == "warn"]
     info_r = [r for r in risks if r.get("level", "warn") != "warn"]
     pairs, fps, fns = match(warn_f, warn_r, tol)
+    for f, _ in pairs:
+        RULE_COUNTS.setdefault(f["rule"], [0, 0, 0])[0] += 1
+    for f in fps:
+        RULE_COUNTS.setdefault(f["rule"], [0, 0, 0])[1] += 1
+    for r in fns:
+        RULE_COUNTS.setdefault(r["rule"], [0, 0, 0])[2] += 1
     t = tallies["warn"]
     t.tp += len(pairs)
     over, _, _ = match(fps, info_r, tol)
@@ -210,6 +218,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tolerance", type=int, default=3, help="lines a finding may be off a judged line (3)")
     ap.add_argument("--only", nargs="+", default=[], metavar="ID", help="score only these project ids / own files")
     ap.add_argument("--alias", action="append", default=[], metavar="FOUND=TRUTH")
+    ap.add_argument("--rules", nargs="+", default=[], metavar="RULE",
+                    help="score only these rule ids (findings and judged risks of other rules are ignored)")
     ap.add_argument("--no-own", action="store_true")
     ap.add_argument("--no-corpus", action="store_true")
     ap.add_argument("--keep", type=Path, help="materialise projects into this directory and keep them")
@@ -230,6 +240,9 @@ def main(argv=None) -> int:
             errors.append(f"{pid}: {err}")
         for f in found:
             f["rule"] = alias.get(f["rule"], f["rule"])
+        if args.rules:
+            found = [f for f in found if f["rule"] in args.rules]
+            risks = [r for r in risks if r["rule"] in args.rules]
         tallies = sets.setdefault(set_name, {"warn": Tally(), "warn+info": Tally()})
         score(pid, found, risks, args.tolerance, tallies)
         per_project[pid] = {"findings": len(found), "warn": sum(f["level"] == "warn" for f in found),
@@ -273,7 +286,9 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps({"sets": {s: {l: t.as_dict() for l, t in ts.items()} for s, ts in sets.items()},
                           "total": {l: t.as_dict() for l, t in total.items()}, "missing": missing,
-                          "errors": errors, "projects": per_project, "tolerance": args.tolerance}, indent=1))
+                          "errors": errors, "projects": per_project, "tolerance": args.tolerance,
+                          "per_rule_warn": {r: dict(zip(("tp", "fp", "fn"), c)) for r, c in sorted(RULE_COUNTS.items())}},
+                         indent=1))
         return 0
     print(f"scored {len(per_project)} project(s)/script(s); line tolerance {args.tolerance}")
     for lvl in ("warn", "warn+info"):
@@ -281,6 +296,9 @@ def main(argv=None) -> int:
         for s, ts in sets.items():
             print(ts[lvl].line(s))
         print(total[lvl].line("total"))
+    print("\n== per rule, level warn (all sets)")
+    for rule, (tp, fp, fn) in sorted(RULE_COUNTS.items()):
+        print(f"{rule:<24} TP {tp:>3}  FP {fp:>3}  FN {fn:>3}")
     for lvl in ("warn", "warn+info"):
         for s, ts in sets.items():
             if ts[lvl].fp:
