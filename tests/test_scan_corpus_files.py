@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import re
 from pathlib import Path
 
 import pytest
@@ -22,97 +21,16 @@ REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "benchmarks" / "scan_corpus.yaml"
 TRUTH = REPO / "benchmarks" / "scan_truth.yaml"
 OWN = REPO / "tests" / "data" / "scan_own"
-LAUNCHES = {"horovod", "torchrun-ddp", "mp.spawn", "lightning", "single-node", "mixed"}
-#: rule ids the truth file may use: the scan's current ones plus the ones issue 26 item 1 adds
-#: (named in the header of scan_truth.yaml).
-RULES = {"dataloader-workers", "dead-supports-context", "fork-start-method", "no-main-guard", "lr-not-scaled",
-         "no-broadcast", "checkpoint-all-ranks", "syntax", "hvd-init-missing", "hvd-init-late", "no-gpu-pinning",
-         "optimizer-not-wrapped", "data-not-sharded", "checkpoint-local-rank"}
 TOLERANCE = 3
 
 _spec = importlib.util.spec_from_file_location("score_scan", REPO / "benchmarks" / "score_scan.py")
 score_scan = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(score_scan)
+corpus_errors, truth_errors, RULES = score_scan.corpus_errors, score_scan.truth_errors, score_scan.RULES
 
 
 def _load(path: Path) -> dict:
     return yaml.safe_load(path.read_text(encoding="utf-8"))
-
-
-def corpus_errors(corpus: dict) -> list:
-    """Problems in a parsed scan_corpus.yaml, one string per problem naming the project and field."""
-    errors, seen = [], set()
-    projects = corpus.get("projects") if isinstance(corpus, dict) else None
-    if not isinstance(projects, list) or not projects:
-        return ["projects: expected a non-empty list"]
-    for i, p in enumerate(projects):
-        pid = p.get("id") if isinstance(p, dict) else None
-        where = f"projects[{i}] ({pid})"
-        if not isinstance(pid, str) or not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", pid):
-            errors.append(f"{where}: id: expected lower-case letters, digits, '.', '-'")
-        if pid in seen:
-            errors.append(f"{where}: id: duplicate")
-        seen.add(pid)
-        if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", str(p.get("repo", ""))):
-            errors.append(f"{where}: repo: expected owner/name")
-        if not re.fullmatch(r"[0-9a-f]{40}", str(p.get("commit", ""))):
-            errors.append(f"{where}: commit: expected 40 hex digits")
-        root = p.get("root", "")
-        if not isinstance(root, str) or root.startswith("/") or ".." in root.split("/"):
-            errors.append(f"{where}: root: expected a relative path inside the repository")
-            continue
-        files = p.get("files")
-        if not isinstance(files, list) or not files:
-            errors.append(f"{where}: files: expected a non-empty list")
-            continue
-        for f in files:
-            if not isinstance(f, str) or not f.endswith(".py") or f.startswith("/") or ".." in f.split("/") \
-                    or (root and not f.startswith(root + "/")):
-                errors.append(f"{where}: files: {f!r} is not a .py path under root {root!r}")
-    return errors
-
-
-def truth_errors(truth: dict, corpus: dict) -> list:
-    """Problems in a parsed scan_truth.yaml checked against the corpus (projects, files, rule ids)."""
-    errors = []
-    projects = truth.get("projects") if isinstance(truth, dict) else None
-    if not isinstance(projects, dict):
-        return ["projects: expected a mapping of project id to judgement"]
-    by_id = {p["id"]: p for p in corpus["projects"]}
-    for pid in sorted(set(by_id) - set(projects)):
-        errors.append(f"{pid}: no judgement in the truth file")
-    for pid, t in projects.items():
-        if pid not in by_id:
-            errors.append(f"{pid}: not a project of the corpus")
-            continue
-        if not isinstance(t, dict):
-            errors.append(f"{pid}: expected a mapping")
-            continue
-        if t.get("launch") not in LAUNCHES:
-            errors.append(f"{pid}: launch: {t.get('launch')!r} is not one of {sorted(LAUNCHES)}")
-        if not str(t.get("judgement", "")).strip():
-            errors.append(f"{pid}: judgement: empty")
-        root = by_id[pid].get("root") or ""
-        files = {f[len(root) + 1:] if root else f for f in by_id[pid]["files"]}
-        risks = t.get("risks")
-        if not isinstance(risks, list):
-            errors.append(f"{pid}: risks: expected a list")
-            continue
-        for j, r in enumerate(risks):
-            where = f"{pid}: risks[{j}]"
-            if r.get("rule") not in RULES:
-                errors.append(f"{where}: rule: {r.get('rule')!r} is not a known rule id")
-            if r.get("file") not in files:
-                errors.append(f"{where}: file: {r.get('file')!r} is not one of the project's files")
-            line = r.get("line")
-            lines = line if isinstance(line, list) else [line]
-            if line is not None and not all(isinstance(n, int) and n > 0 for n in lines):
-                errors.append(f"{where}: line: expected a positive int, a list of them, or null")
-            if r.get("level") not in ("warn", "info"):
-                errors.append(f"{where}: level: expected warn or info")
-            if not str(r.get("reason", "")).strip():
-                errors.append(f"{where}: reason: empty")
-    return errors
 
 
 def expected_errors(expected: dict, directory: Path) -> list:
