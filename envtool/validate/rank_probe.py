@@ -100,31 +100,33 @@ def _under(path, roots):
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-def count_metadata_calls(lines, prefix, cwd=None):
+def count_metadata_calls(lines, prefix):
     """Count the file system metadata calls under ``prefix`` in strace output.
 
     ``lines`` is what ``strace -f -qq -y -e trace=%file,getdents64 -o FILE`` wrote (one call a
     line, each starting with the pid; a call interrupted by another thread is split into an
     ``<unfinished ...>`` line, which carries the arguments, and a ``<... NAME resumed>`` line,
     which carries the result). A call counts when the file name it looks up (made absolute
-    against the directory descriptor that ``-y`` prints, or ``cwd`` for a bare ``AT_FDCWD``), or
-    the directory that a getdents64 reads, is ``prefix`` or below it; names are compared as
+    against the directory descriptor that ``-y`` prints), or the directory that a getdents64
+    reads, is ``prefix`` or below it; names are compared as
     written (``prefix`` given both as written and resolved counts both). Calls that failed
     (``ENOENT`` of a search along sys.path, the dominant cost on a parallel file system) count
     too and are also counted apart. A stat of an open descriptor (``newfstatat(fd, "",
-    AT_EMPTY_PATH)``, glibc's fstat) looks up no name and is counted apart as ``fd_stat``.
+    AT_EMPTY_PATH)``, glibc's fstat) looks up no name and is counted apart as ``fd_stat``. A
+    relative name with no directory that ``-y`` can print (``readlink("x")``: the process's
+    current directory, which strace does not show and a process can change) cannot be placed
+    and is counted apart as ``unplaced`` (the import system looks up absolute names).
 
     Args:
         lines: iterable of str (the trace file's lines).
         prefix: str, or a list of str (several spellings of the same directory).
-        cwd: the traced process's working directory, for relative names with a bare AT_FDCWD.
     Returns:
-        ``{"calls": int, "failed": int, "fd_stat": int, "by_syscall": {name: int}}``.
+        ``{"calls": int, "failed": int, "fd_stat": int, "unplaced": int, "by_syscall": {name: int}}``.
     Source of the line format: strace(1), options -f, -y, -o
     (https://man7.org/linux/man-pages/man1/strace.1.html).
     """
     roots = [os.path.normpath(p) for p in ([prefix] if isinstance(prefix, str) else prefix)]
-    calls = failed = fd_stat = 0
+    calls = failed = fd_stat = unplaced = 0
     by_syscall = {}
     pending = {}  # pid -> counted call waiting for its result
     for raw in lines:
@@ -156,10 +158,10 @@ def count_metadata_calls(lines, prefix, cwd=None):
                         fd_stat += 1
                     continue
                 if not path.startswith("/"):
-                    base = _unescape(base) if base is not None else cwd
                     if base is None:
+                        unplaced += 1
                         continue
-                    path = os.path.join(base, path)
+                    path = os.path.join(_unescape(base), path)
         if path is None or not _under(os.path.normpath(path), roots):
             continue
         calls += 1
@@ -170,7 +172,7 @@ def count_metadata_calls(lines, prefix, cwd=None):
         r = _RESULT.search(args)
         if r and r.group("ret") == "-1":
             failed += 1
-    return {"calls": calls, "failed": failed, "fd_stat": fd_stat, "by_syscall": by_syscall}
+    return {"calls": calls, "failed": failed, "fd_stat": fd_stat, "unplaced": unplaced, "by_syscall": by_syscall}
 
 
 def mount_of(path, mountinfo_lines):
@@ -201,8 +203,8 @@ def trace_import(modules, prefixes, timeout=600):
     calls under ``prefixes`` (:func:`count_metadata_calls`); the trace is written to node-local
     ``$TMPDIR`` and removed. Returns the counts plus ``seconds`` (traced, slower than untraced),
     or ``{"error": why}`` (no strace on this node, ptrace not permitted, the import failed)."""
-    strace = shutil.which("strace") or next((p for p in ("/usr/bin/strace", "/bin/strace") if os.path.exists(p)),
-                                            None)
+    strace = shutil.which("strace") or next((p for p in ("/usr/bin/strace", "/bin/strace")
+                                             if os.access(p, os.X_OK)), None)
     if strace is None:
         return {"error": "strace not found on %s (Debian/Ubuntu: apt-get install strace)" % socket.gethostname()}
     fd, out = tempfile.mkstemp(prefix="envtool-import-trace-", suffix=".txt")
@@ -216,12 +218,14 @@ def trace_import(modules, prefixes, timeout=600):
                                   stderr=subprocess.PIPE, timeout=timeout)
         except subprocess.TimeoutExpired:
             return {"error": "the traced import did not finish within %d s" % timeout}
+        except OSError as exc:
+            return {"error": "cannot run %s on %s: %s" % (strace, socket.gethostname(), exc)}
         seconds = time.monotonic() - started
         if proc.returncode != 0:
             err = proc.stderr.decode(errors="replace").strip().splitlines()
             return {"error": "strace %s exited %d: %s" % (code, proc.returncode, (err or ["?"])[-1][:300])}
         with open(out, errors="replace") as f:
-            counts = count_metadata_calls(f, prefixes, cwd=os.getcwd())
+            counts = count_metadata_calls(f, prefixes)
         counts["traced_seconds"] = round(seconds, 3)
         return counts
     finally:
