@@ -21,9 +21,9 @@ login node packs once, and reading through this one-connection SFTP emulation on
 machine would time the emulation rather than the pack.
 
 Per rank: the seconds of ``import torch`` + ``import horovod.torch`` inside the process (as
-``envtool validate`` records them), and, in a second pass at the largest rank count with every
-rank under ``strace -f -y -e trace=%file,getdents64``, the metadata calls it made under the
-original (shared) prefix, counted by ``envtool.validate.rank_probe.count_metadata_calls``.
+``envtool validate`` records them), and, in a second pass of ``--trace-ranks`` ranks (2) started
+together under ``strace -f -y -e trace=%file,getdents64``, the metadata calls each made under the
+original (shared) prefix (the count does not depend on the number of ranks; strace slows each), counted by ``envtool.validate.rank_probe.count_metadata_calls``.
 Prints p50/p99 (nearest rank) of both per set-up and rank count, the ratios to ``shared``, the
 staging times (pack, copy, unpack/mount), ``uptime``, and the targets of issue 25: 0 metadata
 calls on the shared file system per rank after staging; p99 staged <= 0.2x shared at 16 ranks.
@@ -181,7 +181,7 @@ def outer(args) -> int:
         port = free_port()
         sshd, key = start_sshd(work, port)
         config = {"prefix": str(prefix), "work": str(work), "port": port, "key": str(key),
-                  "ranks": args.ranks, "json": args.json}
+                  "ranks": args.ranks, "json": args.json, "trace_ranks": args.trace_ranks}
         inner = subprocess.Popen([which("unshare"), "--mount", "--propagation", "private", sys.executable,
                                   str(Path(__file__).resolve()), "--inner", json.dumps(config)],
                                  start_new_session=True)
@@ -328,16 +328,20 @@ def inner(config) -> int:
         sizes = {"tar": tarball.stat().st_size, "squashfs": image.stat().st_size}
 
         setups = {"shared": prefix, "staged": local / "staged" / name, "squashfs": sq_mnt}
-        results = {}
+        results = {label: {} for label in setups}
+        for n in ranks:            # set-ups interleaved at each rank count: they see the same load
+            for label, root in setups.items():
+                t0 = time.monotonic()
+                results[label][n] = {"timed": timed_pass(str(root / "bin" / "python"), n)}
+                secs = [x["total"] for x in results[label][n]["timed"]]
+                print(f"{label}: {n} rank(s): p50 {percentile(secs, 50):.2f} s, p99 {percentile(secs, 99):.2f} s "
+                      f"({time.monotonic() - t0:.0f} s; load {' '.join(Path('/proc/loadavg').read_text().split()[:3])})",
+                      file=sys.stderr, flush=True)
         for label, root in setups.items():
-            python = str(root / "bin" / "python")
-            results[label] = {}
-            for n in ranks:
-                print(f"{label}: {n} rank(s) ...", file=sys.stderr, flush=True)
-                results[label][n] = {"timed": timed_pass(python, n)}
-            n = max(ranks)
+            n = config["trace_ranks"]
             print(f"{label}: {n} rank(s) under strace ...", file=sys.stderr, flush=True)
-            results[label][n]["traced"] = traced_pass(python, n, str(prefix), work)
+            results[label].setdefault(n, {"timed": []})["traced"] = traced_pass(str(root / "bin" / "python"), n,
+                                                                               str(prefix), work)
         load_after = Path("/proc/loadavg").read_text().split()[:3]
         uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
         report(config, prefix, fstype, staging, sizes, results, ranks, load_before, load_after, uptime)
@@ -359,14 +363,17 @@ def report(config, prefix, fstype, staging, sizes, results, ranks, load_before, 
     n_max = max(ranks)
     rows = []
     for label, per_n in results.items():
-        for n, r in per_n.items():
+        for n, r in sorted(per_n.items()):
             secs = [x["total"] for x in r["timed"]]
+            if not secs:
+                continue
             row = {"setup": label, "ranks": n, "p50_s": percentile(secs, 50), "p99_s": percentile(secs, 99),
                    "max_s": max(secs), "p99_wall_s": percentile([x["wall"] for x in r["timed"]], 99)}
-            if "traced" in r:
-                calls = [c["calls"] for c in r["traced"]]
+            traced = per_n.get(config["trace_ranks"], {}).get("traced")
+            if traced and n == max(ranks):
+                calls = [c["calls"] for c in traced]
                 row.update(meta_p50=percentile(calls, 50), meta_p99=percentile(calls, 99),
-                           meta_failed_p50=percentile([c["failed"] for c in r["traced"]], 50))
+                           meta_failed_p50=percentile([c["failed"] for c in traced], 50), meta_ranks=len(traced))
             rows.append(row)
     shared = {r["ranks"]: r for r in rows if r["setup"] == "shared"}
     for r in rows:
@@ -387,7 +394,8 @@ def report(config, prefix, fstype, staging, sizes, results, ranks, load_before, 
     print(f"uptime: {uptime}")
     print(f"load average before: {' '.join(load_before)}; after: {' '.join(load_after)}; cores: {os.cpu_count()}")
     print(f"prefix: {prefix} ({fstype} over 127.0.0.1, caches off); import torch + horovod.torch per rank; "
-          f"metadata calls under {prefix} per rank (strace pass at {n_max} ranks)")
+          f"metadata calls under {prefix} per rank (strace pass of {config['trace_ranks']} ranks, shown on the "
+          f"{n_max}-rank rows)")
     print()
     print(f"{'setup':<9}{'ranks':>6}{'p50 s':>8}{'p99 s':>8}{'max s':>8}{'p99 wall s':>11}{'p99/shared':>11}"
           f"{'meta p50':>10}{'meta p99':>10}")
@@ -417,6 +425,9 @@ def main() -> int:
                         help="the environment (default $ENVTOOL_TEST_CPU_ENV or /work/envs/cpu-horovod)")
     parser.add_argument("--ranks", default="1,2,4,8,16", help="rank counts, comma-separated (1,2,4,8,16)")
     parser.add_argument("--workdir", default=None, help="parent of the run's temporary directory (default $TMPDIR)")
+    parser.add_argument("--trace-ranks", type=int, default=2,
+                        help="ranks started together under strace per set-up to count metadata calls (2; the count "
+                             "does not depend on how many run, strace slows each)")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     parser.add_argument("--inner", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
