@@ -23,6 +23,14 @@ def register(sub) -> None:
                         "every node, hostnames distinct and not resolving to loopback)")
     add_layout(p, nodes_required=False)
     p.add_argument("--ranks", type=int, default=2, help="ranks on this machine without --submit (2)")
+    p.add_argument("--import-time", action="store_true",
+                   help="here: every rank also counts the file system metadata calls (stat, open, ...) of importing "
+                        "torch and horovod.torch under the prefix, with strace (each rank's import time is always "
+                        "recorded; --submit always counts both)")
+    p.add_argument("--slow-import", type=seconds_arg, metavar="SECONDS",
+                   help="p99 import time above which an import from a shared file system is reported with the "
+                        "staging fix (default 10; OLCF: import torch at 64 ranks takes 2 s from node-local NVMe, "
+                        "51 s from Lustre)")
     p.add_argument("--benchmark", action="store_true",
                    help="synthetic data-parallel training step at 1 rank and all ranks: samples/s, efficiency")
     p.add_argument("--steps", type=int, default=20, help="timed benchmark steps per point (20)")
@@ -61,16 +69,29 @@ def run(args) -> int:
         if not quiet:
             print(f"validate: {line}", file=sys.stderr, flush=True)
 
+    if args.import_time and args.submit:
+        raise UsageError("--import-time: a --submit validation always measures import time and metadata calls; "
+                         "drop --import-time")
+    if args.import_time and args.preflight:
+        raise UsageError("--import-time measures the ranks' imports; --preflight runs none")
+    if args.import_time:
+        import shutil
+
+        if shutil.which("strace") is None:
+            raise UsageError("--import-time counts metadata calls with strace, which is not on PATH "
+                             "(Debian/Ubuntu: apt-get install strace)")
+    slow = rk.SLOW_IMPORT_SECONDS if args.slow_import is None else args.slow_import
     target = jobscript.resolve_target(args.prefix, args.module, args.spec, args.site, args.site_file)
     if args.submit:
         result = validate_job.run_job(target, args.nodes, args.ranks_per_node, args.gpus_per_rank, args.time,
                                       args.account, args.queue, benchmark=args.benchmark, steps=args.steps,
                                       batch_size=args.batch_size, workdir=args.workdir, timeout=args.timeout,
-                                      progress=progress, preflight_only=args.preflight)
+                                      progress=progress, preflight_only=args.preflight, slow_seconds=slow)
         records = result["ranks"]
     else:
         result = validate_job.run_here(target, ranks=args.ranks, benchmark=args.benchmark, steps=args.steps,
-                                       batch_size=args.batch_size, progress=progress)
+                                       batch_size=args.batch_size, progress=progress, import_time=args.import_time,
+                                       slow_seconds=slow)
         records = [r for recs in result["runs"].values() for r in recs]
     if args.plot and result.get("benchmark") and len(result["benchmark"]["points"]) == 2:
         rk.plot(result["benchmark"], args.plot)
@@ -98,6 +119,8 @@ def run(args) -> int:
             for controller, recs in result["runs"].items():
                 print(f"{controller} controller, {args.ranks} ranks:")
                 print(rk.table(recs))
+        if result.get("import_time"):
+            print(rk.format_import(result["import_time"]))
         if result.get("benchmark"):
             print(rk.format_scaling(result["benchmark"]))
         if result.get("plot"):

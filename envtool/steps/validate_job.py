@@ -81,7 +81,8 @@ def _run_horovodrun(target: Target, ranks: int, controller: Optional[str], argv:
 
 
 def run_here(target: Target, ranks: int = 2, benchmark: bool = False, steps: int = 20, batch_size: int = 32,
-             timeout: float = 600.0, progress: Progress = lambda s: None) -> Dict[str, object]:
+             timeout: float = 600.0, progress: Progress = lambda s: None, import_time: bool = False,
+             slow_seconds: float = rk.SLOW_IMPORT_SECONDS) -> Dict[str, object]:
     """Validate ``target.prefix`` on this machine (see the module docstring).
 
     Args:
@@ -91,8 +92,15 @@ def run_here(target: Target, ranks: int = 2, benchmark: bool = False, steps: int
         steps: timed training steps per benchmark point; batch_size: samples per step and rank.
         timeout: seconds each horovodrun may take.
         progress: called with one line per phase.
+        import_time: in the first controller's run, every rank also counts the file system
+            metadata calls of its import under the prefix (strace; see
+            :func:`envtool.validate.rank_probe.trace_import`); ``import_time`` in the result.
+        slow_seconds: p99 import seconds above which an import from a shared file system is
+            reported with the staging fix.
     Returns:
-        ``{"ok", "problems", "check_build", "runs": {controller: [records]}, "benchmark", "run_dir", "log"}``.
+        ``{"ok", "problems", "check_build", "runs": {controller: [records]}, "benchmark", "run_dir", "log",
+        "import_time"}`` (``import_time``: :func:`envtool.validate.ranks.import_summary` of the first
+        run, each rank's import timed in every run).
     Raises:
         UsageError: no prefix (a ``--module`` needs ``--submit``), or no horovodrun in it.
     """
@@ -123,9 +131,15 @@ def run_here(target: Target, ranks: int = 2, benchmark: bool = False, steps: int
         for controller in [c.lower() for c in cb.get("controllers", []) if c.lower() in ("gloo", "mpi")]:
             progress(f"{ranks}-rank probe with the {controller} controller ...")
             phase = f"probe-{controller}"
+            trace = import_time and not runs
             rc = _run_horovodrun(target, ranks, controller, rk.probe_argv(target.python, probe, run_dir, phase,
-                                                                          _method(target)), timeout, log)
+                                                                          _method(target), import_trace=trace),
+                                 timeout, log)
             recs = rk.gather(run_dir, phase)
+            if not runs:
+                result["import_time"] = rk.import_summary(recs, slow_seconds)
+                if result["import_time"] is not None:
+                    result["import_time"]["controller"] = controller
             runs[controller] = recs
             problems += [f"{controller}: {p}" for p in rk.judge(recs, ranks, _expected_warnings(target))]
             if rc != 0 and not rk.judge(recs, ranks, _expected_warnings(target)):
@@ -158,7 +172,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
             time_limit: Optional[str] = None, account: Optional[str] = None, queue: Optional[str] = None,
             benchmark: bool = False, steps: int = 20, batch_size: int = 32, workdir: Optional[str] = None,
             timeout: Optional[float] = None, progress: Progress = lambda s: None,
-            preflight_only: bool = False) -> Dict[str, object]:
+            preflight_only: bool = False, slow_seconds: float = rk.SLOW_IMPORT_SECONDS) -> Dict[str, object]:
     """Run the validation as a batch job through the site's scheduler (see the module docstring).
 
     Args:
@@ -172,6 +186,12 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
         timeout: seconds to wait for the job before cancelling it (None: as long as it takes).
         progress: called with each state change (``job 12 queued (PENDING)``).
         preflight_only: run the pre-flight alone (Slurm sites).
+        slow_seconds: p99 import seconds above which an import from a shared file system is
+            reported with the staging fix.
+
+    Every rank times its import of torch and horovod.torch and counts the file system metadata
+    calls of that import under the prefix (strace on the compute node; a node without strace is
+    named); ``import_time`` in the result summarises them (:func:`envtool.validate.ranks.import_summary`).
 
     On a Slurm site the job starts with the pre-flight (:mod:`envtool.validate.preflight`): one
     task per node, before the environment is activated, and a gate that stops the script before
@@ -179,7 +199,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
 
     Returns:
         ``{"ok", "problems", "job_id", "state", "exit_status", "preflight", "check_build",
-        "ranks": [records], "benchmark", "run_dir", "script", "output"}``.
+        "ranks": [records], "import_time", "benchmark", "run_dir", "script", "output"}``.
     Raises:
         CheckFailed: the scheduler refused the job (its message).
         KeyboardInterrupt: Ctrl-C or SIGTERM; the job has been cancelled first.
@@ -213,7 +233,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
         job_steps += [LaunchStep(tuple(([python, str(target.prefix / "bin" / "horovodrun")] if target.prefix
                                         else ["horovodrun"]) + ["--check-build"]),
                                  redirect=str(run_dir / "check-build.txt"), direct=True, may_fail=True),
-                      LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, "probe", method)))]
+                      LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, "probe", method, import_trace=True)))]
     req = build_request(target, nodes, job_steps, ranks_per_node, gpus_per_rank, time_limit, account, queue,
                         "envtool-validate", str(run_dir / "job.out"), str(run_dir),
                         extra_env=[("PYTHONUNBUFFERED", "1")])
@@ -270,6 +290,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
                                            if cb.get("missing") else str(cb.get("error"))))
     recs = rk.gather(run_dir, "probe")
     result["ranks"] = recs
+    result["import_time"] = rk.import_summary(recs, slow_seconds)
     problems += rk.judge(recs, lay.ranks, _expected_warnings(target))
     if any(": no result" in p for p in problems):
         said = rk.errors_in_output(run_dir / "job.out")

@@ -1,6 +1,6 @@
 """Run by every rank of a validation job with the environment's own interpreter; not imported by envtool.
 
-    python rank_probe.py OUT_DIR PHASE [--method M] [--batch-size B] [--steps S]
+    python rank_probe.py OUT_DIR PHASE [--method M] [--batch-size B] [--steps S] [--import-trace yes]
 
 PHASE ``probe``: Horovod initialises (whatever controller the launcher gives it: MPI under
 srun/jsrun/mpiexec, Gloo under ``horovodrun --gloo``), an allreduce of ``rank + 1`` must average
@@ -10,15 +10,27 @@ break). PHASE ``bench-<N>``: a synthetic data-parallel training step (Horovod's 
 benchmark pattern: fixed random batch, DistributedOptimizer, warm-up, timed iterations) and the
 samples/s of this rank.
 
+Every phase times this rank's first ``import torch`` and ``import horovod.torch`` (record field
+``import``: seconds of each and their total, the prefix, and the file system type it is on). With
+``--import-trace yes`` the rank then runs one more interpreter under ``strace`` that imports the
+same modules, and counts the file system metadata calls it made under the prefix
+(:func:`count_metadata_calls`); the traced import is not the timed one (``strace`` slows every
+system call), and it runs before Horovod starts (no fork after ``MPI_Init``).
+
 Each rank writes ``OUT_DIR/PHASE/rank-<r>.json`` (host, rank, local rank, size, controller, each
 check's outcome, or the error and its traceback) and exits 1 when a check failed. The rank is
 known from the launcher's variables before Horovod starts, so a rank that cannot start Horovod
 still reports.
 """
+import ast
 import json
 import os
+import re
+import shutil
 import socket
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -59,6 +71,184 @@ def dataloader_check(method):
     ok = total == sum(i * i for i in range(8))
     return {"ok": ok, "method": method or "(default)", "seconds": round(time.monotonic() - started, 3),
             "error": None if ok else f"wrong total {total}"}
+
+
+# System calls strace's ``%file`` class traces (those that take a file name), plus getdents64,
+# which reads a directory (Python's import system lists every directory on sys.path it searches).
+# strace(1), "-e trace=%file": https://man7.org/linux/man-pages/man1/strace.1.html
+TRACE_SET = "%file,getdents64"
+# In %file but not a lookup of a file name: getcwd writes the current directory into a buffer.
+NOT_LOOKUPS = frozenset({"getcwd"})
+
+_LINE = re.compile(r"^(?:\[pid\s+)?(?P<pid>\d+)?\]?\s*(?:(?P<name>\w+)\((?P<args>.*)"
+                   r"|<\.\.\. (?P<rname>\w+) resumed>(?P<rest>.*))$")
+_PATH_ARGS = re.compile(r'^(?:(?P<dirfd>AT_FDCWD|-?\d+)(?:<(?P<dirpath>.*?)>)?,\s*)?'
+                        r'"(?P<path>(?:[^"\\]|\\.)*)"')
+_FD_ARG = re.compile(r"^(?P<fd>\d+)<(?P<fdpath>.*?)>")
+_RESULT = re.compile(r"\)\s*=\s*(?P<ret>-?\d+|\?)(?:<.*?>)?(?:\s+(?P<errno>E[A-Z0-9]+)(?:\s.*)?)?$")
+
+
+def _unescape(text):
+    """A string as strace prints it (C escapes, octal bytes) back to the file name it stands for."""
+    try:
+        return os.fsdecode(ast.literal_eval('b"' + text + '"'))
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _under(path, roots):
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def count_metadata_calls(lines, prefix):
+    """Count the file system metadata calls under ``prefix`` in strace output.
+
+    ``lines`` is what ``strace -f -qq -y -e trace=%file,getdents64 -o FILE`` wrote (one call a
+    line, each starting with the pid; a call interrupted by another thread is split into an
+    ``<unfinished ...>`` line, which carries the arguments, and a ``<... NAME resumed>`` line,
+    which carries the result). A call counts when the file name it looks up (made absolute
+    against the directory descriptor that ``-y`` prints), or the directory that a getdents64
+    reads, is ``prefix`` or below it; names are compared as
+    written (``prefix`` given both as written and resolved counts both). Calls that failed
+    (``ENOENT`` of a search along sys.path, the dominant cost on a parallel file system) count
+    too and are also counted apart. A stat of an open descriptor (``newfstatat(fd, "",
+    AT_EMPTY_PATH)``, glibc's fstat) looks up no name and is counted apart as ``fd_stat``. A
+    relative name with no directory that ``-y`` can print (``readlink("x")``: the process's
+    current directory, which strace does not show and a process can change) cannot be placed
+    and is counted apart as ``unplaced`` (the import system looks up absolute names).
+
+    Args:
+        lines: iterable of str (the trace file's lines).
+        prefix: str, or a list of str (several spellings of the same directory).
+    Returns:
+        ``{"calls": int, "failed": int, "fd_stat": int, "unplaced": int, "by_syscall": {name: int}}``.
+    Source of the line format: strace(1), options -f, -y, -o
+    (https://man7.org/linux/man-pages/man1/strace.1.html).
+    """
+    roots = [os.path.normpath(p) for p in ([prefix] if isinstance(prefix, str) else prefix)]
+    calls = failed = fd_stat = unplaced = 0
+    by_syscall = {}
+    pending = {}  # pid -> counted call waiting for its result
+    for raw in lines:
+        line = raw.rstrip("\n")
+        m = _LINE.match(line)
+        if not m:
+            continue
+        pid = m.group("pid")
+        if m.group("rname"):
+            if pending.pop(pid, None):
+                r = _RESULT.search(m.group("rest"))
+                if r and r.group("ret") == "-1":
+                    failed += 1
+            continue
+        name, args = m.group("name"), m.group("args")
+        if name in NOT_LOOKUPS:
+            continue
+        path = None
+        if name.startswith("getdents"):
+            f = _FD_ARG.match(args)
+            path = _unescape(f.group("fdpath")) if f else None
+        else:
+            a = _PATH_ARGS.match(args)
+            if a:
+                path = _unescape(a.group("path"))
+                base = a.group("dirpath")
+                if path == "" and base is not None:
+                    if _under(os.path.normpath(_unescape(base)), roots):
+                        fd_stat += 1
+                    continue
+                if not path.startswith("/"):
+                    if base is None:
+                        unplaced += 1
+                        continue
+                    path = os.path.join(_unescape(base), path)
+        if path is None or not _under(os.path.normpath(path), roots):
+            continue
+        calls += 1
+        by_syscall[name] = by_syscall.get(name, 0) + 1
+        if line.endswith("<unfinished ...>"):
+            pending[pid] = True
+            continue
+        r = _RESULT.search(args)
+        if r and r.group("ret") == "-1":
+            failed += 1
+    return {"calls": calls, "failed": failed, "fd_stat": fd_stat, "unplaced": unplaced, "by_syscall": by_syscall}
+
+
+def mount_of(path, mountinfo_lines):
+    """The mount point and file system type holding ``path`` (the longest mount point above it).
+
+    Args:
+        path: an absolute path (resolved by the caller).
+        mountinfo_lines: the lines of ``/proc/self/mountinfo`` (proc(5): field 5 is the mount
+            point with spaces as ``\\040``, the type follows the ``-`` separator;
+            https://man7.org/linux/man-pages/man5/proc_pid_mountinfo.5.html).
+    Returns:
+        ``(mount_point, fs_type)``, or ``(None, None)`` when no line parses.
+    """
+    best = (None, None)
+    for line in mountinfo_lines:
+        parts = line.split()
+        if len(parts) < 7 or "-" not in parts[6:]:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda g: chr(int(g.group(1), 8)), parts[4])
+        fstype = parts[parts.index("-", 6) + 1] if len(parts) > parts.index("-", 6) + 1 else None
+        if _under(path, [point]) and (best[0] is None or len(point) >= len(best[0])):
+            best = (point, fstype)
+    return best
+
+
+def trace_import(modules, prefixes, timeout=600):
+    """Import ``modules`` in a new interpreter (this one) under strace and count its metadata
+    calls under ``prefixes`` (:func:`count_metadata_calls`); the trace is written to node-local
+    ``$TMPDIR`` and removed. Returns the counts plus ``seconds`` (traced, slower than untraced),
+    or ``{"error": why}`` (no strace on this node, ptrace not permitted, the import failed)."""
+    strace = shutil.which("strace") or next((p for p in ("/usr/bin/strace", "/bin/strace")
+                                             if os.access(p, os.X_OK)), None)
+    if strace is None:
+        return {"error": "strace not found on %s (Debian/Ubuntu: apt-get install strace)" % socket.gethostname()}
+    fd, out = tempfile.mkstemp(prefix="envtool-import-trace-", suffix=".txt")
+    os.close(fd)
+    try:
+        started = time.monotonic()
+        code = "import " + ", ".join(modules)
+        try:
+            proc = subprocess.run([strace, "-f", "-qq", "-y", "-e", "trace=" + TRACE_SET, "-e", "signal=none",
+                                   "-o", out, sys.executable, "-c", code], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"error": "the traced import did not finish within %d s" % timeout}
+        except OSError as exc:
+            return {"error": "cannot run %s on %s: %s" % (strace, socket.gethostname(), exc)}
+        seconds = time.monotonic() - started
+        if proc.returncode != 0:
+            err = proc.stderr.decode(errors="replace").strip().splitlines()
+            return {"error": "strace %s exited %d: %s" % (code, proc.returncode, (err or ["?"])[-1][:300])}
+        with open(out, errors="replace") as f:
+            counts = count_metadata_calls(f, prefixes)
+        counts["traced_seconds"] = round(seconds, 3)
+        return counts
+    finally:
+        os.unlink(out)
+
+
+def time_imports():
+    """Import torch, then horovod.torch, in this process; seconds of each (wall clock) and the
+    prefix (``sys.prefix``) with its mount point and file system type."""
+    started = time.monotonic()
+    import torch  # noqa: F401
+    t_torch = time.monotonic() - started
+    import horovod.torch  # noqa: F401
+    total = time.monotonic() - started
+    prefix = sys.prefix
+    try:
+        with open("/proc/self/mountinfo") as f:
+            point, fstype = mount_of(os.path.realpath(prefix), f.readlines())
+    except OSError:
+        point, fstype = None, None
+    return {"seconds": {"torch": round(t_torch, 4), "horovod.torch": round(total - t_torch, 4),
+                        "total": round(total, 4)},
+            "prefix": prefix, "mount": point, "fs_type": fstype}
 
 
 def allreduce_check(hvd, torch, device=None):
@@ -117,7 +307,7 @@ def benchmark(hvd, torch, batch_size, steps):
 def main(argv):
     """Run PHASE, write this rank's record, exit 1 when a check failed (see the module docstring)."""
     out_dir, phase = argv[1], argv[2]
-    opts = {"--method": None, "--batch-size": "32", "--steps": "20"}
+    opts = {"--method": None, "--batch-size": "32", "--steps": "20", "--import-trace": "no"}
     rest = argv[3:]
     for i in range(0, len(rest) - 1, 2):
         if rest[i] in opts:
@@ -130,9 +320,13 @@ def main(argv):
         # What importing the framework and Horovod prints is printed once per rank in every job:
         # record it (the filters decide what counts, as for a user) instead of printing it.
         with warnings.catch_warnings(record=True) as caught:
+            rec["import"] = time_imports()
             import torch
             import horovod.torch as hvd
         rec["import_warnings"] = ["%s: %s" % (w.category.__name__, w.message) for w in caught]
+        if opts["--import-trace"] == "yes":
+            prefixes = sorted({sys.prefix, os.path.realpath(sys.prefix)})
+            rec["import"]["metadata"] = trace_import(("torch", "horovod.torch"), prefixes)
 
         hvd.init()
         rec.update(rank=hvd.rank(), local_rank=hvd.local_rank(), size=hvd.size(),
