@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -187,6 +188,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     """
     from envtool import scheduler
 
+    from envtool.validate import pmi
     from envtool.validate import preflight as pf
 
     sched = scheduler.get(target.site.scheduler)
@@ -202,13 +204,30 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     python = target.python
     method = _method(target)
     job_steps: List[LaunchStep] = []
+    pmi_result = None
     if with_preflight:
-        for old in (run_dir / pf.DIR).glob("task-*.txt") if (run_dir / pf.DIR).is_dir() else []:
-            old.unlink()  # reports of an earlier run in this directory (written by preflight.sh)
+        pf.clear(run_dir)  # reports of an earlier run in this directory (written by preflight.sh)
         pf_script = pf.install(run_dir)
-        job_steps += [LaunchStep(tuple(pf.node_argv(pf_script, run_dir, target.prefix)), per_node=True, early=True),
+        iface = getattr(target.site.batch, "interface", None)
+        gpu = bool(target.site.gpus_per_node) and (gpus_per_rank is None or gpus_per_rank > 0)
+        job_steps += [LaunchStep(tuple(pf.node_argv(pf_script, run_dir, target.prefix, iface, nodes, gpu)),
+                                 per_node=True, early=True),
                       LaunchStep(tuple(pf.gate_argv(pf_script, run_dir, nodes, pf.lock_sha256(target.prefix))),
                                  direct=True, early=True)]
+        if not iface:
+            # the interface every node chose, for the main step (with its source as a comment)
+            job_steps.append(LaunchStep(("source", str(pf.interface_env(run_dir))), direct=True, early=True))
+        # the launcher's PMI against the MPI build: on this host, before anything is submitted
+        progress("pre-flight: srun --mpi=list against the MPI build ...")
+        pmi_result = pmi.check(target.prefix, target.site.batch.mpi, target.site.path, socket.gethostname())
+        if pmi_result.problems and not preflight_only:
+            return {"run_dir": str(run_dir), "script": None, "output": None, "scheduler": sched.NAME,
+                    "layout": {"nodes": nodes, "ranks": None, "ranks_per_node": ranks_per_node}, "job_id": None,
+                    "state": "not submitted", "exit_status": None, "check_build": None, "ranks": [],
+                    "preflight": {"ok": False, "nodes": [], "problems": list(pmi_result.problems),
+                                  "warnings": list(pmi_result.notes), "pmi": _pmi_dict(pmi_result)},
+                    "problems": list(pmi_result.problems) + ["the job was not submitted: its launcher and MPI "
+                                                             "do not match"], "ok": False}
     if not preflight_only:
         job_steps += [LaunchStep(tuple(([python, str(target.prefix / "bin" / "horovodrun")] if target.prefix
                                         else ["horovodrun"]) + ["--check-build"]),
@@ -251,8 +270,12 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     problems: List[str] = []
     if with_preflight:
         pf_recs = pf.gather(run_dir)
-        pf_problems = pf.judge(pf_recs, lay.nodes, target.prefix, pf.lock_sha256(target.prefix))
-        result["preflight"] = {"ok": not pf_problems, "nodes": pf_recs, "problems": pf_problems}
+        pf_warnings: List[str] = list(pmi_result.notes) if pmi_result else []
+        pf_problems = list(pmi_result.problems) if pmi_result else []
+        pf_problems += pf.judge(pf_recs, lay.nodes, target.prefix, pf.lock_sha256(target.prefix),
+                                site_path=target.site.path, run_dir=run_dir, warnings=pf_warnings)
+        result["preflight"] = {"ok": not pf_problems, "nodes": pf_recs, "problems": pf_problems,
+                               "warnings": pf_warnings, "pmi": _pmi_dict(pmi_result) if pmi_result else None}
         if pf_problems:
             problems += pf_problems
             if not preflight_only and not rk.gather(run_dir, "probe"):
@@ -286,6 +309,13 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     result["problems"] = problems
     result["ok"] = not problems
     return result
+
+
+def _pmi_dict(res) -> Dict[str, object]:
+    """The PMI comparison for ``--json``."""
+    mpi = res.mpi
+    return {"plugin": res.plugin, "srun_plugins": list(res.srun_plugins),
+            "mpi": {"name": mpi.name, "speaks": list(mpi.speaks), "source": mpi.source} if mpi else None}
 
 
 def _main_thread() -> bool:
