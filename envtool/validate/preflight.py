@@ -15,6 +15,8 @@ node(s), the cause and a fix line quoted for the shell:
   peer that is told ``127.0.1.1`` connects to itself and hangs (pytorch/pytorch#15592,
   facebookincubator/gloo#367; Debian's installer maps the hostname to 127.0.1.1, see
   https://www.debian.org/doc/manuals/debian-reference/ch05.en.html#_the_hostname_resolution);
+* the shared libraries the ranks load first (torch's ``_C`` extension, Horovod's ``mpi_lib``) load
+  there: ``ldd`` names a dependency missing (``not found``) or unreadable on that node;
 * hostnames are distinct (Horovod and Open MPI group ranks into nodes by hostname);
 * the interface the controllers are told to use (the site file's ``batch.interface``, else the one
   holding the address the node's hostname resolves to) exists on every node, and every node opens
@@ -196,6 +198,13 @@ def judge(records: List[Dict[str, str]], nodes: int, prefix: Optional[Path],
             problems.append(f"pre-flight: {_names(missing)}: the prefix {prefix} does not exist there ({where}); "
                             f"fix: put the environment on a file system every node mounts, e.g. {fix}, and "
                             f"validate that prefix")
+        for r in records:
+            so, _, why = r.get("lib_bad", "").partition("|")
+            if so:
+                problems.append(f"pre-flight: {r.get('host', '?')}: {so} cannot be loaded there ({why or 'ldd failed'}): "
+                                f"the ranks on that node would die importing it; fix: compare the node with "
+                                f"another one: {shlex.join(['ldd', so])} on {r.get('host', '?')}, and restore "
+                                f"the library (a mount or a package missing on that node)")
         nopy = [r for r in records if r.get("prefix") == "present" and r.get("python") == "missing"]
         if nopy:
             problems.append(f"pre-flight: {_names(nopy)}: {prefix} has no bin/python there (a partial copy?); "

@@ -42,6 +42,8 @@ if [ "$1" = "--gate" ]; then
         bad=$(grep -l -E '^reach=.*:(fail|nolistener)' "$out"/task-*.txt)
         [ -z "$bad" ] || { echo "pre-flight: a node does not reach another on the interface" >&2; exit 1; }
     fi
+    bad=$(grep -l '^lib_bad=' "$out"/task-*.txt)
+    [ -z "$bad" ] || { echo "pre-flight: a library of the environment does not load on a node" >&2; exit 1; }
     small=$(sed -n 's/^shm_kib=\([0-9]*\)$/\1/p' "$out"/task-*.txt | awk -v m="$SHM_MIN_KIB" '$1 < m' | head -1)
     [ -z "$small" ] || { echo "pre-flight: /dev/shm is smaller than $SHM_MIN_KIB KiB on a node" >&2; exit 1; }
     if [ "$(grep -h '^maps=maps-' "$out"/task-*.txt | wc -l)" -gt 0 ]; then
@@ -93,6 +95,19 @@ rc=0
         else
             echo "lock_sha256=none"
         fi
+        # the shared libraries the ranks load first: torch's extension and Horovod's; ldd names a
+        # library missing or unreadable on this node ("not found", "file too short")
+        for so in "$prefix"/lib/python3*/site-packages/torch/_C.*so "$prefix"/lib/python3*/site-packages/horovod/*/mpi_lib*.so; do
+            [ -e "$so" ] || continue
+            lo="$(timeout 20 ldd "$so" 2>&1)"; lrc=$?
+            miss="$(printf '%s\n' "$lo" | awk '/=> not found/ {print $1}' | tr '\n' ' ')"
+            if [ -n "$miss" ]; then
+                echo "lib_bad=$so|not found: ${miss% }"; rc=1; break
+            elif [ $lrc -ne 0 ]; then
+                echo "lib_bad=$so|$(printf '%s\n' "$lo" | grep -m1 -E 'error|No such|too short|not a dynamic' | tr -s ' \t' ' ' | cut -c1-300)"
+                rc=1; break
+            fi
+        done
     else
         echo "prefix=missing"
         rc=1
@@ -112,9 +127,10 @@ rc=0
         echo "iface_source=hostname"
     fi
     echo "iface=${iface:--}"
-    echo "ifaces=$(timeout 10 ip -o -4 addr show 2>/dev/null | awk '{print $2}' | sort -u | tr '\n' ' ')"
+    echo "ifaces=$(timeout 10 ip -o -4 addr show 2>/dev/null | awk '$2 != "lo" {print $2}' | sort -u | tr '\n' ' ')"
     iaddr=""
-    if [ -n "$iface" ] && [ -e "/sys/class/net/$iface" ]; then
+    # ip(8), not /sys/class/net: sysfs shows the network namespace it was mounted in
+    if [ -n "$iface" ] && timeout 10 ip -o link show dev "$iface" >/dev/null 2>&1; then
         echo "iface_state=present"
         iaddr="$(timeout 10 ip -o -4 addr show dev "$iface" 2>/dev/null | awk '{split($4, p, "/"); print p[1]; exit}')"
     else
