@@ -11,6 +11,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -457,3 +459,93 @@ def test_mpi_none_against_a_pmix_built_mpi_is_named(multinode_cluster, site, cpu
     assert "submitted" not in proc.stderr.replace("was not submitted", "")
     assert took < 60, took
     assert multinode_cluster.queue() == ""
+
+
+def _envtool_async(cluster, *args) -> subprocess.Popen:
+    """``python -m envtool ARGS`` on the head node, not waited for (the test acts while it runs)."""
+    env = dict(os.environ, **cluster.env, ENVTOOL_DEBUG="")
+    return subprocess.Popen(cluster.node("head").nsenter(str(REPO)) + [sys.executable, "-m", "envtool",
+                                                                       *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _wait_for(what, timeout: float, step: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = what()
+        if got:
+            return got
+        time.sleep(step)
+    return None
+
+
+@pytest.mark.slow  # needs the cpu-horovod environment
+def test_slurmd_killed_on_one_node_mid_job_is_named(multinode_cluster, site, cpu_horovod_env, tmp_path):
+    """slurmd on node2 is killed once the job's pre-flight has run: the main step cannot start
+    there; envtool names node2 and why, and returns only when the job has left the queue."""
+    run = tmp_path / "run"
+    t0 = time.monotonic()
+    proc = _envtool_async(multinode_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", site,
+                          "--submit", "--nodes", "2", "--ranks-per-node", "1", "--workdir", run, "--timeout", "240")
+    killed = None
+    try:
+        reported = _wait_for(lambda: len(list((run / "preflight").glob("task-*.txt"))) == 2, timeout=120)
+        assert reported, multinode_cluster.logs()
+        killed = multinode_cluster.kill_slurmd("node2")
+        out, err = proc.communicate(timeout=300)
+        took = time.monotonic() - t0
+        left = multinode_cluster.queue()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        if killed:
+            state = multinode_cluster.restart_slurmd("node2")
+    assert state in ("idle", "mixed", "allocated"), state
+    assert proc.returncode == 1, err + out
+    assert re.search(r"FAILED: node2: the node was lost during job \d+: Slurm reports it \S+\* \(its slurmd does "
+                     r"not respond\)", err), err
+    assert "rank 0: no result" not in err and "check-build" not in err    # the node is the cause, not the ranks
+    assert f"sbatch --exclude=node2 {run / 'job.sh'}" in err
+    assert "node1: the node was lost" not in err
+    assert left == "", left                    # envtool returned after the job left the queue
+    print(f"slurmd killed mid-job: {took:.0f} s")
+
+
+@pytest.mark.slow  # needs the cpu-horovod environment
+def test_hang_reports_the_last_line_each_rank_printed(multinode_cluster, site, cpu_horovod_env, tmp_path):
+    """The rank on node2 is stopped (SIGSTOP) in hvd.init(): rank 0 waits for it for ever; the
+    job is cancelled at --timeout and each rank's last line is named."""
+    run = tmp_path / "run"
+    n2_net = os.readlink(f"/proc/{multinode_cluster.node('node2').pid}/ns/net")
+
+    def rank_on_node2():
+        if not re.search(r"^\s*1: envtool-probe probe on node2: hvd\.init\(\)", (run / "job.out").read_text()
+                         if (run / "job.out").exists() else "", re.M):
+            return None
+        for pid in tc._pids():
+            cmd = tc._cmdline(pid)
+            if str(run / "rank_probe.py") in cmd and tc._ns(pid, "net") == n2_net:
+                return pid
+        return None
+
+    proc = _envtool_async(multinode_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", site,
+                          "--submit", "--nodes", "2", "--ranks-per-node", "1", "--workdir", run, "--timeout", "90")
+    stopped = None
+    try:
+        stopped = _wait_for(rank_on_node2, timeout=85, step=0.1)
+        assert stopped, (run / "job.out").read_text() if (run / "job.out").exists() else "no job output"
+        os.kill(stopped, signal.SIGSTOP)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        if stopped and tc._alive(stopped):
+            os.kill(stopped, signal.SIGKILL)
+    assert proc.returncode == 1, err + out
+    assert "did not finish within 90 s; it was cancelled; the last line each rank printed: rank 0: 'envtool-probe " \
+           "probe on node1: " in err, err
+    assert "rank 1: 'envtool-probe probe on node2: hvd.init()'" in err or \
+        "rank 1: 'envtool-probe probe on node2: rank 1 of 2'" in err, err
+    assert multinode_cluster.wait_queue_empty(60) == ""

@@ -290,6 +290,9 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
         if preflight_only or (pf_problems and not rk.gather(run_dir, "probe")):
             result.update(check_build=None, ranks=[], problems=problems, ok=not problems)
             return result
+    if state == NODE_LOST:  # what the ranks left is a consequence: name the node, not every rank
+        result.update(check_build=None, ranks=rk.gather(run_dir, "probe"), problems=problems, ok=False)
+        return result
     cb_text = (run_dir / "check-build.txt").read_text(errors="replace") if (run_dir / "check-build.txt").exists() else ""
     cb = _check_build(target, cb_text)
     result["check_build"] = cb
