@@ -134,7 +134,7 @@ def test_launch_failures_and_node_states_from_slurm():
 
 def test_last_line_of_each_labelled_rank():
     text = " 0: envtool-probe probe on node1: allreduce on the CPU\n 1: envtool-probe probe on node2: hvd.init()\n" \
-           "srun: Job step aborted\n 0: \n"
+           "srun: Job step aborted\n 0: \n 0: slurmstepd-node1: error: *** STEP 2.1 ON node1 CANCELLED AT 2026 ***\n"
     assert rk.last_lines(text) == {0: "envtool-probe probe on node1: allreduce on the CPU",
                                    1: "envtool-probe probe on node2: hvd.init()"}
 

@@ -255,7 +255,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
                                  "scheduler": sched.NAME, "layout": {"nodes": lay.nodes, "ranks": lay.ranks,
                                                                      "ranks_per_node": lay.ranks_per_node}}
     old_term = signal.signal(signal.SIGTERM, _raise_terminated) if _main_thread() else None
-    watch: Dict[str, object] = {"lost": []}
+    watch: Dict[str, object] = {"lost": [], "output": run_dir / "job.out"}
     try:
         if sched.NAME == "local":
             state, code = _run_local_script(script, run_dir, progress, timeout)
@@ -272,7 +272,8 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     problems: List[str] = _lost_nodes(sched, result.get("job_id"), watch, run_dir, script)
     if state == TIMED_OUT:
         problems.append(f"job {result.get('job_id')} did not finish within {timeout:.0f} s; it was cancelled; the "
-                        f"last line each rank printed: {_last_lines(run_dir / 'job.out', lay.ranks)}")
+                        f"last line each rank printed: "
+                        f"{_last_lines(watch.get('output_at_timeout'), run_dir / 'job.out', lay.ranks)}")
     if with_preflight:
         pf_recs = pf.gather(run_dir)
         pf_warnings: List[str] = list(pmi_result.notes) if pmi_result else []
@@ -345,12 +346,14 @@ def _lost_nodes(sched, job_id, watch: Dict[str, object], run_dir: Path, script: 
     return problems
 
 
-def _last_lines(path: Path, ranks: int) -> str:
-    """``rank R: 'LINE'`` for each rank (the last line srun labelled with its task number)."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        text = ""
+def _last_lines(text: Optional[str], path: Path, ranks: int) -> str:
+    """``rank R: 'LINE'`` for each rank (the last line srun labelled with its task number), from
+    ``text`` (the output when the job was cancelled) or else the file at ``path``."""
+    if text is None:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            text = ""
     last = rk.last_lines(text)
     return "; ".join(f"rank {r}: {last[r]!r}" if r in last else f"rank {r}: printed nothing"
                      for r in range(ranks))
@@ -428,6 +431,11 @@ def _wait(sched, job_id: str, progress: Progress, timeout: Optional[float],
             if phase == "done":
                 return state, code
             if timeout is not None and time.monotonic() - started > timeout:
+                if watch.get("output"):   # what the ranks printed, before scancel adds its own lines
+                    try:
+                        watch["output_at_timeout"] = Path(watch["output"]).read_text(errors="replace")
+                    except OSError:
+                        pass
                 _cancel(sched, job_id, progress)
                 return TIMED_OUT, None
             time.sleep(interval)

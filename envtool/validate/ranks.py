@@ -123,7 +123,8 @@ def last_lines(text: str) -> Dict[int, str]:
     out: Dict[int, str] = {}
     for line in text.splitlines():
         m = re.match(r"^\s*(\d+): ?(.*)$", line)
-        if m and m.group(2).strip():
+        # slurmstepd's own lines (a step being cancelled) are not what the rank printed
+        if m and m.group(2).strip() and not m.group(2).startswith("slurmstepd"):
             out[int(m.group(1))] = m.group(2).strip()[:200]
     return out
 
