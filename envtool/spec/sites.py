@@ -485,7 +485,8 @@ def _batch(spath: str, raw, source_ids) -> BatchSection:
         raise b.error("interface", "a network interface name (1 to 15 letters, digits, '_', '.', '@', '-'; "
                       "e.g. ib0, hsn0, eth0)", got=interface)
     env, env_paths = b.env_map("env")
-    return BatchSection(interface=interface, source=source, cpus_per_node=b.int("cpus_per_node", 0), queue=b.str("queue"),
+    return BatchSection(interface=interface,
+                        source=source, cpus_per_node=b.int("cpus_per_node", 0), queue=b.str("queue"),
                         queue_option=b.choice("queue_option", QUEUE_OPTIONS, default="partition", nullable=False),
                         constraint=b.str("constraint"),
                         gpu_option=b.choice("gpu_option", GPU_OPTIONS, default="gpus-per-node", nullable=False),

@@ -201,7 +201,8 @@ def judge(records: List[Dict[str, str]], nodes: int, prefix: Optional[Path],
         for r in records:
             so, _, why = r.get("lib_bad", "").partition("|")
             if so:
-                problems.append(f"pre-flight: {r.get('host', '?')}: {so} cannot be loaded there ({why or 'ldd failed'}): "
+                problems.append(f"pre-flight: {r.get('host', '?')}: {so} cannot be loaded there "
+                                f"({why or 'ldd failed'}): "
                                 f"the ranks on that node would die importing it; fix: compare the node with "
                                 f"another one: {shlex.join(['ldd', so])} on {r.get('host', '?')}, and restore "
                                 f"the library (a mount or a package missing on that node)")
