@@ -20,7 +20,9 @@ def register(sub) -> None:
     p.add_argument("--submit", action="store_true", help="run as a batch job through the site's scheduler")
     p.add_argument("--preflight", action="store_true",
                    help="with --submit: run only the pre-flight (one task per node: the prefix and its lock on "
-                        "every node, hostnames distinct and not resolving to loopback)")
+                        "every node, hostnames distinct and not resolving to loopback, the interface on every "
+                        "node and reaching the others, /dev/shm, one libnccl on GPU nodes; srun's PMI against "
+                        "the MPI build)")
     add_layout(p, nodes_required=False)
     p.add_argument("--ranks", type=int, default=2, help="ranks on this machine without --submit (2)")
     p.add_argument("--import-time", action="store_true",
@@ -105,14 +107,20 @@ def run(args) -> int:
         if cb.get("table"):
             print(cb["table"])
         if args.submit:
-            print(f"job {result.get('job_id') or '(local)'}: {result.get('state')} "
-                  f"({result['layout']['nodes']} node(s), " + ("pre-flight only)" if args.preflight
-                                                               else f"{result['layout']['ranks']} ranks)"))
+            if result.get("state") == "not submitted":
+                print(f"job not submitted ({result['layout']['nodes']} node(s)): the pre-flight on this host failed")
+            else:
+                print(f"job {result.get('job_id') or '(local)'}: {result.get('state')} "
+                      f"({result['layout']['nodes']} node(s), " + ("pre-flight only)" if args.preflight
+                                                                   else f"{result['layout']['ranks']} ranks)"))
             if result.get("preflight"):
                 from envtool.validate import preflight as pf
 
                 print("pre-flight " + ("ok" if result["preflight"]["ok"] else "FAILED") + ":")
-                print(pf.table(result["preflight"]["nodes"]))
+                if result["preflight"]["nodes"]:
+                    print(pf.table(result["preflight"]["nodes"]))
+                for warning in result["preflight"].get("warnings") or []:
+                    print(f"warning: {warning}", file=sys.stderr)
             if records or not (args.preflight or (result.get("preflight") or {}).get("problems")):
                 print(rk.table(records))
         else:

@@ -87,6 +87,8 @@ class JobRequest:
         workdir: directory the script changes to first (absolute), or None.
         launcher: the :class:`envtool.scheduler.launcher.Launcher` to use (None: the site's).
         comments: extra comment lines for the script's header (one line each).
+        env_notes: ``(VAR, note)``: a comment written after ``export VAR=…`` naming where the
+            value comes from (one line; control characters become ``?``).
     """
 
     site: object
@@ -104,11 +106,28 @@ class JobRequest:
     launcher: object = None
     comments: Tuple[str, ...] = field(default=())
     env_paths: Tuple[Tuple[str, str, str], ...] = ()
+    env_notes: Tuple[Tuple[str, str], ...] = ()
 
     @property
     def effective_queue(self) -> Optional[str]:
         """``queue`` or the site's ``batch.queue``."""
         return self.queue or getattr(self.site.batch, "queue", None)
+
+
+#: The variables that tell each controller which network interface to use between nodes, each
+#: with where the variable is documented:
+INTERFACE_VARIABLES = (
+    # Horovod's Gloo controller: horovodrun sets it from --network-interface
+    # (horovod/horovod@v0.28.1:horovod/runner/gloo_run.py)
+    "HOROVOD_GLOO_IFACE",
+    # torch.distributed's Gloo backend: https://pytorch.org/docs/stable/distributed.html#common-environment-variables
+    "GLOO_SOCKET_IFNAME",
+    # NCCL's socket transport and bootstrap: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-socket-ifname
+    "NCCL_SOCKET_IFNAME",
+    # Open MPI's TCP BTL (MCA parameters from OMPI_MCA_* variables):
+    # https://www.open-mpi.org/faq/?category=tcp#tcp-selection
+    "OMPI_MCA_btl_tcp_if_include",
+)
 
 
 def missing(site, field_name: str, expected: str, why: str) -> SpecError:

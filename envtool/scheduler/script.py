@@ -134,10 +134,12 @@ def render(req: JobRequest, version: str = "") -> str:
             body.append(f"module use {shlex.quote(d)}")
         body.append("module load " + quote_words(req.modules))
     body.extend(req.activation)
+    notes = dict(req.env_notes)
     for k, v in req.env:
         if not k.replace("_", "").isalnum() or k[0].isdigit():
             raise UsageError(f"variable name {k!r} is not a shell variable name")
-        body.append(f"export {k}={shlex.quote(str(v))}")
+        note = f"  # {_one_line(notes[k])}" if notes.get(k) else ""
+        body.append(f"export {k}={shlex.quote(str(v))}{note}")
     for k, op, entry in req.env_paths:
         if not k.replace("_", "").isalnum() or k[0].isdigit() or op not in ("prepend", "append"):
             raise UsageError(f"{op} of variable {k!r}: not a shell variable name or not prepend/append")

@@ -15,6 +15,7 @@ with ``--site-file``) holds::
       cpus_per_node: 42
       queue: batch
       account_required: true
+      interface: ib0                    # the NIC ranks use between nodes (BatchSection.interface)
     modules: []                         # loaded for every stack
     env: {VAR: value}                   # set for every stack
     build_caches: [/sw/envtool-cache]   # read-only Horovod wheel caches (``envtool cache publish``)
@@ -73,7 +74,10 @@ SITE_FILE_KEYS = ("name", "summary", "sources", "platforms", "scheduler", "launc
                   "clone_prefix")
 DETECT_KEYS = ("env", "hostname", "source")
 BATCH_KEYS = ("source", "cpus_per_node", "queue", "queue_option", "constraint", "gpu_option", "mpi",
-              "account_required", "directives", "env", "module_use", "shell")
+              "account_required", "directives", "env", "module_use", "shell", "interface")
+#: A network interface name as Linux allows it (IFNAMSIZ 16 with the NUL, no '/', ':' or space:
+#: dev_valid_name() in torvalds/linux@v6.6:net/core/dev.c), narrowed to the characters real NICs use.
+INTERFACE_RE = re.compile(r"[A-Za-z0-9_.@-]{1,15}")
 STACK_KEYS = ("spec", "modules", "base_env", "launcher", "env", "mark", "source", "note", "warning", "overrides")
 SCHEDULERS = ("slurm", "lsf", "pbs", "cobalt", "none")
 #: Slurm options a site's queue name goes to (``-q`` is ``--qos``, ``-p`` is ``--partition``).
@@ -141,6 +145,10 @@ class BatchSection:
         module_use: directories ``module use`` adds before any ``module load``.
         shell: the script's interpreter line after ``#!`` (default ``/bin/bash``).
         env_paths: search-path entries added in job scripts, ``(VAR, "prepend"|"append", entry)``.
+        interface: the network interface ranks use between nodes (``hsn0``, ``ib0``), or None;
+            job scripts export it to Horovod's Gloo (``HOROVOD_GLOO_IFACE``), torch.distributed's
+            Gloo (``GLOO_SOCKET_IFNAME``), NCCL (``NCCL_SOCKET_IFNAME``) and Open MPI's TCP BTL
+            (``OMPI_MCA_btl_tcp_if_include``), and the pre-flight checks it on every node.
     """
 
     source: Optional[str] = None
@@ -156,6 +164,7 @@ class BatchSection:
     module_use: Tuple[str, ...] = ()
     shell: str = "/bin/bash"
     env_paths: Tuple[Tuple[str, str, str], ...] = ()
+    interface: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -471,8 +480,13 @@ def _batch(spath: str, raw, source_ids) -> BatchSection:
     mpi = b.str("mpi")
     if mpi is not None and not mpi.replace("_", "").isalnum():
         raise b.error("mpi", "an srun --mpi plugin name (pmix, pmi2, cray_shasta)", got=mpi)
+    interface = b.str("interface")
+    if interface is not None and not INTERFACE_RE.fullmatch(interface):
+        raise b.error("interface", "a network interface name (1 to 15 letters, digits, '_', '.', '@', '-'; "
+                      "e.g. ib0, hsn0, eth0)", got=interface)
     env, env_paths = b.env_map("env")
-    return BatchSection(source=source, cpus_per_node=b.int("cpus_per_node", 0), queue=b.str("queue"),
+    return BatchSection(interface=interface,
+                        source=source, cpus_per_node=b.int("cpus_per_node", 0), queue=b.str("queue"),
                         queue_option=b.choice("queue_option", QUEUE_OPTIONS, default="partition", nullable=False),
                         constraint=b.str("constraint"),
                         gpu_option=b.choice("gpu_option", GPU_OPTIONS, default="gpus-per-node", nullable=False),

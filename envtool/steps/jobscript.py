@@ -5,9 +5,10 @@ site file (modules, runtime variables, start method).
 What goes in, in order: the site's directives for the layout; ``cd`` to the working directory;
 ``module use``/``module load`` of the site's modules, the stack's, then the environment's own
 module; the environment's activation (for ``--prefix``); the variables — ``OMP_NUM_THREADS``
-from the CPUs per rank, then the site's ``env``, its ``batch.env``, the spec's ``env`` (a later
-one wins), and ``ENVTOOL_START_METHOD`` where the spec expects a DataLoader start method; then the
-launcher lines.
+from the CPUs per rank, then the interface variables of the site's ``batch.interface``
+(:data:`envtool.scheduler.model.INTERFACE_VARIABLES`, each with a comment naming the file), the
+site's ``env``, its ``batch.env``, the spec's ``env`` (a later one wins), and
+``ENVTOOL_START_METHOD`` where the spec expects a DataLoader start method; then the launcher lines.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 from envtool.core.errors import SpecError, UsageError
 from envtool.scheduler import launcher as launcher_mod
-from envtool.scheduler.model import JobRequest, LaunchStep, parse_time
+from envtool.scheduler.model import INTERFACE_VARIABLES, JobRequest, LaunchStep, parse_time
 from envtool.scheduler.script import activation_lines, make_layout
 
 
@@ -145,11 +146,18 @@ def build_request(target: Target, nodes: int, steps: Sequence[LaunchStep], ranks
     site = target.site
     layout = make_layout(site, nodes, ranks_per_node, gpus_per_rank)
     env: Dict[str, str] = {}
+    notes: Dict[str, str] = {}
     if layout.cpus_per_rank:
         env["OMP_NUM_THREADS"] = str(layout.cpus_per_rank)
+    iface = getattr(site.batch, "interface", None)
+    if iface:
+        for k in INTERFACE_VARIABLES:
+            env[k] = iface
+            notes[k] = f"batch.interface in {site.path}"
     for k, v in list(target.env) + list(extra_env):
         env.pop(k, None)
         env[k] = v
+        notes.pop(k, None)   # the site's or spec's own env wins, without the interface's note
     comments = []
     if target.spec is not None and target.spec.expect.dataloader_start_method:
         comments.append(f"spec {target.spec.name} expects DataLoader(multiprocessing_context="
@@ -159,7 +167,7 @@ def build_request(target: Target, nodes: int, steps: Sequence[LaunchStep], ranks
                       modules=target.modules, activation=activation_lines(target.prefix) if target.prefix else (),
                       env=tuple(env.items()), env_paths=target.env_paths, workdir=workdir,
                       launcher=target.launcher,
-                      comments=tuple(comments))
+                      comments=tuple(comments), env_notes=tuple(notes.items()))
 
 
 def render(req: JobRequest) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -207,6 +208,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     """
     from envtool import scheduler
 
+    from envtool.validate import pmi
     from envtool.validate import preflight as pf
 
     sched = scheduler.get(target.site.scheduler)
@@ -222,21 +224,40 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     python = target.python
     method = _method(target)
     job_steps: List[LaunchStep] = []
+    pmi_result = None
     if with_preflight:
-        for old in (run_dir / pf.DIR).glob("task-*.txt") if (run_dir / pf.DIR).is_dir() else []:
-            old.unlink()  # reports of an earlier run in this directory (written by preflight.sh)
+        pf.clear(run_dir)  # reports of an earlier run in this directory (written by preflight.sh)
         pf_script = pf.install(run_dir)
-        job_steps += [LaunchStep(tuple(pf.node_argv(pf_script, run_dir, target.prefix)), per_node=True, early=True),
+        iface = getattr(target.site.batch, "interface", None)
+        gpu = bool(target.site.gpus_per_node) and (gpus_per_rank is None or gpus_per_rank > 0)
+        job_steps += [LaunchStep(tuple(pf.node_argv(pf_script, run_dir, target.prefix, iface, nodes, gpu)),
+                                 per_node=True, early=True),
                       LaunchStep(tuple(pf.gate_argv(pf_script, run_dir, nodes, pf.lock_sha256(target.prefix))),
                                  direct=True, early=True)]
+        if not iface:
+            # the interface every node chose, for the main step (with its source as a comment)
+            job_steps.append(LaunchStep(("source", str(pf.interface_env(run_dir))), direct=True, early=True))
+        # the launcher's PMI against the MPI build: on this host, before anything is submitted
+        progress("pre-flight: srun --mpi=list against the MPI build ...")
+        pmi_result = pmi.check(target.prefix, target.site.batch.mpi, target.site.path, socket.gethostname())
+        if pmi_result.problems and not preflight_only:
+            return {"run_dir": str(run_dir), "script": None, "output": None, "scheduler": sched.NAME,
+                    "layout": {"nodes": nodes, "ranks": None, "ranks_per_node": ranks_per_node}, "job_id": None,
+                    "state": "not submitted", "exit_status": None, "check_build": None, "ranks": [],
+                    "preflight": {"ok": False, "nodes": [], "problems": list(pmi_result.problems),
+                                  "warnings": list(pmi_result.notes), "pmi": _pmi_dict(pmi_result)},
+                    "problems": list(pmi_result.problems) + ["the job was not submitted: its launcher and MPI "
+                                                             "do not match"], "ok": False}
     if not preflight_only:
         job_steps += [LaunchStep(tuple(([python, str(target.prefix / "bin" / "horovodrun")] if target.prefix
                                         else ["horovodrun"]) + ["--check-build"]),
                                  redirect=str(run_dir / "check-build.txt"), direct=True, may_fail=True),
                       LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, "probe", method, import_trace=True)))]
+    # srun labels each line with its task number (srun(1): SLURM_LABELIO, same as --label): a hang
+    # can then name the last line each rank printed
+    extra_env = [("PYTHONUNBUFFERED", "1")] + ([("SLURM_LABELIO", "1")] if sched.NAME == "slurm" else [])
     req = build_request(target, nodes, job_steps, ranks_per_node, gpus_per_rank, time_limit, account, queue,
-                        "envtool-validate", str(run_dir / "job.out"), str(run_dir),
-                        extra_env=[("PYTHONUNBUFFERED", "1")])
+                        "envtool-validate", str(run_dir / "job.out"), str(run_dir), extra_env=extra_env)
     lay = req.layout
     if benchmark:
         one = Layout(1, 1, lay.gpus_per_rank, lay.cpus_per_rank)
@@ -245,8 +266,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
                       LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, f"bench-{lay.ranks}",
                                                      batch_size=batch_size, steps=steps)))]
         req = build_request(target, nodes, job_steps, ranks_per_node, gpus_per_rank, time_limit, account, queue,
-                            "envtool-validate", str(run_dir / "job.out"), str(run_dir),
-                            extra_env=[("PYTHONUNBUFFERED", "1")])
+                            "envtool-validate", str(run_dir / "job.out"), str(run_dir), extra_env=extra_env)
     text = render(req)
     script = run_dir / "job.sh"
     script.write_text(text)
@@ -255,6 +275,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
                                  "scheduler": sched.NAME, "layout": {"nodes": lay.nodes, "ranks": lay.ranks,
                                                                      "ranks_per_node": lay.ranks_per_node}}
     old_term = signal.signal(signal.SIGTERM, _raise_terminated) if _main_thread() else None
+    watch: Dict[str, object] = {"lost": [], "output": run_dir / "job.out"}
     try:
         if sched.NAME == "local":
             state, code = _run_local_script(script, run_dir, progress, timeout)
@@ -263,16 +284,24 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
             job_id = _submit(sched, script)
             result["job_id"] = job_id
             progress(f"job {job_id} submitted ({sched.NAME}); script {script}")
-            state, code = _wait(sched, job_id, progress, timeout)
+            state, code = _wait(sched, job_id, progress, timeout, watch)
             result.update(state=state, exit_status=code)
     finally:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
-    problems: List[str] = []
+    problems: List[str] = _lost_nodes(sched, result.get("job_id"), watch, run_dir, script)
+    if state == TIMED_OUT:
+        problems.append(f"job {result.get('job_id')} did not finish within {timeout:.0f} s; it was cancelled; the "
+                        f"last line each rank printed: "
+                        f"{_last_lines(watch.get('output_at_timeout'), run_dir / 'job.out', lay.ranks)}")
     if with_preflight:
         pf_recs = pf.gather(run_dir)
-        pf_problems = pf.judge(pf_recs, lay.nodes, target.prefix, pf.lock_sha256(target.prefix))
-        result["preflight"] = {"ok": not pf_problems, "nodes": pf_recs, "problems": pf_problems}
+        pf_warnings: List[str] = list(pmi_result.notes) if pmi_result else []
+        pf_problems = list(pmi_result.problems) if pmi_result else []
+        pf_problems += pf.judge(pf_recs, lay.nodes, target.prefix, pf.lock_sha256(target.prefix),
+                                site_path=target.site.path, run_dir=run_dir, warnings=pf_warnings)
+        result["preflight"] = {"ok": not pf_problems, "nodes": pf_recs, "problems": pf_problems,
+                               "warnings": pf_warnings, "pmi": _pmi_dict(pmi_result) if pmi_result else None}
         if pf_problems:
             problems += pf_problems
             if not preflight_only and not rk.gather(run_dir, "probe"):
@@ -282,6 +311,9 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
         if preflight_only or (pf_problems and not rk.gather(run_dir, "probe")):
             result.update(check_build=None, ranks=[], problems=problems, ok=not problems)
             return result
+    if state == NODE_LOST:  # what the ranks left is a consequence: name the node, not every rank
+        result.update(check_build=None, ranks=rk.gather(run_dir, "probe"), problems=problems, ok=False)
+        return result
     cb_text = (run_dir / "check-build.txt").read_text(errors="replace") if (run_dir / "check-build.txt").exists() else ""
     cb = _check_build(target, cb_text)
     result["check_build"] = cb
@@ -307,6 +339,52 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     result["problems"] = problems
     result["ok"] = not problems
     return result
+
+
+def _lost_nodes(sched, job_id, watch: Dict[str, object], run_dir: Path, script: Path) -> List[str]:
+    """Problems naming the nodes of the job whose slurmd stopped responding, or where srun could
+    not start a step (from the job output), each with a fix line; [] for other schedulers."""
+    if job_id is None or not hasattr(sched, "unresponsive_nodes"):
+        return []
+    nodes = watch.get("nodes") or sched.job_nodes(job_id)
+    lost = dict(watch.get("lost") or [])
+    if nodes and not lost:
+        lost = dict(sched.unresponsive_nodes(nodes))
+    try:
+        failed = dict(sched.parse_launch_failures((run_dir / "job.out").read_text(errors="replace")))
+    except OSError:
+        failed = {}
+    problems = []
+    for node in sorted(set(lost) | set(failed)):
+        said = []
+        if node in lost:
+            said.append(f"Slurm reports it {lost[node]} (its slurmd does not respond)")
+        if node in failed:
+            said.append(f"srun could not start a step there: {failed[node]}")
+        problems.append(f"{node}: the node was lost during job {job_id}: {'; '.join(said)}; fix: tell the site's "
+                        f"admins (slurmd on {node}); meanwhile run without it: "
+                        f"{shlex.join(['sbatch', '--exclude=' + node, str(script)])}")
+    return problems
+
+
+def _last_lines(text: Optional[str], path: Path, ranks: int) -> str:
+    """``rank R: 'LINE'`` for each rank (the last line srun labelled with its task number), from
+    ``text`` (the output when the job was cancelled) or else the file at ``path``."""
+    if text is None:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            text = ""
+    last = rk.last_lines(text)
+    return "; ".join(f"rank {r}: {last[r]!r}" if r in last else f"rank {r}: printed nothing"
+                     for r in range(ranks))
+
+
+def _pmi_dict(res) -> Dict[str, object]:
+    """The PMI comparison for ``--json``."""
+    mpi = res.mpi
+    return {"plugin": res.plugin, "srun_plugins": list(res.srun_plugins),
+            "mpi": {"name": mpi.name, "speaks": list(mpi.speaks), "source": mpi.source} if mpi else None}
 
 
 def _main_thread() -> bool:
@@ -339,24 +417,50 @@ def _submit(sched, script: Path) -> str:
     return job_id
 
 
-def _wait(sched, job_id: str, progress: Progress, timeout: Optional[float]):
-    """Poll until the job is done; cancel it on KeyboardInterrupt/SIGTERM or after ``timeout``."""
+#: the job state :func:`_wait` returns when it cancelled a job that ran past ``--timeout``
+TIMED_OUT = "TIMEOUT (cancelled by envtool)"
+#: the job state :func:`_wait` returns when it cancelled a job because a node stopped responding
+NODE_LOST = "NODE_NOT_RESPONDING (cancelled by envtool)"
+
+
+def _wait(sched, job_id: str, progress: Progress, timeout: Optional[float],
+          watch: Optional[Dict[str, object]] = None):
+    """Poll until the job is done; cancel it on KeyboardInterrupt/SIGTERM, after ``timeout``
+    (state :data:`TIMED_OUT`), or when a node of the job stops responding (state :data:`NODE_LOST`;
+    schedulers with ``unresponsive_nodes``). ``watch`` gets ``nodes`` (the job's node list) and
+    ``lost`` (``[(node, state)]``)."""
     started = time.monotonic()
     last = None
     interval = 0.5
+    watch = {} if watch is None else watch
+    watch.setdefault("lost", [])
     try:
         while True:
             phase, state, code = sched.state(job_id)
             if (phase, state) != last:
                 progress(f"job {job_id} {phase} ({state})")
                 last = (phase, state)
+            if phase == "running" and hasattr(sched, "unresponsive_nodes"):
+                watch["nodes"] = watch.get("nodes") or sched.job_nodes(job_id)
+                lost = sched.unresponsive_nodes(watch["nodes"]) if watch["nodes"] else []
+                if lost:
+                    watch["lost"] = lost
+                    progress(f"job {job_id}: {', '.join(n for n, _ in lost)} stopped responding "
+                             f"({', '.join(st for _, st in lost)})")
+                    _cancel(sched, job_id, progress)
+                    return NODE_LOST, None
             if phase == "done":
                 return state, code
             if timeout is not None and time.monotonic() - started > timeout:
+                if watch.get("output"):   # what the ranks printed, before scancel adds its own lines
+                    try:
+                        watch["output_at_timeout"] = Path(watch["output"]).read_text(errors="replace")
+                    except OSError:
+                        pass
                 _cancel(sched, job_id, progress)
-                raise CheckFailed(f"job {job_id} did not finish within {timeout:.0f} s; it was cancelled")
+                return TIMED_OUT, None
             time.sleep(interval)
-            interval = min(interval * 1.5, 10.0)
+            interval = min(interval * 1.5, 5.0)
     except KeyboardInterrupt:
         _cancel(sched, job_id, progress)
         raise

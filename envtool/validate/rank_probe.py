@@ -304,6 +304,11 @@ def benchmark(hvd, torch, batch_size, steps):
             "samples_per_sec": batch_size * steps / seconds, "device": str(device or "cpu")}
 
 
+def _say(phase, what):
+    """One progress line (srun labels it with the task number): a hang names the last one."""
+    print("envtool-probe %s on %s: %s" % (phase, socket.gethostname(), what), flush=True)
+
+
 def main(argv):
     """Run PHASE, write this rank's record, exit 1 when a check failed (see the module docstring)."""
     out_dir, phase = argv[1], argv[2]
@@ -319,6 +324,7 @@ def main(argv):
     try:
         # What importing the framework and Horovod prints is printed once per rank in every job:
         # record it (the filters decide what counts, as for a user) instead of printing it.
+        _say(phase, "importing torch and horovod.torch")
         with warnings.catch_warnings(record=True) as caught:
             rec["import"] = time_imports()
             import torch
@@ -328,15 +334,19 @@ def main(argv):
             prefixes = sorted({sys.prefix, os.path.realpath(sys.prefix)})
             rec["import"]["metadata"] = trace_import(("torch", "horovod.torch"), prefixes)
 
+        _say(phase, "hvd.init()")
         hvd.init()
+        _say(phase, "rank %d of %d" % (hvd.rank(), hvd.size()))
         rec.update(rank=hvd.rank(), local_rank=hvd.local_rank(), size=hvd.size(),
                    controller="mpi" if hvd.mpi_enabled() else ("gloo" if hvd.gloo_enabled() else "?"))
         if phase.startswith("probe"):
+            _say(phase, "allreduce on the CPU")
             rec["checks"]["allreduce_cpu"] = allreduce_check(hvd, torch)
             if torch.cuda.is_available():
                 dev = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
                 torch.cuda.set_device(dev)
                 rec["checks"]["allreduce_gpu"] = allreduce_check(hvd, torch, dev)
+            _say(phase, "DataLoader")
             rec["checks"]["dataloader"] = dataloader_check(method)
         else:
             rec["checks"]["benchmark"] = benchmark(hvd, torch, int(opts["--batch-size"]), int(opts["--steps"]))

@@ -106,13 +106,29 @@ def errors_in_output(path: Path, limit: int = 3) -> List[str]:
         low = s.lower()
         if not s or "warning" in low:
             continue
-        # the same message from every rank differs only in Open MPI's "[host:pid]" prefix
-        key = re.sub(r"^\[[^\]]*:\d+\]\s*", "", s)
+        # the same message from every rank differs only in srun's "TASK: " label and Open MPI's
+        # "[host:pid]" prefix
+        key = re.sub(r"^\[[^\]]*:\d+\]\s*", "", re.sub(r"^\d+:\s*", "", s))
         if ("error" in low or "abort" in low or "not built with" in low) and key not in seen:
             seen.add(key)
             out.append(s[:200])
             if len(out) >= limit:
                 break
+    return out
+
+
+def last_lines(text: str) -> Dict[int, str]:
+    """The last non-empty line each task printed, from output that srun labelled with the task
+    number (``--label``/``SLURM_LABELIO``: ``TASK: line``, the number right-aligned): task → line
+    (at most 200 characters)."""
+    import re
+
+    out: Dict[int, str] = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*(\d+): ?(.*)$", line)
+        # slurmstepd's own lines (a step being cancelled) are not what the rank printed
+        if m and m.group(2).strip() and not m.group(2).startswith("slurmstepd"):
+            out[int(m.group(1))] = m.group(2).strip()[:200]
     return out
 
 
