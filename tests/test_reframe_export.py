@@ -215,7 +215,8 @@ def _run_reframe(cluster, workdir: Path, test: Path, settings: Path, timeout: fl
     env = {"RFM_REPORT_FILE": str(workdir / "report.json"), "RFM_SQLITE_DB_FILE": str(workdir / "results.db"),
            "HOME": str(workdir / "home")}
     (workdir / "home").mkdir(parents=True, exist_ok=True)
-    return cluster.run(_reframe(), "--nocolor", "-C", settings, "-c", test, "--prefix", workdir, "-r",
+    return cluster.run(_reframe(), "--nocolor", "-C", settings, "-c", test, "--prefix", workdir, "--keep-stage-files",
+                       "-r",
                        cwd=str(workdir), env=env, timeout=timeout)
 
 
@@ -244,16 +245,19 @@ def test_reframe_runs_the_exported_validation_on_two_nodes(multinode_cluster, cp
     report = json.loads((tmp_path / "rf-pass" / "report.json").read_text())
     case = report["runs"][0]["testcases"][0]
     assert case["result"] == "pass", case
-    stage = Path(case["stagedir"]) if case.get("stagedir") else None
-    perf = case["perfvars"][0]
-    assert perf["name"] == "allreduce_latency_4B" and perf["unit"] == "us" and 0 < perf["value"] < 2_000_000, perf
+    stage = case.get("stagedir")
+    perf = {k.split(":")[-1]: v for k, v in (case.get("perfvalues") or {}).items()}
+    value, ref, lower, upper, unit = perf["allreduce_latency_4B"][:5]     # ReFrame's (value, ref, lower, upper, unit)
+    assert (ref, lower, upper, unit) == (1000000, -1.0, 1.0, "us") and 0 < value < 2_000_000, perf
     # the job ran 4 ranks, 2 on each node, through ReFrame's job script (srun --mpi=pmix)
     recs = sorted((tmp_path / "rf-pass").rglob("probe/rank-*.json"))
     hosts = sorted(json.loads(p.read_text())["host"] for p in recs)
     assert hosts == ["node1", "node1", "node2", "node2"], (hosts, stage)
     script = next((tmp_path / "rf-pass").rglob("rfm_job.sh")).read_text()
     assert "#SBATCH --ntasks=4" in script and "#SBATCH --ntasks-per-node=2" in script
-    assert "srun --mpi=pmix" in script and "--check-build > check-build.txt" in script, script
+    srun = [line for line in script.splitlines() if line.startswith("srun ")]
+    assert len(srun) == 1 and "--mpi=pmix" in srun[0].split() and "rank_probe.py . probe" in srun[0], script
+    assert "bin/horovodrun --check-build > check-build.txt" in script, script
     assert multinode_cluster.wait_queue_empty() == ""
     print(f"ReFrame run of the export across 2 nodes: {took:.0f} s (load {os.getloadavg()[0]:.1f})")
 
