@@ -224,8 +224,8 @@ def _run_reframe(cluster, workdir: Path, test: Path, settings: Path, timeout: fl
 @pytest.mark.slow  # needs the cpu-horovod environment
 def test_reframe_runs_the_exported_validation_on_two_nodes(multinode_cluster, cpu_horovod_env, tmp_path):
     """The export run by ReFrame (Slurm scheduler in its squeue form, the cluster has no accounting;
-    srun launcher, --mpi=pmix) across 2 nodes passes with a reference it meets, and fails in its
-    performance stage with one no allreduce can meet."""
+    srun launcher, --mpi=pmix) across 2 nodes passes with a reference it meets, fails in its
+    performance stage with one no allreduce can meet, and in its sanity stage on a PMI mismatch."""
     _reframe()
     cpus = multinode_cluster.cpus
     ok_refs = "validation:\n  references:\n    2:\n      allreduce_latency_4B: [1000000, -1.0, 1.0, us]\n"
@@ -276,3 +276,63 @@ def test_reframe_runs_the_exported_validation_on_two_nodes(multinode_cluster, cp
     assert case["result"] == "fail" and case["fail_phase"] == "performance", case
     assert "allreduce_latency_4B" in (case.get("fail_reason") or ""), case
     assert multinode_cluster.wait_queue_empty() == ""
+
+    # a PMI mismatch (srun --mpi=none against the PMIx-built Open MPI): MPI_Init aborts on every
+    # rank; the sanity stage fails, naming the ranks and what Open MPI said
+    site = _site(tmp_path, cpus=cpus).read_text().replace("mpi: pmix", "mpi: none")
+    (tmp_path / "testcluster.yaml").write_text(site)
+    proc = _export(tmp_path, "--prefix", cpu_horovod_env, "--site-file", tmp_path / "testcluster.yaml", "--nodes",
+                   "2", "--ranks-per-node", "2", "--time", "0:15:00", "--reframe-scheduler", "squeue", "-o", test)
+    assert proc.returncode == 0, proc.stderr
+    run = _run_reframe(multinode_cluster, tmp_path / "rf-pmi", test, settings)
+    assert run.returncode != 0, run.stdout + run.stderr
+    case = json.loads((tmp_path / "rf-pmi" / "report.json").read_text())["runs"][0]["testcases"][0]
+    assert case["result"] == "fail" and case["fail_phase"] == "sanity", case
+    reason = case.get("fail_reason") or ""
+    assert "rank 1: no result (it did not start or was killed; see the job output)" in reason, reason
+    assert "the job output says: " in reason and "not built with SLURM's PMI support" in reason, reason
+    assert multinode_cluster.wait_queue_empty() == ""
+
+
+def test_the_generated_sanity_judges_real_outputs_as_validate_does(tmp_path, venv_prefix):
+    """The generated module's own sanity helpers (imported as ReFrame imports it) on captured real
+    outputs: check-build of the cpu-horovod build (all there), of a DDL build and a verbose one
+    (named what is missing), an srun --mpi=none job's output, and rank records."""
+    _reframe()
+    import importlib.util
+
+    proc = _export(tmp_path, "--prefix", venv_prefix, "--spec", "cpu-horovod", "--site-file", _site(tmp_path),
+                   "--nodes", "2", "--ranks-per-node", "2", "-o", tmp_path / "gen_rfm.py")
+    assert proc.returncode == 0, proc.stderr
+    spec = importlib.util.spec_from_file_location("gen_rfm", tmp_path / "gen_rfm.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["gen_rfm"] = mod
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        del sys.modules["gen_rfm"]
+    data = REPO / "tests" / "data"
+    assert mod.check_build_problems(str(data / "check_build" / "v0.28.1-cpu.txt")) == []
+    ddl = mod.check_build_problems(str(data / "check_build" / "v0.18.2-ddl.txt"))
+    assert ddl == ["check-build: Gloo (controllers), Gloo (tensor operations) expected but not built"], ddl
+    # the same verdict as envtool's own parser (envtool.horovod.checkbuild) on a --verbose output
+    from envtool.horovod import checkbuild
+    from envtool.spec.catalog import load_spec
+
+    verbose = data / "check_build" / "v0.21.0-verbose.txt"
+    ours = checkbuild.compare(checkbuild.parse(verbose.read_text()), load_spec("cpu-horovod").expect.check_build)
+    theirs = mod.check_build_problems(str(verbose))
+    assert [f"{r.name} ({r.section.replace('_', ' ')})" for r in ours.missing] == \
+        theirs[0][len("check-build: "):-len(" expected but not built")].split(", "), theirs
+    assert mod.check_build_problems(str(tmp_path / "absent.txt"))[0].startswith("check-build: no output")
+    said = mod.output_errors([str(data / "slurm-mpi-none-job.out")])
+    assert any("not built with SLURM's PMI support" in s for s in said) and len(said) <= 3, said
+    ok = {"host": "node1", "rank": 0, "size": 2, "checks": {"allreduce_cpu": {"ok": True, "latency_us": 50.0}}}
+    assert mod.rank_problems({0: ok, 1: dict(ok, rank=1, host="node2")}, 2) == []
+    bad = mod.rank_problems({0: ok, 1: dict(ok, rank=0, size=1, host="node2",
+                                            checks={"dataloader": {"ok": False, "error": "wrong total 3"}})}, 2)
+    assert bad == ["rank 1 on node2: the launcher started it as rank 1, Horovod sees rank 0 of 1 (MPI did not "
+                   "initialise through the launcher: a PMI mismatch, e.g. srun --mpi)",
+                   "rank 1 on node2: dataloader failed: wrong total 3",
+                   "rank 1 on node2: Horovod size is 1, 2 ranks were launched"], bad
+    assert mod.rank_problems({0: ok}, 2) == ["rank 1: no result (it did not start or was killed; see the job output)"]

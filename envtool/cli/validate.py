@@ -154,7 +154,11 @@ def _export(args) -> int:
               f"{result['system']}:{result['partition']}, scheduler {result['scheduler']}, launcher srun)")
         print(f"ReFrame settings: {result['settings']}")
         refs = result["references"]
-        print("references: " + (", ".join(f"{k} {v[0]:g} {v[3]} ({v[1]}, {v[2]})" for k, v in refs.items())
+        def bound(frac):
+            return "none" if frac is None else f"{frac * 100:+g} %"
+
+        print("references: " + (", ".join(f"{k} {v[0]:g} {v[3]} (lower {bound(v[1])}, upper {bound(v[2])})"
+                                           for k, v in refs.items())
                                 if refs else f"none for {lay['nodes']} node(s) in {shlex.quote(target.site.path)}"))
         print(f"run it: {result['command']}")
     return 0
