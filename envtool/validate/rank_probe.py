@@ -28,7 +28,7 @@ RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "PMI_RANK", "J
 LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "JSM_NAMESPACE_LOCAL_RANK",
                    "PALS_LOCAL_RANKID", "HOROVOD_LOCAL_RANK")
 #: timed repetitions of the 4-byte allreduce (``latency_us``)
-LATENCY_REPS = 50
+LATENCY_REPS = 20
 
 
 def _first(names):
