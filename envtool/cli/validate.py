@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from envtool.cli.common import add_json, print_json, seconds_arg
+from envtool.cli.common import add_json, path_arg, print_json, seconds_arg
 from envtool.cli.jobscript import add_layout, add_target
 
 
@@ -41,6 +41,16 @@ def register(sub) -> None:
     p.add_argument("--workdir", metavar="DIR",
                    help="run directory of a --submit job, seen by the compute nodes (default ./envtool-validate-TIME)")
     p.add_argument("--timeout", type=seconds_arg, help="seconds to wait for the job before cancelling it (default: no limit)")
+    p.add_argument("--export", choices=("reframe",),
+                   help="write the validation as a ReFrame regression test and the site's ReFrame settings "
+                        "instead of running it (docs/validating-across-nodes.md)")
+    p.add_argument("--output", "-o", type=path_arg, metavar="FILE.py",
+                   help="with --export: the test file (default ./envtool_validate_rfm.py)")
+    p.add_argument("--settings", type=path_arg, metavar="FILE.py",
+                   help="with --export: the ReFrame settings file (default: beside the test, NAME_settings.py)")
+    p.add_argument("--reframe-scheduler", choices=("slurm", "squeue"),
+                   help="with --export: ReFrame's Slurm scheduler: slurm (polls with sacct; default) or squeue "
+                        "(for a Slurm without accounting)")
     add_json(p)
     p.set_defaults(func=run)
 
@@ -52,6 +62,12 @@ def run(args) -> int:
     from envtool.cli.common import check_generated_inputs
 
     check_generated_inputs(args)
+    if args.export:
+        return _export(args)
+    for opt, value in (("-o/--output", args.output), ("--settings", args.settings),
+                       ("--reframe-scheduler", args.reframe_scheduler)):
+        if value:
+            raise UsageError(f"{opt} goes with --export reframe")
     if args.preflight and not args.submit:
         raise UsageError("--preflight runs the pre-flight of a batch job: add --submit")
     if args.plot and not args.benchmark:
@@ -139,3 +155,41 @@ def run(args) -> int:
         if where and not result["ok"]:
             print(f"validate: log: {where}", file=sys.stderr)
     return 0 if result["ok"] else 1
+
+
+def _export(args) -> int:
+    """``--export reframe``: write the test and the settings (nothing runs)."""
+    import shlex
+
+    from envtool.core.errors import UsageError
+    from envtool.steps import jobscript, validate_job
+
+    clash = [opt for opt, on in (("--submit", args.submit), ("--preflight", args.preflight),
+                                 ("--benchmark", args.benchmark), ("--plot", args.plot), ("--workdir", args.workdir),
+                                 ("--timeout", args.timeout is not None)) if on]
+    if clash:
+        raise UsageError(f"--export reframe writes a test and runs nothing: drop {', '.join(clash)}")
+    if args.nodes is None or args.nodes < 1:
+        raise UsageError("--nodes must be 1 or more")
+    target = jobscript.resolve_target(args.prefix, args.module, args.spec, args.site, args.site_file)
+    result = validate_job.export_reframe(target, args.nodes, args.ranks_per_node, args.gpus_per_rank, args.time,
+                                         args.account, args.queue, output=args.output or "envtool_validate_rfm.py",
+                                         settings_path=args.settings, scheduler=args.reframe_scheduler or "slurm")
+    result["site"] = target.site.name
+    result["spec"] = target.spec.name if target.spec is not None else None
+    if args.json:
+        print_json(result)
+    else:
+        lay = result["layout"]
+        print(f"ReFrame test: {result['test']} ({lay['nodes']} node(s), {lay['ranks']} ranks; system "
+              f"{result['system']}:{result['partition']}, scheduler {result['scheduler']}, launcher srun)")
+        print(f"ReFrame settings: {result['settings']}")
+        refs = result["references"]
+        def bound(frac):
+            return "none" if frac is None else f"{frac * 100:+g} %"
+
+        print("references: " + (", ".join(f"{k} {v[0]:g} {v[3]} (lower {bound(v[1])}, upper {bound(v[2])})"
+                                           for k, v in refs.items())
+                                if refs else f"none for {lay['nodes']} node(s) in {shlex.quote(target.site.path)}"))
+        print(f"run it: {result['command']}")
+    return 0

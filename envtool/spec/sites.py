@@ -26,6 +26,10 @@ with ``--site-file``) holds::
         source: id                      #   where the fact comes from (an id in ``sources``)
       - hostname: "login*.summit*"      #   or this machine's host name matching a glob
     clone_prefix: "$HOME/.conda/envs/{spec}"   # where ``create --clone`` puts a clone by default
+    validation:                         # what ``validate`` measures must meet (see Reference)
+      references:                       #   per node count: a performance variable and ReFrame's
+        2:                              #   (value, lower, upper, unit): lower/upper are fractions
+          allreduce_latency_4B: [80, null, 0.5, us]   # of value, lower in [-1, 0], upper >= 0
     stacks:                             # per spec: a spec name or a glob (``ibm-wml-ce-*``)
       open-ce-1.1.3:
         modules: [open-ce/1.1.3-py38-0]
@@ -71,7 +75,7 @@ from envtool.spec.yamlload import LineDict, load_yaml
 
 SITE_FILE_KEYS = ("name", "summary", "sources", "platforms", "scheduler", "launcher", "gpus_per_node", "modules",
                   "env", "notes", "stacks", "batch", "build_caches", "build_modules", "build_cache_group", "detect",
-                  "clone_prefix")
+                  "clone_prefix", "validation")
 DETECT_KEYS = ("env", "hostname", "source")
 BATCH_KEYS = ("source", "cpus_per_node", "queue", "queue_option", "constraint", "gpu_option", "mpi",
               "account_required", "directives", "env", "module_use", "shell", "interface")
@@ -84,6 +88,9 @@ SCHEDULERS = ("slurm", "lsf", "pbs", "cobalt", "none")
 QUEUE_OPTIONS = ("partition", "qos")
 #: How a Slurm site wants GPUs asked for: ``--gpus-per-node=N`` or ``--gres=gpu:N``.
 GPU_OPTIONS = ("gpus-per-node", "gres")
+VALIDATION_KEYS = ("references",)
+#: A performance variable's name (``allreduce_latency_4B``): what ReFrame reports it as.
+PERF_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 BUNDLED_SITES = ("summit", "perlmutter", "polaris", "bede", "theta", "local")
 
 
@@ -202,6 +209,33 @@ class DetectRule:
 
 
 @dataclass(frozen=True)
+class Reference:
+    """One entry of a site file's ``validation.references``: what a performance variable of the
+    validation must measure on ``nodes`` nodes, in ReFrame's form (value, lower, upper, unit).
+
+    ReFrame's reference tuples: the bounds are fractions of ``value``, ``lower`` in [-1, 0] and
+    ``upper`` >= 0 for a positive value, None for no bound
+    (https://reframe-hpc.readthedocs.io/en/stable/regression_test_api.html, ``reference``;
+    reframe-hpc@v4.10.4:reframe/utility/sanity.py ``reference_bounds``).
+
+    Attributes:
+        nodes: the node count it applies to.
+        name: the performance variable (``allreduce_latency_4B``).
+        value: the reference value (> 0), in ``unit``.
+        lower: the lower bound as a fraction of ``value`` (``-0.1``: at least 90 %), or None.
+        upper: the upper bound as a fraction of ``value`` (``0.5``: at most 150 %), or None.
+        unit: the unit (``us``, ``GB/s``).
+    """
+
+    nodes: int
+    name: str
+    value: float
+    lower: Optional[float]
+    upper: Optional[float]
+    unit: str
+
+
+@dataclass(frozen=True)
 class SiteFile:
     """A parsed site file (see the module docstring for the format).
 
@@ -228,6 +262,7 @@ class SiteFile:
         clone_prefix: the default prefix of ``create --clone`` here (``$VAR`` expanded,
             ``{spec}`` replaced by the spec name), or None.
         env_paths: search-path entries added for every stack, ``(VAR, "prepend"|"append", entry)``.
+        references: ``validation.references`` (:class:`Reference`), in file order, possibly empty.
     """
 
     name: str
@@ -249,6 +284,11 @@ class SiteFile:
     detect: Tuple[DetectRule, ...] = ()
     clone_prefix: Optional[str] = None
     env_paths: Tuple[Tuple[str, str, str], ...] = ()
+    references: Tuple[Reference, ...] = ()
+
+    def references_for(self, nodes: int) -> Tuple[Reference, ...]:
+        """The references of ``validation.references`` for ``nodes`` nodes (possibly none)."""
+        return tuple(r for r in self.references if r.nodes == nodes)
 
     def mapping_for(self, spec_name: str) -> Optional[StackMapping]:
         """The stack entry for ``spec_name``: exact key first, then the first matching glob; or None.
@@ -359,7 +399,7 @@ def load_site(path: Path) -> SiteFile:
                     modules=r.str_list("modules"), env=env, notes=r.str("notes") or "",
                     stacks=tuple(stacks), batch=batch, build_caches=tuple(build_caches),
                     build_modules=r.str_list("build_modules"), build_cache_group=build_cache_group, detect=detect,
-                    clone_prefix=clone_prefix, env_paths=env_paths)
+                    clone_prefix=clone_prefix, env_paths=env_paths, references=_references(spath, raw))
 
 
 def _detect(spath: str, raw, source_ids) -> Tuple[DetectRule, ...]:
@@ -461,6 +501,62 @@ def clone_prefix(site: SiteFile, spec_name: str, environ: Optional[Mapping[str, 
     except (KeyError, ValueError):
         return None
     return Path(os.path.abspath(os.path.expanduser(text)))
+
+
+def _references(spath: str, raw) -> Tuple[Reference, ...]:
+    """Parse ``validation.references`` (SpecError naming ``validation.references.<nodes>.<name>``)."""
+    data = raw.get("validation")
+    if data is None:
+        return ()
+    line = raw.line_of("validation") if isinstance(raw, LineDict) else None
+    if not isinstance(data, dict):
+        raise SpecError(spath, "validation", "a mapping (" + ", ".join(VALIDATION_KEYS) + ")", got=data, line=line)
+    v = load._Reader(spath, data, "validation", line=line)
+    v.check_keys(VALIDATION_KEYS)
+    refs = data.get("references")
+    if refs is None:
+        return ()
+    shape = "a mapping of node counts to {performance variable: [value, lower, upper, unit]}"
+    if not isinstance(refs, dict):
+        raise v.error("references", shape, got=refs)
+    out = []
+    for nodes, per_name in refs.items():
+        where = f"validation.references.{nodes}"
+        at = refs.line_of(nodes) if isinstance(refs, LineDict) else v.line_of("references")
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+            raise SpecError(spath, where, "a node count (an integer, 1 or more) as the key", got=nodes, line=at)
+        if not isinstance(per_name, dict) or not per_name:
+            raise SpecError(spath, where, "a mapping of performance variables to [value, lower, upper, unit]",
+                            got=per_name, line=at)
+        for name, ref in per_name.items():
+            field = f"{where}.{name}"
+            line_n = per_name.line_of(name) if isinstance(per_name, LineDict) else at
+            if not isinstance(name, str) or not PERF_NAME_RE.fullmatch(name):
+                raise SpecError(spath, field, "a performance variable name (letters, digits, '_'; "
+                                "e.g. allreduce_latency_4B)", got=name, line=line_n)
+            if not isinstance(ref, list) or len(ref) != 4:
+                raise SpecError(spath, field, "[value, lower, upper, unit] (ReFrame's reference form)", got=ref,
+                                line=line_n)
+            value, lower, upper, unit = ref
+
+            def num(x):
+                return not isinstance(x, bool) and isinstance(x, (int, float)) and x == x and abs(x) != float("inf")
+
+            if not num(value) or value <= 0:
+                raise SpecError(spath, field + "[0]", "the reference value, a number above 0", got=value, line=line_n)
+            if lower is not None and (not num(lower) or not -1 <= lower <= 0):
+                raise SpecError(spath, field + "[1]", "the lower bound as a fraction of the value, from -1 to 0 "
+                                "(-0.1: at least 90 %), or null", got=lower, line=line_n)
+            if upper is not None and (not num(upper) or upper < 0):
+                raise SpecError(spath, field + "[2]", "the upper bound as a fraction of the value, 0 or more "
+                                "(0.5: at most 150 %), or null", got=upper, line=line_n)
+            if not isinstance(unit, str) or not re.fullmatch(r"[A-Za-z0-9/%_.*^-]{1,16}", unit):
+                raise SpecError(spath, field + "[3]", "a unit (us, GB/s, …: letters, digits, '/', '%')", got=unit,
+                                line=line_n)
+            out.append(Reference(nodes=nodes, name=name, value=float(value),
+                                 lower=None if lower is None else float(lower),
+                                 upper=None if upper is None else float(upper), unit=unit))
+    return tuple(out)
 
 
 def _batch(spath: str, raw, source_ids) -> BatchSection:

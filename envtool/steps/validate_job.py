@@ -513,3 +513,100 @@ def _expected_warnings(target) -> tuple:
     """The spec's ``expect.import_warnings`` (patterns of accepted import warnings), or ()."""
     spec = getattr(target, "spec", None)
     return tuple(spec.expect.import_warnings) if spec is not None else ()
+
+
+def export_reframe(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_rank: Optional[int] = None,
+                   time_limit: Optional[str] = None, account: Optional[str] = None, queue: Optional[str] = None,
+                   output: str = "envtool_validate_rfm.py", settings_path: Optional[str] = None,
+                   scheduler: str = "slurm") -> Dict[str, object]:
+    """Write the validation as a ReFrame test and the site's ReFrame settings
+    (:mod:`envtool.validate.reframe`).
+
+    Args:
+        target: the environment and site (a Slurm site).
+        nodes, ranks_per_node, gpus_per_rank, time_limit, account, queue: the job, as ``--submit``'s.
+        output: the test file (``.py``).
+        settings_path: the settings file (default: beside ``output``, ``<stem>_settings.py``).
+        scheduler: ReFrame's scheduler, ``slurm`` (sacct) or ``squeue`` (no accounting).
+    Returns:
+        ``{"ok", "test", "settings", "system", "partition", "scheduler", "layout", "references",
+        "command"}`` (``command``: the shell-quoted ``reframe`` line to run).
+    Raises:
+        UsageError: not a Slurm site, a bad file name, or a file there that envtool did not write.
+        SpecError: the site file lacks what the layout needs (names the field).
+    """
+    from envtool import __version__
+    from envtool.core.atomic import write_text_atomic
+    from envtool.scheduler.script import setup_lines
+    from envtool.spec.names import CONTROL_RE
+    from envtool.validate import reframe as rf
+
+    site = target.site
+    if site.scheduler != "slurm":
+        raise UsageError(f"--export reframe writes ReFrame's Slurm partition (scheduler slurm, launcher srun); site "
+                         f"{site.name} ({site.path}) has scheduler {site.scheduler or 'none'}: give a Slurm site "
+                         f"with --site or --site-file")
+    if scheduler not in rf.SCHEDULERS:
+        raise UsageError(f"--reframe-scheduler {scheduler}: expected one of {', '.join(rf.SCHEDULERS)}")
+    test = Path(output).absolute()
+    if test.suffix != ".py" or not test.stem.isidentifier():
+        raise UsageError(f"-o {output}: expected a Python file name (NAME.py, NAME a Python identifier: ReFrame "
+                         f"loads it as a module)")
+    settings_file = Path(settings_path).absolute() if settings_path else test.with_name(f"{test.stem}_settings.py")
+    if settings_file.suffix != ".py" or not settings_file.stem.isidentifier():
+        raise UsageError(f"--settings {settings_path}: expected a Python file name (NAME.py)")
+    if settings_file == test:
+        raise UsageError(f"--settings {settings_path}: the same file as -o {output}")
+    for path, mark, opt in ((test, rf.TEST_MARK, "-o"), (settings_file, rf.SETTINGS_MARK, "--settings")):
+        if not path.parent.is_dir():
+            raise UsageError(f"{opt} {path}: the directory {path.parent} does not exist")
+        if path.exists() or path.is_symlink():
+            try:
+                first = path.read_text(errors="replace")[:len(mark)] if path.is_file() and not path.is_symlink() else ""
+            except OSError:
+                first = ""
+            if first != mark:
+                raise UsageError(f"{opt} {path}: the file exists and envtool did not write it; remove it or choose "
+                                 f"another name")
+    steps = [LaunchStep(tuple(rk.probe_argv(target.python, Path("rank_probe.py"), Path("."), "probe",
+                                            _method(target))))]
+    req = build_request(target, nodes, steps, ranks_per_node, gpus_per_rank, time_limit, account, queue,
+                        "envtool-validate", extra_env=[("PYTHONUNBUFFERED", "1")])
+    lay = req.layout
+    b = site.batch
+    access = []
+    if account:
+        access.append(f"--account={account}")
+    if b.constraint:
+        access.append(f"--constraint={b.constraint}")
+    q = req.effective_queue
+    if q:
+        access.append(f"--qos={q}" if b.queue_option == "qos" else f"--partition={q}")
+    access += list(b.directives)
+    for a in access:
+        if CONTROL_RE.search(a):
+            raise UsageError(f"{a!r}: a job option holds a control character (newline …)")
+    check_build = shlex.join(([target.python, str(target.prefix / "bin" / "horovodrun")] if target.prefix
+                              else ["horovodrun"]) + ["--check-build"]) + " > check-build.txt 2>&1 || true"
+    refs = {r.name: (r.value, r.lower, r.upper, r.unit) for r in site.references_for(lay.nodes)}
+    spec = target.spec
+    what = str(target.prefix) if target.prefix else f"module {target.module}"
+    exp = rf.ReframeExport(
+        system=rf.reframe_name(site.name, "site"), partition=rf.reframe_name(q or "default", "default"),
+        descr=f"envtool validation of {what}" + (f" (spec {spec.name})" if spec is not None else "")
+              + f" on {lay.nodes} node(s), {lay.ranks} ranks",
+        python=target.python, prerun=tuple(setup_lines(req)) + (check_build,), nodes=lay.nodes,
+        num_tasks=lay.ranks, num_tasks_per_node=lay.ranks_per_node, scheduler=scheduler, access=tuple(access),
+        launcher_options=(f"--mpi={b.mpi}",) if b.mpi else (), num_cpus_per_task=lay.cpus_per_rank,
+        num_gpus_per_node=lay.gpus_per_node, time_limit=f"{req.seconds}s" if req.seconds else None,
+        probe_args=tuple(rk.probe_argv(target.python, Path("rank_probe.py"), Path("."), "probe",
+                                       _method(target))[4:]),
+        check_build=rf.check_build_pairs(spec.expect.check_build if spec is not None else None),
+        warnings=_expected_warnings(target), references=refs)
+    write_text_atomic(test, rf.render_test(exp, __version__, test.name, settings_file.name))
+    write_text_atomic(settings_file, rf.render_settings(exp, __version__, test.name, settings_file.name))
+    return {"ok": True, "test": str(test), "settings": str(settings_file), "system": exp.system,
+            "partition": exp.partition, "scheduler": scheduler,
+            "layout": {"nodes": lay.nodes, "ranks": lay.ranks, "ranks_per_node": lay.ranks_per_node},
+            "references": {k: list(v) for k, v in refs.items()},
+            "command": shlex.join(["reframe", "-C", str(settings_file), "-c", str(test), "-r"])}

@@ -39,6 +39,8 @@ RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "PMI_RANK", "J
              "ALPS_APP_PE", "HOROVOD_RANK")
 LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "JSM_NAMESPACE_LOCAL_RANK",
                    "PALS_LOCAL_RANKID", "HOROVOD_LOCAL_RANK")
+#: timed repetitions of the 4-byte allreduce (``latency_us``)
+LATENCY_REPS = 20
 
 
 def _first(names):
@@ -252,14 +254,26 @@ def time_imports():
 
 
 def allreduce_check(hvd, torch, device=None):
-    """Average ``rank + 1`` over all ranks (on ``device``); must be ``(size + 1) / 2``."""
+    """Average ``rank + 1`` over all ranks (on ``device``); must be ``(size + 1) / 2``. When it is,
+    ``latency_us`` is the mean time of one such 4-byte (one float32) allreduce, in microseconds."""
     t = torch.tensor([float(hvd.rank() + 1)])
     if device is not None:
         t = t.to(device)
     got = float(hvd.allreduce(t, name=f"envtool.probe.{device or 'cpu'}")[0])
     expected = (hvd.size() + 1) / 2.0
     ok = abs(got - expected) < 1e-6
-    return {"ok": ok, "value": got, "expected": expected, "error": None if ok else f"got {got}, expected {expected}"}
+    out = {"ok": ok, "value": got, "expected": expected, "error": None if ok else f"got {got}, expected {expected}"}
+    if ok:
+        # latency of the same 4-byte allreduce: mean over LATENCY_REPS after one warm-up (each a
+        # new name, so Horovod's response cache is not what is timed)
+        hvd.allreduce(t, name=f"envtool.probe.{device or 'cpu'}.warm")
+        started = time.perf_counter()
+        for i in range(LATENCY_REPS):
+            hvd.allreduce(t, name=f"envtool.probe.{device or 'cpu'}.lat{i}")
+        if device is not None:
+            torch.cuda.synchronize()
+        out["latency_us"] = round((time.perf_counter() - started) / LATENCY_REPS * 1e6, 3)
+    return out
 
 
 def benchmark(hvd, torch, batch_size, steps):
