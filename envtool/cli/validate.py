@@ -61,7 +61,8 @@ def run(args) -> int:
         if not quiet:
             print(f"validate: {line}", file=sys.stderr, flush=True)
 
-    target = jobscript.resolve_target(args.prefix, args.module, args.spec, args.site, args.site_file)
+    target = jobscript.resolve_target(args.prefix, args.module, args.spec, args.site, args.site_file,
+                                      retired_ok=args.retired_ok, platform_mismatch_ok=args.platform_mismatch_ok)
     if args.submit:
         result = validate_job.run_job(target, args.nodes, args.ranks_per_node, args.gpus_per_rank, args.time,
                                       args.account, args.queue, benchmark=args.benchmark, steps=args.steps,

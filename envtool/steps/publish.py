@@ -563,6 +563,12 @@ def publish(specs: List[Spec], root: Path, modulefiles: Path, group: Optional[st
                 "lock": str(st.options.from_lock) if st.options.from_lock else None,
                 "status": spec.status.value}, gid, umask)
             say(f"{st.module}: {st.action}; module {content.full_name} at {path}; SBOM {sbom}")
+            try:  # what 'envtool list' shows; a registry that cannot be written is no failure
+                from envtool.core import registry
+
+                registry.record(target, spec.name, kind="published", module=content.full_name)
+            except OSError:
+                pass
             result.stacks.append(Published(spec.name, content.full_name, target, path, sbom, st.action,
                                            log=created.log, seconds=time.monotonic() - start,
                                            lock=_lock_dict(st.options), steps=steps))
