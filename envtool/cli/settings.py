@@ -122,8 +122,15 @@ def read_file(path: Path) -> Dict[str, str]:
     from envtool.cli.common import check_environment
     from envtool.spec.yamlload import load_yaml
 
+    from envtool.core.errors import SpecError
+
     _check_file(path)
-    data = load_yaml(path)
+    try:
+        data = load_yaml(path)
+    except SpecError as exc:
+        if exc.field == "(top level)":
+            raise UsageError(f"{path}: expected a mapping of settings ({', '.join(SETTINGS)})") from None
+        raise
     if data is None:
         return {}
     if not isinstance(data, dict):
