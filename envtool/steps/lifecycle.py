@@ -72,7 +72,8 @@ def status_of(prefix: Path) -> Dict[str, object]:
         return {"status": "not envtool's"}
     pub = read_record(prefix, PUBLISH_RECORD)
     created = rec.get("created") if isinstance(rec.get("created"), (int, float)) else None
-    return {"status": "published" if pub else "ok", "spec": rec.get("spec"), "created": created,
+    spec = rec.get("spec") or (f"clone of {rec['clone_of']}" if isinstance(rec.get("clone_of"), str) else None)
+    return {"status": "published" if pub else "ok", "spec": spec, "created": created,
             "module": pub.get("module") if pub else None}
 
 
