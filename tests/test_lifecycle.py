@@ -237,3 +237,32 @@ def test_cache_list_counts_everything_and_prune_trims_old_logs(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["logs"] == {"deleted": 1, "freed_bytes": 5_000}
     assert sorted(os.listdir(cache / "logs")) == ["new.log"]
+
+
+def test_remove_interrupted_leaves_all_or_nothing(tmp_path):
+    """SIGINT while the aside copy is being deleted: exit 130, the prefix is gone and nothing is left
+    beside it (the environment is never half there)."""
+    import signal
+
+    env = _home(tmp_path)
+    made = tmp_path / "big"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(made)], check=True)
+    (made / ".envtool").mkdir()
+    (made / ".envtool" / "create.json").write_text(json.dumps({"spec": "bare", "prefix": str(made)}))
+    for i in range(100):  # 10,000 files: deleting them takes long enough to be interrupted
+        d = made / "lib" / f"pkg{i}"
+        d.mkdir(parents=True)
+        for j in range(100):
+            (d / f"m{j}.py").write_text("x = 1\n")
+    proc = subprocess.Popen([sys.executable, "-m", "envtool", "remove", str(made)], cwd=REPO,
+                            env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and os.path.lexists(made) and proc.poll() is None:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode in (0, 130), err
+    assert not os.path.lexists(made), "the rename happened: the prefix must be gone"
+    left = [p for p in os.listdir(tmp_path) if p.startswith(".big.")]  # aside copy, lock file
+    assert left == [], left
+    assert "Traceback" not in err and (proc.returncode == 0 or "interrupted" in err), err
