@@ -74,10 +74,10 @@ def mark_default(root: Path, content: ModuleContent, fmt: str) -> Path:
 
 def other_format(root: Path, content: ModuleContent, fmt: str) -> Optional[Path]:
     """The modulefile of the same ``NAME/VERSION`` in the other format (``VERSION`` for Lua,
-    ``VERSION.lua`` for Tcl) when one is there, else None. Lmod reads both kinds and, with both
-    present, picks the ``.lua`` one (Lmod docs, "Lua modulefiles and TCL modulefiles",
-    https://lmod.readthedocs.io/en/latest/015_writing_modules.html), so a second file of the other
-    format silently shadows or is shadowed."""
+    ``VERSION.lua`` for Tcl) when one is there, else None. Lmod (https://github.com/TACC/Lmod) reads
+    both kinds from one tree; with ``foo/1.0`` and ``foo/1.0.lua`` both present, ``module load
+    foo/1.0`` under Lmod 8.6.19 (Debian's ``lmod`` package) loads the ``.lua`` one, so a second file
+    of the other format silently shadows or is shadowed."""
     other = modulefile_path(root, content, "tcl" if fmt == "lua" else "lua")
     return other if os.path.lexists(other) else None
 
