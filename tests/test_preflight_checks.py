@@ -148,7 +148,7 @@ def _jobscript(site: Path, *extra: str, expect: int = 0):
 
 def test_jobscript_writes_the_site_interface_with_its_source(tmp_path):
     site = tmp_path / "ib site.yaml"
-    site.write_text("name: ib\nscheduler: slurm\nlauncher: srun\ngpus_per_node: 0\nbatch:\n  interface: ib0\n"
+    site.write_text("name: ib\nscheduler: slurm\nlauncher: srun\ngpus_per_node: 0\nbatch:\n  cpus_per_node: 8\n  interface: ib0\n"
                     "  env: {NCCL_SOCKET_IFNAME: '=ib1'}\n")
     text = _jobscript(site).stdout
     for var in ("HOROVOD_GLOO_IFACE", "GLOO_SOCKET_IFNAME", "OMPI_MCA_btl_tcp_if_include"):

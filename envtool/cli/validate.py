@@ -99,7 +99,8 @@ def run(args) -> int:
             raise UsageError("--import-time counts metadata calls with strace, which is not on PATH "
                              "(Debian/Ubuntu: apt-get install strace)")
     slow = rk.SLOW_IMPORT_SECONDS if args.slow_import is None else args.slow_import
-    target = jobscript.resolve_target(args.prefix, args.module, args.spec, args.site, args.site_file)
+    target = jobscript.resolve_target(args.prefix, args.module, args.spec, args.site, args.site_file,
+                                      retired_ok=args.retired_ok, platform_mismatch_ok=args.platform_mismatch_ok)
     if args.submit:
         result = validate_job.run_job(target, args.nodes, args.ranks_per_node, args.gpus_per_rank, args.time,
                                       args.account, args.queue, benchmark=args.benchmark, steps=args.steps,

@@ -30,6 +30,9 @@ with ``--site-file``) holds::
       references:                       #   per node count: a performance variable and ReFrame's
         2:                              #   (value, lower, upper, unit): lower/upper are fractions
           allreduce_latency_4B: [80, null, 0.5, us]   # of value, lower in [-1, 0], upper >= 0
+    retired:                            # the system is decommissioned (see :class:`Retirement`)
+      date: "2024-11-15"
+      source: id                        #   the facility's announcement (an id in ``sources``)
     stacks:                             # per spec: a spec name or a glob (``ibm-wml-ce-*``)
       open-ce-1.1.3:
         modules: [open-ce/1.1.3-py38-0]
@@ -75,7 +78,8 @@ from envtool.spec.yamlload import LineDict, load_yaml
 
 SITE_FILE_KEYS = ("name", "summary", "sources", "platforms", "scheduler", "launcher", "gpus_per_node", "modules",
                   "env", "notes", "stacks", "batch", "build_caches", "build_modules", "build_cache_group", "detect",
-                  "clone_prefix", "validation")
+                  "clone_prefix", "validation", "retired")
+RETIRED_KEYS = ("date", "source", "note")
 DETECT_KEYS = ("env", "hostname", "source")
 BATCH_KEYS = ("source", "cpus_per_node", "queue", "queue_option", "constraint", "gpu_option", "mpi",
               "account_required", "directives", "env", "module_use", "shell", "interface")
@@ -140,7 +144,9 @@ class BatchSection:
         source: id in the site file's ``sources`` the layout comes from, or None.
         cpus_per_node: CPUs one job may use on a node (Slurm CPUs, LSF cores per resource set,
             PBS/ALPS depth units); divided among the ranks of a node for ``-c``/``-c``/``--depth``/
-            ``-d`` and ``OMP_NUM_THREADS``. 0 when unknown.
+            ``-d`` and ``OMP_NUM_THREADS``. 0 when unknown (a job script then stops with an error
+            naming ``batch.cpus_per_node``). ``auto`` in the file: this machine's CPUs
+            (``os.sched_getaffinity``), for the ``local`` site, whose jobs run here.
         queue: the queue (partition, QOS) used when ``--queue`` is not given, or None.
         queue_option: Slurm only: ``partition`` (``-p``, the default) or ``qos`` (``-q``).
         constraint: Slurm ``-C`` node feature (Perlmutter's ``gpu``), or None.
@@ -172,6 +178,35 @@ class BatchSection:
     shell: str = "/bin/bash"
     env_paths: Tuple[Tuple[str, str, str], ...] = ()
     interface: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Retirement:
+    """A site file's ``retired`` section: the system no longer runs jobs.
+
+    ``specs`` and ``show`` say so, and ``jobscript``/``validate --submit`` for the site need
+    ``--retired-ok`` (a job script for a system that is gone is almost always a mistake).
+
+    Attributes:
+        date: the day the facility decommissioned it (ISO ``YYYY-MM-DD``), or None when unknown.
+        source: id in the site file's ``sources`` naming the announcement, or None.
+        source_ref: what that id stands for (a URL), or None.
+        note: free text, or None.
+    """
+
+    date: Optional[str] = None
+    source: Optional[str] = None
+    source_ref: Optional[str] = None
+    note: Optional[str] = None
+
+    def describe(self) -> str:
+        """One line: ``decommissioned 2024-11-15 (https://…)``."""
+        text = f"decommissioned {self.date}" if self.date else "decommissioned"
+        if self.note:
+            text += f"; {self.note}"
+        if self.source_ref:
+            text += f" (source: {self.source_ref.split()[0]})"
+        return text
 
 
 @dataclass(frozen=True)
@@ -263,6 +298,7 @@ class SiteFile:
             ``{spec}`` replaced by the spec name), or None.
         env_paths: search-path entries added for every stack, ``(VAR, "prepend"|"append", entry)``.
         references: ``validation.references`` (:class:`Reference`), in file order, possibly empty.
+        retired: a :class:`Retirement` when the system is decommissioned, else None.
     """
 
     name: str
@@ -289,6 +325,7 @@ class SiteFile:
     def references_for(self, nodes: int) -> Tuple[Reference, ...]:
         """The references of ``validation.references`` for ``nodes`` nodes (possibly none)."""
         return tuple(r for r in self.references if r.nodes == nodes)
+    retired: Optional[Retirement] = None
 
     def mapping_for(self, spec_name: str) -> Optional[StackMapping]:
         """The stack entry for ``spec_name``: exact key first, then the first matching glob; or None.
@@ -393,13 +430,55 @@ def load_site(path: Path) -> SiteFile:
         raise r.error("clone_prefix", "a path template naming {spec} (e.g. $HOME/.conda/envs/{spec})",
                       got=clone_prefix)
     env, env_paths = r.env_map("env")
+    retired = _retired(spath, raw, sources)
     return SiteFile(name=r.str("name") or Path(path).stem, path=spath, summary=r.str("summary") or "",
                     sources=sources, platforms=tuple(platforms), scheduler=None if scheduler == "none" else scheduler,
                     launcher=r.str("launcher"), gpus_per_node=r.int("gpus_per_node", 0),
                     modules=r.str_list("modules"), env=env, notes=r.str("notes") or "",
                     stacks=tuple(stacks), batch=batch, build_caches=tuple(build_caches),
                     build_modules=r.str_list("build_modules"), build_cache_group=build_cache_group, detect=detect,
-                    clone_prefix=clone_prefix, env_paths=env_paths, references=_references(spath, raw))
+                    clone_prefix=clone_prefix, env_paths=env_paths, references=_references(spath, raw),
+                    retired=retired)
+
+
+def _retired(spath: str, raw, sources) -> Optional[Retirement]:
+    """Parse the ``retired`` section (SpecError naming ``retired.<field>`` on a bad value)."""
+    import datetime
+
+    data = raw.get("retired")
+    if data is None:
+        return None
+    line = raw.line_of("retired") if isinstance(raw, LineDict) else None
+    if not isinstance(data, dict):
+        raise SpecError(spath, "retired", "a mapping with date (YYYY-MM-DD), source and note", got=data, line=line)
+    r = load._Reader(spath, data, "retired", line=line)
+    r.check_keys(RETIRED_KEYS)
+    date = r.get("date")
+    if isinstance(date, datetime.date):
+        date = date.isoformat()
+    if date is not None:
+        try:
+            datetime.date.fromisoformat(str(date))
+        except ValueError:
+            raise r.error("date", "a date YYYY-MM-DD", got=date) from None
+    source_ids = dict(sources)
+    source = r.str("source")
+    if source is not None and source not in source_ids:
+        raise r.error("source", "the id of an entry of 'sources' (" + ", ".join(source_ids) + ")", got=source)
+    return Retirement(date=str(date) if date is not None else None, source=source,
+                      source_ref=source_ids.get(source) if source else None, note=r.str("note"))
+
+
+def retirement(name: str) -> Optional[Retirement]:
+    """The :class:`Retirement` of site ``name`` (a known site name), or None when the site is not
+    retired, unknown, or its file does not load (the commands that load it report that)."""
+    if not name:
+        return None
+    try:
+        path = available().get(name)
+        return load_site(path).retired if path is not None else None
+    except (SpecError, OSError):
+        return None
 
 
 def _detect(spath: str, raw, source_ids) -> Tuple[DetectRule, ...]:
@@ -581,8 +660,15 @@ def _batch(spath: str, raw, source_ids) -> BatchSection:
         raise b.error("interface", "a network interface name (1 to 15 letters, digits, '_', '.', '@', '-'; "
                       "e.g. ib0, hsn0, eth0)", got=interface)
     env, env_paths = b.env_map("env")
+    if data.get("cpus_per_node") == "auto":
+        # this machine's CPUs (the ``local`` site: the job runs here)
+        import os
+
+        cpus_per_node = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    else:
+        cpus_per_node = b.int("cpus_per_node", 0)
     return BatchSection(interface=interface,
-                        source=source, cpus_per_node=b.int("cpus_per_node", 0), queue=b.str("queue"),
+                        source=source, cpus_per_node=cpus_per_node, queue=b.str("queue"),
                         queue_option=b.choice("queue_option", QUEUE_OPTIONS, default="partition", nullable=False),
                         constraint=b.str("constraint"),
                         gpu_option=b.choice("gpu_option", GPU_OPTIONS, default="gpus-per-node", nullable=False),
