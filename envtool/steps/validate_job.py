@@ -28,6 +28,12 @@ from envtool.core.errors import CheckFailed, EnvtoolError, UsageError
 from envtool.scheduler.model import LaunchStep, Layout
 from envtool.steps.jobscript import Target, build_request, render
 from envtool.validate import ranks as rk
+from envtool.validate import sweep
+
+#: Seconds a Gloo or torch.distributed step may take when ``--timeout`` is not given.
+RENDEZVOUS_SECONDS = 900
+#: (controller, phase of its step) in the order the job runs them.
+CONTROLLER_PHASES = (("mpi", "probe"), ("gloo", "probe-gloo"), ("torch", "probe-torch"))
 
 Progress = Callable[[str], None]
 
@@ -158,7 +164,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
             time_limit: Optional[str] = None, account: Optional[str] = None, queue: Optional[str] = None,
             benchmark: bool = False, steps: int = 20, batch_size: int = 32, workdir: Optional[str] = None,
             timeout: Optional[float] = None, progress: Progress = lambda s: None,
-            preflight_only: bool = False) -> Dict[str, object]:
+            preflight_only: bool = False, sweep_max: int = sweep.MAX_SIZE) -> Dict[str, object]:
     """Run the validation as a batch job through the site's scheduler (see the module docstring).
 
     Args:
@@ -172,6 +178,14 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
         timeout: seconds to wait for the job before cancelling it (None: as long as it takes).
         progress: called with each state change (``job 12 queued (PENDING)``).
         preflight_only: run the pre-flight alone (Slurm sites).
+        sweep_max: bytes of the sweep's largest allreduce (0: no sweep); see
+            :mod:`envtool.validate.sweep`.
+
+    Every controller the build has runs across the nodes (Slurm sites): Horovod's MPI controller
+    through the site's ``srun --mpi=``; Horovod's Gloo controller and ``torch.distributed`` (gloo
+    backend) under ``srun --mpi=none`` with their rendezvous served by ``rendezvous.py`` in the
+    batch shell (the job's first node; why there, see that file). Each step ends with the
+    allreduce sweep, judged against the site file's ``validate`` section (references, fabric).
 
     On a Slurm site the job starts with the pre-flight (:mod:`envtool.validate.preflight`): one
     task per node, before the environment is activated, and a gate that stops the script before
@@ -179,7 +193,8 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
 
     Returns:
         ``{"ok", "problems", "job_id", "state", "exit_status", "preflight", "check_build",
-        "ranks": [records], "benchmark", "run_dir", "script", "output"}``.
+        "ranks": [records of the MPI step], "controllers": {name: {"phase", "ranks", "sweep",
+        "transport", "skipped"}}, "benchmark", "run_dir", "script", "output"}``.
     Raises:
         CheckFailed: the scheduler refused the job (its message).
         KeyboardInterrupt: Ctrl-C or SIGTERM; the job has been cancelled first.
@@ -209,15 +224,35 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
         job_steps += [LaunchStep(tuple(pf.node_argv(pf_script, run_dir, target.prefix)), per_node=True, early=True),
                       LaunchStep(tuple(pf.gate_argv(pf_script, run_dir, nodes, pf.lock_sha256(target.prefix))),
                                  direct=True, early=True)]
+    sweep_args = ["--sweep", str(sweep_max)] if sweep_max else []
     if not preflight_only:
         job_steps += [LaunchStep(tuple(([python, str(target.prefix / "bin" / "horovodrun")] if target.prefix
                                         else ["horovodrun"]) + ["--check-build"]),
                                  redirect=str(run_dir / "check-build.txt"), direct=True, may_fail=True),
-                      LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, "probe", method)))]
+                      LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, "probe", method) + sweep_args),
+                                 may_fail=with_preflight)]
+        if with_preflight:  # Slurm: Gloo and torch.distributed across nodes, rendezvous served in the job
+            rdv = rk.install_rendezvous(run_dir)
+            wait = str(int(timeout or RENDEZVOUS_SECONDS))
+            for kind, phase, controller in (("horovod-gloo", "probe-gloo", "gloo"), ("torch-gloo", "probe-torch",
+                                                                                    "torch")):
+                job_steps.append(LaunchStep(
+                    tuple(rk.probe_argv(python, probe, run_dir, phase, method) + ["--controller", controller]
+                          + sweep_args),
+                    wrap=(python, str(rdv), kind, str(run_dir), phase, wait, "--"), mpi="none", may_fail=True))
+    extra_env = [("PYTHONUNBUFFERED", "1")]
     req = build_request(target, nodes, job_steps, ranks_per_node, gpus_per_rank, time_limit, account, queue,
-                        "envtool-validate", str(run_dir / "job.out"), str(run_dir),
-                        extra_env=[("PYTHONUNBUFFERED", "1")])
+                        "envtool-validate", str(run_dir / "job.out"), str(run_dir), extra_env=extra_env)
     lay = req.layout
+    if lay.gpus_per_rank and sweep_max and not preflight_only:
+        # NCCL says which network transport it picked (NET/Socket, NET/IB, NET/OFI) at INFO level
+        (run_dir / "nccl").mkdir(exist_ok=True)
+        for old in (run_dir / "nccl").glob("*.log"):
+            old.unlink()
+        extra_env += [("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "INIT,NET"),
+                      ("NCCL_DEBUG_FILE", str(run_dir / "nccl" / "%h.%p.log"))]
+        req = build_request(target, nodes, job_steps, ranks_per_node, gpus_per_rank, time_limit, account, queue,
+                            "envtool-validate", str(run_dir / "job.out"), str(run_dir), extra_env=extra_env)
     if benchmark:
         one = Layout(1, 1, lay.gpus_per_rank, lay.cpus_per_rank)
         job_steps += [LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, "bench-1", batch_size=batch_size,
@@ -225,8 +260,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
                       LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, f"bench-{lay.ranks}",
                                                      batch_size=batch_size, steps=steps)))]
         req = build_request(target, nodes, job_steps, ranks_per_node, gpus_per_rank, time_limit, account, queue,
-                            "envtool-validate", str(run_dir / "job.out"), str(run_dir),
-                            extra_env=[("PYTHONUNBUFFERED", "1")])
+                            "envtool-validate", str(run_dir / "job.out"), str(run_dir), extra_env=extra_env)
     text = render(req)
     script = run_dir / "job.sh"
     script.write_text(text)
@@ -275,6 +309,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
         said = rk.errors_in_output(run_dir / "job.out")
         if said:
             problems.append("the job output says: " + " | ".join(said))
+    result["controllers"] = _controllers(target, run_dir, lay, recs, with_preflight, sweep_max, problems)
     if benchmark:
         one_recs, many_recs = rk.gather(run_dir, "bench-1"), rk.gather(run_dir, f"bench-{lay.ranks}")
         if not problems:
@@ -286,6 +321,56 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     result["problems"] = problems
     result["ok"] = not problems
     return result
+
+
+def _controllers(target: Target, run_dir: Path, lay: Layout, mpi_recs: List[dict], across: bool, sweep_max: int,
+                 problems: List[str]) -> Dict[str, dict]:
+    """Per controller: its ranks, sweep rows and transport; appends problems (prefixed with the
+    controller) for the Gloo and torch.distributed steps, failed sweeps, missed references and a
+    NCCL transport that is not the site's fabric."""
+    site_validate = getattr(target.site, "validate", None)
+    references = site_validate.references if site_validate is not None else ()
+    fabric = site_validate.fabric if site_validate is not None else None
+    out: Dict[str, dict] = {}
+    for controller, phase in CONTROLLER_PHASES:
+        if controller != "mpi" and not across:
+            continue
+        skipped = run_dir / phase / "skipped.txt"
+        if skipped.exists():
+            out[controller] = {"phase": phase, "ranks": [], "sweep": [], "skipped": skipped.read_text().strip()}
+            continue
+        recs = mpi_recs if controller == "mpi" else rk.gather(run_dir, phase)
+        if controller != "mpi":
+            problems += [f"{controller}: {p}" for p in rk.judge(recs, lay.ranks, _expected_warnings(target))]
+        rows = sweep.rows(recs)
+        ifaces = sorted({str(r.get("iface")) for r in recs if r.get("iface")})
+        entry = {"phase": phase, "ranks": recs, "sweep": rows, "skipped": None,
+                 "transport": ("TCP over " + ", ".join(ifaces)) if ifaces and controller != "mpi" else
+                 (("MPI; interface toward the first node: " + ", ".join(ifaces)) if ifaces else None)}
+        if sweep_max and recs and all(r.get("ok") for r in recs):
+            want = [n for n in sweep.SIZES if n <= sweep_max]
+            if [r["bytes"] for r in rows] != want:
+                problems.append(f"{controller}: the sweep lacks sizes "
+                                + ", ".join(sweep.human_size(n) for n in want if n not in {r['bytes'] for r in rows}))
+            problems += sweep.check_references(rows, references, controller, lay.nodes)
+        out[controller] = entry
+        gpu_rows = sweep.rows([{"checks": {"sweep": (r.get("checks") or {}).get("sweep_gpu") or {}}} for r in recs])
+        if controller == "mpi" and gpu_rows:
+            logs = sorted((run_dir / "nccl").glob("*.log")) if (run_dir / "nccl").is_dir() else []
+            lines: List[str] = []
+            for f in logs:
+                lines += f.read_text(errors="replace").splitlines()
+            nccl = sweep.nccl_transports(lines)
+            out["nccl"] = {"phase": phase, "ranks": recs, "sweep": gpu_rows, "skipped": None,
+                           "transport": nccl["network"] or ("inside the node: " + ", ".join(nccl["channels"])
+                                                            if nccl["channels"] else None),
+                           "nccl": nccl, "logs": [str(f) for f in logs]}
+            problems += sweep.check_references(gpu_rows, references, "nccl", lay.nodes)
+            if lay.nodes > 1:
+                bad = sweep.check_fabric(nccl["network"], fabric)
+                if bad:
+                    problems.append(f"nccl: {bad} (NCCL_DEBUG=INFO logs: {run_dir / 'nccl'})")
+    return out
 
 
 def _main_thread() -> bool:

@@ -12,12 +12,20 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 PROBE_FILE = Path(__file__).with_name("rank_probe.py")
+RENDEZVOUS_FILE = Path(__file__).with_name("rendezvous.py")
 
 
 def install_probe(run_dir: Path) -> Path:
     """Copy ``rank_probe.py`` into ``run_dir`` (which compute nodes see) and return its path."""
     dest = Path(run_dir) / "rank_probe.py"
     shutil.copyfile(PROBE_FILE, dest)
+    return dest
+
+
+def install_rendezvous(run_dir: Path) -> Path:
+    """Copy ``rendezvous.py`` (the Gloo/torch.distributed rendezvous of a job) into ``run_dir``."""
+    dest = Path(run_dir) / "rendezvous.py"
+    shutil.copyfile(RENDEZVOUS_FILE, dest)
     return dest
 
 
@@ -114,8 +122,10 @@ def errors_in_output(path: Path, limit: int = 3) -> List[str]:
 
 
 def table(records: List[dict]) -> str:
-    """One line per rank: rank, host, local rank, controller, allreduce, DataLoader, status."""
-    rows = [("rank", "host", "local", "controller", "allreduce", "dataloader", "status")]
+    """One line per rank: rank, host, local rank, controller, interface, allreduce, DataLoader,
+    status (the interface the controller used between nodes and how it was chosen; ``-`` where
+    the probe does not know it)."""
+    rows = [("rank", "host", "local", "controller", "interface", "allreduce", "dataloader", "status")]
     for r in records:
         c = r.get("checks") or {}
         ar = c.get("allreduce_cpu")
@@ -129,7 +139,8 @@ def table(records: List[dict]) -> str:
         rank = r.get("rank", r.get("launcher_rank"))
         local = r.get("local_rank", r.get("launcher_local_rank"))
         rows.append((str(rank if rank is not None else "?"), str(r.get("host", "?")),
-                     str(local if local is not None else "?"), str(r.get("controller", "-")), ar_s, dl_s, status))
+                     str(local if local is not None else "?"), str(r.get("controller", "-")),
+                     str(r.get("iface") or "-"), ar_s, dl_s, status))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row[:-1], widths)) + "  " + row[-1] for row in rows)
 
