@@ -31,8 +31,8 @@ def test_every_controller_across_two_nodes_with_the_sweep(multinode_cluster, sit
     run = tmp_path / "run"
     t0 = time.monotonic()
     proc = envtool(multinode_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", site, "--submit",
-                   "--nodes", "2", "--ranks-per-node", "2", "--workdir", run, "--json", "--timeout", "540",
-                   timeout=600)
+                   "--nodes", "2", "--ranks-per-node", "2", "--workdir", run, "--json", "--timeout", "900",
+                   timeout=1000)
     took = time.monotonic() - t0
     assert proc.returncode == 1, proc.stderr + proc.stdout + multinode_cluster.logs()
     data = json.loads(proc.stdout)
@@ -65,7 +65,6 @@ def test_every_controller_across_two_nodes_with_the_sweep(multinode_cluster, sit
     script = (run / "job.sh").read_text()
     assert "rendezvous.py horovod-gloo" in script and "srun --mpi=none" in script
     assert "srun --mpi=pmix" in script
-    # the human form: a table per controller with the interface, and the sweep
     assert multinode_cluster.wait_queue_empty() == ""
     print(f"three controllers and their sweeps across 2 nodes: {took:.0f} s")
 
@@ -75,7 +74,7 @@ def test_the_table_names_hosts_interfaces_and_sizes(multinode_cluster, site, cpu
     host and interface, then the sweep with every size up to the maximum asked."""
     proc = envtool(multinode_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", site, "--submit",
                    "--nodes", "2", "--ranks-per-node", "1", "--sweep-max", "1KiB", "--workdir", tmp_path / "run",
-                   "--timeout", "400", timeout=480)
+                   "--timeout", "600", timeout=700)
     assert proc.returncode == 0, proc.stderr + proc.stdout + multinode_cluster.logs()
     out = proc.stdout
     for name in ("mpi", "gloo", "torch"):
@@ -87,5 +86,5 @@ def test_the_table_names_hosts_interfaces_and_sizes(multinode_cluster, site, cpu
     assert {(w[1], w[3], w[4]) for w in ranks} == {(h, c, "eth0") for h in ("node1", "node2")
                                                    for c in ("mpi", "gloo", "torch")}, out
     sizes = [w[0] + " " + w[1] for w in lines if len(w) == 7 and w[1] in ("B", "KiB") and w[-1] == "yes"]
-    assert sizes == [f"{n} B" for n in (8, 16, 32, 64, 128, 256, 512)] * 3 + ["1 KiB"] * 0 or \
-        sorted(set(sizes)) == sorted({"8 B", "16 B", "32 B", "64 B", "128 B", "256 B", "512 B", "1 KiB"}), out
+    assert sizes == ([f"{n} B" for n in (8, 16, 32, 64, 128, 256, 512)] + ["1 KiB"]) * 3, out   # each controller
+    assert multinode_cluster.wait_queue_empty() == ""

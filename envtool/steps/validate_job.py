@@ -231,6 +231,9 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
                                  redirect=str(run_dir / "check-build.txt"), direct=True, may_fail=True),
                       LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, "probe", method) + sweep_args),
                                  may_fail=with_preflight)]
+        for _, phase in CONTROLLER_PHASES:  # results of an earlier run in this directory (the probes wrote them)
+            for old in [f for pat in ("rank-*.json", "pid-*.json", "*.txt") for f in (run_dir / phase).glob(pat)]:
+                old.unlink()
         if with_preflight:  # Slurm: Gloo and torch.distributed across nodes, rendezvous served in the job
             rdv = rk.install_rendezvous(run_dir)
             wait = str(int(timeout or RENDEZVOUS_SECONDS))
@@ -338,6 +341,12 @@ def _controllers(target: Target, run_dir: Path, lay: Layout, mpi_recs: List[dict
         skipped = run_dir / phase / "skipped.txt"
         if skipped.exists():
             out[controller] = {"phase": phase, "ranks": [], "sweep": [], "skipped": skipped.read_text().strip()}
+            continue
+        failed = run_dir / phase / "failed.txt"
+        if controller != "mpi" and failed.exists():
+            why = failed.read_text(errors="replace").strip()[:300]
+            problems.append(f"{controller}: the rendezvous in the job could not start: {why}")
+            out[controller] = {"phase": phase, "ranks": [], "sweep": [], "skipped": None, "error": why}
             continue
         recs = mpi_recs if controller == "mpi" else rk.gather(run_dir, phase)
         if controller != "mpi":

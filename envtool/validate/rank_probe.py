@@ -140,10 +140,21 @@ def expected_sum(torch, size, count):
     return (sum(r % 7 + 1 for r in range(size)) * (i % 251 + 1)).to(torch.float32)
 
 
+#: Seconds of timed allreduces per size of the sweep (after the verified one and one to measure).
+SECONDS_PER_SIZE = 0.25
+#: Most timed allreduces per size.
+MAX_ITERATIONS = 20
+
+
 def sweep(torch, allreduce, barrier, rank, size, max_bytes, device=None):
-    """Allreduce every power-of-two size from 8 B to ``max_bytes``: one verified (bit-exact)
-    allreduce, then timed ones (fewer for large sizes; at most ~64 MiB moved per size after the
-    first). ``allreduce(tensor, name)`` returns the sum; ``barrier()`` syncs the ranks."""
+    """Allreduce every power-of-two size from 8 B to ``max_bytes``.
+
+    Per size: one allreduce checked bit-exact against :func:`expected_sum`; one timed allreduce
+    whose mean time over the ranks (whole microseconds, summed exactly, so every rank computes
+    the same count) sets how many more fit in :data:`SECONDS_PER_SIZE` (1 to
+    :data:`MAX_ITERATIONS`); those are timed together. The run time is bounded whatever the speed.
+    ``allreduce(tensor, name)`` returns the sum; ``barrier()`` syncs the ranks.
+    """
     out = []
     nbytes = 8
     while nbytes <= max_bytes:
@@ -155,7 +166,14 @@ def sweep(torch, allreduce, barrier, rank, size, max_bytes, device=None):
         got = allreduce(src, f"envtool.sweep.{nbytes}.check")
         exact = bool(torch.equal(got, want))
         bad = None if exact else int((got != want).sum())
-        iters = max(2, min(20, (16 << 20) // nbytes))
+        barrier()
+        started = time.perf_counter()
+        allreduce(src, f"envtool.sweep.{nbytes}.probe")
+        if device is not None:
+            torch.cuda.synchronize(device)
+        one_us = float(max(1, round((time.perf_counter() - started) * 1e6)))
+        mean_us = float(allreduce(torch.tensor([one_us]), f"envtool.sweep.{nbytes}.time")[0]) / size
+        iters = int(max(1, min(MAX_ITERATIONS, SECONDS_PER_SIZE * 1e6 // mean_us)))
         barrier()
         started = time.perf_counter()
         for k in range(iters):

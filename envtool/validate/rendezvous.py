@@ -78,16 +78,24 @@ def serve_address(nodes):
     return socket.gethostbyname(socket.gethostname())
 
 
-def skip(out_dir, phase, why):
+def skip(out_dir, phase, why, name="skipped.txt"):
+    """Write ``OUT_DIR/PHASE/NAME`` with ``why``; 0 for a skip, 1 for a failure."""
     d = os.path.join(out_dir, phase)
     os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "skipped.txt"), "w") as f:
+    with open(os.path.join(d, name), "w") as f:
         f.write(why + "\n")
-    print(f"rendezvous: {phase} skipped: {why}", flush=True)
-    return 0
+    print(f"rendezvous: {phase} {name.split('.')[0]}: {why}", flush=True)
+    return 0 if name == "skipped.txt" else 1
 
 
 def main(argv):
+    try:
+        return _main(argv)
+    except Exception as exc:  # report why in the run directory, not only as a traceback in the job output
+        return skip(argv[2], argv[3], f"{type(exc).__name__}: {exc}", "failed.txt")
+
+
+def _main(argv):
     kind, out_dir, phase, timeout = argv[1], argv[2], argv[3], float(argv[4])
     if argv[5] != "--":
         raise SystemExit("usage: rendezvous.py KIND OUT_DIR PHASE TIMEOUT -- COMMAND...")
