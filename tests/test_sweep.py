@@ -168,3 +168,20 @@ def test_rows_take_the_slowest_rank_and_need_every_rank_exact():
     assert rows[0]["busbw_gbs"] == pytest.approx(8 / 2e-3 / 1e9)     # 2 ranks: busbw = algbw
     assert not rows[1]["verified"]
     assert "  16 B" in sweep.table("gloo", rows) and sweep.table("gloo", rows).splitlines()[-1].endswith("NO")
+
+
+def test_rendezvous_reads_slurm_tasks_per_node():
+    """rendezvous.py's host plan: SLURM_TASKS_PER_NODE as slurm prints it (``2(x3),1``, sbatch(1))."""
+    import importlib.util
+
+    from envtool.validate import ranks
+
+    spec = importlib.util.spec_from_file_location("rendezvous", ranks.RENDEZVOUS_FILE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.tasks_per_node("2(x3),1", 4) == [2, 2, 2, 1]
+    assert mod.tasks_per_node("4", 1) == [4]
+    with pytest.raises(ValueError, match="names 2 nodes, the job has 3"):
+        mod.tasks_per_node("2(x2)", 3)
+    with pytest.raises(ValueError, match="not COUNT"):
+        mod.tasks_per_node("two", 1)

@@ -103,7 +103,7 @@ def run(args) -> int:
                 print("pre-flight " + ("ok" if result["preflight"]["ok"] else "FAILED") + ":")
                 print(pf.table(result["preflight"]["nodes"]))
             controllers = result.get("controllers") or {}
-            if len(controllers) > 1:
+            if controllers:
                 from envtool.validate import sweep as sw
 
                 for name, c in controllers.items():
