@@ -24,6 +24,9 @@ def register(sub) -> None:
                         "node and reaching the others, /dev/shm, one libnccl on GPU nodes; srun's PMI against "
                         "the MPI build)")
     add_layout(p, nodes_required=False)
+    p.add_argument("--sweep-max", default="64MiB", metavar="SIZE",
+                   help="with --submit: largest allreduce of the sweep, a power of two from 8B to 64MiB, or 0 for "
+                        "no sweep (64MiB)")
     p.add_argument("--ranks", type=int, default=2, help="ranks on this machine without --submit (2)")
     p.add_argument("--import-time", action="store_true",
                    help="here: every rank also counts the file system metadata calls (stat, open, ...) of importing "
@@ -74,6 +77,12 @@ def run(args) -> int:
         raise UsageError("--plot draws the benchmark: add --benchmark")
     if args.plot and not args.plot.lower().endswith(".png"):
         raise UsageError(f"--plot {args.plot}: expected a .png file name")
+    from envtool.spec.sites import REFERENCE_SIZES, parse_size
+
+    sweep_max = parse_size(args.sweep_max)
+    if sweep_max != 0 and sweep_max not in REFERENCE_SIZES:
+        raise UsageError(f"--sweep-max {args.sweep_max}: expected a power of two from 8B to 64MiB (8B, 1KiB, 64MiB), "
+                         f"or 0 for no sweep")
     if args.ranks < 1 or args.steps < 1 or args.batch_size < 1:
         raise UsageError("--ranks, --steps and --batch-size must be 1 or more")
     if args.plot:
@@ -105,7 +114,8 @@ def run(args) -> int:
         result = validate_job.run_job(target, args.nodes, args.ranks_per_node, args.gpus_per_rank, args.time,
                                       args.account, args.queue, benchmark=args.benchmark, steps=args.steps,
                                       batch_size=args.batch_size, workdir=args.workdir, timeout=args.timeout,
-                                      progress=progress, preflight_only=args.preflight, slow_seconds=slow)
+                                      progress=progress, preflight_only=args.preflight, slow_seconds=slow,
+                                      sweep_max=sweep_max)
         records = result["ranks"]
     else:
         result = validate_job.run_here(target, ranks=args.ranks, benchmark=args.benchmark, steps=args.steps,
@@ -138,7 +148,20 @@ def run(args) -> int:
                     print(pf.table(result["preflight"]["nodes"]))
                 for warning in result["preflight"].get("warnings") or []:
                     print(f"warning: {warning}", file=sys.stderr)
-            if records or not (args.preflight or (result.get("preflight") or {}).get("problems")):
+            controllers = result.get("controllers") or {}
+            if controllers:
+                from envtool.validate import sweep as sw
+
+                for name, c in controllers.items():
+                    if c.get("skipped"):
+                        print(f"{name}: skipped ({c['skipped']})")
+                        continue
+                    if name != "nccl":
+                        print(f"{name} controller, {result['layout']['ranks']} ranks:")
+                        print(rk.table(c["ranks"]))
+                    if c.get("sweep"):
+                        print(sw.table(name, c["sweep"], c.get("transport") or ""))
+            elif records or not (args.preflight or (result.get("preflight") or {}).get("problems")):
                 print(rk.table(records))
         else:
             for controller, recs in result["runs"].items():

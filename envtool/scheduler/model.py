@@ -55,6 +55,10 @@ class LaunchStep:
             scheduler's ``per_node_argv``.
         early: write the line before modules are loaded and the environment is activated (a
             pre-flight must run where the environment is missing).
+        wrap: words written before the launcher's (a program in the batch shell that runs the
+            launcher line as its child, e.g. the rendezvous server of a Gloo step), or ().
+        mpi: Slurm only: the ``srun --mpi=`` plugin of this step instead of the site's
+            (``none`` for ranks that must not start through PMI), or None.
     """
 
     argv: Tuple[str, ...]
@@ -64,6 +68,8 @@ class LaunchStep:
     may_fail: bool = False
     per_node: bool = False
     early: bool = False
+    wrap: Tuple[str, ...] = ()
+    mpi: Optional[str] = None
 
 
 @dataclass(frozen=True)

@@ -192,7 +192,9 @@ def _step_line(req: JobRequest, sched, launch, step) -> str:
             raise UsageError(f"one task per node (the pre-flight) is not written for scheduler {sched.NAME} yet")
         words = per_node(req) + list(step.argv)
     else:
-        words = launch.batch_argv(req, layout, whole_job=step.layout is None) + list(step.argv)
+        words = list(step.wrap) + (launch.batch_argv(req, layout, whole_job=step.layout is None, mpi=step.mpi)
+                                   if step.mpi else launch.batch_argv(req, layout, whole_job=step.layout is None)) \
+            + list(step.argv)
     line = quote_words(words)
     if step.redirect:
         line += f" >> {shlex.quote(step.redirect)} 2>&1"

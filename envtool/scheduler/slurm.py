@@ -65,11 +65,13 @@ def directives(req) -> List[Tuple[str, ...]]:
     return out
 
 
-def launch_argv(req, layout, whole_job: bool = True) -> List[str]:
-    """``srun [--mpi=P]`` (+ ``-N n -n r`` for a step smaller than the job)."""
+def launch_argv(req, layout, whole_job: bool = True, mpi: Optional[str] = None) -> List[str]:
+    """``srun [--mpi=P]`` (+ ``-N n -n r`` for a step smaller than the job); ``mpi`` replaces the
+    site's ``batch.mpi`` for this step (``none``: no PMI set-up, srun(1))."""
     argv = ["srun"]
-    if req.site.batch.mpi:
-        argv.append(f"--mpi={req.site.batch.mpi}")
+    plugin = mpi or req.site.batch.mpi
+    if plugin:
+        argv.append(f"--mpi={plugin}")
     if not whole_job:
         argv += ["-N", str(layout.nodes), "-n", str(layout.ranks)]
         if layout.cpus_per_rank:

@@ -26,7 +26,9 @@ with ``--site-file``) holds::
         source: id                      #   where the fact comes from (an id in ``sources``)
       - hostname: "login*.summit*"      #   or this machine's host name matching a glob
     clone_prefix: "$HOME/.conda/envs/{spec}"   # where ``create --clone`` puts a clone by default
-    validation:                         # what ``validate`` measures must meet (see Reference)
+    validation:                         # what ``validate`` measures must meet
+      fabric: ib                        #   NCCL's network between nodes (see ValidateSection)
+      sweep: {gloo: {2: {64MiB: [1.2, -0.25, null, GB/s]}}}   # the allreduce sweep's references
       references:                       #   per node count: a performance variable and ReFrame's
         2:                              #   (value, lower, upper, unit): lower/upper are fractions
           allreduce_latency_4B: [80, null, 0.5, us]   # of value, lower in [-1, 0], upper >= 0
@@ -92,7 +94,7 @@ SCHEDULERS = ("slurm", "lsf", "pbs", "cobalt", "none")
 QUEUE_OPTIONS = ("partition", "qos")
 #: How a Slurm site wants GPUs asked for: ``--gpus-per-node=N`` or ``--gres=gpu:N``.
 GPU_OPTIONS = ("gpus-per-node", "gres")
-VALIDATION_KEYS = ("references",)
+VALIDATION_KEYS = ("fabric", "references", "sweep")
 #: A performance variable's name (``allreduce_latency_4B``): what ReFrame reports it as.
 PERF_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 BUNDLED_SITES = ("summit", "perlmutter", "polaris", "bede", "theta", "local")
@@ -299,6 +301,8 @@ class SiteFile:
         env_paths: search-path entries added for every stack, ``(VAR, "prepend"|"append", entry)``.
         references: ``validation.references`` (:class:`Reference`), in file order, possibly empty.
         retired: a :class:`Retirement` when the system is decommissioned, else None.
+        validate: the ``validation`` section's fabric and allreduce-sweep references
+            (:class:`ValidateSection`).
     """
 
     name: str
@@ -326,6 +330,7 @@ class SiteFile:
         """The references of ``validation.references`` for ``nodes`` nodes (possibly none)."""
         return tuple(r for r in self.references if r.nodes == nodes)
     retired: Optional[Retirement] = None
+    validate: "ValidateSection" = None  # type: ignore[assignment]
 
     def mapping_for(self, spec_name: str) -> Optional[StackMapping]:
         """The stack entry for ``spec_name``: exact key first, then the first matching glob; or None.
@@ -438,7 +443,7 @@ def load_site(path: Path) -> SiteFile:
                     stacks=tuple(stacks), batch=batch, build_caches=tuple(build_caches),
                     build_modules=r.str_list("build_modules"), build_cache_group=build_cache_group, detect=detect,
                     clone_prefix=clone_prefix, env_paths=env_paths, references=_references(spath, raw),
-                    retired=retired)
+                    retired=retired, validate=_validate(spath, raw))
 
 
 def _retired(spath: str, raw, sources) -> Optional[Retirement]:
@@ -636,6 +641,137 @@ def _references(spath: str, raw) -> Tuple[Reference, ...]:
                                  lower=None if lower is None else float(lower),
                                  upper=None if upper is None else float(upper), unit=unit))
     return tuple(out)
+
+
+#: What carries NCCL's traffic between nodes at a site: ``ib`` (InfiniBand/RoCE verbs, NCCL's
+#: ``NET/IB``), ``ofi`` (libfabric through the aws-ofi-nccl plugin, as on Slingshot and EFA), or
+#: ``socket`` (TCP).
+FABRICS = ("ib", "ofi", "socket")
+#: Controllers a reference may name (``*``: every one).
+REFERENCE_CONTROLLERS = ("*", "mpi", "gloo", "torch", "nccl")
+#: Units of a reference: bus bandwidth (``GB/s``, ``MB/s``; 1e9 and 1e6 bytes/s) or latency.
+REFERENCE_UNITS = ("GB/s", "MB/s", "us", "ms")
+#: Sizes a reference may name: the sweep's, every power of two from 8 B to 64 MiB.
+REFERENCE_SIZES = tuple(2 ** k for k in range(3, 27))
+_SIZE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB)?\s*$")
+
+
+@dataclass(frozen=True)
+class AllreduceReference:
+    """One reference of a site's allreduce sweep, in ReFrame's form (value, lower, upper, unit):
+    the measured number must lie within ``value * (1 + lower)`` and ``value * (1 + upper)``, a
+    None bound being open (https://reframe-hpc.readthedocs.io/en/stable/regression_test_api.html,
+    ``RegressionTest.reference``).
+
+    Attributes:
+        controller: ``mpi``, ``gloo``, ``torch``, ``nccl`` or ``*`` (all).
+        nodes: the node count it holds for.
+        size: the allreduce's size in bytes (one of :data:`REFERENCE_SIZES`).
+        value: the reference number, > 0, in ``unit``.
+        lower: fraction (<= 0) below ``value`` still accepted, or None.
+        upper: fraction (>= 0) above ``value`` still accepted, or None.
+        unit: ``GB/s`` or ``MB/s`` (bus bandwidth) or ``us``/``ms`` (latency per allreduce).
+        source: where it was written (``FILE:LINE``).
+    """
+
+    controller: str
+    nodes: int
+    size: int
+    value: float
+    lower: Optional[float]
+    upper: Optional[float]
+    unit: str
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class ValidateSection:
+    """What a site file's ``validation`` section says of the allreduce sweep::
+
+        validation:
+          fabric: ib                    # NCCL must use it between nodes (ib, ofi, socket)
+          sweep:                        # controller (or "*") → nodes → size → [value, lower, upper, unit]
+            gloo:
+              2:
+                64MiB: [1.2, -0.25, null, GB/s]
+                8B: [150, null, 0.5, us]
+
+    Attributes:
+        fabric: ``ib``, ``ofi``, ``socket`` or None.
+        references: the :class:`AllreduceReference` entries.
+    """
+
+    fabric: Optional[str] = None
+    references: Tuple[AllreduceReference, ...] = ()
+
+
+def parse_size(text: object) -> Optional[int]:
+    """``64MiB``, ``8 B``, ``4096`` → bytes, or None when unreadable."""
+    if isinstance(text, bool):
+        return None
+    m_ = _SIZE.match(str(text))
+    if not m_:
+        return None
+    return int(m_.group(1)) << {"B": 0, None: 0, "KiB": 10, "MiB": 20, "GiB": 30}[m_.group(2)]
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _validate(spath: str, raw) -> ValidateSection:
+    """Parse the ``validation`` section's ``fabric`` and ``sweep`` (SpecError naming
+    ``validation.<field>`` on a bad value; :func:`_references` checks the section's keys)."""
+    data = raw.get("validation")
+    if not isinstance(data, dict):
+        return ValidateSection()
+    line = raw.line_of("validation") if isinstance(raw, LineDict) else None
+    v = load._Reader(spath, data, "validation", line=line)
+    fabric = v.choice("fabric", FABRICS)
+    refs = []
+    by_controller = data.get("sweep") or {}
+    if not isinstance(by_controller, dict):
+        raise v.error("sweep", "a mapping: controller (" + ", ".join(REFERENCE_CONTROLLERS) + ") → node count "
+                      "→ size → [value, lower, upper, unit]", got=by_controller)
+
+    def where(node, key) -> Optional[int]:
+        return node.line_of(key) if isinstance(node, LineDict) else line
+
+    for controller, by_nodes in by_controller.items():
+        field = f"validation.sweep.{controller}"
+        if str(controller) not in REFERENCE_CONTROLLERS:
+            raise SpecError(spath, field, "a controller: " + ", ".join(REFERENCE_CONTROLLERS), got=controller,
+                            line=where(by_controller, controller))
+        if not isinstance(by_nodes, dict):
+            raise SpecError(spath, field, "a mapping: node count → size → [value, lower, upper, unit]",
+                            got=by_nodes, line=where(by_controller, controller))
+        for nodes, by_size in by_nodes.items():
+            nfield = f"{field}.{nodes}"
+            if isinstance(nodes, bool) or not str(nodes).isdigit() or int(nodes) < 1:
+                raise SpecError(spath, nfield, "a node count (1 or more)", got=nodes, line=where(by_nodes, nodes))
+            if not isinstance(by_size, dict):
+                raise SpecError(spath, nfield, "a mapping: size (8B … 64MiB) → [value, lower, upper, unit]",
+                                got=by_size, line=where(by_nodes, nodes))
+            for size, ref in by_size.items():
+                sfield = f"{nfield}.{size}"
+                nbytes = parse_size(size)
+                if nbytes not in REFERENCE_SIZES:
+                    raise SpecError(spath, sfield, "a size of the sweep: a power of two from 8B to 64MiB "
+                                    "(8B, 1KiB, 64MiB …)", got=size, line=where(by_size, size))
+                ok = (isinstance(ref, list) and len(ref) == 4 and _number(ref[0]) and ref[0] > 0
+                      and (ref[1] is None or (_number(ref[1]) and -1 <= ref[1] <= 0))
+                      and (ref[2] is None or (_number(ref[2]) and ref[2] >= 0))
+                      and ref[3] in REFERENCE_UNITS)
+                if not ok:
+                    raise SpecError(spath, sfield, "[value > 0, lower (a fraction from -1 to 0, or null), upper "
+                                    "(a fraction >= 0, or null), unit (" + ", ".join(REFERENCE_UNITS) + ")]",
+                                    got=ref, line=where(by_size, size))
+                refs.append(AllreduceReference(controller=str(controller), nodes=int(nodes), size=nbytes,
+                                               value=float(ref[0]),
+                                               lower=None if ref[1] is None else float(ref[1]),
+                                               upper=None if ref[2] is None else float(ref[2]), unit=ref[3],
+                                               source=f"{spath}: {sfield}"))
+    return ValidateSection(fabric=fabric, references=tuple(refs))
 
 
 def _batch(spath: str, raw, source_ids) -> BatchSection:

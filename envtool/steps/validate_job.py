@@ -29,6 +29,12 @@ from envtool.core.errors import CheckFailed, EnvtoolError, UsageError
 from envtool.scheduler.model import LaunchStep, Layout
 from envtool.steps.jobscript import Target, build_request, render
 from envtool.validate import ranks as rk
+from envtool.validate import sweep
+
+#: Seconds a Gloo or torch.distributed step may take when ``--timeout`` is not given.
+RENDEZVOUS_SECONDS = 900
+#: (controller, phase of its step) in the order the job runs them.
+CONTROLLER_PHASES = (("mpi", "probe"), ("gloo", "probe-gloo"), ("torch", "probe-torch"))
 
 Progress = Callable[[str], None]
 
@@ -173,7 +179,8 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
             time_limit: Optional[str] = None, account: Optional[str] = None, queue: Optional[str] = None,
             benchmark: bool = False, steps: int = 20, batch_size: int = 32, workdir: Optional[str] = None,
             timeout: Optional[float] = None, progress: Progress = lambda s: None,
-            preflight_only: bool = False, slow_seconds: float = rk.SLOW_IMPORT_SECONDS) -> Dict[str, object]:
+            preflight_only: bool = False, slow_seconds: float = rk.SLOW_IMPORT_SECONDS,
+            sweep_max: int = sweep.MAX_SIZE) -> Dict[str, object]:
     """Run the validation as a batch job through the site's scheduler (see the module docstring).
 
     Args:
@@ -189,10 +196,17 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
         preflight_only: run the pre-flight alone (Slurm sites).
         slow_seconds: p99 import seconds above which an import from a shared file system is
             reported with the staging fix.
+        sweep_max: bytes of the sweep's largest allreduce (0: no sweep); see
+            :mod:`envtool.validate.sweep`.
 
     Every rank times its import of torch and horovod.torch and counts the file system metadata
     calls of that import under the prefix (strace on the compute node; a node without strace is
     named); ``import_time`` in the result summarises them (:func:`envtool.validate.ranks.import_summary`).
+    Every controller the build has runs across the nodes (Slurm sites): Horovod's MPI controller
+    through the site's ``srun --mpi=``; Horovod's Gloo controller and ``torch.distributed`` (gloo
+    backend) under ``srun --mpi=none`` with their rendezvous served by ``rendezvous.py`` in the
+    batch shell (the job's first node; why there, see that file). Each step ends with the
+    allreduce sweep, judged against the site file's ``validation`` section (sweep references, fabric).
 
     On a Slurm site the job starts with the pre-flight (:mod:`envtool.validate.preflight`): one
     task per node, before the environment is activated, and a gate that stops the script before
@@ -200,7 +214,8 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
 
     Returns:
         ``{"ok", "problems", "job_id", "state", "exit_status", "preflight", "check_build",
-        "ranks": [records], "import_time", "benchmark", "run_dir", "script", "output"}``.
+        "ranks": [records of the MPI step], "import_time", "controllers": {name: {"phase", "ranks", "sweep",
+        "transport", "skipped"}}, "benchmark", "run_dir", "script", "output"}``.
     Raises:
         CheckFailed: the scheduler refused the job (its message).
         KeyboardInterrupt: Ctrl-C or SIGTERM; the job has been cancelled first.
@@ -248,17 +263,40 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
                                   "warnings": list(pmi_result.notes), "pmi": _pmi_dict(pmi_result)},
                     "problems": list(pmi_result.problems) + ["the job was not submitted: its launcher and MPI "
                                                              "do not match"], "ok": False}
+    sweep_args = ["--sweep", str(sweep_max)] if sweep_max else []
     if not preflight_only:
         job_steps += [LaunchStep(tuple(([python, str(target.prefix / "bin" / "horovodrun")] if target.prefix
                                         else ["horovodrun"]) + ["--check-build"]),
                                  redirect=str(run_dir / "check-build.txt"), direct=True, may_fail=True),
-                      LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, "probe", method, import_trace=True)))]
+                      LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, "probe", method, import_trace=True)
+                                       + sweep_args), may_fail=with_preflight)]
+        for _, phase in CONTROLLER_PHASES:  # results of an earlier run in this directory (the probes wrote them)
+            for old in [f for pat in ("rank-*.json", "pid-*.json", "*.txt") for f in (run_dir / phase).glob(pat)]:
+                old.unlink()
+        if with_preflight:  # Slurm: Gloo and torch.distributed across nodes, rendezvous served in the job
+            rdv = rk.install_rendezvous(run_dir)
+            wait = str(int(timeout or RENDEZVOUS_SECONDS))
+            for kind, phase, controller in (("horovod-gloo", "probe-gloo", "gloo"), ("torch-gloo", "probe-torch",
+                                                                                    "torch")):
+                job_steps.append(LaunchStep(
+                    tuple(rk.probe_argv(python, probe, run_dir, phase, method) + ["--controller", controller]
+                          + sweep_args),
+                    wrap=(python, str(rdv), kind, str(run_dir), phase, wait, "--"), mpi="none", may_fail=True))
     # srun labels each line with its task number (srun(1): SLURM_LABELIO, same as --label): a hang
     # can then name the last line each rank printed
     extra_env = [("PYTHONUNBUFFERED", "1")] + ([("SLURM_LABELIO", "1")] if sched.NAME == "slurm" else [])
     req = build_request(target, nodes, job_steps, ranks_per_node, gpus_per_rank, time_limit, account, queue,
                         "envtool-validate", str(run_dir / "job.out"), str(run_dir), extra_env=extra_env)
     lay = req.layout
+    if lay.gpus_per_rank and sweep_max and not preflight_only:
+        # NCCL says which network transport it picked (NET/Socket, NET/IB, NET/OFI) at INFO level
+        (run_dir / "nccl").mkdir(exist_ok=True)
+        for old in (run_dir / "nccl").glob("*.log"):
+            old.unlink()
+        extra_env += [("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "INIT,NET"),
+                      ("NCCL_DEBUG_FILE", str(run_dir / "nccl" / "%h.%p.log"))]
+        req = build_request(target, nodes, job_steps, ranks_per_node, gpus_per_rank, time_limit, account, queue,
+                            "envtool-validate", str(run_dir / "job.out"), str(run_dir), extra_env=extra_env)
     if benchmark:
         one = Layout(1, 1, lay.gpus_per_rank, lay.cpus_per_rank)
         job_steps += [LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, "bench-1", batch_size=batch_size,
@@ -328,6 +366,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
         said = rk.errors_in_output(run_dir / "job.out")
         if said:
             problems.append("the job output says: " + " | ".join(said))
+    result["controllers"] = _controllers(target, run_dir, lay, recs, with_preflight, sweep_max, problems)
     if benchmark:
         one_recs, many_recs = rk.gather(run_dir, "bench-1"), rk.gather(run_dir, f"bench-{lay.ranks}")
         if not problems:
@@ -385,6 +424,62 @@ def _pmi_dict(res) -> Dict[str, object]:
     mpi = res.mpi
     return {"plugin": res.plugin, "srun_plugins": list(res.srun_plugins),
             "mpi": {"name": mpi.name, "speaks": list(mpi.speaks), "source": mpi.source} if mpi else None}
+
+
+def _controllers(target: Target, run_dir: Path, lay: Layout, mpi_recs: List[dict], across: bool, sweep_max: int,
+                 problems: List[str]) -> Dict[str, dict]:
+    """Per controller: its ranks, sweep rows and transport; appends problems (prefixed with the
+    controller) for the Gloo and torch.distributed steps, failed sweeps, missed references and a
+    NCCL transport that is not the site's fabric."""
+    site_validate = getattr(target.site, "validate", None)
+    references = site_validate.references if site_validate is not None else ()
+    fabric = site_validate.fabric if site_validate is not None else None
+    out: Dict[str, dict] = {}
+    for controller, phase in CONTROLLER_PHASES:
+        if controller != "mpi" and not across:
+            continue
+        skipped = run_dir / phase / "skipped.txt"
+        if skipped.exists():
+            out[controller] = {"phase": phase, "ranks": [], "sweep": [], "skipped": skipped.read_text().strip()}
+            continue
+        failed = run_dir / phase / "failed.txt"
+        if controller != "mpi" and failed.exists():
+            why = failed.read_text(errors="replace").strip()[:300]
+            problems.append(f"{controller}: the rendezvous in the job could not start: {why}")
+            out[controller] = {"phase": phase, "ranks": [], "sweep": [], "skipped": None, "error": why}
+            continue
+        recs = mpi_recs if controller == "mpi" else rk.gather(run_dir, phase)
+        if controller != "mpi":
+            problems += [f"{controller}: {p}" for p in rk.judge(recs, lay.ranks, _expected_warnings(target))]
+        rows = sweep.rows(recs)
+        ifaces = sorted({str(r.get("iface")) for r in recs if r.get("iface")})
+        entry = {"phase": phase, "ranks": recs, "sweep": rows, "skipped": None,
+                 "transport": ("TCP over " + ", ".join(ifaces)) if ifaces and controller != "mpi" else
+                 (("MPI; interface toward the first node: " + ", ".join(ifaces)) if ifaces else None)}
+        if sweep_max and recs and all(r.get("ok") for r in recs):
+            want = [n for n in sweep.SIZES if n <= sweep_max]
+            if [r["bytes"] for r in rows] != want:
+                problems.append(f"{controller}: the sweep lacks sizes "
+                                + ", ".join(sweep.human_size(n) for n in want if n not in {r['bytes'] for r in rows}))
+            problems += sweep.check_references(rows, references, controller, lay.nodes)
+        out[controller] = entry
+        gpu_rows = sweep.rows([{"checks": {"sweep": (r.get("checks") or {}).get("sweep_gpu") or {}}} for r in recs])
+        if controller == "mpi" and gpu_rows:
+            logs = sorted((run_dir / "nccl").glob("*.log")) if (run_dir / "nccl").is_dir() else []
+            lines: List[str] = []
+            for f in logs:
+                lines += f.read_text(errors="replace").splitlines()
+            nccl = sweep.nccl_transports(lines)
+            out["nccl"] = {"phase": phase, "ranks": recs, "sweep": gpu_rows, "skipped": None,
+                           "transport": nccl["network"] or ("inside the node: " + ", ".join(nccl["channels"])
+                                                            if nccl["channels"] else None),
+                           "nccl": nccl, "logs": [str(f) for f in logs]}
+            problems += sweep.check_references(gpu_rows, references, "nccl", lay.nodes)
+            if lay.nodes > 1:
+                bad = sweep.check_fabric(nccl["network"], fabric)
+                if bad:
+                    problems.append(f"nccl: {bad} (NCCL_DEBUG=INFO logs: {run_dir / 'nccl'})")
+    return out
 
 
 def _main_thread() -> bool:

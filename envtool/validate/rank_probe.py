@@ -21,14 +21,28 @@ Each rank writes ``OUT_DIR/PHASE/rank-<r>.json`` (host, rank, local rank, size, 
 check's outcome, or the error and its traceback) and exits 1 when a check failed. The rank is
 known from the launcher's variables before Horovod starts, so a rank that cannot start Horovod
 still reports.
+
+``--controller gloo``: Horovod's Gloo controller under a launcher that does not set it up
+(``srun --mpi=none``): the rank takes its slot from ``ENVTOOL_GLOO_PLAN`` (the host plan
+``rendezvous.py`` gave Horovod's rendezvous server) by its launcher rank, checks the launcher put
+it on that node, and sets ``HOROVOD_RANK``/``SIZE``/``LOCAL_*``/``CROSS_*``/``HOSTNAME`` and
+``HOROVOD_GLOO_IFACE`` (the site's, or the interface that routes to the rendezvous address).
+``--controller torch``: ``torch.distributed`` with the gloo backend, through the c10d TCPStore
+``rendezvous.py`` serves (``ENVTOOL_TORCH_STORE``), ``GLOO_SOCKET_IFNAME`` chosen the same way.
+
+``--sweep MAX``: after the checks, an allreduce (sum) of float32 tensors of every power of two
+from 8 bytes to MAX bytes, each element a small integer that depends on rank and position, so
+the sum is exact in float32 and checked bit-exact; the mean seconds per allreduce of each size.
 """
 import ast
+import fcntl
 import json
 import os
 import re
 import shutil
 import socket
 import subprocess
+import struct
 import sys
 import tempfile
 import time
@@ -61,6 +75,132 @@ class Squares:
         import torch
 
         return torch.tensor([i * i])
+
+
+def iface_of(addr):
+    """The name of the interface that holds IPv4 address ``addr``, or None (SIOCGIFADDR, netdevice(7))."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for _, name in socket.if_nameindex():
+            try:
+                got = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))
+            except OSError:
+                continue
+            if socket.inet_ntoa(got[20:24]) == addr:
+                return name
+    finally:
+        probe.close()
+    return None
+
+
+def route_iface(peer):
+    """``(interface, local address)`` this host would use to reach ``peer`` (a connected UDP
+    socket sends nothing; the kernel picks the route), or ``(None, None)``."""
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            s.connect((socket.gethostbyname(peer), 9))
+            local = s.getsockname()[0]
+        finally:
+            s.close()
+    except OSError:
+        return None, None
+    return iface_of(local), local
+
+
+def choose_iface(var, peer, export=True):
+    """The interface a controller uses: ``$var`` when the site or the job sets it, else the one
+    that routes to ``peer``; returns ``(name, how it was chosen)`` and exports ``var`` (when
+    ``export``: before the controller starts)."""
+    if os.environ.get(var):
+        return os.environ[var], f"{var} from the job's environment"
+    name, _ = route_iface(peer) if peer else (None, None)
+    if name:
+        if export:
+            os.environ[var] = name
+        return name, f"route to {peer}"
+    return None, "unknown"
+
+
+def gloo_slot(rec):
+    """Set Horovod's Gloo variables for this rank from ``ENVTOOL_GLOO_PLAN`` (see the module docstring)."""
+    plan = json.loads(os.environ["ENVTOOL_GLOO_PLAN"])
+    rank = rec["launcher_rank"]
+    if rank is None or not 0 <= rank < len(plan):
+        raise RuntimeError(f"launcher rank {rank} is not in the rendezvous plan of {len(plan)} ranks")
+    slot = plan[rank]
+    node_id = os.environ.get("SLURM_NODEID")
+    if node_id is not None and int(node_id) != slot["cross_rank"]:
+        raise RuntimeError(f"the launcher put rank {rank} on node index {node_id} ({rec['host']}), the rendezvous "
+                           f"plan on {slot['hostname']} (index {slot['cross_rank']})")
+    os.environ.update(HOROVOD_RANK=str(rank), HOROVOD_SIZE=str(len(plan)), HOROVOD_LOCAL_RANK=str(slot["local_rank"]),
+                      HOROVOD_LOCAL_SIZE=str(slot["local_size"]), HOROVOD_CROSS_RANK=str(slot["cross_rank"]),
+                      HOROVOD_CROSS_SIZE=str(slot["cross_size"]), HOROVOD_HOSTNAME=slot["hostname"],
+                      HOROVOD_CONTROLLER="gloo", HOROVOD_CPU_OPERATIONS="gloo")
+    rec["iface"], rec["iface_source"] = choose_iface("HOROVOD_GLOO_IFACE",
+                                                     os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR"))
+
+
+def pattern(torch, rank, count):
+    """float32 ``count`` elements: ``(rank % 7 + 1) * (i % 251 + 1)``; summed over n ranks at most
+    7 * 251 * n, exact in float32 (24-bit significand) for n up to 9000 ranks."""
+    i = torch.arange(count, dtype=torch.int64)
+    return ((rank % 7 + 1) * (i % 251 + 1)).to(torch.float32)
+
+
+def expected_sum(torch, size, count):
+    """The exact sum of :func:`pattern` over ``size`` ranks."""
+    i = torch.arange(count, dtype=torch.int64)
+    return (sum(r % 7 + 1 for r in range(size)) * (i % 251 + 1)).to(torch.float32)
+
+
+#: Seconds of timed allreduces per size of the sweep (after the verified one and one to measure).
+SECONDS_PER_SIZE = 0.25
+#: Most timed allreduces per size.
+MAX_ITERATIONS = 20
+
+
+def sweep(torch, allreduce, barrier, rank, size, max_bytes, device=None):
+    """Allreduce every power-of-two size from 8 B to ``max_bytes``.
+
+    Per size: one allreduce checked bit-exact against :func:`expected_sum`; one timed allreduce
+    whose mean time over the ranks (whole microseconds, summed exactly, so every rank computes
+    the same count) sets how many more fit in :data:`SECONDS_PER_SIZE` (1 to
+    :data:`MAX_ITERATIONS`); those are timed together. The run time is bounded whatever the speed.
+    ``allreduce(tensor, name)`` returns the sum; ``barrier()`` syncs the ranks.
+    """
+    out = []
+    nbytes = 8
+    while nbytes <= max_bytes:
+        count = nbytes // 4
+        src = pattern(torch, rank, count)
+        want = expected_sum(torch, size, count)
+        if device is not None:
+            src, want = src.to(device), want.to(device)
+        got = allreduce(src, f"envtool.sweep.{nbytes}.check")
+        exact = bool(torch.equal(got, want))
+        bad = None if exact else int((got != want).sum())
+        barrier()
+        started = time.perf_counter()
+        allreduce(src, f"envtool.sweep.{nbytes}.probe")
+        if device is not None:
+            torch.cuda.synchronize(device)
+        one_us = float(max(1, round((time.perf_counter() - started) * 1e6)))
+        mean_us = float(allreduce(torch.tensor([one_us]), f"envtool.sweep.{nbytes}.time")[0]) / size
+        iters = int(max(1, min(MAX_ITERATIONS, SECONDS_PER_SIZE * 1e6 // mean_us)))
+        barrier()
+        started = time.perf_counter()
+        for k in range(iters):
+            allreduce(src, f"envtool.sweep.{nbytes}.{k}")
+        if device is not None:
+            torch.cuda.synchronize(device)
+        seconds = (time.perf_counter() - started) / iters
+        out.append({"bytes": nbytes, "iterations": iters, "seconds": seconds, "exact": exact,
+                    "wrong_elements": bad})
+        nbytes *= 2
+    return {"ok": all(s["exact"] for s in out), "sizes": out,
+            "error": None if all(s["exact"] for s in out) else
+            "results not bit-exact at " + ", ".join(str(s["bytes"]) + " B" for s in out if not s["exact"])}
 
 
 def dataloader_check(method):
@@ -323,19 +463,64 @@ def _say(phase, what):
     print("envtool-probe %s on %s: %s" % (phase, socket.gethostname(), what), flush=True)
 
 
+def torch_probe(rec, method, sweep_max):
+    """``torch.distributed`` (gloo backend) through the job's c10d store: the allreduce check, the
+    DataLoader, and the sweep (see the module docstring)."""
+    import datetime
+
+    with warnings.catch_warnings(record=True) as caught:
+        import torch
+        import torch.distributed as dist
+    rec["import_warnings"] = ["%s: %s" % (w.category.__name__, w.message) for w in caught]
+    addr, port = os.environ["ENVTOOL_TORCH_STORE"].rsplit(":", 1)
+    rank, size = rec["launcher_rank"], int(os.environ.get("SLURM_NTASKS") or os.environ["ENVTOOL_TORCH_SIZE"])
+    rec["iface"], rec["iface_source"] = choose_iface("GLOO_SOCKET_IFNAME", addr)
+    timeout = datetime.timedelta(seconds=float(os.environ.get("ENVTOOL_RENDEZVOUS_TIMEOUT", "300")))
+    store = dist.TCPStore(addr, int(port), size, False, timeout)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=timeout)
+    rec.update(rank=dist.get_rank(), size=dist.get_world_size(), local_rank=rec["launcher_local_rank"],
+               controller="torch", backend=dist.get_backend())
+
+    def allreduce(t, name):
+        out = t.clone()  # all_reduce works in place; the copy is timed with it
+        dist.all_reduce(out)
+        return out
+
+    try:
+        got = allreduce(torch.tensor([float(rank + 1)]), "check")
+        expected = (size + 1) * size / 2.0
+        ok = float(got[0]) == expected
+        rec["checks"]["allreduce_cpu"] = {"ok": ok, "value": float(got[0]) / size, "expected": (size + 1) / 2.0,
+                                          "error": None if ok else f"sum {float(got[0])}, expected {expected}"}
+        rec["checks"]["dataloader"] = dataloader_check(method)
+        if sweep_max:
+            rec["checks"]["sweep"] = sweep(torch, allreduce, dist.barrier, rank, size, sweep_max)
+    finally:
+        dist.destroy_process_group()
+
+
 def main(argv):
     """Run PHASE, write this rank's record, exit 1 when a check failed (see the module docstring)."""
     out_dir, phase = argv[1], argv[2]
-    opts = {"--method": None, "--batch-size": "32", "--steps": "20", "--import-trace": "no"}
+    opts = {"--method": None, "--batch-size": "32", "--steps": "20", "--import-trace": "no", "--controller": None,
+            "--sweep": "0"}
     rest = argv[3:]
     for i in range(0, len(rest) - 1, 2):
         if rest[i] in opts:
             opts[rest[i]] = rest[i + 1]
     method = opts["--method"] or os.environ.get("ENVTOOL_START_METHOD") or None
+    controller = opts["--controller"]
+    sweep_max = int(opts["--sweep"])
     rec = {"phase": phase, "host": socket.gethostname(), "pid": os.getpid(), "launcher_rank": _first(RANK_VARS),
            "launcher_local_rank": _first(LOCAL_RANK_VARS), "ok": False, "checks": {}}
     hvd = None
     try:
+        if controller == "torch":
+            torch_probe(rec, method, sweep_max)
+            rec["ok"] = all(c.get("ok") for c in rec["checks"].values())
+            return _write(rec, out_dir, phase)
+        if controller == "gloo":
+            gloo_slot(rec)
         # What importing the framework and Horovod prints is printed once per rank in every job:
         # record it (the filters decide what counts, as for a user) instead of printing it.
         _say(phase, "importing torch and horovod.torch")
@@ -353,21 +538,44 @@ def main(argv):
         _say(phase, "rank %d of %d" % (hvd.rank(), hvd.size()))
         rec.update(rank=hvd.rank(), local_rank=hvd.local_rank(), size=hvd.size(),
                    controller="mpi" if hvd.mpi_enabled() else ("gloo" if hvd.gloo_enabled() else "?"))
+        if rec["controller"] == "mpi" and "iface" not in rec:
+            # Open MPI's TCP transport between nodes: the site's interface, or the route to the
+            # node srun was started from (SLURM_LAUNCH_NODE_IPADDR)
+            rec["iface"], rec["iface_source"] = choose_iface("OMPI_MCA_btl_tcp_if_include",
+                                                             os.environ.get("SLURM_LAUNCH_NODE_IPADDR"), export=False)
         if phase.startswith("probe"):
             _say(phase, "allreduce on the CPU")
             rec["checks"]["allreduce_cpu"] = allreduce_check(hvd, torch)
+            dev = None
             if torch.cuda.is_available():
                 dev = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
                 torch.cuda.set_device(dev)
                 rec["checks"]["allreduce_gpu"] = allreduce_check(hvd, torch, dev)
             _say(phase, "DataLoader")
             rec["checks"]["dataloader"] = dataloader_check(method)
+            if sweep_max:
+                def allreduce(t, name):
+                    return hvd.allreduce(t, name=name, op=hvd.Sum)
+
+                def barrier():
+                    hvd.allreduce(torch.zeros(1), name="envtool.sweep.barrier")
+
+                rec["checks"]["sweep"] = sweep(torch, allreduce, barrier, hvd.rank(), hvd.size(), sweep_max)
+                if dev is not None:
+                    rec["checks"]["sweep_gpu"] = sweep(torch, allreduce, barrier, hvd.rank(), hvd.size(), sweep_max,
+                                                       dev)
+                    rec["checks"]["sweep_gpu"]["nccl"] = bool(hvd.nccl_built())
         else:
             rec["checks"]["benchmark"] = benchmark(hvd, torch, int(opts["--batch-size"]), int(opts["--steps"]))
         rec["ok"] = all(c.get("ok") for c in rec["checks"].values())
     except BaseException as exc:  # report anything, including SystemExit from a library
         rec["error"] = f"{type(exc).__name__}: {exc}".strip()
         rec["traceback"] = traceback.format_exc()[-4000:]
+    return _write(rec, out_dir, phase)
+
+
+def _write(rec, out_dir, phase):
+    """Write ``rec`` to ``OUT_DIR/PHASE/rank-<r>.json``; exit 1 at once when it failed."""
     # The launcher's rank names the file: two processes that both think they are Horovod's rank 0
     # (MPI not initialised through the launcher's PMI) must not overwrite each other.
     rank = rec["launcher_rank"] if rec["launcher_rank"] is not None else rec.get("rank")

@@ -12,12 +12,20 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 PROBE_FILE = Path(__file__).with_name("rank_probe.py")
+RENDEZVOUS_FILE = Path(__file__).with_name("rendezvous.py")
 
 
 def install_probe(run_dir: Path) -> Path:
     """Copy ``rank_probe.py`` into ``run_dir`` (which compute nodes see) and return its path."""
     dest = Path(run_dir) / "rank_probe.py"
     shutil.copyfile(PROBE_FILE, dest)
+    return dest
+
+
+def install_rendezvous(run_dir: Path) -> Path:
+    """Copy ``rendezvous.py`` (the Gloo/torch.distributed rendezvous of a job) into ``run_dir``."""
+    dest = Path(run_dir) / "rendezvous.py"
+    shutil.copyfile(RENDEZVOUS_FILE, dest)
     return dest
 
 
@@ -133,10 +141,11 @@ def last_lines(text: str) -> Dict[int, str]:
 
 
 def table(records: List[dict]) -> str:
-    """One line per rank: rank, host, local rank, controller, allreduce, DataLoader, import seconds
-    and metadata calls under the prefix (when recorded), status."""
+    """One line per rank: rank, host, local rank, controller, interface, allreduce, DataLoader,
+    import seconds and metadata calls under the prefix (when recorded), status (the interface the
+    controller used between nodes and how it was chosen; ``-`` where the probe does not know it)."""
     timed = any(r.get("import") for r in records)
-    rows = [("rank", "host", "local", "controller", "allreduce", "dataloader")
+    rows = [("rank", "host", "local", "controller", "interface", "allreduce", "dataloader")
             + (("import s", "metadata calls") if timed else ()) + ("status",)]
     for r in records:
         c = r.get("checks") or {}
@@ -158,7 +167,8 @@ def table(records: List[dict]) -> str:
                    str(meta["calls"]) if "calls" in meta else ("no strace" if "strace not found" in
                                                                str(meta.get("error")) else "-"))
         rows.append((str(rank if rank is not None else "?"), str(r.get("host", "?")),
-                     str(local if local is not None else "?"), str(r.get("controller", "-")), ar_s, dl_s)
+                     str(local if local is not None else "?"), str(r.get("controller", "-")),
+                     str(r.get("iface") or "-"), ar_s, dl_s)
                     + imp + (status,))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row[:-1], widths)) + "  " + row[-1] for row in rows)

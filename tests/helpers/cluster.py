@@ -464,7 +464,8 @@ def _holder(owner: str, name: str, root: Path, script: str, new_session: bool) -
 
 def _node_script(name: str, hosts: Path, shared: Sequence[Path]) -> str:
     """Inside the new namespaces: hostname, loopback up, a private /tmp (tmpfs) keeping the
-    ``shared`` paths under /tmp visible at the same place, and the cluster's hosts file."""
+    ``shared`` paths under /tmp visible at the same place, a private /dev/shm, and the cluster's
+    hosts file."""
     q = shlex.quote
     lines = [f"hostname {q(name)}", "ip link set lo up"]
     if shared:
@@ -473,6 +474,10 @@ def _node_script(name: str, hosts: Path, shared: Sequence[Path]) -> str:
         for i, p in enumerate(shared):
             lines += [f"mkdir /mnt/s{i}", f"mount --bind {q(str(p))} /mnt/s{i}"]
     lines.append("mount -t tmpfs -o mode=1777,size=2g envtool-tc-tmp /tmp")
+    # a private /dev/shm too, as each real node has: Open MPI's shared-memory transport names its
+    # segments /dev/shm/vader_segment.<hostname>.<jobid>.<local rank>, and two clusters on this
+    # machine (same node names, job ids from 1) would otherwise map each other's segments
+    lines.append("mount -t tmpfs -o mode=1777,size=2g envtool-tc-shm /dev/shm")
     for i, p in enumerate(shared):
         lines += [f"mkdir -p {q(str(p))}", f"mount --move /mnt/s{i} {q(str(p))}"]
     if shared:
