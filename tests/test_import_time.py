@@ -166,3 +166,50 @@ def test_validate_here_import_time_counts_real_calls(cpu_horovod_env):
     other = [c for c in data["runs"] if c != s["controller"]]
     for c in other:
         assert all("metadata" not in r["import"] and r["import"]["seconds"]["total"] > 0 for r in data["runs"][c])
+
+
+def _traced_children(marker: str):
+    """PIDs of live processes whose command line names ``marker``."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if marker in (d / "cmdline").read_bytes().decode(errors="replace"):
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return out
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+@pytest.mark.parametrize("how", ["timeout", "sigterm"])
+def test_a_trace_cut_short_leaves_no_process_and_no_file(tmp_path, how):
+    """A traced import that hangs, ended by the trace's timeout or by SIGTERM to the rank (scancel):
+    strace and the traced interpreter are gone and the trace file is removed."""
+    import signal
+    import time
+
+    mod = f"envtool_hang_{how}_{os.getpid()}"
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / f"{mod}.py").write_text("import time\ntime.sleep(120)\n")
+    (tmp_path / "tmp").mkdir()
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path / 'lib'}:{REPO}", TMPDIR=str(tmp_path / "tmp"))
+    code = ("import json, sys\nfrom envtool.validate import rank_probe\n"
+            f"print(json.dumps(rank_probe.trace_import(({mod!r},), ['/'], timeout={3 if how == 'timeout' else 60})))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        if how == "sigterm":
+            deadline = time.monotonic() + 60
+            while not _traced_children(f"import {mod}") and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert _traced_children(f"import {mod}"), "the traced import never started"
+            proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if how == "timeout":
+        assert "did not finish within 3 s" in json.loads(out)["error"]
+    time.sleep(0.5)
+    assert _traced_children(f"import {mod}") == []
+    assert list((tmp_path / "tmp").iterdir()) == []

@@ -40,6 +40,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import struct
@@ -351,27 +352,53 @@ def trace_import(modules, prefixes, timeout=600):
         return {"error": "strace not found on %s (Debian/Ubuntu: apt-get install strace)" % socket.gethostname()}
     fd, out = tempfile.mkstemp(prefix="envtool-import-trace-", suffix=".txt")
     os.close(fd)
+    proc = None
+
+    def _terminated(signum, frame):
+        raise KeyboardInterrupt("signal %d" % signum)
+
+    # SIGTERM (scancel, a cancelled validation) must not leave strace, its child or the trace file
+    old_term = signal.signal(signal.SIGTERM, _terminated) if _main_thread() else None
     try:
         started = time.monotonic()
         code = "import " + ", ".join(modules)
         try:
-            proc = subprocess.run([strace, "-f", "-qq", "-y", "-e", "trace=" + TRACE_SET, "-e", "signal=none",
-                                   "-o", out, sys.executable, "-c", code], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, timeout=timeout)
+            # its own session: on a timeout or a signal the whole group (strace and the traced
+            # interpreter) is killed; run from this file's directory, as the timed rank's sys.path[0]
+            proc = subprocess.Popen([strace, "-f", "-qq", "-y", "-e", "trace=" + TRACE_SET, "-e", "signal=none",
+                                     "-o", out, sys.executable, "-c", code], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, start_new_session=True,
+                                    cwd=os.path.dirname(os.path.abspath(__file__)))
+            _, err_bytes = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             return {"error": "the traced import did not finish within %d s" % timeout}
         except OSError as exc:
             return {"error": "cannot run %s on %s: %s" % (strace, socket.gethostname(), exc)}
         seconds = time.monotonic() - started
         if proc.returncode != 0:
-            err = proc.stderr.decode(errors="replace").strip().splitlines()
+            err = err_bytes.decode(errors="replace").strip().splitlines()
             return {"error": "strace %s exited %d: %s" % (code, proc.returncode, (err or ["?"])[-1][:300])}
         with open(out, errors="replace") as f:
             counts = count_metadata_calls(f, prefixes)
         counts["traced_seconds"] = round(seconds, 3)
         return counts
     finally:
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait()
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
         os.unlink(out)
+
+
+def _main_thread():
+    """True in the main thread (where signal handlers can be set)."""
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def time_imports():
