@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -106,7 +107,8 @@ def run_here(target: Target, ranks: int = 2, benchmark: bool = False, steps: int
             reported with the staging fix.
     Returns:
         ``{"ok", "problems", "check_build", "runs": {controller: [records]}, "benchmark", "run_dir", "log",
-        "import_time"}`` (``import_time``: :func:`envtool.validate.ranks.import_summary` of the first
+        "import_time"}``; after a passing run its temporary directory is removed (``run_dir`` and
+        ``log`` None), after a failed one it is kept for its log (``import_time``: :func:`envtool.validate.ranks.import_summary` of the first
         run, each rank's import timed in every run).
     Raises:
         UsageError: no prefix (a ``--module`` needs ``--submit``), or no horovodrun in it.
@@ -125,6 +127,7 @@ def run_here(target: Target, ranks: int = 2, benchmark: bool = False, steps: int
         try:
             text = probes.check_build_output(target.prefix)
         except FileNotFoundError:
+            shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: nothing to keep
             raise UsageError(f"--prefix {target.prefix}: no bin/horovodrun (is Horovod installed there?)") from None
         except subprocess.TimeoutExpired:
             text = ""
@@ -168,6 +171,11 @@ def run_here(target: Target, ranks: int = 2, benchmark: bool = False, steps: int
             result["benchmark"]["controller"] = controller
     result["problems"] = problems
     result["ok"] = not problems
+    if result["ok"]:
+        # nothing to read afterwards: the records are in the result; a failed (or interrupted)
+        # run keeps its directory, whose log the command names
+        shutil.rmtree(run_dir, ignore_errors=True)
+        result.update(run_dir=None, log=None)
     return result
 
 
