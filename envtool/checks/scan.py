@@ -94,6 +94,15 @@ MECHANISMS: Dict[str, Tuple[str, ...]] = {
         "rank 0 only)"),
 }
 
+#: launch → words (``--launch`` takes the keys).
+LAUNCHES: Dict[str, str] = {
+    "horovod": "Horovod (horovodrun/mpirun: MPI or Gloo controller)",
+    "mpi": "MPI (mpirun/srun with mpi4py or torch.distributed's MPI backend)",
+    "torchrun": "torch.distributed (torchrun, mp.spawn or srun; NCCL or Gloo, no MPI)",
+    "lightning": "PyTorch Lightning (its own strategy; no MPI)",
+    "single": "a single process (no distributed launch)",
+}
+
 FORKSERVER = 'multiprocessing_context="forkserver"'
 _OPTIMIZER = re.compile(r"(^|\.)(optim\.(?!lr_scheduler)[A-Z]\w*|optimizers\.[A-Z]\w*|train\.\w+Optimizer)$")
 _OPTIMIZER_MODULES = ("torch.optim", "tensorflow.keras.optimizers", "keras.optimizers", "tensorflow.optimizers")
@@ -127,7 +136,9 @@ class ScanIssue:
         message: what is wrong, in one line.
         fix: the change to make.
         level: ``warn`` (values resolved: the scan can show the risk) or ``info`` (a value the
-            scan could not resolve; the risk is possible, not shown).
+            scan could not resolve, or a judgement call; the risk is possible, not shown).
+        entry: the entry point (file) of the program in which the risk was found.
+        launch: the launch assumed for that program (a key of :data:`LAUNCHES`).
     """
 
     path: str
@@ -136,6 +147,8 @@ class ScanIssue:
     message: str
     fix: str
     level: str = "warn"
+    entry: str = ""
+    launch: str = ""
 
     def to_dict(self) -> dict:
         """JSON-ready form (every field)."""
@@ -173,17 +186,45 @@ def _kw(call: ast.Call, name: str) -> Optional[ast.AST]:
     return None
 
 
-def _is_rank_test(test: ast.AST) -> bool:
-    """Whether an ``if`` test depends on the rank (``hvd.rank()``, ``local_rank``, ``is_root`` ...)."""
+def _rank_kind(test: ast.AST) -> Optional[str]:
+    """Which rank an ``if`` test depends on: ``"global"`` (``hvd.rank()``, ``dist.get_rank()``,
+    ``is_root`` ...), ``"local"`` (only the rank within a node: ``hvd.local_rank()``,
+    ``args.local_rank``, ``os.environ["LOCAL_RANK"]``), or None (no rank at all)."""
+    kind: Optional[str] = None
     for sub in ast.walk(test):
-        if isinstance(sub, ast.Call) and _last(sub.func) in ("rank", "local_rank", "cross_rank"):
-            return True
-        if isinstance(sub, (ast.Name, ast.Attribute)):
+        text = ""
+        if isinstance(sub, ast.Call) and _last(sub.func) in ("rank", "local_rank", "cross_rank", "get_rank",
+                                                            "get_local_rank", "get_node_local_rank"):
+            text = _last(sub.func)
+        elif isinstance(sub, (ast.Name, ast.Attribute)):
             last = _last(sub).lower()
             if "rank" in last or last in ("is_root", "is_master", "is_main", "is_main_process", "master",
-                                          "is_global_zero"):
-                return True
-    return False
+                                          "is_global_zero", "is_local_main_process", "is_local_master"):
+                text = last
+        elif isinstance(sub, ast.Constant) and isinstance(sub.value, str) and sub.value in (
+                "RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID",
+                "SLURM_LOCALID", "PMI_RANK", "MV2_COMM_WORLD_RANK", "PMIX_RANK"):
+            text = sub.value
+        if not text:
+            continue
+        t = text.lower()
+        if "local" in t or t == "slurm_localid":
+            kind = kind or "local"
+        else:
+            return "global"
+    return kind
+
+
+def _is_rank_test(test: ast.AST) -> bool:
+    """Whether an ``if`` test depends on the rank (``hvd.rank()``, ``local_rank``, ``is_root`` ...)."""
+    return _rank_kind(test) is not None
+
+
+def _stronger(a: Optional[str], b: Optional[str]) -> Optional[str]:
+    """The combined guard of nested rank tests: a global-rank test anywhere wins."""
+    if a == "global" or b == "global":
+        return "global"
+    return a or b
 
 
 def _has_dead_guard(test: ast.AST) -> bool:
@@ -208,6 +249,7 @@ class _Func:
     returns: List[ast.AST] = field(default_factory=list)
     sites: List["_Call"] = field(default_factory=list)
     loops: bool = False
+    parent: Optional["_Func"] = None
 
 
 @dataclass(eq=False)
@@ -215,7 +257,7 @@ class _Call:
     node: ast.Call
     module: "_Module"
     func: Optional[_Func]          # enclosing function (None: module level)
-    guarded: bool                  # under a rank test (if / conditional expression / early return)
+    guarded: Optional[str]         # under a rank test: "global"/"local" (if / conditional / early return)
     dead_if: Optional[ast.AST]     # innermost enclosing if whose test is the dead guard
 
 
@@ -242,6 +284,11 @@ class _Module:
     main_guard: bool = False
     first_toplevel_call: Optional[int] = None
     mentions_adasum: bool = False
+    hvd_binding_name: str = ""
+    refs: Dict[int, Set[str]] = field(default_factory=dict)   # id(scope) -> names read there
+    class_consts: Dict[Tuple[str, str], ast.AST] = field(default_factory=dict)  # (class, attr) -> value
+    ignores: Dict[int, Set[str]] = field(default_factory=dict)  # line -> rules ("*": all) suppressed
+    size: int = 0
     _dict_idx: Optional[tuple] = None
 
     @property
@@ -258,13 +305,15 @@ def _is_main_guard(stmt: ast.AST) -> bool:
     return False
 
 
-def _early_return_index(body: Sequence[ast.stmt]) -> Optional[int]:
-    """Index of the first ``if <rank test>: return|raise`` statement of a function body."""
+def _early_return_index(body: Sequence[ast.stmt]) -> Tuple[Optional[int], Optional[str]]:
+    """Index and rank kind of the first ``if <rank test>: return|raise`` statement of a function body."""
     for i, stmt in enumerate(body):
-        if isinstance(stmt, ast.If) and not stmt.orelse and _is_rank_test(stmt.test) and \
+        if isinstance(stmt, ast.If) and not stmt.orelse and \
                 any(isinstance(s, (ast.Return, ast.Raise)) for s in stmt.body):
-            return i
-    return None
+            kind = _rank_kind(stmt.test)
+            if kind is not None:
+                return i, kind
+    return None, None
 
 
 def _collect(mod: _Module) -> None:
@@ -279,7 +328,7 @@ def _collect(mod: _Module) -> None:
             mod.first_toplevel_call = stmt.lineno
     # stack items: (node, enclosing function, guarded, dead_if, class name)
     stack: List[Tuple[ast.AST, Optional[_Func], bool, Optional[ast.AST], Optional[str]]] = [
-        (tree, None, False, None, None)]
+        (tree, None, None, None, None)]
     while stack:
         node, func, guarded, dead_if, cls = stack.pop()
         children: Iterable[ast.AST]
@@ -290,28 +339,30 @@ def _collect(mod: _Module) -> None:
             defaults = {p.arg: d for p, d in zip(pos[len(pos) - len(a.defaults):], a.defaults)}
             defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
             name = getattr(node, "name", "<lambda>")
-            new = _Func(node, name, mod, cls, params, defaults)
+            new = _Func(node, name, mod, cls, params, defaults, parent=func)
             mod.funcs.append(new)
             for d in list(a.defaults) + [d for d in a.kw_defaults if d is not None] + \
                     list(getattr(node, "decorator_list", [])):
                 stack.append((d, func, guarded, dead_if, cls))
             if isinstance(node, ast.Lambda):
                 new.returns.append(node.body)
-                stack.append((node.body, new, False, None, None))
+                stack.append((node.body, new, None, None, None))
                 continue
             body = node.body
-            cut = _early_return_index(body)
+            cut, cut_kind = _early_return_index(body)
             for i, stmt in enumerate(body):
-                stack.append((stmt, new, cut is not None and i > cut, None, None))
+                stack.append((stmt, new, cut_kind if cut is not None and i > cut else None, None, None))
             continue
         if isinstance(node, ast.ClassDef):
             for stmt in node.body:
+                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                    mod.class_consts[(node.name, stmt.targets[0].id)] = stmt.value
                 stack.append((stmt, func, guarded, dead_if, node.name))
             for d in node.bases + node.decorator_list + [k.value for k in node.keywords]:
                 stack.append((d, func, guarded, dead_if, cls))
             continue
         if isinstance(node, (ast.If, ast.IfExp)):
-            rank = _is_rank_test(node.test)
+            rank = _rank_kind(node.test)
             dead = _has_dead_guard(node.test)
             if dead and isinstance(node, ast.If):
                 mod.dead_ifs.append(node)
@@ -320,7 +371,7 @@ def _collect(mod: _Module) -> None:
             body = node.body if isinstance(node.body, list) else [node.body]
             orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
             for child in body + orelse:
-                stack.append((child, func, guarded or rank, inner_dead, cls))
+                stack.append((child, func, _stronger(guarded, rank), inner_dead, cls))
             continue
         if isinstance(node, ast.Call):
             mod.calls.append(_Call(node, mod, func, guarded, dead_if))
@@ -342,6 +393,10 @@ def _collect(mod: _Module) -> None:
             _note_from_import(mod, node)
         elif isinstance(node, ast.Attribute) and node.attr == "Adasum":
             mod.mentions_adasum = True
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            mod.refs.setdefault(id(func), set()).add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name):
+            mod.refs.setdefault(id(func), set()).add("." + node.attr)
         for child in ast.iter_child_nodes(node):
             stack.append((child, func, guarded, dead_if, cls))
     mod.calls.sort(key=lambda c: (c.node.lineno, c.node.col_offset))
@@ -354,6 +409,7 @@ def _note_import(mod: _Module, name: str, bound: str, line: int, aliased: bool) 
             mod.hvd_import_line = line
         if name.startswith(_HVD_BINDINGS):
             mod.hvd_binding = True
+            mod.hvd_binding_name = mod.hvd_binding_name or name
             if "tensorflow" in name or "keras" in name:
                 mod.hvd_framework = "tensorflow"
         mod.hvd_aliases.add(bound if aliased else name)
@@ -374,10 +430,12 @@ def _note_from_import(mod: _Module, node: ast.ImportFrom) -> None:
             mod.hvd_aliases.add(a.asname or a.name)  # from horovod import torch as hvd
             if full.startswith(_HVD_BINDINGS):
                 mod.hvd_binding = True
+                mod.hvd_binding_name = mod.hvd_binding_name or full
         else:
             mod.hvd_names[a.asname or a.name] = a.name
             if module.startswith(_HVD_BINDINGS):
                 mod.hvd_binding = True
+                mod.hvd_binding_name = mod.hvd_binding_name or module
         if "tensorflow" in full or "keras" in full:
             mod.hvd_framework = "tensorflow"
 
@@ -468,46 +526,113 @@ def _parse(text: str, shown: str, path: Path) -> _Module:
         return _Module(path, shown, None, ScanIssue(shown, 1, "syntax", "too deeply nested for Python's parser",
                                                     "fix the syntax error (nothing else was checked)"))
     mod = _Module(path, shown, tree)
+    mod.size = len(text)
+    if "envtool:" in text:
+        mod.ignores = _ignores(text)
     _collect(mod)
     return mod
 
 
+_IGNORE = re.compile(r"envtool:\s*ignore(?:\[([\w\-, ]*)\])?")
+
+
+def _ignores(text: str) -> Dict[int, Set[str]]:
+    """line → rules silenced by a ``# envtool: ignore[rule, …]`` comment on it (``ignore`` alone:
+    every rule). Comments are found with :mod:`tokenize`, so the text inside a string never counts."""
+    import io
+    import tokenize
+
+    out: Dict[int, Set[str]] = {}
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type != tokenize.COMMENT:
+                continue
+            m = _IGNORE.search(tok.string)
+            if m:
+                rules = {r.strip() for r in (m.group(1) or "*").split(",") if r.strip()} or {"*"}
+                out.setdefault(tok.start[0], set()).update(rules)
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return out
+
+
 # -- the project analysis ------------------------------------------------------------------------
 class _Project:
-    def __init__(self, modules: List[_Module], entries: Set[Path]):
+    """Every module read for one scan, and the programs (an entry point and the modules its
+    imports reach) judged one by one."""
+
+    def __init__(self, modules: List[_Module], entries: Set[Path], launch: Optional[str] = None,
+                 explicit: Optional[Set[Path]] = None):
         self.modules = [m for m in modules if m.tree is not None]
         self.syntax = [m.syntax for m in modules if m.syntax is not None]
         self.entries = entries
+        self.launch = launch
         self.issues: Dict[Tuple[str, int, str], ScanIssue] = {}
+        self.suppressed: List[ScanIssue] = []
+        self.launches: Dict[str, str] = {}
+        self.reasons: Dict[str, str] = {}
         by_path = {m.path: m for m in self.modules}
-        parent = {m.path: m.path for m in self.modules}
-
-        def find(p):
-            while parent[p] != p:
-                parent[p] = parent[parent[p]]
-                p = parent[p]
-            return p
-
         self.imported: Set[Path] = set()
         for m in self.modules:
             for f in m.local_imports:
                 if f in by_path and f != m.path:
                     self.imported.add(f)
-                    parent[find(f)] = find(m.path)
-        groups: Dict[Path, List[_Module]] = {}
-        for m in self.modules:
-            groups.setdefault(find(m.path), []).append(m)
-        self.components = list(groups.values())
+
+        def closure(start: _Module) -> List[_Module]:
+            seen = {start.path}
+            order = [start]
+            i = 0
+            while i < len(order):
+                for f in sorted(order[i].local_imports):
+                    if f in by_path and f not in seen:
+                        seen.add(f)
+                        order.append(by_path[f])
+                i += 1
+            return order
+
+        # entry points: files named (or --entry), files with a __main__ guard; then each module no
+        # entry reaches and no other module imports (a library or a script run as it is)
+        explicit = explicit if explicit is not None else set(entries)
+        starts = [m for m in self.modules if m.path in explicit or m.main_guard]
+        self.programs: List[Tuple[_Module, List[_Module]]] = []
+        reached: Set[Path] = set()
+        for m in starts:
+            mods = closure(m)
+            reached.update(x.path for x in mods)
+            self.programs.append((m, mods))
+        rest = [m for m in self.modules if m.path not in reached]
+        rest_paths = {m.path for m in rest}
+        imported_in_rest = {f for m in rest for f in m.local_imports if f in rest_paths and f != m.path}
+        for m in [m for m in rest if m.path not in imported_in_rest] + rest:
+            if m.path in reached:
+                continue
+            mods = closure(m)
+            reached.update(x.path for x in mods)
+            self.programs.append((m, mods))
+        self.components = [mods for _, mods in self.programs]
 
     def add(self, mod: _Module, line: int, rule: str, message: str, fix: str, level: str = "warn") -> None:
         key = (mod.shown, line, rule)
         old = self.issues.get(key)
         if old is None or (old.level == "info" and level == "warn"):
-            self.issues[key] = ScanIssue(mod.shown, line, rule, message, fix, level)
+            issue = ScanIssue(mod.shown, line, rule, message, fix, level, self.current_entry, self.current_launch)
+            ignored = mod.ignores.get(line, ())
+            if rule in ignored or "*" in ignored:
+                self.suppressed.append(issue)
+                return
+            self.issues[key] = issue
+
+    current_entry = ""
+    current_launch = ""
+    files = 0
+    bytes = 0
 
     def run(self) -> List[ScanIssue]:
-        for comp in self.components:
-            _Component(self, comp).run()
+        for entry, mods in self.programs:
+            self.current_entry = entry.shown
+            prog = _Component(self, mods, entry)
+            self.launches[entry.shown], self.reasons[entry.shown] = prog.launch, prog.launch_reason
+            prog.run()
         self.close()
         return sorted(list(self.issues.values()) + self.syntax, key=lambda i: (i.path, i.line, i.rule))
 
@@ -517,6 +642,7 @@ class _Project:
         for m in self.modules:
             for f in m.funcs:
                 f.sites.clear()
+                f.parent = None
             m.funcs.clear()
             m.calls.clear()
             m._dict_idx = None
@@ -525,14 +651,20 @@ class _Project:
 class _Component:
     """The modules joined by imports: one program, judged together."""
 
-    def __init__(self, project: _Project, modules: List[_Module]):
+    def __init__(self, project: _Project, modules: List[_Module], entry: Optional[_Module] = None):
         self.p = project
         self.modules = modules
+        self.entry = entry or modules[0]
         self.funcs: Dict[str, List[_Func]] = {}
         for m in modules:
             for f in m.funcs:
+                f.sites.clear()  # a module shared by two programs: its call sites are per program
                 self.funcs.setdefault(f.name, []).append(f)
-        self.calls = [c for m in modules for c in m.calls]
+        self.all_calls = [c for m in modules for c in m.calls]
+        # a pure library (no code runs at its top level): every function may be called
+        self.library = not self.entry.main_guard and self.entry.first_toplevel_call is None
+        self.reached = self._reachable()
+        self.calls = [c for c in self.all_calls if c.func is None or id(c.func) in self.reached]
         for c in self.calls:
             for f in self.resolve(c):
                 f.sites.append(c)
@@ -542,15 +674,101 @@ class _Component:
         self.has_init = any(self.is_hvd_call(c, ("init",)) or _last(c.node.func) == "run" and
                             self.is_hvd_call(c, ("run",)) and "elastic" in ast.unparse(c.node.func)
                             for c in self.calls) or any(
-            "elastic.run" in ast.unparse(d) for m in modules for f in m.funcs
+            "elastic.run" in ast.unparse(d) for m in modules for f in m.funcs if id(f) in self.reached
             for d in getattr(f.node, "decorator_list", ()))
         self.hvd_work = {id(c.func) for c in self.calls if c.func is not None and self.is_hvd_call(c, _HVD_WORK)}
         self.in_memory = {id(c.func) for c in self.calls if c.func is not None and _last(c.node.func) == "BytesIO"}
-        self._covered: Dict[int, Optional[bool]] = {}
+        self._covered: Dict[int, Optional[str]] = {}
         self._scaled_names: Dict[int, Set[str]] = {}
         self._size_funcs: Optional[Set[int]] = None
         self._argparse: Optional[Dict[str, ast.AST]] = None
         self._definite_cache: Dict[int, Set[str]] = {}
+        self.launch, self.launch_reason = self._decide_launch()
+        self.p.current_launch = self.launch
+
+    def _reachable(self) -> Set[int]:
+        """ids of the functions the entry point can reach: called (by name, ``self.f``, ``module.f``)
+        or referred to (passed as a callback, a class instantiated: all its methods) from code that
+        runs (module level of every module of the program, then reached functions); nested
+        functions of a reached function. A pure library reaches every function."""
+        funcs = [f for m in self.modules for f in m.funcs]
+        if self.library:
+            return {id(f) for f in funcs}
+        by_name: Dict[str, List[_Func]] = {}
+        by_class: Dict[str, List[_Func]] = {}
+        methods: Dict[str, List[_Func]] = {}
+        children: Dict[int, List[_Func]] = {}
+        for f in funcs:
+            if f.cls is None:
+                by_name.setdefault(f.name, []).append(f)
+            else:
+                by_class.setdefault(f.cls, []).append(f)
+                methods.setdefault(f.name, []).append(f)
+            if f.parent is not None:
+                children.setdefault(id(f.parent), []).append(f)
+        reached: Set[int] = set()
+        work: List[Tuple[_Module, Optional[_Func]]] = [(m, None) for m in self.modules]
+        while work:
+            mod, scope = work.pop()
+            names = mod.refs.get(id(scope), ())
+            new: List[_Func] = []
+            for n in names:
+                if n.startswith("."):
+                    new.extend(methods.get(n[1:], ()))
+                    new.extend(by_name.get(n[1:], ()))
+                else:
+                    new.extend(by_name.get(n, ()))
+                    new.extend(by_class.get(n, ()))
+            if scope is not None:
+                new.extend(children.get(id(scope), ()))
+            for f in new:
+                if id(f) not in reached:
+                    reached.add(id(f))
+                    work.append((f.module, f))
+        return reached
+
+    def _decide_launch(self) -> Tuple[str, str]:
+        """(a key of :data:`LAUNCHES`, the reason in words) for this program; ``--launch`` wins."""
+        forced = self.p.launch
+        if forced:
+            return forced, "--launch " + forced
+        for m in self.modules:
+            if m.hvd_binding:
+                return "horovod", f"imports {m.hvd_binding_name} ({m.shown}:{m.hvd_import_line})"
+        for c in self.calls:
+            if self._lightning_horovod(c):
+                return "horovod", f"Lightning's Horovod strategy ({c.module.shown}:{c.node.lineno})"
+        for c in self.calls:
+            last = _last(c.node.func)
+            if last == "init_process_group":
+                backend = _const_str(c.node.args[0]) if c.node.args else _const_str(_kw(c.node, "backend"))
+                if backend == "mpi":
+                    return "mpi", f"init_process_group(backend='mpi') ({c.module.shown}:{c.node.lineno})"
+                return "torchrun", (f"init_process_group({'backend=' + repr(backend) if backend else ''}) "
+                                    f"({c.module.shown}:{c.node.lineno})")
+        for c in self.calls:
+            last = _last(c.node.func)
+            q = self.qualname(c)
+            if last in ("DistributedDataParallel", "FullyShardedDataParallel") or q.startswith("deepspeed.") or \
+                    (last == "spawn" and "multiprocessing" in q) or last == "Accelerator":
+                return "torchrun", f"{last}() ({c.module.shown}:{c.node.lineno})"
+        for c in self.calls:
+            if _last(c.node.func) == "Trainer" and c.module.lightning:
+                return "lightning", f"a Lightning Trainer ({c.module.shown}:{c.node.lineno})"
+        for m in self.modules:
+            if any(v.split(".")[0] == "mpi4py" for v in list(m.module_aliases.values()) +
+                   list(m.from_imports.values())):
+                return "mpi", f"imports mpi4py ({m.shown})"
+        return "single", "no distributed framework is imported or called"
+
+    @property
+    def mpi(self) -> bool:
+        """Whether the launch puts MPI (or Horovod's controller over InfiniBand) in the process."""
+        return self.launch in ("horovod", "mpi")
+
+    def assumed(self) -> str:
+        """`` [launch: …, because …]``: appended to every launch-specific message."""
+        return f" [launch assumed: {LAUNCHES[self.launch]}, because: {self.launch_reason}]"
 
     # -- resolution ------------------------------------------------------------------------
     def resolve(self, call: _Call) -> List[_Func]:
@@ -1164,64 +1382,183 @@ def _no_gc():
             gc.enable()
 
 
-def _load_project(paths: Sequence[Path]) -> _Project:
-    given: List[Path] = []
-    for p in paths:
-        p = Path(p)
-        if p.is_dir():
-            given.extend(_iter_dir(p))
-        else:
-            given.append(p)
+@dataclass(frozen=True)
+class Limits:
+    """Bounds of one scan (time and memory grow with the source read: about 40 MiB of memory per
+    MiB of Python source, measured on issue 26's trees).
+
+    Attributes:
+        max_bytes: bytes of Python source read at most (default 8 MiB); past it the scan stops.
+        max_files: ``*.py`` files read at most (default 20,000); past it the scan stops.
+        max_issues: issues kept in a report (default 500); the rest are counted, not listed.
+    """
+
+    max_bytes: int = 8 * 1024 * 1024
+    max_files: int = 20000
+    max_issues: int = 500
+
+
+@dataclass
+class ScanReport:
+    """The result of :func:`scan_project`.
+
+    Attributes:
+        issues: the issues kept (at most ``Limits.max_issues``), ordered by path, line and rule.
+        omitted: issues found beyond ``Limits.max_issues`` (not listed).
+        suppressed: issues silenced by a ``# envtool: ignore[rule]`` comment on their line.
+        programs: one dict per entry point: ``entry``, ``launch``, ``reason``, ``modules``.
+        files: Python files read; ``bytes``: their total size.
+    """
+
+    issues: List[ScanIssue]
+    omitted: int = 0
+    suppressed: List[ScanIssue] = field(default_factory=list)
+    programs: List[dict] = field(default_factory=list)
+    files: int = 0
+    bytes: int = 0
+
+
+def _limit_error(what: str, limits: Limits, files: int, size: int):
+    from envtool.core.errors import UsageError
+
+    return UsageError(
+        f"--script: {what}; the scan stopped after {files} file(s), {size / 1048576:.1f} MiB, to bound its memory "
+        f"(limits: {limits.max_files} files, {limits.max_bytes / 1048576:g} MiB of source). Name the entry "
+        "script(s) with --entry (only their imports are read), pass a smaller directory, or raise "
+        "--max-source-mb / --max-files")
+
+
+def _load_project(paths: Sequence[Path], entries: Sequence[Path] = (), launch: Optional[str] = None,
+                  limits: Optional[Limits] = None) -> _Project:
+    """Read the files (streamed: one directory entry at a time) and the local modules they import.
+
+    Raises:
+        UsageError: a file cannot be read, or a limit of ``limits`` is passed (exit status 2).
+    """
+    limits = limits or Limits()
+    explicit: Set[Path] = set()
+    budget = {"files": 0, "bytes": 0}
+
+    def given() -> Iterator[Path]:
+        if entries:
+            for e in entries:
+                explicit.add(Path(e).resolve())
+                yield Path(e)
+            return
+        for p in paths:
+            p = Path(p)
+            if p.is_dir():
+                yield from _iter_dir(p)
+            else:
+                explicit.add(p.resolve())
+                yield p
+
     modules: Dict[Path, _Module] = {}
-    queue = list(given)
-    entries = set()
-    for p in given:
-        entries.add(p.resolve())
-    while queue:
-        path = queue.pop(0)
+
+    def load(path: Path) -> Optional[_Module]:
         key = path.resolve()
         if key in modules:
-            continue
+            return None
+        budget["files"] += 1
+        if budget["files"] > limits.max_files:
+            raise _limit_error(f"more than {limits.max_files} Python files", limits, budget["files"] - 1,
+                               budget["bytes"])
+        try:
+            size = path.stat().st_size
+        except OSError:
+            size = 0
+        if budget["bytes"] + size > limits.max_bytes:
+            raise _limit_error(f"more than {limits.max_bytes / 1048576:g} MiB of Python source (next: {path})",
+                               limits, budget["files"] - 1, budget["bytes"])
         mod = _read(path, str(path))
+        budget["bytes"] += mod.size or size
         mod.path = key
         modules[key] = mod
-        if mod.tree is None:
-            continue
-        for f, alias in _local_imports(mod):
-            rf = f.resolve()
-            mod.local_imports.add(rf)
-            if alias:
-                mod.project_aliases.add(alias)
-            if rf not in modules:
-                queue.append(f)
-    return _Project(list(modules.values()), entries)
+        return mod
+
+    queue: List[Path] = []
+    for path in given():
+        queue.append(path)
+        while queue:
+            mod = load(queue.pop(0))
+            if mod is None or mod.tree is None:
+                continue
+            for f, alias in _local_imports(mod):
+                rf = f.resolve()
+                mod.local_imports.add(rf)
+                if alias:
+                    mod.project_aliases.add(alias)
+                if rf not in modules:
+                    queue.append(f)
+    proj = _Project(list(modules.values()), explicit, launch, explicit)
+    proj.files, proj.bytes = budget["files"], budget["bytes"]
+    return proj
 
 
-def scan_paths(paths: Sequence) -> List[ScanIssue]:
+def scan_project(paths: Sequence, entries: Sequence = (), launch: Optional[str] = None,
+                 limits: Optional[Limits] = None) -> ScanReport:
+    """Scan a project program by program (see the module docstring).
+
+    Args:
+        paths: files or directories (``str`` or :class:`~pathlib.Path`); a directory means every
+            ``*.py`` under it (hidden directories, ``__pycache__`` and environments skipped).
+        entries: entry-point files (``--entry``); when given, only they and their imports are read.
+        launch: a key of :data:`LAUNCHES` that every program is assumed to use (``--launch``),
+            or None to decide per program.
+        limits: the bounds (:class:`Limits`; default ``Limits()``).
+    Returns:
+        a :class:`ScanReport`.
+    Raises:
+        UsageError: a file cannot be read, an unknown ``launch``, or a limit passed (exit status 2).
+    """
+    from envtool.core.errors import UsageError
+
+    if launch is not None and launch not in LAUNCHES:
+        raise UsageError(f"--launch {launch}: expected one of {', '.join(LAUNCHES)}")
+    limits = limits or Limits()
+    with _no_gc():
+        proj = _load_project([Path(p) for p in paths], [Path(e) for e in entries], launch, limits)
+        programs = []
+        issues = proj.run()
+        for entry, mods in proj.programs:
+            programs.append({"entry": entry.shown, "launch": proj.launches.get(entry.shown, ""),
+                             "reason": proj.reasons.get(entry.shown, ""), "modules": [m.shown for m in mods]})
+        seen: Set[Tuple[str, int, str]] = set()
+        suppressed = []
+        for i in proj.suppressed:
+            if (i.path, i.line, i.rule) not in seen:
+                seen.add((i.path, i.line, i.rule))
+                suppressed.append(i)
+        return ScanReport(issues[:limits.max_issues], max(0, len(issues) - limits.max_issues), suppressed,
+                          programs, proj.files, proj.bytes)
+
+
+def scan_paths(paths: Sequence, entries: Sequence = (), launch: Optional[str] = None) -> List[ScanIssue]:
     """Scan a project: the files and directories in ``paths`` and the local modules they import.
 
     Args:
         paths: files or directories (``str`` or :class:`~pathlib.Path`); a directory means every
             ``*.py`` under it (hidden directories, ``__pycache__`` and environments skipped).
+        entries, launch: as for :func:`scan_project`.
     Returns:
-        the issues, ordered by path and line; a file that does not parse gives one ``syntax``
-        issue and is otherwise skipped.
+        the issues (at most ``Limits().max_issues``), ordered by path and line; a file that does
+        not parse gives one ``syntax`` issue and is otherwise skipped.
     Raises:
-        UsageError: a file cannot be read (exit status 2).
+        UsageError: a file cannot be read, or a limit is passed (exit status 2).
     """
-    with _no_gc():
-        return _load_project([Path(p) for p in paths]).run()
+    return scan_project(paths, entries, launch).issues
 
 
-def scan_source(text: str, path: str = "<string>") -> List[ScanIssue]:
-    """Scan Python source ``text`` alone (reported as ``path``; its imports are not followed).
+def scan_source(text: str, path: str = "<string>", launch: Optional[str] = None) -> List[ScanIssue]:
+    """Scan Python source ``text`` alone (reported as ``path``; its imports are not followed),
+    as an entry point; ``launch`` as for :func:`scan_project`.
 
     Returns:
         the issues, by line; a file that does not parse gives one ``syntax`` issue.
     """
     with _no_gc():
         mod = _parse(text, path, Path(path))
-        return _Project([mod], {Path(path)}).run()
+        return _Project([mod], {Path(path)}, launch).run()
 
 
 def scan_file(path) -> List[ScanIssue]:
