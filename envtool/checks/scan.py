@@ -8,9 +8,11 @@ followed: a checkpoint write inside a helper is judged at the helper's call site
 rate that arrives as a parameter is judged at the call that passes it, and ``**kwargs`` built
 from dict literals are resolved.
 
-Rules (ids in :data:`RULES`), from seed ``000_…txt`` ("Problems Distributing Pytorch with
-Multiple Data Loader Workers"), horovod.md ("DataLoader start method") and the seven steps of
-seed ``004_…txt`` (init, pin GPU, scale the learning rate, distributed optimizer, broadcast,
+Rules (ids in :data:`RULES`), from OLCF's Summit WML-CE page ("Problems Distributing Pytorch with
+Multiple Data Loader Workers", https://docs.olcf.ornl.gov/software/analytics/ibm-wml-ce.html),
+Horovod's usage steps (https://horovod.readthedocs.io/en/v0.28.1/pytorch.html) and the seven steps
+of ALCF's "Distributed Deep Learning" tutorial (https://github.com/argonne-lcf/sdl_ai_workshop:
+init, pin GPU, scale the learning rate, distributed optimizer, broadcast,
 checkpoint on rank 0, shard the data); the mechanisms that satisfy each rule are listed in
 :data:`MECHANISMS`:
 
@@ -55,6 +57,11 @@ RULES: Dict[str, str] = {
     "lr-not-scaled": "learning rate not scaled by hvd.size()",
     "no-broadcast": "no broadcast of the initial model/optimizer state",
     "checkpoint-all-ranks": "checkpoint written on every rank",
+    "checkpoint-per-node": "checkpoint or log file written once per node (local rank 0) on a multi-node job",
+    "no-init": "hvd.init() missing, or called after the first Horovod call",
+    "no-gpu-pin": "CUDA used without pinning a GPU to the local rank",
+    "optimizer-not-wrapped": "optimizer never wrapped: gradients are not averaged across ranks",
+    "data-not-sharded": "every rank reads the whole dataset (no DistributedSampler or shard)",
     "syntax": "the file does not parse",
 }
 
@@ -115,10 +122,33 @@ _ESTIMATORS_SCALING = {"horovod.spark.keras.KerasEstimator", "horovod.spark.kera
                        "horovod.spark.lightning.TorchEstimator", "horovod.spark.lightning.estimator.TorchEstimator",
                        "horovod.spark.torch.TorchEstimator", "horovod.spark.torch.estimator.TorchEstimator"}
 _CONTEXT_CALLS = {"set_start_method", "get_context"}
+#: adaptive optimizers: linear LR scaling with the number of ranks is a judgement for them.
+_ADAPTIVE = {"Adam", "AdamW", "Adamax", "NAdam", "Nadam", "RAdam", "SparseAdam", "Adagrad", "Adadelta", "RMSprop",
+             "Lamb", "LAMB", "Adafactor", "Ftrl", "FusedAdam", "FusedLAMB", "Lion"}
 #: Horovod calls that make a function part of the training itself (not a checkpoint helper).
 _HVD_WORK = {"init", "DistributedOptimizer", "DistributedGradientTape", "broadcast_parameters",
              "broadcast_optimizer_state", "broadcast_variables", "allreduce", "allgather", "run"}
-_SIZE = {"size", "local_size"}
+_SIZE = {"size"}
+#: Horovod calls that need hvd.init() first.
+_NEEDS_INIT = {"rank", "local_rank", "size", "local_size", "cross_rank", "cross_size", "DistributedOptimizer",
+               "DistributedGradientTape", "broadcast_parameters", "broadcast_optimizer_state", "broadcast_variables",
+               "broadcast_object", "allreduce", "allgather", "grouped_allreduce", "alltoall", "barrier", "join",
+               "is_homogeneous"}
+#: what averages gradients under Horovod (a wrapped optimizer/tape, or allreduce by hand).
+_WRAPS = {"DistributedOptimizer", "DistributedGradientTape", "PartialDistributedGradientTape", "DistributedTrainer",
+          "allreduce", "allreduce_", "grouped_allreduce", "grouped_allreduce_", "allreduce_async",
+          "allreduce_async_", "grouped_allreduce_async", "grouped_allreduce_async_"}
+#: what averages gradients under torch.distributed.
+_DDP_WRAPS = {"DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP", "fully_shard", "all_reduce",
+              "Accelerator", "prepare", "all_reduce_coalesced", "reduce_scatter"}
+#: samplers that do not split data between ranks.
+_LOCAL_SAMPLERS = {"RandomSampler", "SequentialSampler", "SubsetRandomSampler", "WeightedRandomSampler"}
+#: calls that shard data by rank (torch, tf.data, HF datasets, Petastorm, Horovod elastic, Accelerate).
+_SHARDERS = {"DistributedSampler", "ElasticSampler", "DistributedBatchSampler", "shard", "split_dataset_by_node",
+             "prepare", "prepare_data_loader", "make_reader", "make_batch_reader", "experimental_distribute_dataset",
+             "distribute_datasets_from_function"}
+_SHARD_KWARGS = {"num_replicas", "num_shards", "shard_count", "cur_shard", "shard_id", "shard_index",
+                 "training_data"}
 _HVD_BINDINGS = ("horovod.torch", "horovod.tensorflow", "horovod.keras", "horovod.mxnet", "horovod.spark",
                  "horovod.ray")
 _LIGHTNING = ("pytorch_lightning", "lightning")
@@ -288,6 +318,9 @@ class _Module:
     refs: Dict[int, Set[str]] = field(default_factory=dict)   # id(scope) -> names read there
     class_consts: Dict[Tuple[str, str], ast.AST] = field(default_factory=dict)  # (class, attr) -> value
     ignores: Dict[int, Set[str]] = field(default_factory=dict)  # line -> rules ("*": all) suppressed
+    cuda_visible: bool = False   # CUDA_VISIBLE_DEVICES / visible_device_list set somewhere
+    rank_slices: bool = False    # a subscript indexed or sliced by a rank (x[rank::size])
+    size_divs: bool = False      # something divided by hvd.size()/world size (steps per rank)
     size: int = 0
     _dict_idx: Optional[tuple] = None
 
@@ -393,6 +426,17 @@ def _collect(mod: _Module) -> None:
             _note_from_import(mod, node)
         elif isinstance(node, ast.Attribute) and node.attr == "Adasum":
             mod.mentions_adasum = True
+        if isinstance(node, ast.Constant) and node.value in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+            mod.cuda_visible = True
+        elif isinstance(node, ast.Attribute) and node.attr == "visible_device_list":
+            mod.cuda_visible = True
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice) and \
+                _rank_kind(node.slice) is not None:
+            mod.rank_slices = True
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.FloorDiv)) and (
+                isinstance(node.right, ast.Call) and _last(node.right.func) in ("size", "get_world_size")
+                or _last(node.right).lower() in ("world_size", "num_replicas", "num_workers_total")):
+            mod.size_divs = True
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             mod.refs.setdefault(id(func), set()).add(node.id)
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name):
@@ -615,6 +659,8 @@ class _Project:
         key = (mod.shown, line, rule)
         old = self.issues.get(key)
         if old is None or (old.level == "info" and level == "warn"):
+            if rule not in ("syntax", "no-main-guard") and "[launch assumed" not in message:
+                message += self.current_assumed
             issue = ScanIssue(mod.shown, line, rule, message, fix, level, self.current_entry, self.current_launch)
             ignored = mod.ignores.get(line, ())
             if rule in ignored or "*" in ignored:
@@ -624,6 +670,7 @@ class _Project:
 
     current_entry = ""
     current_launch = ""
+    current_assumed = ""
     files = 0
     bytes = 0
 
@@ -685,6 +732,7 @@ class _Component:
         self._definite_cache: Dict[int, Set[str]] = {}
         self.launch, self.launch_reason = self._decide_launch()
         self.p.current_launch = self.launch
+        self.p.current_assumed = self.assumed()
 
     def _reachable(self) -> Set[int]:
         """ids of the functions the entry point can reach: called (by name, ``self.f``, ``module.f``)
@@ -823,19 +871,25 @@ class _Component:
                     return True
         return False
 
-    def covered(self, call: _Call) -> bool:
+    def covered(self, call: _Call) -> Optional[str]:
         """Whether ``call`` runs only on some ranks: under a rank test, or every caller of its
-        function is (followed across the component; a cycle counts as not covered)."""
+        function is (followed across the program; a cycle counts as not covered).
+
+        Returns:
+            ``"global"`` (a test of the global rank), ``"local"`` (only of the rank within a node,
+            so once per node), or None (every rank).
+        """
         if call.guarded:
-            return True
+            return call.guarded
         f = call.func
         if f is None or not f.sites:
-            return False
+            return None
         key = id(f)
         if key in self._covered:
-            return bool(self._covered[key])
+            return self._covered[key]
         self._covered[key] = None  # in progress: a recursive call is not a guard
-        result = all(self.covered(s) for s in f.sites)
+        kinds = [self.covered(s) for s in f.sites]
+        result = None if not all(kinds) else ("local" if "local" in kinds else "global")
         self._covered[key] = result
         return result
 
@@ -1016,11 +1070,199 @@ class _Component:
     # -- rules -----------------------------------------------------------------------------
     def run(self) -> None:
         self.rule_start_methods()
-        if self.uses_hvd:
+        if self.launch == "horovod" and self.uses_hvd:
+            self.rule_init()
             self.rule_lr()
             if self.has_init:  # without hvd.init() nothing here runs as a rank (a library, a Spark/Ray driver)
                 self.rule_broadcast()
                 self.rule_checkpoint()
+                if not self.library:
+                    self.rule_pin()
+                    self.rule_wrap()
+                    self.rule_shard()
+        elif self.launch == "torchrun" and not self.library and any(
+                _last(c.node.func) == "init_process_group" for c in self.calls):
+            self.rule_checkpoint()
+            self.rule_pin()
+            self.rule_wrap()
+            self.rule_shard()
+
+    # -- the rules of issue 26 ---------------------------------------------------------------
+    def _first(self, calls: List[_Call]) -> Optional[_Call]:
+        """The first of ``calls`` in the entry module, else the first overall."""
+        here = [c for c in calls if c.module is self.entry]
+        return (here or calls or [None])[0]
+
+    def _spark_or_ray(self) -> bool:
+        return any(self.qualname(c).startswith(("horovod.spark", "horovod.ray")) for c in self.calls) or \
+            any(m.hvd_binding_name.startswith(("horovod.spark", "horovod.ray")) for m in self.modules)
+
+    def rule_init(self) -> None:
+        """``no-init``: Horovod calls that need ``hvd.init()`` with no reachable init, or before it."""
+        if self.library or self.lightning_hvd or self.estimator_scales or self._spark_or_ray():
+            return
+        uses = [c for c in self.calls if self.is_hvd_call(c, _NEEDS_INIT)]
+        if not uses:
+            return
+        src = "(Horovod usage step 1, horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 1)"
+        if not self.has_init:
+            c = self._first(uses)
+            self.p.add(c.module, c.node.lineno, "no-init",
+                       f"{ast.unparse(c.node.func)}() is called but nothing the entry point {self.entry.shown} "
+                       f"reaches calls hvd.init(): Horovod is not initialised, the call raises or every rank "
+                       f"trains alone {src}" + self.assumed(),
+                       "call hvd.init() once at the start of the entry point, before any other Horovod call")
+            return
+        inits = [c for c in self.calls if self.is_hvd_call(c, ("init",))]
+        module_level_init = any(i.func is None for i in inits)
+        for c in uses:
+            before = [i for i in inits if i.module is c.module and i.func is c.func and
+                      (i.node.lineno, i.node.col_offset) > (c.node.lineno, c.node.col_offset)]
+            same_scope = [i for i in inits if i.module is c.module and i.func is c.func]
+            early = (before and len(before) == len(same_scope)) or (
+                c.func is None and c.module is not self.entry and inits and not module_level_init)
+            if early:
+                where = f"line {before[0].node.lineno}" if before else "a function called later"
+                self.p.add(c.module, c.node.lineno, "no-init",
+                           f"{ast.unparse(c.node.func)}() runs before hvd.init() ({where}): Horovod is not "
+                           f"initialised yet, the call raises ValueError {src}" + self.assumed(),
+                           "move hvd.init() before the first Horovod call")
+
+    def _cuda_use(self) -> Optional[_Call]:
+        for c in self.calls:
+            n = c.node
+            last = _last(n.func)
+            q = dotted(n.func) or ""
+            if last == "cuda" and isinstance(n.func, ast.Attribute) and q != "torch.cuda":
+                return c
+            if last in ("to", "device") and any(_const_str(a) and _const_str(a).startswith("cuda")
+                                                for a in list(n.args) + [k.value for k in n.keywords]):
+                return c
+            if last in ("list_physical_devices", "list_logical_devices") and any(
+                    _const_str(a) == "GPU" for a in n.args) and self.uses_hvd:
+                return c
+        return None
+
+    def rule_pin(self) -> None:
+        """``no-gpu-pin``: CUDA used and no device chosen from the local rank."""
+        if self.lightning_hvd:
+            return
+        cuda = self._cuda_use()
+        if cuda is None:
+            return
+        for m in self.modules:
+            if m.cuda_visible:
+                return
+        for c in self.calls:
+            n = c.node
+            last = _last(n.func)
+            args = list(n.args) + [k.value for k in n.keywords if k.arg not in ("non_blocking",)]
+            if last in ("set_device", "set_visible_devices", "Accelerator", "init_distributed") or \
+                    _kw(n, "device_ids") is not None or _kw(n, "local_rank") is not None:
+                if last == "set_device" and n.args and _rank_kind(n.args[0]) == "global" and not isinstance(
+                        n.args[0], ast.BinOp):
+                    self.p.add(c.module, n.lineno, "no-gpu-pin",
+                               f"{ast.unparse(n)} pins the GPU to the global rank: on a second node it names a GPU "
+                               "that does not exist (Horovod usage step 2: pin to the local rank)" + self.assumed(),
+                               "pin to the local rank: torch.cuda.set_device(hvd.local_rank())")
+                return
+            if last in ("cuda", "to", "device") and args and any(
+                    not isinstance(a, ast.Constant) for a in args):
+                if last == "to" and not any(_rank_kind(a) or isinstance(a, ast.JoinedStr) or
+                                            any(isinstance(x, ast.BinOp) for x in ast.walk(a)) for a in args):
+                    continue
+                return
+        init = self._first([c for c in self.calls if self.is_hvd_call(c, ("init",)) or
+                            _last(c.node.func) == "init_process_group"]) or cuda
+        fix = ("torch.cuda.set_device(hvd.local_rank()) right after hvd.init()" if self.launch == "horovod" and
+               any(m.hvd_framework == "torch" for m in self.modules if m.hvd_binding) else
+               "tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], 'GPU')"
+               if self.launch == "horovod" else
+               "torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) after init_process_group")
+        self.p.add(init.module, init.node.lineno, "no-gpu-pin",
+                   f"the program uses CUDA ({cuda.module.shown}:{cuda.node.lineno}) but never pins a GPU to the "
+                   "local rank: every rank of a node runs on GPU 0 (out of memory, or N times slower) (Horovod usage "
+                   "step 2, horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 2)" + self.assumed(),
+                   fix)
+
+    def rule_wrap(self) -> None:
+        """``optimizer-not-wrapped``: an optimizer with nothing averaging the gradients across ranks."""
+        if self.lightning_hvd or self.estimator_scales or self._spark_or_ray():
+            return
+        opts = [c for c in self.calls if self._optimizer_name(c)]
+        if not opts:
+            return
+        for c in self.calls:
+            last = _last(c.node.func)
+            if self.launch == "horovod" and (self.is_hvd_call(c, _WRAPS) or last in _WRAPS):
+                return
+            if last in _DDP_WRAPS or self.qualname(c).startswith("deepspeed."):
+                return
+        c = self._first(opts)
+        if self.launch == "horovod":
+            fix = ("optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters()) "
+                   "(TensorFlow: tape = hvd.DistributedGradientTape(tape); Keras: "
+                   "opt = hvd.DistributedOptimizer(opt))")
+            what = "hvd.DistributedOptimizer (or DistributedGradientTape), and no hvd.allreduce of the gradients"
+        else:
+            fix = "wrap the model: model = DistributedDataParallel(model, device_ids=[local_rank])"
+            what = "DistributedDataParallel/FSDP, and no dist.all_reduce of the gradients"
+        self.p.add(c.module, c.node.lineno, "optimizer-not-wrapped",
+                   f"{self._optimizer_name(c)}(...) is never wrapped: nothing in the program uses {what}, so the "
+                   "gradients are never averaged and every rank trains its own model (Horovod usage step 5, "
+                   "horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 4)" + self.assumed(), fix)
+
+    def rule_shard(self) -> None:
+        """``data-not-sharded``: DataLoaders with no sampler and nothing sharding the data by rank."""
+        if self.lightning_hvd or any(_last(c.node.func) == "Trainer" and c.module.lightning for c in self.calls):
+            return  # Lightning adds a DistributedSampler itself
+        loaders = [c for c in self.calls if _last(c.node.func) == "DataLoader"]
+        tfdata = [c for c in self.calls if (dotted(c.node.func) or "").startswith(("tf.data.", "tensorflow.data."))
+                  and _last(c.node.func) in ("from_tensor_slices", "TFRecordDataset", "list_files",
+                                             "from_generator", "TextLineDataset")]
+        if not loaders and not tfdata:
+            return
+        for c in loaders:
+            sampler = _kw(c.node, "sampler") or _kw(c.node, "batch_sampler")
+            if sampler is None and len(c.node.args) > 3:
+                sampler = c.node.args[3]
+            for k in c.node.keywords:
+                if k.arg is None and isinstance(k.value, ast.Name):
+                    got = self._dict_values(c, k.value.id)
+                    if got is not None and (any(key in ("sampler", "batch_sampler") for key, _, _ in got[1]) or any(
+                            self._dict_get(lit, "sampler")[1] is not None for lit in got[0])):
+                        return
+            if sampler is None or isinstance(sampler, ast.Constant) and sampler.value is None:
+                continue
+            if isinstance(sampler, ast.Call) and _last(sampler.func) in _LOCAL_SAMPLERS:
+                continue
+            if isinstance(sampler, ast.IfExp) and any(isinstance(x, ast.Constant) and x.value is None
+                                                      for x in (sampler.body, sampler.orelse)):
+                pass  # sampler=DistributedSampler(...) if distributed else None: still a sampler
+            return
+        for c in self.calls:
+            last = _last(c.node.func)
+            if last in _SHARDERS or any(k.arg in _SHARD_KWARGS for k in c.node.keywords):
+                return
+            low = last.lower()
+            if any(w in low for w in ("data", "set", "load", "sampl", "read", "shard", "split", "file", "record",
+                                      "pipeline", "input", "iter", "batch")) and \
+                    any(_rank_kind(a) for a in list(c.node.args) + [k.value for k in c.node.keywords]):
+                return
+        for m in self.modules:
+            if m.rank_slices or m.size_divs:
+                return
+        c = self._first([x for x in loaders + tfdata if "train" in ast.unparse(x.node).lower()] or loaders + tfdata)
+        fix = ("sampler = torch.utils.data.distributed.DistributedSampler(dataset, num_replicas=hvd.size(), "
+               "rank=hvd.rank()); DataLoader(dataset, sampler=sampler, ...) and sampler.set_epoch(epoch) each epoch"
+               if loaders else "dataset = dataset.shard(hvd.size(), hvd.rank())")
+        if self.launch == "torchrun":
+            fix = fix.replace("num_replicas=hvd.size(), rank=hvd.rank()", "")
+        self.p.add(c.module, c.node.lineno, "data-not-sharded",
+                   "no loader of the program has a sampler and nothing shards the data by rank "
+                   "(DistributedSampler, Dataset.shard, a rank-indexed slice): every rank reads the whole dataset, "
+                   "so each epoch processes it once per rank (Horovod usage step 3 example, "
+                   "horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 7)" + self.assumed(), fix)
 
     def _dict_index(self, mod: _Module):
         """Per module, built once: ``(id(scope), name)`` → values assigned to that plain name, and
@@ -1119,7 +1361,7 @@ class _Component:
             if method == "fork":
                 self.p.add(c.module, c.node.lineno, "fork-start-method",
                            "start method 'fork' chosen explicitly: workers forked after MPI/Horovod init can "
-                           "segfault or deadlock on InfiniBand stacks (seed 000)", 'use "forkserver" instead of "fork"')
+                           "segfault or deadlock on InfiniBand stacks (OLCF Summit docs, DataLoader note: docs.olcf.ornl.gov/software/analytics/ibm-wml-ce.html)", 'use "forkserver" instead of "fork"')
         spawnish = [(c, m) for c, m, _ in uses if m in ("spawn", "forkserver") and c.dead_if is None]
         if spawnish:
             for m in self.modules:
@@ -1184,7 +1426,7 @@ class _Component:
                     elif _const_str(val) == "fork":
                         self.p.add(c.module, val.lineno, "fork-start-method",
                                    "start method 'fork' chosen explicitly: workers forked after MPI/Horovod init can "
-                                   "segfault or deadlock on InfiniBand stacks (seed 000)",
+                                   "segfault or deadlock on InfiniBand stacks (OLCF Summit docs, DataLoader note: docs.olcf.ornl.gov/software/analytics/ibm-wml-ce.html)",
                                    'use "forkserver" instead of "fork"')
                         return
                     else:
@@ -1225,7 +1467,7 @@ class _Component:
             what, level = f"**{unresolved_splat} not resolved", "info"
         self.p.add(c.module, n.lineno, "dataloader-workers",
                    f"DataLoader({what}): {reason}workers are forked (Linux default before Python 3.14), which can "
-                   "segfault or deadlock under MPI/InfiniBand (seed 000)",
+                   "segfault or deadlock under MPI/InfiniBand (OLCF Summit docs, DataLoader note: docs.olcf.ornl.gov/software/analytics/ibm-wml-ce.html)",
                    f"pass {FORKSERVER} to this DataLoader" + (" and drop the guard" if dead is not None else ""),
                    level)
 
@@ -1261,10 +1503,43 @@ class _Component:
                     return True
         return False
 
+    def _adasum(self) -> bool:
+        """An optimizer wrapped with ``op=hvd.Adasum`` unconditionally (a conditional ``op=`` keeps the rule)."""
+        for c in self.calls:
+            if self.is_hvd_call(c, ("DistributedOptimizer", "DistributedGradientTape")):
+                op = _kw(c.node, "op")
+                if isinstance(op, (ast.Attribute, ast.Name)) and _last(op) == "Adasum":
+                    return True
+        return False
+
+    def _local_scaled(self, value: ast.AST, mod: _Module) -> bool:
+        """The value involves ``hvd.local_size()`` (directly or through a name assigned it in ``mod``)."""
+        names = {dotted(t) for _, t, v, _ in mod.assigns if dotted(t) and any(
+            isinstance(x, ast.Call) and self.is_hvd_call(_Call(x, mod, None, None, None), ("local_size",))
+            for x in ast.walk(v))}
+        for sub in ast.walk(value):
+            if isinstance(sub, ast.Call) and self.is_hvd_call(_Call(sub, mod, None, None, None), ("local_size",)):
+                return True
+            if isinstance(sub, (ast.Name, ast.Attribute)) and dotted(sub) in names:
+                return True
+        return False
+
     def rule_lr(self) -> None:
-        if self.lightning_hvd or self.estimator_scales or any(m.mentions_adasum for m in self.modules) or \
-                self._scaled_after():
+        if self.lightning_hvd or self.estimator_scales or self._adasum() or self._scaled_after():
             return
+        src = "(Horovod usage step 4, horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 3)"
+        for c in self.calls:
+            if _last(c.node.func) in ("OneCycleLR", "CyclicLR"):
+                mx = _kw(c.node, "max_lr")
+                if mx is None and len(c.node.args) > (2 if _last(c.node.func) == "CyclicLR" else 1):
+                    mx = c.node.args[2 if _last(c.node.func) == "CyclicLR" else 1]
+                if mx is not None:
+                    for verdict, where, shown in self.judge(mx, c):
+                        if verdict == "unscaled":
+                            self.p.add(where.module, where.node.lineno, "lr-not-scaled",
+                                       f"{_last(c.node.func)}(max_lr={shown}) sets the learning rate itself, "
+                                       f"overriding the optimizer's (scaled or not): max_lr is not scaled by "
+                                       f"hvd.size() {src}", f"scale max_lr: max_lr={shown} * hvd.size()")
         for c in self.calls:
             name = self._optimizer_name(c)
             if name is None:
@@ -1282,18 +1557,32 @@ class _Component:
                     verdicts = [("unscaled", c, "the default")]
             else:
                 verdicts = self.judge(lr, c)
+            adaptive = name.rsplit(".", 1)[-1] in _ADAPTIVE
             for verdict, where, shown in verdicts:
                 if verdict == "scaled":
                     continue
-                if where is c:
-                    msg = f"{name}(...) learning rate {shown} is not scaled by hvd.size() (seed 004, step 3)"
-                else:
-                    msg = (f"passes learning rate {shown} to {where.node.func and ast.unparse(where.node.func)}(), "
-                           f"which builds {name}(...) at {c.module.shown}:{n.lineno} with it: not scaled by "
-                           "hvd.size() (seed 004, step 3)")
-                self.p.add(where.module, where.node.lineno, "lr-not-scaled", msg,
-                           f"multiply the learning rate by hvd.size(), e.g. {shown.split(' (')[0]} * hvd.size()",
-                           "warn" if verdict == "unscaled" else "info")
+                local = lr is not None and verdict == "unscaled" and self._local_scaled(lr, c.module)
+                what = (f"{name}(...) learning rate {shown}" if where is c else
+                        f"passes learning rate {shown} to {where.node.func and ast.unparse(where.node.func)}(), "
+                        f"which builds {name}(...) at {c.module.shown}:{n.lineno} with it:")
+                if local:
+                    self.p.add(where.module, where.node.lineno, "lr-not-scaled",
+                               f"{what} is scaled by hvd.local_size() (the ranks of one node), not hvd.size() "
+                               f"(all ranks): on several nodes it is too small by the number of nodes {src}",
+                               "use hvd.size() instead of hvd.local_size()")
+                    continue
+                level = "warn" if verdict == "unscaled" else "info"
+                reason = ""
+                if adaptive:
+                    level = "info"
+                    reason = (f"; {name.rsplit('.', 1)[-1]} is an adaptive optimizer: scaling its learning rate "
+                              "linearly with the number of ranks is a judgement (the linear rule was shown for SGD, "
+                              "Goyal et al. 2017, arXiv:1706.02677), not a rule")
+                self.p.add(where.module, where.node.lineno, "lr-not-scaled",
+                           f"{what} is not scaled by hvd.size() {src}{reason}",
+                           f"multiply the learning rate by hvd.size(), e.g. {shown.split(' (')[0]} * hvd.size()"
+                           + (" (or keep it, with warm-up, if tuned for this optimizer)" if adaptive else ""),
+                           level)
 
     def rule_broadcast(self) -> None:
         for c in self.calls:
@@ -1322,12 +1611,12 @@ class _Component:
         if wrapped:
             self.p.add(where, line, "no-broadcast",
                        "Horovod is used but nothing in the project broadcasts the initial model/optimizer state from "
-                       "rank 0: ranks start from different weights (seed 004, step 5)", fix)
+                       "rank 0: ranks start from different weights (Horovod usage step 6; ALCF tutorial step 5)", fix)
         else:  # gradients averaged by hand: the scan cannot tell how the ranks' initial state is made equal
             self.p.add(where, line, "no-broadcast",
                        "Horovod is used without a distributed optimizer and nothing broadcasts the initial state "
                        "from rank 0: unless every rank builds identical weights, ranks start apart "
-                       "(seed 004, step 5)", fix, "info")
+                       "(Horovod usage step 6; ALCF tutorial step 5)", fix, "info")
 
     def _is_write(self, c: _Call) -> Optional[str]:
         n = c.node
@@ -1341,30 +1630,65 @@ class _Component:
                                    in _LIGHTNING or "trainer" in name.lower() and last == "save_checkpoint"):
             return None
         receiver = (dotted(n.func.value) or "").lower() if isinstance(n.func, ast.Attribute) else ""
+        if last in ("save_file", "save_model") and (self.qualname(c).startswith("safetensors") or
+                                                     "safetensors" in receiver):
+            return name or last  # safetensors.torch.save_file / save_model: a checkpoint too
         if name == "torch.save" or last in _SAVE_LAST or (
                 last == "save" and any(w in receiver for w in ("checkpoint", "ckpt", "model", "saver"))):
             return name or last
         return None
 
+    def _log_write(self, c: _Call) -> Optional[str]:
+        """``open(path, "w"|"a"|"x")`` or ``logging.FileHandler(path)``: a log or result file."""
+        n = c.node
+        last = _last(n.func)
+        if last == "FileHandler":
+            return "logging.FileHandler"
+        if isinstance(n.func, ast.Name) and last == "open":
+            mode = _const_str(n.args[1]) if len(n.args) > 1 else _const_str(_kw(n, "mode"))
+            if mode and any(ch in mode for ch in "wax"):
+                return f"open(..., {mode!r})"
+        return None
+
     def rule_checkpoint(self) -> None:
+        rank0 = "hvd.rank() == 0" if self.launch == "horovod" else "torch.distributed.get_rank() == 0"
         for c in self.calls:
             what = self._is_write(c)
-            if what is None or self.covered(c):
+            log = self._log_write(c) if what is None else None
+            if what is None and log is None:
+                continue
+            kind = self.covered(c)
+            if kind == "local":
+                self.p.add(c.module, c.node.lineno, "checkpoint-per-node",
+                           f"{what or log} is guarded by a local-rank test only: on a multi-node job local rank 0 "
+                           "exists on every node, so each node writes the same file (a shared file system sees "
+                           "N concurrent writers and a torn file) (Horovod usage step 7: save on rank 0 only, "
+                           "horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 6)" + self.assumed(),
+                           f"test the global rank instead: if {rank0}:")
+                continue
+            if what is None or kind:
                 continue
             f = c.func
             helper = f is not None and f.sites and not f.loops and id(f) not in self.hvd_work
             if not helper:  # module level, an entry/training function, or no call site: change the write
                 self.p.add(c.module, c.node.lineno, "checkpoint-all-ranks",
-                           f"{what}(...) writes a checkpoint on every rank (seed 004, step 6)",
-                           "write checkpoints only under if hvd.rank() == 0:")
+                           f"{what}(...) writes a checkpoint on every rank (Horovod usage step 7; ALCF tutorial step 6)",
+                           f"write checkpoints only under if {rank0}:")
                 continue
             for site in f.sites:
-                if self.covered(site):
+                kind = self.covered(site)
+                if kind == "local":
+                    self.p.add(site.module, site.node.lineno, "checkpoint-per-node",
+                               f"{f.name}() writes a checkpoint ({what}(...) at {c.module.shown}:{c.node.lineno}) and "
+                               "is called here under a local-rank test only: on a multi-node job each node writes "
+                               "the same file (Horovod usage step 7; ALCF tutorial step 6)",
+                               f"test the global rank instead: if {rank0}:")
+                if kind:
                     continue
                 self.p.add(site.module, site.node.lineno, "checkpoint-all-ranks",
                            f"{f.name}() writes a checkpoint ({what}(...) at {c.module.shown}:{c.node.lineno}) and is "
-                           "called here on every rank (seed 004, step 6)",
-                           f"call {f.name}() only under if hvd.rank() == 0: (or return early in it on other ranks)")
+                           "called here on every rank (Horovod usage step 7; ALCF tutorial step 6)",
+                           f"call {f.name}() only under if {rank0}: (or return early in it on other ranks)")
 
 
 # -- public API ----------------------------------------------------------------------------------
@@ -1476,12 +1800,20 @@ def _load_project(paths: Sequence[Path], entries: Sequence[Path] = (), launch: O
         modules[key] = mod
         return mod
 
-    queue: List[Path] = []
-    for path in given():
-        queue.append(path)
+    files: List[Path] = []
+    for path in given():  # names only, streamed: the file cap stops a huge tree before any is read
+        files.append(path)
+        if len(files) > limits.max_files:
+            raise _limit_error(f"more than {limits.max_files} Python files", limits, 0, 0)
+    given_set = set(files)
+    for path in files:
+        load(path)
+    queue: List[Path] = list(files)
+    if queue:
         while queue:
-            mod = load(queue.pop(0))
-            if mod is None or mod.tree is None:
+            path = queue.pop(0)
+            mod = modules.get(path.resolve()) if path in given_set else load(path)
+            if mod is None or mod.tree is None or mod.local_imports:
                 continue
             for f, alias in _local_imports(mod):
                 rf = f.resolve()
