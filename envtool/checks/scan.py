@@ -58,7 +58,7 @@ RULES: Dict[str, str] = {
     "no-broadcast": "no broadcast of the initial model/optimizer state",
     "checkpoint-all-ranks": "checkpoint written on every rank",
     "checkpoint-per-node": "checkpoint or log file written once per node (local rank 0) on a multi-node job",
-    "no-init": "hvd.init() missing, or called after the first Horovod call",
+    "hvd-init-missing": "hvd.init() missing, or called after the first Horovod call",
     "no-gpu-pin": "CUDA used without pinning a GPU to the local rank",
     "optimizer-not-wrapped": "optimizer never wrapped: gradients are not averaged across ranks",
     "data-not-sharded": "every rank reads the whole dataset (no DistributedSampler or shard)",
@@ -1107,7 +1107,7 @@ class _Component:
         src = "(Horovod usage step 1, horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 1)"
         if not self.has_init:
             c = self._first(uses)
-            self.p.add(c.module, c.node.lineno, "no-init",
+            self.p.add(c.module, c.node.lineno, "hvd-init-missing",
                        f"{ast.unparse(c.node.func)}() is called but nothing the entry point {self.entry.shown} "
                        f"reaches calls hvd.init(): Horovod is not initialised, the call raises or every rank "
                        f"trains alone {src}" + self.assumed(),
@@ -1123,7 +1123,7 @@ class _Component:
                 c.func is None and c.module is not self.entry and inits and not module_level_init)
             if early:
                 where = f"line {before[0].node.lineno}" if before else "a function called later"
-                self.p.add(c.module, c.node.lineno, "no-init",
+                self.p.add(c.module, c.node.lineno, "hvd-init-missing",
                            f"{ast.unparse(c.node.func)}() runs before hvd.init() ({where}): Horovod is not "
                            f"initialised yet, the call raises ValueError {src}" + self.assumed(),
                            "move hvd.init() before the first Horovod call")
