@@ -57,9 +57,10 @@ RULES: Dict[str, str] = {
     "lr-not-scaled": "learning rate not scaled by hvd.size()",
     "no-broadcast": "no broadcast of the initial model/optimizer state",
     "checkpoint-all-ranks": "checkpoint written on every rank",
-    "checkpoint-per-node": "checkpoint or log file written once per node (local rank 0) on a multi-node job",
-    "hvd-init-missing": "hvd.init() missing, or called after the first Horovod call",
-    "no-gpu-pin": "CUDA used without pinning a GPU to the local rank",
+    "checkpoint-local-rank": "checkpoint or log file written once per node (local rank 0) on a multi-node job",
+    "hvd-init-missing": "Horovod used and hvd.init() never called",
+    "hvd-init-late": "hvd.init() called after the first Horovod call that needs it",
+    "no-gpu-pinning": "CUDA used without pinning a GPU to the local rank",
     "optimizer-not-wrapped": "optimizer never wrapped: gradients are not averaged across ranks",
     "data-not-sharded": "every rank reads the whole dataset (no DistributedSampler or shard)",
     "syntax": "the file does not parse",
@@ -1098,7 +1099,7 @@ class _Component:
             any(m.hvd_binding_name.startswith(("horovod.spark", "horovod.ray")) for m in self.modules)
 
     def rule_init(self) -> None:
-        """``no-init``: Horovod calls that need ``hvd.init()`` with no reachable init, or before it."""
+        """``hvd-init-missing``/``hvd-init-late``: Horovod calls that need ``hvd.init()`` with no reachable init, or before it."""
         if self.library or self.lightning_hvd or self.estimator_scales or self._spark_or_ray():
             return
         uses = [c for c in self.calls if self.is_hvd_call(c, _NEEDS_INIT)]
@@ -1123,7 +1124,7 @@ class _Component:
                 c.func is None and c.module is not self.entry and inits and not module_level_init)
             if early:
                 where = f"line {before[0].node.lineno}" if before else "a function called later"
-                self.p.add(c.module, c.node.lineno, "hvd-init-missing",
+                self.p.add(c.module, c.node.lineno, "hvd-init-late",
                            f"{ast.unparse(c.node.func)}() runs before hvd.init() ({where}): Horovod is not "
                            f"initialised yet, the call raises ValueError {src}" + self.assumed(),
                            "move hvd.init() before the first Horovod call")
@@ -1144,7 +1145,7 @@ class _Component:
         return None
 
     def rule_pin(self) -> None:
-        """``no-gpu-pin``: CUDA used and no device chosen from the local rank."""
+        """``no-gpu-pinning``: CUDA used and no device chosen from the local rank."""
         if self.lightning_hvd:
             return
         cuda = self._cuda_use()
@@ -1161,7 +1162,7 @@ class _Component:
                     _kw(n, "device_ids") is not None or _kw(n, "local_rank") is not None:
                 if last == "set_device" and n.args and _rank_kind(n.args[0]) == "global" and not isinstance(
                         n.args[0], ast.BinOp):
-                    self.p.add(c.module, n.lineno, "no-gpu-pin",
+                    self.p.add(c.module, n.lineno, "no-gpu-pinning",
                                f"{ast.unparse(n)} pins the GPU to the global rank: on a second node it names a GPU "
                                "that does not exist (Horovod usage step 2: pin to the local rank)" + self.assumed(),
                                "pin to the local rank: torch.cuda.set_device(hvd.local_rank())")
@@ -1179,7 +1180,7 @@ class _Component:
                "tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], 'GPU')"
                if self.launch == "horovod" else
                "torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) after init_process_group")
-        self.p.add(init.module, init.node.lineno, "no-gpu-pin",
+        self.p.add(init.module, init.node.lineno, "no-gpu-pinning",
                    f"the program uses CUDA ({cuda.module.shown}:{cuda.node.lineno}) but never pins a GPU to the "
                    "local rank: every rank of a node runs on GPU 0 (out of memory, or N times slower) (Horovod usage "
                    "step 2, horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 2)" + self.assumed(),
@@ -1659,7 +1660,7 @@ class _Component:
                 continue
             kind = self.covered(c)
             if kind == "local":
-                self.p.add(c.module, c.node.lineno, "checkpoint-per-node",
+                self.p.add(c.module, c.node.lineno, "checkpoint-local-rank",
                            f"{what or log} is guarded by a local-rank test only: on a multi-node job local rank 0 "
                            "exists on every node, so each node writes the same file (a shared file system sees "
                            "N concurrent writers and a torn file) (Horovod usage step 7: save on rank 0 only, "
@@ -1678,7 +1679,7 @@ class _Component:
             for site in f.sites:
                 kind = self.covered(site)
                 if kind == "local":
-                    self.p.add(site.module, site.node.lineno, "checkpoint-per-node",
+                    self.p.add(site.module, site.node.lineno, "checkpoint-local-rank",
                                f"{f.name}() writes a checkpoint ({what}(...) at {c.module.shown}:{c.node.lineno}) and "
                                "is called here under a local-rank test only: on a multi-node job each node writes "
                                "the same file (Horovod usage step 7; ALCF tutorial step 6)",
