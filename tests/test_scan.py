@@ -269,12 +269,12 @@ def test_dead_guard_dataloaders_named_once_each_with_the_guard_as_reason():
             test = DataLoader(test_set, batch_size=1000, **kwargs)
             return train, test
         ''')
-    issues = scan.scan_source(src, "loaders.py")
+    issues = scan.scan_source(src, "loaders.py", launch="mpi")
     assert [(i.rule, i.line, i.level) for i in issues] == [("dataloader-workers", 10, "warn"),
                                                            ("dataloader-workers", 11, "warn")]
     assert all("guard at line 7" in i.message and "always false" in i.message for i in issues)
     # the guard alone (no DataLoader depends on it): one finding at the if, not one per line of its test
-    alone = scan.scan_source(src.replace("**kwargs", "num_workers=0"), "loaders.py")
+    alone = scan.scan_source(src.replace("**kwargs", "num_workers=0"), "loaders.py", launch="mpi")
     assert [(i.rule, i.line) for i in alone] == [("dead-supports-context", 7)]
 
 
@@ -290,7 +290,8 @@ def test_argparse_default_resolves_num_workers():
         DataLoader(ds, num_workers=args.eval_workers)
         DataLoader(ds, num_workers=n)
         ''')
-    assert [(i.line, i.level) for i in scan.scan_source(src, "a.py")] == [(7, "warn"), (8, "info"), (9, "info")]
+    assert [(i.line, i.level) for i in scan.scan_source(src, "a.py", launch="mpi")] == [
+        (7, "warn"), (8, "info"), (9, "info")]
 
 
 def test_lr_parameter_without_call_site_is_info_and_judged_at_each_call():

@@ -1335,12 +1335,59 @@ class _Component:
         v = _kw(lit, key)
         return not any(k.arg is None for k in lit.keywords), v
 
-    def _workers(self, node: Optional[ast.AST]) -> Tuple[str, str]:
+    def const_value(self, node: Optional[ast.AST], call: _Call, depth: int = 0):
+        """The constant a value stands for, or None: a literal; a name assigned one constant (every
+        assignment the same) in the call's function, an enclosing function or the module; an
+        enum-like ``Class.NAME`` (or ``Class.NAME.value``) whose class body assigns a constant;
+        ``int(x)``/``str(x)`` of one of these."""
+        if node is None or depth > 4:
+            return None
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("int", "str") \
+                and len(node.args) == 1:
+            return self.const_value(node.args[0], call, depth + 1)
+        mod = call.module
+        if isinstance(node, ast.Name):
+            assigned, _ = self._dict_index(mod)
+            scope = call.func
+            while True:
+                values = assigned.get((id(scope), node.id))
+                if values:
+                    got = {repr(self.const_value(v, _Call(call.node, mod, scope, None, None), depth + 1))
+                           for v in values}
+                    if len(got) == 1:
+                        return self.const_value(values[0], _Call(call.node, mod, scope, None, None), depth + 1)
+                    return None
+                if scope is None:
+                    break
+                scope = scope.parent
+            return None
+        if isinstance(node, ast.Attribute):
+            base = node.value
+            if node.attr == "value" and isinstance(base, ast.Attribute):
+                node, base = base, base.value
+            if isinstance(base, ast.Name):
+                for m in self.modules:
+                    v = m.class_consts.get((base.id, node.attr))
+                    if v is not None:
+                        return self.const_value(v, _Call(call.node, m, None, None, None), depth + 1)
+        return None
+
+    def const_str(self, node: Optional[ast.AST], call: _Call) -> Optional[str]:
+        """:meth:`const_value` when it is a string."""
+        v = self.const_value(node, call)
+        return v if isinstance(v, str) else None
+
+    def _workers(self, node: Optional[ast.AST], call: Optional[_Call] = None) -> Tuple[str, str]:
         """(``yes``|``no``|``unknown``, shown) for a num_workers value."""
         if node is None:
             return "no", "0"
         if isinstance(node, ast.Constant) and isinstance(node.value, int):
             return ("yes" if node.value > 0 else "no"), str(node.value)
+        const = self.const_value(node, call) if call is not None else None
+        if isinstance(const, int) and not isinstance(const, bool):
+            return ("yes" if const > 0 else "no"), f"{ast.unparse(node)} (= {const})"
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             d = self.argparse_defaults().get(node.attr)
             if isinstance(d, ast.Constant) and isinstance(d.value, int):
@@ -1351,15 +1398,17 @@ class _Component:
         uses = []
         for c in self.calls:
             if _last(c.node.func) in _CONTEXT_CALLS:
-                method = _const_str(c.node.args[0]) if c.node.args else _const_str(_kw(c.node, "method"))
+                arg = c.node.args[0] if c.node.args else _kw(c.node, "method")
+                method = self.const_str(arg, c) if arg is not None else None
                 if method:
                     uses.append((c, method, _last(c.node.func) == "set_start_method"))
-            ctx = _const_str(_kw(c.node, "multiprocessing_context"))
+            ctx_node = _kw(c.node, "multiprocessing_context")
+            ctx = self.const_str(ctx_node, c) if ctx_node is not None else None
             if ctx:
                 uses.append((c, ctx, False))
         global_safe = any(m in ("spawn", "forkserver") and is_set and c.dead_if is None for c, m, is_set in uses)
         for c, method, _ in uses:
-            if method == "fork":
+            if method == "fork" and self.mpi:
                 self.p.add(c.module, c.node.lineno, "fork-start-method",
                            "start method 'fork' chosen explicitly: workers forked after MPI/Horovod init can "
                            "segfault or deadlock on InfiniBand stacks (OLCF Summit docs, DataLoader note: docs.olcf.ornl.gov/software/analytics/ibm-wml-ce.html)", 'use "forkserver" instead of "fork"')
@@ -1376,6 +1425,8 @@ class _Component:
                            "in every worker, and this script runs code at module level without an "
                            "if __name__ == \"__main__\": guard", 'move the entry point under '
                            'if __name__ == "__main__":')
+        if not self.mpi:
+            return  # forked workers are a risk where MPI (or Horovod over InfiniBand) is in the process
         used_guards: Set[int] = set()
         for c in self.calls:
             if _last(c.node.func) != "DataLoader":
@@ -1397,6 +1448,8 @@ class _Component:
         if workers_node is None and len(n.args) > 5:
             workers_node = n.args[5]
         context = _kw(n, "multiprocessing_context")
+        if context is not None and self.const_str(context, c) == "fork":
+            return  # the fork-start-method rule names it
         if context is not None:
             return  # a literal "fork" is the fork-start-method rule; anything else is a choice made
         verdicts: List[Tuple[str, str]] = []
@@ -1433,7 +1486,7 @@ class _Component:
                     else:
                         ctx_set = True
                 elif key == "num_workers" and workers_node is None:
-                    verdicts.append(self._workers(val))
+                    verdicts.append(self._workers(val, c))
             for lit in lits:
                 ok, v = self._dict_get(lit, "multiprocessing_context")
                 if not ok:
@@ -1443,11 +1496,11 @@ class _Component:
                     ctx_set = True
                 if workers_node is None:
                     ok, w = self._dict_get(lit, "num_workers")
-                    verdicts.append(self._workers(w))
+                    verdicts.append(self._workers(w, c))
             if ctx_set:
                 return
         if workers_node is not None:
-            verdicts.append(self._workers(workers_node))
+            verdicts.append(self._workers(workers_node, c))
         if dead is not None:
             used_guards.add(id(dead))
         if global_safe:
