@@ -91,7 +91,8 @@ def test_global_forkserver_covers_dataloaders_and_keras_rules():
         ''')
     issues = scan.scan_source(src, "k.py")
     assert {(i.rule, i.line) for i in issues} == {("lr-not-scaled", 10), ("checkpoint-all-ranks", 14),
-                                                  ("data-not-sharded", 8), ("optimizer-not-wrapped", 9)}
+                                                  ("data-not-sharded", 8), ("optimizer-not-wrapped", 9),
+                                                  ("no-gpu-pinning", 7)}
 
 
 def test_no_horovod_means_no_horovod_rules():

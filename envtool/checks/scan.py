@@ -217,12 +217,25 @@ def _kw(call: ast.Call, name: str) -> Optional[ast.AST]:
     return None
 
 
-def _rank_kind(test: ast.AST) -> Optional[str]:
+_LOCAL_NAMES = {"gpu", "gpu_id", "local_gpu", "device_id", "gpu_index", "local_process_index", "localrank"}
+_MULTINODE_WORDS = ("nnodes", "node_rank", "num_nodes", "n_nodes", "nodeid", "ngpus_per_node", "gpus_per_node",
+                    "slurm_procid", "slurm_ntasks", "node_id", "num_machines", "machine_rank")
+
+
+def _rank_kind(test: ast.AST, aliases: Optional[Dict[str, str]] = None) -> Optional[str]:
     """Which rank an ``if`` test depends on: ``"global"`` (``hvd.rank()``, ``dist.get_rank()``,
     ``is_root`` ...), ``"local"`` (only the rank within a node: ``hvd.local_rank()``,
-    ``args.local_rank``, ``os.environ["LOCAL_RANK"]``), or None (no rank at all)."""
+    ``args.local_rank``, ``os.environ["LOCAL_RANK"]``, ``args.gpu``, ``rank % ngpus_per_node``),
+    or None (no rank at all). ``aliases``: names assigned a rank earlier (name → kind)."""
     kind: Optional[str] = None
+    modded: Set[int] = set()
     for sub in ast.walk(test):
+        if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod) and _rank_kind(sub.left, aliases):
+            modded.update(id(x) for x in ast.walk(sub.left))  # rank % gpus_per_node: the GPU within a node
+            kind = kind or "local"
+    for sub in ast.walk(test):
+        if id(sub) in modded:
+            continue
         text = ""
         if isinstance(sub, ast.Call) and _last(sub.func) in ("rank", "local_rank", "cross_rank", "get_rank",
                                                             "get_local_rank", "get_node_local_rank"):
@@ -232,6 +245,10 @@ def _rank_kind(test: ast.AST) -> Optional[str]:
             if "rank" in last or last in ("is_root", "is_master", "is_main", "is_main_process", "master",
                                           "is_global_zero", "is_local_main_process", "is_local_master"):
                 text = last
+            elif last in _LOCAL_NAMES:
+                text = "local"
+            elif aliases and _last(sub) in aliases:
+                text = "local" if aliases[_last(sub)] == "local" else "rank"
         elif isinstance(sub, ast.Constant) and isinstance(sub.value, str) and sub.value in (
                 "RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID",
                 "SLURM_LOCALID", "PMI_RANK", "MV2_COMM_WORLD_RANK", "PMIX_RANK"):
@@ -320,6 +337,8 @@ class _Module:
     class_consts: Dict[Tuple[str, str], ast.AST] = field(default_factory=dict)  # (class, attr) -> value
     ignores: Dict[int, Set[str]] = field(default_factory=dict)  # line -> rules ("*": all) suppressed
     cuda_visible: bool = False   # CUDA_VISIBLE_DEVICES / visible_device_list set somewhere
+    rank_aliases: Dict[str, str] = field(default_factory=dict)  # name -> "global"/"local"
+    multinode: bool = False      # the code names nodes (nnodes, node_rank, ngpus_per_node, SLURM_PROCID ...)
     rank_slices: bool = False    # a subscript indexed or sliced by a rank (x[rank::size])
     size_divs: bool = False      # something divided by hvd.size()/world size (steps per rank)
     size: int = 0
@@ -339,12 +358,13 @@ def _is_main_guard(stmt: ast.AST) -> bool:
     return False
 
 
-def _early_return_index(body: Sequence[ast.stmt]) -> Tuple[Optional[int], Optional[str]]:
+def _early_return_index(body: Sequence[ast.stmt], aliases: Optional[Dict[str, str]] = None
+                        ) -> Tuple[Optional[int], Optional[str]]:
     """Index and rank kind of the first ``if <rank test>: return|raise`` statement of a function body."""
     for i, stmt in enumerate(body):
         if isinstance(stmt, ast.If) and not stmt.orelse and \
                 any(isinstance(s, (ast.Return, ast.Raise)) for s in stmt.body):
-            kind = _rank_kind(stmt.test)
+            kind = _rank_kind(stmt.test, aliases)
             if kind is not None:
                 return i, kind
     return None, None
@@ -360,6 +380,20 @@ def _collect(mod: _Module) -> None:
                 stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
                 and any(isinstance(n, ast.Call) for n in ast.walk(stmt)):
             mod.first_toplevel_call = stmt.lineno
+    # names (or self.attributes) assigned a rank: gpu_id = int(os.environ["LOCAL_RANK"]); self.rank = rank
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], (ast.Name, ast.Attribute)):
+            kind = _rank_kind(node.value)
+            if kind:
+                name = _last(node.targets[0])
+                if mod.rank_aliases.get(name) != "global":
+                    mod.rank_aliases[name] = kind
+        elif isinstance(node, (ast.Name, ast.Attribute, ast.Constant, ast.arg)):
+            word = (node.arg if isinstance(node, ast.arg) else _last(node) if not isinstance(node, ast.Constant)
+                    else node.value if isinstance(node.value, str) else "")
+            if isinstance(word, str) and any(w in word.lower() for w in _MULTINODE_WORDS):
+                mod.multinode = True
     # stack items: (node, enclosing function, guarded, dead_if, class name)
     stack: List[Tuple[ast.AST, Optional[_Func], bool, Optional[ast.AST], Optional[str]]] = [
         (tree, None, None, None, None)]
@@ -383,7 +417,7 @@ def _collect(mod: _Module) -> None:
                 stack.append((node.body, new, None, None, None))
                 continue
             body = node.body
-            cut, cut_kind = _early_return_index(body)
+            cut, cut_kind = _early_return_index(body, mod.rank_aliases)
             for i, stmt in enumerate(body):
                 stack.append((stmt, new, cut_kind if cut is not None and i > cut else None, None, None))
             continue
@@ -396,7 +430,7 @@ def _collect(mod: _Module) -> None:
                 stack.append((d, func, guarded, dead_if, cls))
             continue
         if isinstance(node, (ast.If, ast.IfExp)):
-            rank = _rank_kind(node.test)
+            rank = _rank_kind(node.test, mod.rank_aliases)
             dead = _has_dead_guard(node.test)
             if dead and isinstance(node, ast.If):
                 mod.dead_ifs.append(node)
@@ -705,9 +739,20 @@ class _Component:
         self.entry = entry or modules[0]
         self.funcs: Dict[str, List[_Func]] = {}
         for m in modules:
+            last_def: Dict[Tuple[Optional[str], int, str], _Func] = {}
+            for f in m.funcs:  # a later def of the same name in the same scope replaces the earlier one
+                if isinstance(f.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    key = (f.cls, id(f.parent), f.name)
+                    old = last_def.get(key)
+                    if old is None or old.node.lineno < f.node.lineno:
+                        last_def[key] = f
+            live = {id(f) for f in last_def.values()}
             for f in m.funcs:
                 f.sites.clear()  # a module shared by two programs: its call sites are per program
-                self.funcs.setdefault(f.name, []).append(f)
+                if isinstance(f.node, ast.Lambda) or id(f) in live:
+                    self.funcs.setdefault(f.name, []).append(f)
+        self.shadowed = {id(f) for m in modules for f in m.funcs
+                         if not isinstance(f.node, ast.Lambda) and f not in self.funcs.get(f.name, ())}
         self.all_calls = [c for m in modules for c in m.calls]
         # a pure library (no code runs at its top level): every function may be called
         self.library = not self.entry.main_guard and self.entry.first_toplevel_call is None
@@ -740,7 +785,7 @@ class _Component:
         or referred to (passed as a callback, a class instantiated: all its methods) from code that
         runs (module level of every module of the program, then reached functions); nested
         functions of a reached function. A pure library reaches every function."""
-        funcs = [f for m in self.modules for f in m.funcs]
+        funcs = [f for m in self.modules for f in m.funcs if id(f) not in self.shadowed]
         if self.library:
             return {id(f) for f in funcs}
         by_name: Dict[str, List[_Func]] = {}
@@ -811,6 +856,13 @@ class _Component:
         return "single", "no distributed framework is imported or called"
 
     @property
+    def multinode_job(self) -> bool:
+        """Whether the program is meant for several nodes: a Horovod/MPI launch (horovodrun/mpirun
+        spread ranks over hosts), or code that names nodes (``node_rank``, ``nnodes``, ``ngpus_per_node``,
+        ``SLURM_PROCID`` ...)."""
+        return self.mpi or any(m.multinode for m in self.modules)
+
+    @property
     def mpi(self) -> bool:
         """Whether the launch puts MPI (or Horovod's controller over InfiniBand) in the process."""
         return self.launch in ("horovod", "mpi")
@@ -863,6 +915,9 @@ class _Component:
         last = _last(call.node.func)
         if last in ("HorovodStrategy", "HorovodPlugin"):
             return True
+        if call.module.lightning and any(k.arg in ("strategy", "accelerator", "distributed_backend") and
+                                         _const_str(k.value) == "horovod" for k in call.node.keywords):
+            return True  # train(strategy="horovod") handing it on to a Trainer
         if last == "Trainer" and call.module.lightning:
             for k in ("strategy", "accelerator", "distributed_backend"):
                 v = _kw(call.node, k)
@@ -1142,6 +1197,10 @@ class _Component:
             if last in ("list_physical_devices", "list_logical_devices") and any(
                     _const_str(a) == "GPU" for a in n.args) and self.uses_hvd:
                 return c
+        if self.launch == "horovod" and any(m.hvd_framework == "tensorflow" for m in self.modules if m.hvd_binding):
+            # TensorFlow takes every visible GPU of the node unless told otherwise
+            inits = [c for c in self.calls if self.is_hvd_call(c, ("init",))]
+            return inits[0] if inits else None
         return None
 
     def rule_pin(self) -> None:
@@ -1282,7 +1341,7 @@ class _Component:
             idx = mod._dict_idx = (assigned, updates)
         return idx
 
-    def _dict_values(self, call: _Call, name: str) -> Optional[Tuple[List[ast.AST], List[Tuple[str, ast.AST,
+    def _dict_values(self, call: _Call, name: str, depth: int = 0) -> Optional[Tuple[List[ast.AST], List[Tuple[str, ast.AST,
                                                                                                   Optional[ast.AST]]]]]:
         """The dict literals assigned to ``name`` in the call's scope (or module), and its item assignments.
 
@@ -1312,6 +1371,16 @@ class _Component:
                 for a in c.node.args:
                     if isinstance(a, ast.Dict):
                         items.extend((_const_str(k), v, c.dead_if) for k, v in zip(a.keys, a.values) if _const_str(k))
+                    elif isinstance(a, ast.Name) and a.id != name and depth < 3:
+                        got = self._dict_values(c, a.id, depth + 1)  # kwargs.update(cuda_kwargs)
+                        if got is not None:
+                            for lit in got[0]:
+                                if isinstance(lit, ast.Dict):
+                                    items.extend((_const_str(k), v, c.dead_if) for k, v in zip(lit.keys, lit.values)
+                                                 if _const_str(k))
+                                else:
+                                    items.extend((k.arg, k.value, c.dead_if) for k in lit.keywords if k.arg)
+                            items.extend(got[1])
             return lits, items
         return None
 
@@ -1611,6 +1680,9 @@ class _Component:
                     verdicts = [("unscaled", c, "the default")]
             else:
                 verdicts = self.judge(lr, c)
+                if not self._mentions_size(lr, c.module, self.scaled_names(c.module), self.size_funcs()) and \
+                        self._local_scaled(lr, c.module):
+                    verdicts = [("unscaled", c, ast.unparse(lr))]
             adaptive = name.rsplit(".", 1)[-1] in _ADAPTIVE
             for verdict, where, shown in verdicts:
                 if verdict == "scaled":
@@ -1713,12 +1785,22 @@ class _Component:
                 continue
             kind = self.covered(c)
             if kind == "local":
-                self.p.add(c.module, c.node.lineno, "checkpoint-local-rank",
-                           f"{what or log} is guarded by a local-rank test only: on a multi-node job local rank 0 "
-                           "exists on every node, so each node writes the same file (a shared file system sees "
-                           "N concurrent writers and a torn file) (Horovod usage step 7: save on rank 0 only, "
-                           "horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 6)" + self.assumed(),
-                           f"test the global rank instead: if {rank0}:")
+                f = c.func
+                sites = [c] if c.guarded == "local" or f is None else \
+                    [x for x in f.sites if self.covered(x) == "local" and not x.guarded == "global"]
+                for where in sites:
+                    via = "" if where is c else f" (through {f.name}(), which writes with {what or log} at " \
+                                                f"{c.module.shown}:{c.node.lineno})"
+                    self.p.add(where.module, where.node.lineno, "checkpoint-local-rank",
+                               f"{what or log}{via} is guarded by a local-rank test only: on a multi-node job local "
+                               "rank 0 exists on every node, so each node writes the same file (a shared file "
+                               "system sees N concurrent writers and a torn file) (Horovod usage step 7: save on "
+                               "rank 0 only, horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 6)"
+                               + ("" if self.multinode_job else "; nothing shows this program runs on several "
+                                  "nodes, so it may be fine where it runs") + ("; a log file may be meant per node"
+                                                                              if what is None else ""),
+                               f"test the global rank instead: if {rank0}:",
+                               "warn" if self.multinode_job and what is not None else "info")
                 continue
             if what is None or kind:
                 continue
@@ -1735,8 +1817,9 @@ class _Component:
                     self.p.add(site.module, site.node.lineno, "checkpoint-local-rank",
                                f"{f.name}() writes a checkpoint ({what}(...) at {c.module.shown}:{c.node.lineno}) and "
                                "is called here under a local-rank test only: on a multi-node job each node writes "
-                               "the same file (Horovod usage step 7; ALCF tutorial step 6)",
-                               f"test the global rank instead: if {rank0}:")
+                               "the same file (Horovod usage step 7; ALCF tutorial step 6)" +
+                               ("" if self.multinode_job else "; nothing shows this program runs on several nodes"),
+                               f"test the global rank instead: if {rank0}:", "warn" if self.multinode_job else "info")
                 if kind:
                     continue
                 self.p.add(site.module, site.node.lineno, "checkpoint-all-ranks",
