@@ -381,6 +381,7 @@ def _collect(mod: _Module) -> None:
                 and any(isinstance(n, ast.Call) for n in ast.walk(stmt)):
             mod.first_toplevel_call = stmt.lineno
     # names (or self.attributes) assigned a rank: gpu_id = int(os.environ["LOCAL_RANK"]); self.rank = rank
+    seen_global = seen_local = False
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
                 isinstance(node.targets[0], (ast.Name, ast.Attribute)):
@@ -394,6 +395,12 @@ def _collect(mod: _Module) -> None:
                     else node.value if isinstance(node.value, str) else "")
             if isinstance(word, str) and any(w in word.lower() for w in _MULTINODE_WORDS):
                 mod.multinode = True
+            if word in ("RANK", "global_rank"):
+                seen_global = True
+            elif word == "LOCAL_RANK":
+                seen_local = True
+    if seen_global and seen_local:  # reads both the global and the node-local rank: written for several nodes
+        mod.multinode = True
     # stack items: (node, enclosing function, guarded, dead_if, class name)
     stack: List[Tuple[ast.AST, Optional[_Func], bool, Optional[ast.AST], Optional[str]]] = [
         (tree, None, None, None, None)]
@@ -1537,6 +1544,16 @@ class _Component:
                 lits, items = [s], []
             else:
                 got = self._dict_values(c, s.id)
+                f = c.func
+                if got is None and f is not None and s.id in f.params:  # **kwargs: a parameter
+                    for site in f.sites:
+                        arg = self._bound(f, site, s.id)
+                        if isinstance(arg, ast.Name):
+                            got = self._dict_values(site, arg.id)
+                        elif isinstance(arg, ast.Dict):
+                            got = ([arg], [])
+                        if got is not None:
+                            break
                 if got is None:
                     unresolved_splat = s.id
                     continue
@@ -1764,6 +1781,20 @@ class _Component:
             return name or last
         return None
 
+    def _climb(self, sites: List[_Call], depth: int = 0) -> List[_Call]:
+        """The call sites to report for a write inside a helper: a site that is itself inside a
+        helper (a function with call sites, no loop, no Horovod work) and not under a rank test
+        is replaced by that helper's own sites (up to 4 levels)."""
+        out: List[_Call] = []
+        for site in sites:
+            g = site.func
+            if depth < 4 and not site.guarded and g is not None and g.sites and not g.loops and \
+                    id(g) not in self.hvd_work and self.covered(site) is None:
+                out.extend(self._climb(g.sites, depth + 1))
+            else:
+                out.append(site)
+        return out
+
     def _log_write(self, c: _Call) -> Optional[str]:
         """``open(path, "w"|"a"|"x")`` or ``logging.FileHandler(path)``: a log or result file."""
         n = c.node
@@ -1811,7 +1842,7 @@ class _Component:
                            f"{what}(...) writes a checkpoint on every rank (Horovod usage step 7; ALCF tutorial step 6)",
                            f"write checkpoints only under if {rank0}:")
                 continue
-            for site in f.sites:
+            for site in self._climb(f.sites):
                 kind = self.covered(site)
                 if kind == "local":
                     self.p.add(site.module, site.node.lineno, "checkpoint-local-rank",
