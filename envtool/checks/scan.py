@@ -1139,11 +1139,11 @@ class _Component:
             if self.has_init:  # without hvd.init() nothing here runs as a rank (a library, a Spark/Ray driver)
                 self.rule_broadcast()
                 self.rule_checkpoint()
-                if not self.library:
+                if True:  # hvd.init() reached: a program (a library entry calls it in the function run)
                     self.rule_pin()
                     self.rule_wrap()
                     self.rule_shard()
-        elif self.launch == "torchrun" and not self.library and any(
+        elif self.launch == "torchrun" and any(
                 _last(c.node.func) == "init_process_group" for c in self.calls):
             self.rule_checkpoint()
             self.rule_pin()
@@ -1312,8 +1312,9 @@ class _Component:
             if last in _SHARDERS or any(k.arg in _SHARD_KWARGS for k in c.node.keywords):
                 return
             low = last.lower()
-            if any(w in low for w in ("data", "set", "load", "sampl", "read", "shard", "split", "file", "record",
+            if any(w in low for w in ("data", "loader", "sampl", "read", "shard", "split", "file", "record",
                                       "pipeline", "input", "iter", "batch")) and \
+                    not any(w in low for w in ("device", "seed", "epoch", "log", "print")) and \
                     any(_rank_kind(a) for a in list(c.node.args) + [k.value for k in c.node.keywords]):
                 return
         for m in self.modules:
