@@ -1916,7 +1916,7 @@ def _limit_error(what: str, limits: Limits, files: int, size: int):
 
     return UsageError(
         f"--script: {what}; the scan stopped after {files} file(s), {size / 1048576:.1f} MiB, to bound its memory "
-        f"(limits: {limits.max_files} files, {limits.max_bytes / 1048576:g} MiB of source). Name the entry "
+        f"(limits: {limits.max_files} files, {limits.max_bytes / 1048576:.4g} MiB of source). Name the entry "
         "script(s) with --entry (only their imports are read), pass a smaller directory, or raise "
         "--max-source-mb / --max-files")
 
@@ -1961,7 +1961,7 @@ def _load_project(paths: Sequence[Path], entries: Sequence[Path] = (), launch: O
         except OSError:
             size = 0
         if budget["bytes"] + size > limits.max_bytes:
-            raise _limit_error(f"more than {limits.max_bytes / 1048576:g} MiB of Python source (next: {path})",
+            raise _limit_error(f"more than {limits.max_bytes / 1048576:.4g} MiB of Python source (next: {path})",
                                limits, budget["files"] - 1, budget["bytes"])
         mod = _read(path, str(path))
         budget["bytes"] += mod.size or size

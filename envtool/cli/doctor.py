@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from envtool.cli.common import add_json, name_arg, path_arg, print_json, seconds_arg
 
@@ -27,6 +28,19 @@ def register(sub) -> None:
     p.add_argument("--script", type=path_arg, metavar="PATH", nargs="+", action="extend", default=[],
                    help="training script(s) or project directories to scan statically for risky patterns "
                         "(local imports are followed)")
+    p.add_argument("--entry", type=path_arg, metavar="FILE", nargs="+", action="extend", default=[],
+                   help="entry-point script(s) of the --script project: only they and their imports are scanned "
+                        "(default: files named in --script and files with an if __name__ == \"__main__\": guard)")
+    p.add_argument("--launch", choices=("horovod", "mpi", "torchrun", "lightning", "single"),
+                   help="how the scripts are launched (default: decided per entry point from its code)")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when the script scan leaves a warn finding (same as --fail-on warn)")
+    p.add_argument("--fail-on", choices=("warn", "info"),
+                   help="exit 1 when the script scan leaves a finding at this level or above")
+    p.add_argument("--max-source-mb", type=float, default=None, metavar="MB",
+                   help="stop the script scan past this much Python source (default 8)")
+    p.add_argument("--max-files", type=int, default=None, metavar="N",
+                   help="stop the script scan past this many Python files (default 20000)")
     p.add_argument("--only", metavar="ID", nargs="+", action="extend", default=[],
                    help="run only these checks (ids as shown in the output; see --list)")
     p.add_argument("--list", action="store_true", help="list the checks (id, title) and exit")
@@ -91,8 +105,40 @@ def _resolve(args):
         if not (path.is_file() or path.is_dir()):
             raise UsageError(f"--script {s}: no such file or directory")
         scripts.append(path)
-    return Context(prefix=prefix.resolve() if not prefix.is_symlink() else prefix, spec=spec, site=site,
-                   lock=lock, scripts=tuple(scripts), environ=dict(os.environ), timeout=args.timeout)
+    entries = []
+    for e in getattr(args, "entry", []):
+        path = Path(e)
+        if not path.is_file():
+            raise UsageError(f"--entry {e}: no such file (expected a Python script)")
+        entries.append(path)
+    if entries and not scripts:
+        scripts = list(entries)
+    for opt, val in (("--strict", getattr(args, "strict", False)), ("--fail-on", getattr(args, "fail_on", None)),
+                     ("--launch", getattr(args, "launch", None))):
+        if val and not scripts:
+            raise UsageError(f"{opt}: applies to the script scan; give --script PATH")
+    from envtool.checks.scan import Limits
+
+    defaults = Limits()
+    mb, files = getattr(args, "max_source_mb", None), getattr(args, "max_files", None)
+    if mb is not None and not mb > 0:
+        raise UsageError(f"--max-source-mb {mb}: expected a positive number of MiB")
+    if files is not None and files < 1:
+        raise UsageError(f"--max-files {files}: expected a positive number of files")
+    limits = Limits(max_bytes=int(mb * 1048576) if mb is not None else defaults.max_bytes,
+                    max_files=files if files is not None else defaults.max_files)
+    ctx = Context(prefix=prefix.resolve() if not prefix.is_symlink() else prefix, spec=spec, site=site,
+                  lock=lock, scripts=tuple(scripts), environ=dict(os.environ), timeout=args.timeout)
+    ctx.script_options = {"entries": tuple(entries), "launch": getattr(args, "launch", None), "limits": limits}
+    return ctx
+
+
+def fail_level(args) -> Optional[str]:
+    """The lowest script-finding level that makes doctor exit 1 (``--strict`` = ``warn``), or None."""
+    level = getattr(args, "fail_on", None)
+    if getattr(args, "strict", False) and level is None:
+        level = "warn"
+    return level
 
 
 def format_text(findings, verbose: bool = False) -> str:
@@ -128,16 +174,34 @@ def run(args) -> int:
     ctx = _resolve(args)
     if not getattr(args, "quiet", False) and not args.json:
         print(f"doctor: examining {ctx.prefix} ({len(checks)} checks) ...", file=sys.stderr)
+    if ctx.scripts and any(c.id == "script" for c in checks):
+        from envtool.checks import script
+
+        script.run_scan(ctx)  # a scan limit or an unreadable script: exit 2 before any check runs
     findings = runner.run_checks(ctx, checks)
     status = runner.exit_status(findings)
+    gate = fail_level(args)
+    gated = []
+    if gate is not None:
+        levels = ("warn",) if gate == "warn" else ("warn", "info")
+        for f in findings:
+            if f.id == "script":
+                gated = [i for i in f.details.get("issues", []) if i.get("level") in levels]
+                if gated or f.details.get("omitted"):
+                    status = max(status, 1)
     counts = {s: sum(1 for f in findings if f.status == s) for s in ("ok", "warn", "fail", "skipped")}
     seconds = time.monotonic() - started
     if args.json:
         print_json({"prefix": str(ctx.prefix), "spec": ctx.spec.name if ctx.spec is not None else None,
                     "site": getattr(ctx.site, "name", None), "lock": str(ctx.lock) if ctx.lock else None,
                     "scripts": [str(s) for s in ctx.scripts], "ok": status == 0, "exit_status": status,
+                    "fail_on": gate, "gated": len(gated),
                     "counts": counts, "seconds": round(seconds, 3), "findings": [f.to_dict() for f in findings]})
     else:
         print(format_text(findings, verbose=getattr(args, "verbose", False)))
         print(", ".join(f"{n} {s}" for s, n in counts.items()) + f" ({seconds:.1f} s)")
+        if gated:
+            print(f"doctor: {len(gated)} script finding(s) at level {gate} or above remain (--"
+                  f"{'strict' if getattr(args, 'strict', False) and not getattr(args, 'fail_on', None) else 'fail-on ' + gate}"
+                  "): exit status 1", file=sys.stderr)
     return status
