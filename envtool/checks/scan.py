@@ -130,6 +130,9 @@ _ADAPTIVE = {"Adam", "AdamW", "Adamax", "NAdam", "Nadam", "RAdam", "SparseAdam",
 _HVD_WORK = {"init", "DistributedOptimizer", "DistributedGradientTape", "broadcast_parameters",
              "broadcast_optimizer_state", "broadcast_variables", "allreduce", "allgather", "run"}
 _SIZE = {"size"}
+#: torch.distributed calls that make a function part of the training itself.
+_DIST_WORK = {"init_process_group", "DistributedDataParallel", "DDP", "FullyShardedDataParallel", "spawn",
+              "all_reduce", "barrier"}
 #: Horovod calls that need hvd.init() first.
 _NEEDS_INIT = {"rank", "local_rank", "size", "local_size", "cross_rank", "cross_size", "DistributedOptimizer",
                "DistributedGradientTape", "broadcast_parameters", "broadcast_optimizer_state", "broadcast_variables",
@@ -482,7 +485,8 @@ def _collect(mod: _Module) -> None:
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             mod.refs.setdefault(id(func), set()).add(node.id)
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name):
-            mod.refs.setdefault(id(func), set()).add("." + node.attr)
+            base = node.value.id
+            mod.refs.setdefault(id(func), set()).add(("." if base in ("self", "cls") else base + ".") + node.attr)
         for child in ast.iter_child_nodes(node):
             stack.append((child, func, guarded, dead_if, cls))
     mod.calls.sort(key=lambda c: (c.node.lineno, c.node.col_offset))
@@ -776,7 +780,8 @@ class _Component:
                             for c in self.calls) or any(
             "elastic.run" in ast.unparse(d) for m in modules for f in m.funcs if id(f) in self.reached
             for d in getattr(f.node, "decorator_list", ()))
-        self.hvd_work = {id(c.func) for c in self.calls if c.func is not None and self.is_hvd_call(c, _HVD_WORK)}
+        self.hvd_work = {id(c.func) for c in self.calls if c.func is not None and (
+            self.is_hvd_call(c, _HVD_WORK) or _last(c.node.func) in _DIST_WORK)}
         self.in_memory = {id(c.func) for c in self.calls if c.func is not None and _last(c.node.func) == "BytesIO"}
         self._covered: Dict[int, Optional[str]] = {}
         self._scaled_names: Dict[int, Set[str]] = {}
@@ -814,9 +819,14 @@ class _Component:
             names = mod.refs.get(id(scope), ())
             new: List[_Func] = []
             for n in names:
-                if n.startswith("."):
+                if n.startswith("."):  # self.f / cls.f
                     new.extend(methods.get(n[1:], ()))
-                    new.extend(by_name.get(n[1:], ()))
+                elif "." in n:  # module.f of a project module; obj.method of a project class
+                    base, attr = n.split(".", 1)
+                    if base in mod.project_aliases:
+                        new.extend(by_name.get(attr, ()))
+                        new.extend(by_class.get(attr, ()))
+                    new.extend(methods.get(attr, ()))
                 else:
                     new.extend(by_name.get(n, ()))
                     new.extend(by_class.get(n, ()))
@@ -1226,12 +1236,15 @@ class _Component:
             args = list(n.args) + [k.value for k in n.keywords if k.arg not in ("non_blocking",)]
             if last in ("set_device", "set_visible_devices", "Accelerator", "init_distributed") or \
                     _kw(n, "device_ids") is not None or _kw(n, "local_rank") is not None:
-                if last == "set_device" and n.args and _rank_kind(n.args[0]) == "global" and not isinstance(
-                        n.args[0], ast.BinOp):
+                if last == "set_device" and n.args and _rank_kind(n.args[0], c.module.rank_aliases) == "global" \
+                        and not isinstance(n.args[0], ast.BinOp):
                     self.p.add(c.module, n.lineno, "no-gpu-pinning",
                                f"{ast.unparse(n)} pins the GPU to the global rank: on a second node it names a GPU "
-                               "that does not exist (Horovod usage step 2: pin to the local rank)" + self.assumed(),
-                               "pin to the local rank: torch.cuda.set_device(hvd.local_rank())")
+                               "that does not exist (Horovod usage step 2: pin to the local rank)" +
+                               ("" if self.multinode_job else "; nothing shows this program runs on several nodes, "
+                                "where global and local rank are the same"),
+                               "pin to the local rank: torch.cuda.set_device(hvd.local_rank())",
+                               "warn" if self.multinode_job else "info")
                 return
             if last in ("cuda", "to", "device") and args and any(
                     not isinstance(a, ast.Constant) for a in args):
