@@ -28,8 +28,23 @@ checkpoint on rank 0, shard the data); the mechanisms that satisfy each rule are
 * ``no-main-guard``: spawn/forkserver is used and an entry script runs code at module level
   without ``if __name__ == "__main__":`` (workers re-import the main module);
 * ``lr-not-scaled``: an optimizer's learning rate does not involve ``hvd.size()`` (step 3);
+  ``hvd.local_size()`` is reported; Adam-family optimizers give ``info``; ``OneCycleLR``/``CyclicLR``
+  ``max_lr`` is judged too;
 * ``no-broadcast``: Horovod is used and nothing broadcasts the initial state (step 5);
-* ``checkpoint-all-ranks``: a checkpoint write reached without a rank test (step 6).
+* ``checkpoint-all-ranks``: a checkpoint write reached without a rank test (step 6);
+* ``checkpoint-local-rank``: a checkpoint or log write under a local-rank test only (once per node);
+* ``hvd-init-missing`` / ``hvd-init-late``: no ``hvd.init()``, or a Horovod call before it (step 1);
+* ``no-gpu-pinning``: CUDA used and no GPU chosen from the local rank (step 2);
+* ``optimizer-not-wrapped``: no DistributedOptimizer/DistributedGradientTape/DDP (step 4);
+* ``data-not-sharded``: no sampler and nothing sharding the data by rank (ALCF step 7).
+
+Program scope: the scan starts from entry points (files named, ``--entry``, files with a
+``__main__`` guard, then modules nothing else reaches), follows imports from each, and judges
+each program alone with only the functions its entry point can reach. Launch: each program's
+launch (a key of :data:`LAUNCHES`) is decided from its code (or ``--launch``); the MPI rules
+(forked workers, fork, the dead guard) hold for Horovod/MPI only, the Horovod rules for Horovod,
+and a subset (checkpoint, pinning, wrapping, sharding) for torch.distributed programs that call
+``init_process_group``. Documentation: ``docs/script-checks.md``.
 
 Every issue has a ``level``: ``warn`` when the scan resolved the values it judged,
 ``info`` when it could not (a value it cannot see, such as a parameter with no call site).
@@ -84,7 +99,7 @@ MECHANISMS: Dict[str, Tuple[str, ...]] = {
         "horovod.spark estimators (KerasEstimator, TorchEstimator): their remote trainers broadcast "
         "(horovod@v0.28.1:horovod/spark/keras/remote.py, horovod/spark/torch/remote.py)"),
     "lr-not-scaled": (
-        "hvd.size() (or hvd.local_size()) in the value, in a variable or function it comes from, or in "
+        "hvd.size() in the value (hvd.local_size() is reported: it counts one node's ranks), in a variable or function it comes from, or in "
         "the argument a caller passes for a learning-rate parameter",
         "scaling after creation: an assignment or K.set_value to an lr/learning_rate target whose "
         "value involves hvd.size()",
@@ -93,7 +108,36 @@ MECHANISMS: Dict[str, Tuple[str, ...]] = {
         "horovod.spark estimators: KerasEstimator and the torch TorchEstimator scale the optimizer's lr by "
         "hvd.size() (horovod@v0.28.1:horovod/spark/keras/remote.py, horovod/spark/torch/remote.py); the "
         "Lightning TorchEstimator uses accelerator='horovod' (horovod@v0.28.1:horovod/spark/lightning/remote.py)",
-        "Adasum (hvd.Adasum): no scaling by size is wanted (horovod@v0.28.1:docs/adasum_user_guide.rst)"),
+        "Adasum: an optimizer wrapped with op=hvd.Adasum (unconditionally): no scaling by size is wanted "
+        "(horovod@v0.28.1:docs/adasum_user_guide.rst)",
+        "adaptive optimizers (Adam family, Adagrad, RMSprop, LAMB ...): reported as info, a judgement",
+        "OneCycleLR/CyclicLR: their max_lr replaces the optimizer's learning rate and is judged instead"),
+    "hvd-init-missing": ("hvd.init() reached from the entry point (or @hvd.elastic.run / hvd.elastic.run)",
+                         "Horovod Spark/Ray drivers, estimators and Lightning's Horovod strategy initialise "
+                         "Horovod themselves"),
+    "hvd-init-late": ("hvd.init() before the first hvd.rank()/size()/DistributedOptimizer/broadcast call of the "
+                      "same function or module level",),
+    "no-gpu-pinning": ("torch.cuda.set_device(...) / tf.config.experimental.set_visible_devices(...) / "
+                       "config.gpu_options.visible_device_list / CUDA_VISIBLE_DEVICES",
+                       ".cuda(i), .to(<local rank>), torch.device(f'cuda:{i}'), DistributedDataParallel(device_ids=)",
+                       "Accelerate and Lightning's Horovod strategy pin themselves"),
+    "optimizer-not-wrapped": ("hvd.DistributedOptimizer (torch, Keras, TensorFlow), hvd.DistributedGradientTape, "
+                              "hvd.DistributedTrainer (MXNet)",
+                              "gradients averaged by hand: hvd.allreduce / grouped_allreduce (and their _async forms)",
+                              "torch.distributed: DistributedDataParallel, FullyShardedDataParallel, DeepSpeed, "
+                              "Accelerate, dist.all_reduce",
+                              "Lightning's Horovod strategy, horovod.spark estimators"),
+    "data-not-sharded": ("a sampler on a DataLoader (DistributedSampler, ElasticSampler or a custom one; not "
+                         "RandomSampler/SequentialSampler/SubsetRandomSampler/WeightedRandomSampler)",
+                         "Dataset.shard(...), datasets.distributed.split_dataset_by_node, Petastorm "
+                         "cur_shard/shard_count, num_shards/num_replicas keywords, Accelerate prepare()",
+                         "a slice or index by rank (files[hvd.rank()::hvd.size()]); a data call given the rank",
+                         "steps divided by hvd.size() (each rank draws its share of shuffled data)",
+                         "Lightning (adds a DistributedSampler itself)"),
+    "checkpoint-local-rank": ("a test of the global rank (hvd.rank() == 0, dist.get_rank() == 0, RANK)",
+                              "level warn on Horovod/MPI launches and programs that name nodes (node_rank, nnodes, "
+                              "ngpus_per_node, SLURM_PROCID, both RANK and LOCAL_RANK); info otherwise; log files "
+                              "(open(..., 'w'), logging.FileHandler) are info"),
     "checkpoint-all-ranks": (
         "an enclosing if/conditional expression testing a rank (hvd.rank(), local_rank, is_root, ...)",
         "an earlier 'if <rank test>: return' in the enclosing function",
@@ -1289,7 +1333,7 @@ class _Component:
             what = "DistributedDataParallel/FSDP, and no dist.all_reduce of the gradients"
         self.p.add(c.module, c.node.lineno, "optimizer-not-wrapped",
                    f"{self._optimizer_name(c)}(...) is never wrapped: nothing in the program uses {what}, so the "
-                   "gradients are never averaged and every rank trains its own model (Horovod usage step 5, "
+                   "gradients are never averaged and every rank trains its own model (Horovod usage step 4, "
                    "horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 4)" + self.assumed(), fix)
 
     def rule_shard(self) -> None:
@@ -1342,7 +1386,7 @@ class _Component:
         self.p.add(c.module, c.node.lineno, "data-not-sharded",
                    "no loader of the program has a sampler and nothing shards the data by rank "
                    "(DistributedSampler, Dataset.shard, a rank-indexed slice): every rank reads the whole dataset, "
-                   "so each epoch processes it once per rank (Horovod usage step 3 example, "
+                   "so each epoch processes it once per rank (the DistributedSampler of Horovod's PyTorch example, "
                    "horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 7)" + self.assumed(), fix)
 
     def _dict_index(self, mod: _Module):
@@ -1681,7 +1725,7 @@ class _Component:
     def rule_lr(self) -> None:
         if self.lightning_hvd or self.estimator_scales or self._adasum() or self._scaled_after():
             return
-        src = "(Horovod usage step 4, horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 3)"
+        src = "(Horovod usage step 3, horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 3)"
         for c in self.calls:
             if _last(c.node.func) in ("OneCycleLR", "CyclicLR"):
                 mx = _kw(c.node, "max_lr")
@@ -1768,12 +1812,12 @@ class _Component:
         if wrapped:
             self.p.add(where, line, "no-broadcast",
                        "Horovod is used but nothing in the project broadcasts the initial model/optimizer state from "
-                       "rank 0: ranks start from different weights (Horovod usage step 6; ALCF tutorial step 5)", fix)
+                       "rank 0: ranks start from different weights (Horovod usage step 5; ALCF tutorial step 5)", fix)
         else:  # gradients averaged by hand: the scan cannot tell how the ranks' initial state is made equal
             self.p.add(where, line, "no-broadcast",
                        "Horovod is used without a distributed optimizer and nothing broadcasts the initial state "
                        "from rank 0: unless every rank builds identical weights, ranks start apart "
-                       "(Horovod usage step 6; ALCF tutorial step 5)", fix, "info")
+                       "(Horovod usage step 5; ALCF tutorial step 5)", fix, "info")
 
     def _is_write(self, c: _Call) -> Optional[str]:
         n = c.node
@@ -1839,7 +1883,7 @@ class _Component:
                     self.p.add(where.module, where.node.lineno, "checkpoint-local-rank",
                                f"{what or log}{via} is guarded by a local-rank test only: on a multi-node job local "
                                "rank 0 exists on every node, so each node writes the same file (a shared file "
-                               "system sees N concurrent writers and a torn file) (Horovod usage step 7: save on "
+                               "system sees N concurrent writers and a torn file) (Horovod usage step 6: save on "
                                "rank 0 only, horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 6)"
                                + ("" if self.multinode_job else "; nothing shows this program runs on several "
                                   "nodes, so it may be fine where it runs") + ("; a log file may be meant per node"
@@ -1853,7 +1897,7 @@ class _Component:
             helper = f is not None and f.sites and not f.loops and id(f) not in self.hvd_work
             if not helper:  # module level, an entry/training function, or no call site: change the write
                 self.p.add(c.module, c.node.lineno, "checkpoint-all-ranks",
-                           f"{what}(...) writes a checkpoint on every rank (Horovod usage step 7; ALCF tutorial step 6)",
+                           f"{what}(...) writes a checkpoint on every rank (Horovod usage step 6; ALCF tutorial step 6)",
                            f"write checkpoints only under if {rank0}:")
                 continue
             for site in self._climb(f.sites):
@@ -1862,14 +1906,14 @@ class _Component:
                     self.p.add(site.module, site.node.lineno, "checkpoint-local-rank",
                                f"{f.name}() writes a checkpoint ({what}(...) at {c.module.shown}:{c.node.lineno}) and "
                                "is called here under a local-rank test only: on a multi-node job each node writes "
-                               "the same file (Horovod usage step 7; ALCF tutorial step 6)" +
+                               "the same file (Horovod usage step 6; ALCF tutorial step 6)" +
                                ("" if self.multinode_job else "; nothing shows this program runs on several nodes"),
                                f"test the global rank instead: if {rank0}:", "warn" if self.multinode_job else "info")
                 if kind:
                     continue
                 self.p.add(site.module, site.node.lineno, "checkpoint-all-ranks",
                            f"{f.name}() writes a checkpoint ({what}(...) at {c.module.shown}:{c.node.lineno}) and is "
-                           "called here on every rank (Horovod usage step 7; ALCF tutorial step 6)",
+                           "called here on every rank (Horovod usage step 6; ALCF tutorial step 6)",
                            f"call {f.name}() only under if {rank0}: (or return early in it on other ranks)")
 
 
