@@ -31,7 +31,7 @@ file:line, rule, message or reason) so that they can be judged. Exit status 0 (a
 not a test); 2 on bad arguments or an unreadable YAML file.
 
 Usage: python3 benchmarks/score_scan.py [--mirror DIR] [--tolerance 3] [--only ID ...]
-       [--alias FOUND=TRUTH ...] [--no-own] [--no-corpus] [--json] [--keep DIR]
+       [--rules RULE ...] [--alias FOUND=TRUTH ...] [--no-own] [--no-corpus] [--json] [--keep DIR]
   --alias maps a rule id the scanner reports onto the id used in the truth file (e.g. when
   the scanner names a rule differently), repeatable.
   --mirror defaults to $ENVTOOL_SCAN_MIRROR, else /work/.mirror.
@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -55,6 +56,96 @@ CORPUS = REPO / "benchmarks" / "scan_corpus.yaml"
 TRUTH = REPO / "benchmarks" / "scan_truth.yaml"
 OWN = REPO / "tests" / "data" / "scan_own"
 LEVELS = ("warn", "info")
+#: rule id -> [TP, FP, FN] at warn level, over every set scored.
+RULE_COUNTS: Dict[str, List[int]] = {}
+LAUNCHES = {"horovod", "mpi-ddp", "torchrun-ddp", "mp.spawn", "lightning", "single-node", "mixed"}
+#: rule ids the truth file may use: the scan's current ones plus the ones issue 26 item 1 adds
+#: (named in the header of scan_truth.yaml).
+RULES = {"dataloader-workers", "dead-supports-context", "fork-start-method", "no-main-guard", "lr-not-scaled",
+         "no-broadcast", "checkpoint-all-ranks", "syntax", "hvd-init-missing", "hvd-init-late", "no-gpu-pinning",
+         "optimizer-not-wrapped", "data-not-sharded", "checkpoint-local-rank"}
+
+
+def corpus_errors(corpus: dict) -> list:
+    """Problems in a parsed scan_corpus.yaml, one string per problem naming the project and field."""
+    errors, seen = [], set()
+    projects = corpus.get("projects") if isinstance(corpus, dict) else None
+    if not isinstance(projects, list) or not projects:
+        return ["projects: expected a non-empty list"]
+    for i, p in enumerate(projects):
+        if not isinstance(p, dict):
+            errors.append(f"projects[{i}]: expected a mapping (id, repo, commit, root, files)")
+            continue
+        pid = p.get("id")
+        where = f"projects[{i}] ({pid})"
+        if not isinstance(pid, str) or not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", pid):
+            errors.append(f"{where}: id: expected lower-case letters, digits, '.', '-'")
+        if pid in seen:
+            errors.append(f"{where}: id: duplicate")
+        seen.add(pid)
+        if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", str(p.get("repo", ""))):
+            errors.append(f"{where}: repo: expected owner/name")
+        if not re.fullmatch(r"[0-9a-f]{40}", str(p.get("commit", ""))):
+            errors.append(f"{where}: commit: expected 40 hex digits")
+        root = p.get("root", "")
+        if not isinstance(root, str) or root.startswith("/") or ".." in root.split("/"):
+            errors.append(f"{where}: root: expected a relative path inside the repository")
+            continue
+        files = p.get("files")
+        if not isinstance(files, list) or not files:
+            errors.append(f"{where}: files: expected a non-empty list")
+            continue
+        for f in files:
+            if not isinstance(f, str) or not f.endswith(".py") or f.startswith("/") or ".." in f.split("/") \
+                    or (root and not f.startswith(root + "/")):
+                errors.append(f"{where}: files: {f!r} is not a .py path under root {root!r}")
+    return errors
+
+
+def truth_errors(truth: dict, corpus: dict) -> list:
+    """Problems in a parsed scan_truth.yaml checked against the corpus (projects, files, rule ids)."""
+    errors = []
+    projects = truth.get("projects") if isinstance(truth, dict) else None
+    if not isinstance(projects, dict):
+        return ["projects: expected a mapping of project id to judgement"]
+    by_id = {p["id"]: p for p in corpus.get("projects") or [] if isinstance(p, dict) and "id" in p}
+    for pid in sorted(set(by_id) - set(projects)):
+        errors.append(f"{pid}: no judgement in the truth file")
+    for pid, t in projects.items():
+        if pid not in by_id:
+            errors.append(f"{pid}: not a project of the corpus")
+            continue
+        if not isinstance(t, dict):
+            errors.append(f"{pid}: expected a mapping")
+            continue
+        if t.get("launch") not in LAUNCHES:
+            errors.append(f"{pid}: launch: {t.get('launch')!r} is not one of {sorted(LAUNCHES)}")
+        if not str(t.get("judgement", "")).strip():
+            errors.append(f"{pid}: judgement: empty")
+        root = by_id[pid].get("root") or ""
+        files = {f[len(root) + 1:] if root else f for f in by_id[pid]["files"]}
+        risks = t.get("risks")
+        if not isinstance(risks, list):
+            errors.append(f"{pid}: risks: expected a list")
+            continue
+        for j, r in enumerate(risks):
+            where = f"{pid}: risks[{j}]"
+            if not isinstance(r, dict):
+                errors.append(f"{where}: expected a mapping (rule, file, line, level, reason)")
+                continue
+            if r.get("rule") not in RULES:
+                errors.append(f"{where}: rule: {r.get('rule')!r} is not a known rule id")
+            if r.get("file") not in files:
+                errors.append(f"{where}: file: {r.get('file')!r} is not one of the project's files")
+            line = r.get("line")
+            lines = line if isinstance(line, list) else [line]
+            if line is not None and not all(isinstance(n, int) and n > 0 for n in lines):
+                errors.append(f"{where}: line: expected a positive int, a list of them, or null")
+            if r.get("level") not in ("warn", "info"):
+                errors.append(f"{where}: level: expected warn or info")
+            if not str(r.get("reason", "")).strip():
+                errors.append(f"{where}: reason: empty")
+    return errors
 
 
 def load_yaml(path: Path) -> dict:
@@ -188,6 +279,12 @@ def score(pid: str, findings: List[dict], risks: List[dict], tol: int, tallies: 
     warn_r = [r for r in risks if r.get("level", "warn") == "warn"]
     info_r = [r for r in risks if r.get("level", "warn") != "warn"]
     pairs, fps, fns = match(warn_f, warn_r, tol)
+    for f, _ in pairs:
+        RULE_COUNTS.setdefault(f["rule"], [0, 0, 0])[0] += 1
+    for f in fps:
+        RULE_COUNTS.setdefault(f["rule"], [0, 0, 0])[1] += 1
+    for r in fns:
+        RULE_COUNTS.setdefault(r["rule"], [0, 0, 0])[2] += 1
     t = tallies["warn"]
     t.tp += len(pairs)
     over, _, _ = match(fps, info_r, tol)
@@ -210,6 +307,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tolerance", type=int, default=3, help="lines a finding may be off a judged line (3)")
     ap.add_argument("--only", nargs="+", default=[], metavar="ID", help="score only these project ids / own files")
     ap.add_argument("--alias", action="append", default=[], metavar="FOUND=TRUTH")
+    ap.add_argument("--rules", nargs="+", default=[], metavar="RULE",
+                    help="score only these rule ids (findings and judged risks of other rules are ignored)")
     ap.add_argument("--no-own", action="store_true")
     ap.add_argument("--no-corpus", action="store_true")
     ap.add_argument("--keep", type=Path, help="materialise projects into this directory and keep them")
@@ -230,6 +329,9 @@ def main(argv=None) -> int:
             errors.append(f"{pid}: {err}")
         for f in found:
             f["rule"] = alias.get(f["rule"], f["rule"])
+        if args.rules:
+            found = [f for f in found if f["rule"] in args.rules]
+            risks = [r for r in risks if r["rule"] in args.rules]
         tallies = sets.setdefault(set_name, {"warn": Tally(), "warn+info": Tally()})
         score(pid, found, risks, args.tolerance, tallies)
         per_project[pid] = {"findings": len(found), "warn": sum(f["level"] == "warn" for f in found),
@@ -238,8 +340,13 @@ def main(argv=None) -> int:
     work = args.keep or Path(tempfile.mkdtemp(prefix="score_scan."))
     try:
         if not args.no_corpus:
-            corpus = load_yaml(args.corpus).get("projects") or []
-            truth = load_yaml(args.truth).get("projects") or {}
+            corpus_doc, truth_doc = load_yaml(args.corpus), load_yaml(args.truth)
+            bad = corpus_errors(corpus_doc)
+            bad = bad or truth_errors(truth_doc, corpus_doc)
+            if bad:
+                print(f"score_scan: {args.corpus.name} / {args.truth.name}:\n  " + "\n  ".join(bad), file=sys.stderr)
+                raise SystemExit(2)
+            corpus, truth = corpus_doc["projects"], truth_doc["projects"]
             for p in corpus:
                 if args.only and p["id"] not in args.only:
                     continue
@@ -259,7 +366,7 @@ def main(argv=None) -> int:
             for name, exp in sorted(expected.items()):
                 if args.only and name not in args.only:
                     continue
-                risks = [dict(r, file=name) for r in (exp.get("risks") or [])]
+                risks = [dict(r, file=name, reason=exp.get("summary", "")) for r in (exp.get("risks") or [])]
                 run_one("own", name, args.own / name, risks)
     finally:
         if not args.keep:
@@ -273,7 +380,9 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps({"sets": {s: {l: t.as_dict() for l, t in ts.items()} for s, ts in sets.items()},
                           "total": {l: t.as_dict() for l, t in total.items()}, "missing": missing,
-                          "errors": errors, "projects": per_project, "tolerance": args.tolerance}, indent=1))
+                          "errors": errors, "projects": per_project, "tolerance": args.tolerance,
+                          "per_rule_warn": {r: dict(zip(("tp", "fp", "fn"), c)) for r, c in sorted(RULE_COUNTS.items())}},
+                         indent=1))
         return 0
     print(f"scored {len(per_project)} project(s)/script(s); line tolerance {args.tolerance}")
     for lvl in ("warn", "warn+info"):
@@ -281,6 +390,9 @@ def main(argv=None) -> int:
         for s, ts in sets.items():
             print(ts[lvl].line(s))
         print(total[lvl].line("total"))
+    print("\n== per rule, level warn (all sets)")
+    for rule, (tp, fp, fn) in sorted(RULE_COUNTS.items()):
+        print(f"{rule:<24} TP {tp:>3}  FP {fp:>3}  FN {fn:>3}")
     for lvl in ("warn", "warn+info"):
         for s, ts in sets.items():
             if ts[lvl].fp:

@@ -191,7 +191,7 @@ def test_specs_show_status_wml_ce_archived():
     from envtool.spec.catalog import load_spec
 
     status = load_spec("ibm-wml-ce-1.7.0").status
-    assert (status.since, status.source) == ("2020-11-10", "seed-001-archived")
+    assert (status.since, status.source) == ("2020-11-10", "bede-archived")
 
 
 @pytest.mark.parametrize("body,field,expected", [

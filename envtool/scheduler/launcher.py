@@ -2,7 +2,7 @@
 launcher check, ``create``'s validation (``horovodrun`` on this machine) and job scripts.
 
 A site file gives a ``launcher`` template (``srun -n {ranks}``; a stack entry may replace it, as
-Bede's ``bede-ddlrun`` for WML-CE, seed 001) and a ``scheduler``. When the template's program is
+Bede's ``bede-ddlrun`` for WML-CE, ``N8-CIR-Bede/documentation@338157492d38:software/applications/wmlce.rst#L94-L95``) and a ``scheduler``. When the template's program is
 the scheduler's own launcher (``srun`` for Slurm, ``jsrun`` for LSF on Summit, ``mpiexec`` for PBS
 on Polaris, ``aprun`` for Cobalt), a job script's launcher line is built from the job's layout by
 the scheduler module; any other program (``bede-ddlrun``, ``horovodrun``, ``mpirun``) is used as
@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-#: Scheduler → the launcher it brings (sources: seed 003 srun, seed 000 jsrun, the ALCF Polaris
-#: guide mpiexec, seed 004 aprun).
+#: Scheduler → the launcher it brings (sources: the KISTI Perlmutter tutorial's srun, ``hwang2006/distributed-training-with-horovod-on-perlmutter@db9db9a20292:README.md#L302-L313``;
+#: OLCF's jsrun, ``olcf/olcf-user-docs@6c07271c3d12:software/analytics/distributed-dl-env.rst#L120-L130``; the ALCF Polaris guide's mpiexec; ALCF's aprun,
+#: ``argonne-lcf/ALCF_Hands_on_HPC_Workshop@5b4beb1902b8:learningFrameworks/distributedDeepLearning/README.md#L199-L202``).
 NATIVE = {"slurm": "srun", "lsf": "jsrun", "pbs": "mpiexec", "cobalt": "aprun"}
 #: Launchers that start ranks through an MPI runtime found on PATH (``horovodrun --mpi`` calls mpirun).
 MPI_RUNTIME_LAUNCHERS = ("mpirun", "mpiexec", "horovodrun")

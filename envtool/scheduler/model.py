@@ -155,7 +155,7 @@ def parse_time(text: str) -> int:
 
 
 def hms(seconds: int) -> str:
-    """Seconds → ``H:MM:SS`` (hours not padded: ``2:00:00``, as the seeds write it)."""
+    """Seconds → ``H:MM:SS`` (hours not padded: ``2:00:00``, as OLCF's and NERSC's job scripts write it)."""
     h, rest = divmod(int(seconds), 3600)
     m, s = divmod(rest, 60)
     return f"{h}:{m:02d}:{s:02d}"

@@ -5,7 +5,7 @@ launcher words).
 Quoting guarantee: every value written into a script (directive arguments, module names, paths,
 variable values, the command's words) goes through :func:`shlex.quote`, so a value is one shell
 word whatever it holds; nothing in a value is expanded. Values without special characters are
-written bare (``gpu``, ``select=2:system=polaris``), as the seeds write them.
+written bare (``gpu``, ``select=2:system=polaris``), as the sites' documentation writes them.
 """
 from __future__ import annotations
 

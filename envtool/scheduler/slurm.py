@@ -1,8 +1,8 @@
 """Slurm: ``#SBATCH`` directives and ``srun``.
 
-Layout facts (seed 003, Perlmutter's ``horovod_batch.sh``): ``-A``, ``-C gpu``, ``-q regular``,
+Layout facts (the KISTI Perlmutter tutorial's ``horovod_batch.sh``, ``hwang2006/distributed-training-with-horovod-on-perlmutter@db9db9a20292:README.md#L302-L313``): ``-A``, ``-C gpu``, ``-q regular``,
 ``-t``, ``-N``, ``-c 32``, ``--ntasks-per-node=4``, ``--gpus-per-node=4``, ``-o``; ``srun``
-inside the allocation inherits the layout. Bede (seed 001) asks GPUs as ``--gres=gpu:4`` and
+inside the allocation inherits the layout. Bede (``N8-CIR-Bede/documentation@338157492d38:software/applications/wmlce.rst#L209-L215``) asks GPUs as ``--gres=gpu:4`` and
 queues with ``-p gpu``. ``srun --mpi=pmix`` where the site's ``batch.mpi`` says so (the local test
 Slurm; Open MPI 4 initialises through PMIx).
 
@@ -28,7 +28,7 @@ RUNNING = ("RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING")
 
 
 def directives(req) -> List[Tuple[str, ...]]:
-    """Directive argument tuples (each line is ``#SBATCH`` + the quoted words), seed 003's order.
+    """Directive argument tuples (each line is ``#SBATCH`` + the quoted words), the tutorial's order.
 
     Raises:
         SpecError: GPUs asked for a site whose ``gpus_per_node`` is 0.

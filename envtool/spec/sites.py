@@ -11,7 +11,7 @@ with ``--site-file``) holds::
     launcher: "jsrun -r1 -g6 -a6 -c42 -bpacked:7"
     gpus_per_node: 6
     batch:                              # what ``envtool jobscript`` needs (see BatchSection)
-      source: seed-000
+      source: olcf-bsub
       cpus_per_node: 42
       queue: batch
       account_required: true
@@ -32,7 +32,7 @@ with ``--site-file``) holds::
         launcher: ...                   # optional, replaces the site's
         env: {VAR: value}
         mark: V                         # provenance of the mapping (V, V2, I)
-        source: seed-000
+        source: olcf-bsub
         note: free text
         warning: text that `show` and `doctor` print (the stack may not work here, and why)
         overrides: {python: "3.8"}      # a partial spec merged over the stack (as ``extends`` does)

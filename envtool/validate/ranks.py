@@ -138,7 +138,7 @@ def scaling(one: List[dict], many: List[dict]) -> Dict[str, object]:
     """Samples/s per rank at 1 rank and at N ranks, and the scaling efficiency.
 
     Efficiency = (mean samples/s per rank at N) / (samples/s at 1 rank): 1.0 is perfect weak
-    scaling (each rank as fast as one alone), the number the seeds' scaling talk plots.
+    scaling (each rank as fast as one alone), the number OLCF's "Scaling Deep Learning Applications on Summit" talk (J. Yin) plots.
 
     Returns:
         ``{"points": [{"ranks", "samples_per_sec_per_rank", "samples_per_sec_total"}], "efficiency"}``
