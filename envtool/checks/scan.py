@@ -893,6 +893,10 @@ class _Component:
         for c in self.calls:
             if self._lightning_horovod(c):
                 return "horovod", f"Lightning's Horovod strategy ({c.module.shown}:{c.node.lineno})"
+        for m in self.modules:
+            if any(v.split(".")[0] == "mpi4py" for v in list(m.module_aliases.values()) +
+                   list(m.from_imports.values())):
+                return "mpi", f"imports mpi4py, which initialises MPI in the process ({m.shown})"
         for c in self.calls:
             last = _last(c.node.func)
             if last == "init_process_group":
@@ -1197,7 +1201,7 @@ class _Component:
                     self.rule_pin()
                     self.rule_wrap()
                     self.rule_shard()
-        elif self.launch == "torchrun" and any(
+        elif self.launch in ("torchrun", "mpi") and any(
                 _last(c.node.func) == "init_process_group" for c in self.calls):
             self.rule_checkpoint()
             self.rule_pin()
@@ -1344,7 +1348,9 @@ class _Component:
         tfdata = [c for c in self.calls if (dotted(c.node.func) or "").startswith(("tf.data.", "tensorflow.data."))
                   and _last(c.node.func) in ("from_tensor_slices", "TFRecordDataset", "list_files",
                                              "from_generator", "TextLineDataset")]
-        if not loaders and not tfdata:
+        seeded = [c for c in self.calls if _last(c.node.func) in ("flow_from_directory", "flow_from_dataframe", "flow")
+                  and _kw(c.node, "seed") is not None and not _rank_kind(_kw(c.node, "seed"))]
+        if not loaders and not tfdata and not seeded:
             return
         for c in loaders:
             sampler = _kw(c.node, "sampler") or _kw(c.node, "batch_sampler")
@@ -1375,7 +1381,21 @@ class _Component:
                     any(_rank_kind(a) for a in list(c.node.args) + [k.value for k in c.node.keywords]):
                 return
         for m in self.modules:
-            if m.rank_slices or m.size_divs:
+            if m.rank_slices:
+                return
+        fits = [c for c in self.calls if _last(c.node.func) in ("fit", "fit_generator")]
+        for c in (fits or seeded[:1]) if seeded else ():
+            g = seeded[0]  # the same seed on every rank: identical batches, whatever the step count
+            self.p.add(c.module, c.node.lineno, "data-not-sharded",
+                       f"trains on {_last(g.node.func)}(seed="
+                       f"{ast.unparse(_kw(g.node, 'seed'))}) ({g.module.shown}:{g.node.lineno}), which draws the same "
+                       "shuffled batches on every rank (one seed everywhere, nothing shards the data): N ranks train "
+                       "on identical data (ALCF tutorial step 7)",
+                       "seed with the rank (seed=base_seed + hvd.rank()) or shard the file list by rank")
+        if seeded and not loaders and not tfdata:
+            return
+        for m in self.modules:
+            if m.size_divs:
                 return
         c = self._first([x for x in loaders + tfdata if "train" in ast.unparse(x.node).lower()] or loaders + tfdata)
         fix = ("sampler = torch.utils.data.distributed.DistributedSampler(dataset, num_replicas=hvd.size(), "
