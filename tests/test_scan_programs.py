@@ -428,3 +428,32 @@ def test_report_is_capped(tmp_path):
     (f,) = json.loads(proc.stdout)["findings"]
     assert f["details"]["omitted"] == 300 and len(f["details"]["issues"]) == 500
     assert len(proc.stdout) < 2_000_000
+
+
+def test_mpi4py_in_a_ddp_program_makes_it_an_mpi_launch():
+    src = "from mpi4py import MPI\n" + DDP_WORKERS
+    issues = scan.scan_source(src, "ddp_mpi.py")
+    assert sorted(i.rule for i in issues) == ["dataloader-workers", "fork-start-method"]
+    assert all(i.launch == "mpi" and "imports mpi4py" in i.message for i in issues)
+
+
+KERAS_GEN = textwrap.dedent('''\
+    import tensorflow as tf
+    import horovod.tensorflow.keras as hvd
+
+    hvd.init()
+    gpus = tf.config.experimental.list_physical_devices("GPU")
+    tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], "GPU")
+    gen = tf.keras.preprocessing.image.ImageDataGenerator(rescale=1 / 255)
+    train = gen.flow_from_directory("data/train", batch_size=32, seed=2022)
+    opt = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.01 * hvd.size()))
+    model.compile(optimizer=opt, loss="mse")
+    model.fit(train, steps_per_epoch=len(train) // hvd.size(),
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    ''')
+
+
+def test_keras_generator_with_one_seed_on_every_rank_is_not_sharded():
+    assert _rules(KERAS_GEN) == [("data-not-sharded", _line(KERAS_GEN, "model.fit("), "warn")]
+    per_rank = KERAS_GEN.replace("seed=2022", "seed=2022 + hvd.rank()")
+    assert _rules(per_rank) == []
