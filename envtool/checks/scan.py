@@ -428,8 +428,10 @@ def _collect(mod: _Module) -> None:
                 and any(isinstance(n, ast.Call) for n in ast.walk(stmt)):
             mod.first_toplevel_call = stmt.lineno
     # names (or self.attributes) assigned a rank: gpu_id = int(os.environ["LOCAL_RANK"]); self.rank = rank
-    seen_global = seen_local = False
-    for node in ast.walk(tree):
+    # (statements only: the expressions are walked once, below)
+    stmts: List[ast.AST] = list(tree.body)
+    while stmts:
+        node = stmts.pop()
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
                 isinstance(node.targets[0], (ast.Name, ast.Attribute)):
             kind = _rank_kind(node.value)
@@ -437,17 +439,10 @@ def _collect(mod: _Module) -> None:
                 name = _last(node.targets[0])
                 if mod.rank_aliases.get(name) != "global":
                     mod.rank_aliases[name] = kind
-        elif isinstance(node, (ast.Name, ast.Attribute, ast.Constant, ast.arg)):
-            word = (node.arg if isinstance(node, ast.arg) else _last(node) if not isinstance(node, ast.Constant)
-                    else node.value if isinstance(node.value, str) else "")
-            if isinstance(word, str) and any(w in word.lower() for w in _MULTINODE_WORDS):
-                mod.multinode = True
-            if word in ("RANK", "global_rank"):
-                seen_global = True
-            elif word == "LOCAL_RANK":
-                seen_local = True
-    if seen_global and seen_local:  # reads both the global and the node-local rank: written for several nodes
-        mod.multinode = True
+        for attr in ("body", "orelse", "finalbody", "handlers"):
+            more = getattr(node, attr, None)
+            if isinstance(more, list):
+                stmts.extend(more)
     # stack items: (node, enclosing function, guarded, dead_if, class name)
     stack: List[Tuple[ast.AST, Optional[_Func], bool, Optional[ast.AST], Optional[str]]] = [
         (tree, None, None, None, None)]
@@ -661,12 +656,18 @@ def _parse(text: str, shown: str, path: Path) -> _Module:
                                                     "fix the syntax error (nothing else was checked)"))
     mod = _Module(path, shown, tree)
     mod.size = len(text)
+    # code that names nodes, or reads both the global and the node-local rank: written for several nodes
+    mod.multinode = bool(_MULTINODE_RE.search(text)) or bool(
+        _GLOBAL_RANK_RE.search(text) and _LOCAL_RANK_RE.search(text))
     if "envtool:" in text:
         mod.ignores = _ignores(text)
     _collect(mod)
     return mod
 
 
+_MULTINODE_RE = re.compile("|".join(_MULTINODE_WORDS), re.IGNORECASE)
+_GLOBAL_RANK_RE = re.compile(r"""["']RANK["']|\bglobal_rank\b""")
+_LOCAL_RANK_RE = re.compile(r"""["']LOCAL_RANK["']""")
 _IGNORE = re.compile(r"envtool:\s*ignore(?:\[([\w\-, ]*)\])?")
 
 
