@@ -457,3 +457,32 @@ def test_keras_generator_with_one_seed_on_every_rank_is_not_sharded():
     assert _rules(KERAS_GEN) == [("data-not-sharded", _line(KERAS_GEN, "model.fit("), "warn")]
     per_rank = KERAS_GEN.replace("seed=2022", "seed=2022 + hvd.rank()")
     assert _rules(per_rank) == []
+
+
+def test_local_rank_guard_around_a_helper_chain_is_reported_at_the_guarded_call():
+    src = textwrap.dedent('''\
+        import torch
+        import horovod.torch as hvd
+
+
+        def save_one(model, path):
+            torch.save(model.state_dict(), path)
+
+
+        def save_all(model, step):
+            save_one(model, "ckpt-%d.pt" % step)
+
+
+        def main():
+            hvd.init()
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            for step in range(10):
+                if hvd.local_rank() == 0:
+                    save_all(model, step)
+
+
+        if __name__ == "__main__":
+            main()
+        ''')
+    assert [r for r in _rules(src) if r[0].startswith("checkpoint")] == [
+        ("checkpoint-local-rank", _line(src, "save_all(model, step)"), "warn")]

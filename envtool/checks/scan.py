@@ -1279,14 +1279,17 @@ class _Component:
         for m in self.modules:
             if m.cuda_visible:
                 return
-        for c in self.calls:
+        calls = sorted(self.calls, key=lambda x: _last(x.node.func) != "set_device")  # set_device judged first
+        for c in calls:
             n = c.node
             last = _last(n.func)
             args = list(n.args) + [k.value for k in n.keywords if k.arg not in ("non_blocking",)]
             if last in ("set_device", "set_visible_devices", "Accelerator", "init_distributed") or \
                     _kw(n, "device_ids") is not None or _kw(n, "local_rank") is not None:
-                if last == "set_device" and n.args and _rank_kind(n.args[0], c.module.rank_aliases) == "global" \
-                        and not isinstance(n.args[0], ast.BinOp):
+                arg = n.args[0] if n.args else None
+                if last == "set_device" and arg is not None and (
+                        isinstance(arg, ast.Call) and _rank_kind(arg) == "global" or
+                        isinstance(arg, (ast.Name, ast.Attribute)) and c.module.rank_aliases.get(_last(arg)) == "global"):
                     self.p.add(c.module, n.lineno, "no-gpu-pinning",
                                f"{ast.unparse(n)} pins the GPU to the global rank: on a second node it names a GPU "
                                "that does not exist (Horovod usage step 2: pin to the local rank)" +
@@ -1874,6 +1877,19 @@ class _Component:
                 out.append(site)
         return out
 
+    def _climb_local(self, sites: List[_Call], depth: int = 0) -> List[_Call]:
+        """As :meth:`_climb` for writes under a local-rank test: a site inside a helper that is not
+        itself under the test is replaced by the helper's call sites (the test is there)."""
+        out: List[_Call] = []
+        for site in sites:
+            g = site.func
+            if depth < 4 and not site.guarded and g is not None and g.sites and not g.loops and \
+                    id(g) not in self.hvd_work:
+                out.extend(self._climb_local([x for x in g.sites if self.covered(x) == "local"], depth + 1))
+            else:
+                out.append(site)
+        return out
+
     def _log_write(self, c: _Call) -> Optional[str]:
         """``open(path, "w"|"a"|"x")`` or ``logging.FileHandler(path)``: a log or result file."""
         n = c.node
@@ -1897,7 +1913,7 @@ class _Component:
             if kind == "local":
                 f = c.func
                 sites = [c] if c.guarded == "local" or f is None else \
-                    [x for x in f.sites if self.covered(x) == "local" and not x.guarded == "global"]
+                    self._climb_local([x for x in f.sites if self.covered(x) == "local"])
                 for where in sites:
                     via = "" if where is c else f" (through {f.name}(), which writes with {what or log} at " \
                                                 f"{c.module.shown}:{c.node.lineno})"
