@@ -469,7 +469,7 @@ def test_local_rank_guard_around_a_helper_chain_is_reported_at_the_guarded_call(
             torch.save(model.state_dict(), path)
 
 
-        def save_all(model, step):
+        def save_all(model, step):  # one checkpoint per step
             save_one(model, "ckpt-%d.pt" % step)
 
 
@@ -485,4 +485,4 @@ def test_local_rank_guard_around_a_helper_chain_is_reported_at_the_guarded_call(
             main()
         ''')
     assert [r for r in _rules(src) if r[0].startswith("checkpoint")] == [
-        ("checkpoint-local-rank", _line(src, "save_all(model, step)"), "warn")]
+        ("checkpoint-local-rank", _line(src, "    save_all(model, step)"), "warn")]
