@@ -486,3 +486,28 @@ def test_local_rank_guard_around_a_helper_chain_is_reported_at_the_guarded_call(
         ''')
     assert [r for r in _rules(src) if r[0].startswith("checkpoint")] == [
         ("checkpoint-local-rank", _line(src, "    save_all(model, step)"), "warn")]
+
+
+def test_helper_returning_a_built_dict_is_resolved():
+    src = textwrap.dedent('''\
+        import horovod.torch as hvd
+        from torch.utils.data import DataLoader
+
+
+        def loader_options(cuda):
+            opts = {"batch_size": 64}
+            if cuda:
+                opts.update({"num_workers": 4, "pin_memory": True})
+            return opts
+
+
+        def main():
+            hvd.init()
+            return DataLoader(ds, sampler=s, **loader_options(True))
+
+
+        if __name__ == "__main__":
+            main()
+        ''')
+    assert [r for r in _rules(src) if r[0] == "dataloader-workers"] == [
+        ("dataloader-workers", _line(src, "return DataLoader("), "warn")]

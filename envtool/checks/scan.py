@@ -1473,13 +1473,31 @@ class _Component:
             return lits, items
         return None
 
-    def _returned_dicts(self, call: _Call) -> Optional[List[ast.AST]]:
-        """The dict literals a project function returns (``**options()``); None when any return is not one."""
+    def _returned_dicts(self, call: _Call) -> Optional[Tuple[List[ast.AST], List[Tuple[str, ast.AST,
+                                                                                    Optional[ast.AST]]]]]:
+        """The dicts a project function returns (``**options()``): dict literals, or a local name
+        assigned dict literals (with its item assignments and updates), as ``(literals, items)``;
+        None when any return is something else."""
         funcs = self.resolve(call)
-        rets = [r for f in funcs for r in f.returns]
-        if not funcs or not rets or not all(isinstance(r, ast.Dict) for r in rets):
+        lits: List[ast.AST] = []
+        items: List[Tuple[str, ast.AST, Optional[ast.AST]]] = []
+        if not funcs:
             return None
-        return rets
+        for f in funcs:
+            if not f.returns:
+                return None
+            for r in f.returns:
+                if isinstance(r, ast.Dict):
+                    lits.append(r)
+                elif isinstance(r, ast.Name):
+                    got = self._dict_values(_Call(call.node, f.module, f, None, None), r.id)
+                    if got is None:
+                        return None
+                    lits.extend(got[0])
+                    items.extend(got[1])
+                else:
+                    return None
+        return lits, items
 
     @staticmethod
     def _dict_get(lit: ast.AST, key: str) -> Tuple[bool, Optional[ast.AST]]:
@@ -1621,7 +1639,7 @@ class _Component:
                 unresolved_splat = ast.unparse(s)
                 continue
             if returned is not None:
-                lits, items = returned, []
+                lits, items = returned
             elif isinstance(s, ast.Dict):
                 lits, items = [s], []
             else:
