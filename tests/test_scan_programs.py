@@ -511,3 +511,22 @@ def test_helper_returning_a_built_dict_is_resolved():
         ''')
     assert [r for r in _rules(src) if r[0] == "dataloader-workers"] == [
         ("dataloader-workers", _line(src, "return DataLoader("), "warn")]
+
+
+def test_per_rank_file_names_and_self_sharding_datasets_are_not_risks():
+    per_rank = _edit('            if hvd.rank() == 0:\n                torch.save(model.state_dict(), "ckpt.pt")\n',
+                     '            torch.save(model.state_dict(), f"ckpt-{hvd.rank()}.pt")\n')
+    assert [r for r in _rules(per_rank) if r[0].startswith("checkpoint")] == []
+    unsharded = _edit("        sampler = DistributedSampler(dataset, num_replicas=hvd.size(), rank=hvd.rank())\n"
+                      "        loader = DataLoader(dataset, batch_size=32, sampler=sampler)\n",
+                      "        loader = DataLoader(ShardedStream(), batch_size=32)\n")
+    assert [r[0] for r in _rules(unsharded) if r[0] == "data-not-sharded"] == ["data-not-sharded"]
+    stream = unsharded.replace("def main():", "class ShardedStream(torch.utils.data.IterableDataset):\n"
+                               "    def __iter__(self):\n"
+                               "        return iter(files[hvd.rank()::hvd.size()])\n\n\ndef main():")
+    stream2 = unsharded.replace("def main():", "class ShardedStream(torch.utils.data.IterableDataset):\n"
+                                "    def __iter__(self):\n"
+                                "        part = hvd.rank()\n"
+                                "        return read_part(part)\n\n\ndef main():")
+    for ok in (stream, stream2):
+        assert [r for r in _rules(ok) if r[0] == "data-not-sharded"] == []

@@ -1271,7 +1271,7 @@ class _Component:
 
     def rule_pin(self) -> None:
         """``no-gpu-pinning``: CUDA used and no device chosen from the local rank."""
-        if self.lightning_hvd:
+        if self.lightning_hvd or self.estimator_scales or self._spark_or_ray():
             return
         cuda = self._cuda_use()
         if cuda is None:
@@ -1383,6 +1383,12 @@ class _Component:
                                       "pipeline", "input", "iter", "batch")) and \
                     not any(w in low for w in ("device", "seed", "epoch", "log", "print")) and \
                     any(_rank_kind(a) for a in list(c.node.args) + [k.value for k in c.node.keywords]):
+                return
+        for c in self.calls:  # a project Dataset/Sampler class that asks for the rank shards by itself
+            if c.func is not None and c.func.cls and any(w in c.func.cls.lower() for w in (
+                    "data", "loader", "sampler", "reader", "stream", "shard")) and \
+                    _last(c.node.func) in ("rank", "get_rank", "local_rank", "size", "get_world_size",
+                                           "get_worker_info"):
                 return
         for m in self.modules:
             if m.rank_slices:
@@ -1927,6 +1933,10 @@ class _Component:
             log = self._log_write(c) if what is None else None
             if what is None and log is None:
                 continue
+            paths = list(c.node.args[1:] if _last(c.node.func) in ("save", "save_file", "save_model") and
+                         len(c.node.args) > 1 else c.node.args) + [k.value for k in c.node.keywords]
+            if any(_rank_kind(a, c.module.rank_aliases) for a in paths):
+                continue  # the file name carries the rank: one file per rank, meant so (sharded checkpoints)
             kind = self.covered(c)
             if kind == "local":
                 f = c.func
