@@ -175,7 +175,9 @@ def test_doctor_with_nothing_to_examine_says_so(tmp_path):
     assert "nothing to examine" in data["error"] and "--prefix" in data["error"]
     assert "Traceback" not in proc.stderr
     script = tmp_path / "train.py"
-    script.write_text("import torch.multiprocessing as mp\nmp.set_start_method('fork')\n")
+    # a Horovod (MPI) program that forks: the start-method rule holds for that launch
+    script.write_text("import horovod.torch as hvd\nimport torch.multiprocessing as mp\n"
+                      "mp.set_start_method('fork')\nhvd.init()\n")
     proc = subprocess.run([sys.executable, "-m", "envtool", "doctor", "--script", str(script), "--json"],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -186,7 +188,9 @@ def test_doctor_with_nothing_to_examine_says_so(tmp_path):
 
 def test_doctor_only_keeps_the_script_scan(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text("import torch.multiprocessing as mp\nmp.set_start_method('fork')\n")
+    # a Horovod (MPI) program that forks: the start-method rule holds for that launch
+    script.write_text("import horovod.torch as hvd\nimport torch.multiprocessing as mp\n"
+                      "mp.set_start_method('fork')\nhvd.init()\n")
     proc = run_envtool("doctor", "--prefix", sys.prefix, "--only", "read-only", "--script", script, "--json",
                        timeout=600)
     assert proc.returncode in (0, 1), proc.stderr

@@ -39,9 +39,11 @@ GOOD = textwrap.dedent('''\
     def main():
         hvd.init()
         lr = args.lr * hvd.size()
-        loader = DataLoader(dataset, num_workers=4, multiprocessing_context="forkserver")
+        sampler = DistributedSampler(dataset, num_replicas=hvd.size(), rank=hvd.rank())
+        loader = DataLoader(dataset, num_workers=4, multiprocessing_context="forkserver", sampler=sampler)
         loader0 = DataLoader(dataset, num_workers=0)
         optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         if hvd.rank() == 0:
@@ -55,7 +57,7 @@ GOOD = textwrap.dedent('''\
 # reported itself, once; num_workers=args.workers cannot be resolved (no argparse here): info.
 EXPECTED = {("no-broadcast", 6, "warn"), ("fork-start-method", 7, "warn"), ("dead-supports-context", 9, "warn"),
             ("dataloader-workers", 11, "warn"), ("dataloader-workers", 12, "info"), ("no-main-guard", 13, "warn"),
-            ("lr-not-scaled", 14, "warn"), ("checkpoint-all-ranks", 17, "warn")}
+            ("lr-not-scaled", 14, "warn"), ("checkpoint-all-ranks", 17, "warn"), ("data-not-sharded", 11, "warn")}
 
 
 def test_each_risky_pattern_at_its_line():
@@ -88,7 +90,9 @@ def test_global_forkserver_covers_dataloaders_and_keras_rules():
             model.save_weights("w.h5")
         ''')
     issues = scan.scan_source(src, "k.py")
-    assert {(i.rule, i.line) for i in issues} == {("lr-not-scaled", 10), ("checkpoint-all-ranks", 14)}
+    assert {(i.rule, i.line) for i in issues} == {("lr-not-scaled", 10), ("checkpoint-all-ranks", 14),
+                                                  ("data-not-sharded", 8), ("optimizer-not-wrapped", 9),
+                                                  ("no-gpu-pinning", 7)}
 
 
 def test_no_horovod_means_no_horovod_rules():
@@ -198,7 +202,7 @@ SEEDED = {
         "no-broadcast", "warn", "keras/train_keras.py", "    hvd.init()"),
     "keras-lr": (
         "keras/train_keras.py", [("scaled_lr = 0.001 * hvd.size()", "scaled_lr = 0.001")],
-        "lr-not-scaled", "warn", "keras/train_keras.py", "opt = tf.keras.optimizers.Adam("),
+        "lr-not-scaled", "info", "keras/train_keras.py", "opt = tf.keras.optimizers.Adam("),
     "keras-checkpoint-every-rank": (
         "keras/train_keras.py", [("    if hvd.rank() == 0:\n        callbacks.append(", "    if callbacks:\n        callbacks.append(")],
         "checkpoint-all-ranks", "warn", "keras/train_keras.py", "callbacks.append(tf.keras.callbacks.ModelCheckpoint"),
@@ -266,12 +270,12 @@ def test_dead_guard_dataloaders_named_once_each_with_the_guard_as_reason():
             test = DataLoader(test_set, batch_size=1000, **kwargs)
             return train, test
         ''')
-    issues = scan.scan_source(src, "loaders.py")
+    issues = scan.scan_source(src, "loaders.py", launch="mpi")
     assert [(i.rule, i.line, i.level) for i in issues] == [("dataloader-workers", 10, "warn"),
                                                            ("dataloader-workers", 11, "warn")]
     assert all("guard at line 7" in i.message and "always false" in i.message for i in issues)
     # the guard alone (no DataLoader depends on it): one finding at the if, not one per line of its test
-    alone = scan.scan_source(src.replace("**kwargs", "num_workers=0"), "loaders.py")
+    alone = scan.scan_source(src.replace("**kwargs", "num_workers=0"), "loaders.py", launch="mpi")
     assert [(i.rule, i.line) for i in alone] == [("dead-supports-context", 7)]
 
 
@@ -287,7 +291,8 @@ def test_argparse_default_resolves_num_workers():
         DataLoader(ds, num_workers=args.eval_workers)
         DataLoader(ds, num_workers=n)
         ''')
-    assert [(i.line, i.level) for i in scan.scan_source(src, "a.py")] == [(7, "warn"), (8, "info"), (9, "info")]
+    assert [(i.line, i.level) for i in scan.scan_source(src, "a.py", launch="mpi")] == [
+        (7, "warn"), (8, "info"), (9, "info")]
 
 
 def test_lr_parameter_without_call_site_is_info_and_judged_at_each_call():
@@ -296,7 +301,7 @@ def test_lr_parameter_without_call_site_is_info_and_judged_at_each_call():
         import horovod.torch as hvd
 
         def make(params, lr):
-            return torch.optim.Adam(params, lr=lr)
+            return torch.optim.SGD(params, lr=lr)
         ''')
     (i,) = scan.scan_source(lib, "lib.py")
     assert (i.rule, i.line, i.level) == ("lr-not-scaled", 5, "info")
@@ -307,7 +312,8 @@ def test_lr_parameter_without_call_site_is_info_and_judged_at_each_call():
         a = make(model.parameters(), 1e-3 * hvd.size())
         b = make(model.parameters(), lr=1e-3)
         ''')
-    assert [(i.rule, i.line, i.level) for i in scan.scan_source(prog, "p.py")] == [("lr-not-scaled", 10, "warn")]
+    assert [(i.rule, i.line, i.level) for i in scan.scan_source(prog, "p.py")] == [
+        ("optimizer-not-wrapped", 5, "warn"), ("lr-not-scaled", 10, "warn")]
 
 
 def test_linear_size_does_not_blow_up_on_deep_nesting():
@@ -374,4 +380,5 @@ def test_lr_through_assigned_names_is_resolved():
         opt2 = torch.optim.SGD(params, lr=scaled)
         opt3 = torch.optim.SGD(params, lr=schedule())
         ''')
-    assert [(i.line, i.level) for i in scan.scan_source(src, "n.py")] == [(7, "warn"), (10, "info")]
+    assert [(i.line, i.level) for i in scan.scan_source(src, "n.py") if i.rule == "lr-not-scaled"] == \
+        [(7, "warn"), (10, "info")]

@@ -135,22 +135,7 @@ def _own_cases():
     return sorted(_load(OWN / "expected.yaml")["scripts"].items())
 
 
-#: scripts the scanner of main before the issue-26 work gets wrong (measured; see the report in
-#: benchmarks/score_scan.py output): every indirect risk is missed or found only as info, and
-#: forked DataLoader workers are flagged under DDP, Lightning, mp.spawn, single-node and a
-#: global forkserver start method set through a constant.
-_FAILS_BEFORE_ISSUE_26 = {
-    "risk01_workers_constant.py", "risk02_kwargs_update.py", "risk03_start_method_constant.py",
-    "risk04_broadcast_uncalled.py", "risk05_safetensors_all_ranks.py", "risk06_onecycle_override.py",
-    "risk07_lr_local_size.py", "risk08_local_rank_guard.py", "risk09_optimizer_not_wrapped.py",
-    "risk10_no_sampler.py", "clean04_ddp_torchrun.py", "clean05_lightning_ddp.py", "clean06_mp_spawn.py",
-    "clean07_single_node.py", "clean10_horovod_helpers.py"}
-
-
-@pytest.mark.parametrize("name,exp", [
-    pytest.param(n, e, id=n, marks=[pytest.mark.xfail(reason="issue 26: not yet handled by the scan", strict=False)]
-                 if n in _FAILS_BEFORE_ISSUE_26 else [])
-    for n, e in _own_cases()])
+@pytest.mark.parametrize("name,exp", _own_cases(), ids=[n for n, _ in _own_cases()])
 def test_own_script_scan(name, exp):
     """The real ``doctor --script`` on one own script: exactly the expected warn findings."""
     found, err = score_scan.scan(OWN / name)

@@ -87,6 +87,10 @@ class Context:
         environ: the environment variables doctor judges (a copy of ``os.environ``).
         timeout: seconds each probe subprocess may take.
         infiniband_dir: where InfiniBand devices show (``/sys/class/infiniband``).
+        script_options: ``entries``, ``launch`` and ``limits`` of the script scan (``--entry``,
+            ``--launch``, ``--max-source-mb``/``--max-files``), or None for the defaults.
+        script_report: the :class:`envtool.checks.scan.ScanReport` of ``scripts``, made by
+            ``doctor`` before the checks run (so that a scan limit is an input error), or None.
     """
 
     prefix: Path
@@ -97,6 +101,8 @@ class Context:
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     timeout: float = 120.0
     infiniband_dir: Path = Path("/sys/class/infiniband")
+    script_report: Any = None
+    script_options: Optional[Dict[str, Any]] = None
     _futures: Dict[str, Future] = field(default_factory=dict, repr=False)
     _lock: Any = field(default_factory=threading.Lock, repr=False)
     _pool: Optional[ThreadPoolExecutor] = field(default=None, repr=False)

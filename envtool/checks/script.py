@@ -1,15 +1,33 @@
 """Check 4, ``script``: the static scan of ``--script`` files and directories (:mod:`envtool.checks.scan`).
 
 Status: ``warn`` when the scan shows a risk (an issue of level ``warn``); ``ok`` when it shows
-none, with the issues it could not prove (level ``info``) listed as items (printed with ``-v``,
-always in ``--json``). ``details.mechanisms`` names, for each rule that fired, what would
-satisfy it (:data:`envtool.checks.scan.MECHANISMS`). The scan never fails the check: doctor's exit status is unchanged by it.
+none, with the issues it could not prove or that are judgement calls (level ``info``) listed as
+items (printed with ``-v``, always in ``--json``). ``details.mechanisms`` names, for each rule that
+fired, what would satisfy it (:data:`envtool.checks.scan.MECHANISMS`); ``details.programs`` the
+entry points, the launch assumed for each and why; ``details.suppressed`` the issues silenced by
+``# envtool: ignore[rule]`` comments; ``details.omitted`` the issues past the report's cap. The
+check never fails: ``doctor --strict`` / ``--fail-on`` turns remaining issues into exit status 1.
 """
 from __future__ import annotations
 
 from envtool.checks.registry import check, finding
 
 ID = "script"
+
+
+def run_scan(ctx):
+    """The :class:`envtool.checks.scan.ScanReport` of ``ctx.scripts`` (made once per context).
+
+    Raises:
+        UsageError: a script cannot be read or a scan limit is passed (exit status 2).
+    """
+    from envtool.checks import scan
+
+    if ctx.script_report is None:
+        opts = getattr(ctx, "script_options", None) or {}
+        ctx.script_report = scan.scan_project(ctx.scripts, opts.get("entries", ()), opts.get("launch"),
+                                              opts.get("limits"))
+    return ctx.script_report
 
 
 @check(ID, "Training script scan (--script)", order=40,
@@ -19,18 +37,25 @@ def run(ctx):
 
     if not ctx.scripts:
         return finding(ID, "skipped", "no --script given")
-    issues = scan.scan_paths(ctx.scripts)
+    report = run_scan(ctx)
+    issues = report.issues
     names = ", ".join(str(p) for p in ctx.scripts)
     files = sorted({i.path for i in issues})
     items = [f"{i.path}:{i.line}: [{i.rule}]{' (info)' if i.level == 'info' else ''} {i.message}; fix: {i.fix}"
              for i in issues]
+    if report.omitted:
+        items.append(f"... {report.omitted} more issue(s) not listed (the report keeps the first {len(issues)})")
     warns = [i for i in issues if i.level != "info"]
     mechanisms = {r: list(scan.MECHANISMS[r]) for r in sorted({i.rule for i in issues}) if r in scan.MECHANISMS}
     infos = len(issues) - len(warns)
-    if not warns:
+    details = dict(items=items, issues=[i.to_dict() for i in issues], files=files, mechanisms=mechanisms,
+                   programs=report.programs, suppressed=[i.to_dict() for i in report.suppressed],
+                   omitted=report.omitted, source_files=report.files, source_bytes=report.bytes)
+    sup = f"; {len(report.suppressed)} suppressed" if report.suppressed else ""
+    if not warns and not report.omitted:
         note = f"; {infos} unproven note(s) (-v shows them)" if infos else ""
-        return finding(ID, "ok", f"{names}: no risky pattern found{note}", items=items,
-                       issues=[i.to_dict() for i in issues], files=files, mechanisms=mechanisms)
+        return finding(ID, "ok", f"{names}: no risky pattern found{note}{sup}", **details)
     note = f" and {infos} unproven note(s)" if infos else ""
-    return finding(ID, "warn", f"{len(warns)} risky pattern(s){note} in {names}", "apply the fix named on each line",
-                   items=items, issues=[i.to_dict() for i in issues], files=files, mechanisms=mechanisms)
+    more = f" (+{report.omitted} not listed)" if report.omitted else ""
+    return finding(ID, "warn", f"{len(warns)} risky pattern(s){more}{note} in {names}{sup}",
+                   "apply the fix named on each line", **details)

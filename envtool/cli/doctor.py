@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from envtool.cli.common import add_json, name_arg, path_arg, print_json, seconds_arg
 
@@ -29,6 +30,19 @@ def register(sub) -> None:
     p.add_argument("--script", type=path_arg, metavar="PATH", nargs="+", action="extend", default=[],
                    help="training script(s) or project directories to scan statically for risky patterns "
                         "(local imports are followed)")
+    p.add_argument("--entry", type=path_arg, metavar="FILE", nargs="+", action="extend", default=[],
+                   help="entry-point script(s) of the --script project: only they and their imports are scanned "
+                        "(default: files named in --script and files with an if __name__ == \"__main__\": guard)")
+    p.add_argument("--launch", choices=("horovod", "mpi", "torchrun", "lightning", "single"),
+                   help="how the scripts are launched (default: decided per entry point from its code)")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when the script scan leaves a warn finding (same as --fail-on warn)")
+    p.add_argument("--fail-on", choices=("warn", "info"),
+                   help="exit 1 when the script scan leaves a finding at this level or above")
+    p.add_argument("--max-source-mb", type=float, default=None, metavar="MB",
+                   help="stop the script scan past this much Python source (default 8)")
+    p.add_argument("--max-files", type=int, default=None, metavar="N",
+                   help="stop the script scan past this many Python files (default 20000)")
     p.add_argument("--only", metavar="ID", nargs="+", action="extend", default=[],
                    help="run only these checks (ids as shown in the output; see --list)")
     p.add_argument("--list", action="store_true", help="list the checks (id, title) and exit")
@@ -86,9 +100,11 @@ def _resolve(args):
 
     prefix = Path(args.prefix).expanduser() if args.prefix else default_prefix()
     if prefix is None:
-        if args.script:  # the scan needs no environment
-            return Context(prefix=None, scripts=tuple(_scripts(args)), environ=dict(os.environ),
-                           timeout=args.timeout)
+        if args.script or getattr(args, "entry", None):  # the scan needs no environment
+            scripts, options = _script_options(args, _scripts(args))
+            ctx = Context(prefix=None, scripts=tuple(scripts), environ=dict(os.environ), timeout=args.timeout)
+            ctx.script_options = options
+            return ctx
         raise UsageError("nothing to examine: give --prefix PREFIX (an environment), activate one ($CONDA_PREFIX "
                          "or $VIRTUAL_ENV), or give --script PATH to scan a training script")
     if not prefix.is_dir():
@@ -128,9 +144,11 @@ def _resolve(args):
         from envtool.checks import lockdrift
 
         lockdrift.read(Context(prefix=prefix, lock=lock))  # UsageError (exit 2) for a bad lock, before any check
-    scripts = _scripts(args)
-    return Context(prefix=prefix.resolve() if not prefix.is_symlink() else prefix, spec=spec, site=site,
-                   lock=lock, scripts=tuple(scripts), environ=dict(os.environ), timeout=args.timeout)
+    scripts, options = _script_options(args, _scripts(args))
+    ctx = Context(prefix=prefix.resolve() if not prefix.is_symlink() else prefix, spec=spec, site=site,
+                  lock=lock, scripts=tuple(scripts), environ=dict(os.environ), timeout=args.timeout)
+    ctx.script_options = options
+    return ctx
 
 
 def _scripts(args):
@@ -144,6 +162,44 @@ def _scripts(args):
             raise UsageError(f"--script {s}: no such file or directory")
         scripts.append(path)
     return scripts
+
+
+def _script_options(args, scripts):
+    """``--entry``, ``--strict``/``--fail-on``, ``--launch`` and the scan's limits, checked
+    (UsageError, exit 2). Returns ``(scripts, options)``: the scripts to scan (the ``--entry`` files
+    when no ``--script`` is given) and the context's ``script_options``."""
+    from envtool.checks.scan import Limits
+    from envtool.core.errors import UsageError
+
+    entries = []
+    for e in getattr(args, "entry", []) or []:
+        path = Path(e)
+        if not path.is_file():
+            raise UsageError(f"--entry {e}: no such file (expected a Python script)")
+        entries.append(path)
+    if entries and not scripts:
+        scripts = list(entries)
+    for opt, val in (("--strict", getattr(args, "strict", False)), ("--fail-on", getattr(args, "fail_on", None)),
+                     ("--launch", getattr(args, "launch", None))):
+        if val and not scripts:
+            raise UsageError(f"{opt}: applies to the script scan; give --script PATH")
+    defaults = Limits()
+    mb, files = getattr(args, "max_source_mb", None), getattr(args, "max_files", None)
+    if mb is not None and not mb > 0:
+        raise UsageError(f"--max-source-mb {mb}: expected a positive number of MiB")
+    if files is not None and files < 1:
+        raise UsageError(f"--max-files {files}: expected a positive number of files")
+    limits = Limits(max_bytes=int(mb * 1048576) if mb is not None else defaults.max_bytes,
+                    max_files=files if files is not None else defaults.max_files)
+    return scripts, {"entries": tuple(entries), "launch": getattr(args, "launch", None), "limits": limits}
+
+
+def fail_level(args) -> Optional[str]:
+    """The lowest script-finding level that makes doctor exit 1 (``--strict`` = ``warn``), or None."""
+    level = getattr(args, "fail_on", None)
+    if getattr(args, "strict", False) and level is None:
+        level = "warn"
+    return level
 
 
 def format_text(findings, verbose: bool = False) -> str:
@@ -188,8 +244,21 @@ def run(args) -> int:
               file=sys.stderr)
         for line in getattr(args, "records", []):
             print(f"doctor: using {line}", file=sys.stderr)
+    if ctx.scripts and any(c.id == "script" for c in checks):
+        from envtool.checks import script
+
+        script.run_scan(ctx)  # a scan limit or an unreadable script: exit 2 before any check runs
     findings = runner.run_checks(ctx, checks)
     status = runner.exit_status(findings)
+    gate = fail_level(args)
+    gated = []
+    if gate is not None:
+        levels = ("warn",) if gate == "warn" else ("warn", "info")
+        for f in findings:
+            if f.id == "script":
+                gated = [i for i in f.details.get("issues", []) if i.get("level") in levels]
+                if gated or f.details.get("omitted"):
+                    status = max(status, 1)
     counts = {s: sum(1 for f in findings if f.status == s) for s in ("ok", "warn", "fail", "skipped")}
     seconds = time.monotonic() - started
     if args.json:
@@ -197,8 +266,13 @@ def run(args) -> int:
                     "records": getattr(args, "records", []), "spec": ctx.spec.name if ctx.spec is not None else None,
                     "site": getattr(ctx.site, "name", None), "lock": str(ctx.lock) if ctx.lock else None,
                     "scripts": [str(s) for s in ctx.scripts], "ok": status == 0, "exit_status": status,
+                    "fail_on": gate, "gated": len(gated),
                     "counts": counts, "seconds": round(seconds, 3), "findings": [f.to_dict() for f in findings]})
     else:
         print(format_text(findings, verbose=getattr(args, "verbose", False)))
         print(", ".join(f"{n} {s}" for s, n in counts.items()) + f" ({seconds:.1f} s)")
+        if gated:
+            print(f"doctor: {len(gated)} script finding(s) at level {gate} or above remain (--"
+                  f"{'strict' if getattr(args, 'strict', False) and not getattr(args, 'fail_on', None) else 'fail-on ' + gate}"
+                  "): exit status 1", file=sys.stderr)
     return status

@@ -5,6 +5,9 @@ import horovod.tensorflow.keras as hvd
 
 def main():
     hvd.init()
+    gpus = tf.config.experimental.list_physical_devices("GPU")
+    if gpus:
+        tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], "GPU")
     model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
     scaled_lr = 0.001 * hvd.size()
     opt = tf.keras.optimizers.Adam(learning_rate=scaled_lr)

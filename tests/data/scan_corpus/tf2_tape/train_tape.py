@@ -3,6 +3,9 @@ import tensorflow as tf
 import horovod.tensorflow as hvd
 
 hvd.init()
+gpus = tf.config.experimental.list_physical_devices("GPU")
+if gpus:
+    tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], "GPU")
 model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
 opt = tf.optimizers.SGD(0.01 * hvd.size())
 checkpoint = tf.train.Checkpoint(model=model, optimizer=opt)

@@ -4,6 +4,7 @@ import argparse
 import torch
 import horovod.torch as hvd
 from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
 
 
 def save_checkpoint(model, epoch):
@@ -15,7 +16,8 @@ def save_checkpoint(model, epoch):
 def make_loaders(dataset):
     loader_kwargs = {"num_workers": 4, "pin_memory": True}
     loader_kwargs["multiprocessing_context"] = "forkserver"
-    train = DataLoader(dataset, batch_size=32, **loader_kwargs)
+    sampler = DistributedSampler(dataset, num_replicas=hvd.size(), rank=hvd.rank())
+    train = DataLoader(dataset, batch_size=32, sampler=sampler, **loader_kwargs)
     test = DataLoader(dataset, batch_size=64, num_workers=2, multiprocessing_context="forkserver")
     return train, test
 

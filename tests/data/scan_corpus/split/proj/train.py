@@ -2,6 +2,7 @@
 import torch
 import horovod.torch as hvd
 from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
 
 from .data import loader_options
 
@@ -13,7 +14,8 @@ def sync(model, optimizer):
 
 def one_epoch(model, optimizer):
     data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
-    for x, y in DataLoader(data, batch_size=16, **loader_options()):
+    sampler = DistributedSampler(data, num_replicas=hvd.size(), rank=hvd.rank())
+    for x, y in DataLoader(data, batch_size=16, sampler=sampler, **loader_options()):
         optimizer.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         optimizer.step()
