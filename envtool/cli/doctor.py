@@ -11,8 +11,24 @@ import time
 from pathlib import Path
 
 from envtool.cli.common import add_json, name_arg, path_arg, print_json, seconds_arg
+from envtool.core.term import LiveStatus, paint
 
 _MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "skipped": "skip"}
+_COLOUR = {"ok": "ok", "warn": "warn", "fail": "fail", "skipped": ""}
+
+
+def human(value) -> str:
+    """A detail's value in words, not a Python repr: ``python 3.11.7, torch 2.3.1`` for a mapping,
+    ``a, b`` for a list, ``yes``/``no`` for a flag, ``-`` for nothing."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {human(v)}" for k, v in value.items()) or "-"
+    if isinstance(value, (list, tuple, set)):
+        return ", ".join(human(v) for v in value) or "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "-"
+    return str(value)
 
 
 def register(sub) -> None:
@@ -100,7 +116,8 @@ def format_text(findings, verbose: bool = False) -> str:
     lines = []
     width = max([len(f.id) for f in findings] + [10])
     for f in findings:
-        lines.append(f"{_MARK[f.status]:<5} {f.id:<{width}}  {f.summary}")
+        mark = _MARK[f.status]
+        lines.append(paint(mark, _COLOUR[f.status]) + " " * (6 - len(mark)) + f"{f.id:<{width}}  {f.summary}")
         for item in f.details.get("items", []) if (verbose or f.status in ("warn", "fail")) else []:
             lines.append(f"{'':<5} {'':<{width}}    - {item}")
         if f.fix and f.status in ("warn", "fail"):
@@ -108,7 +125,7 @@ def format_text(findings, verbose: bool = False) -> str:
         if verbose:
             for k, v in f.details.items():
                 if k != "items":
-                    lines.append(f"{'':<5} {'':<{width}}    {k}: {v}")
+                    lines.append(f"{'':<5} {'':<{width}}    {k.replace('_', ' ')}: {human(v)}")
     return "\n".join(lines)
 
 
@@ -126,9 +143,20 @@ def run(args) -> int:
         return 0
     checks = registry.select(tuple(args.only))
     ctx = _resolve(args)
-    if not getattr(args, "quiet", False) and not args.json:
-        print(f"doctor: examining {ctx.prefix} ({len(checks)} checks) ...", file=sys.stderr)
-    findings = runner.run_checks(ctx, checks)
+    quiet = getattr(args, "quiet", False) or args.json
+    n = len(checks)
+    with LiveStatus("doctor: ", sys.stderr) as live:
+        if not quiet:
+            live.update(f"examining {ctx.prefix} ({n} check{'s' if n != 1 else ''})")
+
+        def on_done(finding, done: int, total: int) -> None:
+            if not quiet:
+                left = [c.id for c in checks if c.id not in finished] if live.live else []
+                live.update(f"examining {ctx.prefix}: {done}/{total} checks done" +
+                              (f", running {', '.join(left)}" if left else ""), keep=False)
+
+        finished = set()
+        findings = runner.run_checks(ctx, checks, on_done=lambda f, d, t: (finished.add(f.id), on_done(f, d, t)))
     status = runner.exit_status(findings)
     counts = {s: sum(1 for f in findings if f.status == s) for s in ("ok", "warn", "fail", "skipped")}
     seconds = time.monotonic() - started

@@ -57,26 +57,46 @@ def run(args) -> int:
             raise UsageError("--plot needs matplotlib (pip install matplotlib)") from None
     quiet = getattr(args, "quiet", False) or args.json
 
+    from envtool.core.term import LiveStatus
+
+    status = LiveStatus("validate: ", sys.stderr)
+
     def progress(line: str) -> None:
         if not quiet:
-            print(f"validate: {line}", file=sys.stderr, flush=True)
+            status.update(line)
 
     target = jobscript.resolve_target(args.prefix, args.module, args.spec, args.site, args.site_file)
+    with status:
+        result = _run_checks(args, target, validate_job, progress)
+    return _report(args, result, rk)
+
+
+def _run_checks(args, target, validate_job, progress) -> dict:
+    """Run the checks (a batch job with ``--submit``, else here); the result dict."""
     if args.submit:
         result = validate_job.run_job(target, args.nodes, args.ranks_per_node, args.gpus_per_rank, args.time,
                                       args.account, args.queue, benchmark=args.benchmark, steps=args.steps,
                                       batch_size=args.batch_size, workdir=args.workdir, timeout=args.timeout,
                                       progress=progress, preflight_only=args.preflight)
-        records = result["ranks"]
     else:
         result = validate_job.run_here(target, ranks=args.ranks, benchmark=args.benchmark, steps=args.steps,
                                        batch_size=args.batch_size, progress=progress)
+    result["site"] = target.site.name
+    result["spec"] = target.spec.name if target.spec is not None else None
+    return result
+
+
+def _report(args, result: dict, rk) -> int:
+    """Print ``result`` (JSON, or tables and verdicts); the exit status."""
+    from envtool.core.term import paint
+
+    if args.submit:
+        records = result["ranks"]
+    else:
         records = [r for recs in result["runs"].values() for r in recs]
     if args.plot and result.get("benchmark") and len(result["benchmark"]["points"]) == 2:
         rk.plot(result["benchmark"], args.plot)
         result["plot"] = args.plot
-    result["site"] = target.site.name
-    result["spec"] = target.spec.name if target.spec is not None else None
     if args.json:
         print_json(result)
     else:
@@ -90,7 +110,7 @@ def run(args) -> int:
             if result.get("preflight"):
                 from envtool.validate import preflight as pf
 
-                print("pre-flight " + ("ok" if result["preflight"]["ok"] else "FAILED") + ":")
+                print("pre-flight " + (paint("ok", "ok") if result["preflight"]["ok"] else paint("FAILED", "fail")) + ":")
                 print(pf.table(result["preflight"]["nodes"]))
             if records or not (args.preflight or (result.get("preflight") or {}).get("problems")):
                 print(rk.table(records))
@@ -103,7 +123,7 @@ def run(args) -> int:
         if result.get("plot"):
             print(f"plot: {result['plot']}")
         for problem in result["problems"]:
-            print(f"FAILED: {problem}", file=sys.stderr)
+            print(f"{paint('FAILED', 'fail', sys.stderr)}: {problem}", file=sys.stderr)
         where = result.get("output") or result.get("log")
         if where and not result["ok"]:
             print(f"validate: log: {where}", file=sys.stderr)

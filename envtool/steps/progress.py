@@ -2,7 +2,8 @@
 built so far, and the elapsed time.
 
 On a terminal one live line is redrawn in place (``\\r`` and erase-to-end-of-line, twice a
-second, so the clock moves while the build prints nothing); elsewhere (a log file, CI) a plain
+second, so the clock moves while the build prints nothing), cut to the terminal's width so it
+never wraps (:mod:`envtool.core.term`); elsewhere (a log file, CI) a plain
 line is printed when the phase changes and at each further 10 % of CMake's progress. The full
 output still goes to the build log (and to stderr with ``-v``, which shows no live line).
 
@@ -18,6 +19,8 @@ import re
 import threading
 import time
 from typing import IO, Optional
+
+from envtool.core import term
 
 _PERCENT = re.compile(r"^\s*\[\s*(\d{1,3})%\]")
 _OBJECT = re.compile(r"Building (?:C|CXX|CUDA|Fortran) object")
@@ -126,7 +129,7 @@ class BuildProgress:
     def _redraw_loop(self) -> None:
         while not self._stop.is_set():
             with self._lock:
-                self._write("\r\x1b[K      " + self.describe())
+                self._write(term.CLEAR_LINE + term.fit("      " + self.describe(), term.width(self.stream) - 1))
             self._stop.wait(self.interval)
 
     def _write(self, text: str) -> None:
