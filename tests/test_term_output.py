@@ -168,3 +168,16 @@ def test_build_live_line_fits_60_columns(tmp_path):
     frames = [f for f in out.replace("\r\n", "\n").split("\r\x1b[K") if "compiling Horovod" in f]
     assert len(frames) >= 4 and all(len(f) <= 59 and f.endswith("…") for f in frames), frames
     assert screen(out, 60) == screen(out, 1000) == ["driver done"]  # nothing wrapped, nothing left
+
+
+def test_doctor_speaks_words_counts_right_and_gives_one_verdict_per_line(cpu_horovod_env):
+    from conftest import run_envtool
+
+    proc = run_envtool("doctor", "--prefix", cpu_horovod_env, "--only", "versions", "start-method", "-v", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "{'" not in proc.stdout and "['" not in proc.stdout and "': " not in proc.stdout, proc.stdout
+    assert re.search(r"^\s+found: python 3\.\d+", proc.stdout, re.M), proc.stdout
+    for line in proc.stdout.splitlines():  # a verdict line says one thing
+        assert not (line.startswith("ok ") and re.search(r"\b(risky|FAILED|fail)\b", line)), line
+    one = run_envtool("doctor", "--prefix", cpu_horovod_env, "--only", "versions", timeout=300)
+    assert "(1 check)" in one.stderr and "checks)" not in one.stderr, one.stderr

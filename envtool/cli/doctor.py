@@ -21,11 +21,14 @@ def human(value) -> str:
     """A detail's value in words, not a Python repr: ``python 3.11.7, torch 2.3.1`` for a mapping,
     ``a, b`` for a list, ``yes``/``no`` for a flag, ``-`` for nothing."""
     if isinstance(value, dict):
-        return ", ".join(f"{k} {human(v)}" for k, v in value.items()) or "-"
+        return ", ".join(f"{str(k).replace('_', ' ')} {human(v)}" for k, v in value.items()) or "-"
     if isinstance(value, (list, tuple, set)):
-        return ", ".join(human(v) for v in value) or "-"
+        sep = "; " if any(isinstance(v, dict) for v in value) else ", "
+        return sep.join(human(v) for v in value) or "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.2f}"
     if value is None:
         return "-"
     return str(value)

@@ -175,8 +175,8 @@ class LiveStatus:
     def _draw(self) -> None:
         if self.text is None:
             return
-        line = f"{self.prefix}{self.text}, {clock(time.monotonic() - self.since)}"
-        self._write(CLEAR_LINE + fit(line, width(self.stream) - 1))
+        tail = f", {clock(time.monotonic() - self.since)}"  # the clock stays visible when the text is cut
+        self._write(CLEAR_LINE + fit(self.prefix + self.text, width(self.stream) - 1 - len(tail)) + tail)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
