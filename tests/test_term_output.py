@@ -181,3 +181,36 @@ def test_doctor_speaks_words_counts_right_and_gives_one_verdict_per_line(cpu_hor
         assert not (line.startswith("ok ") and re.search(r"\b(risky|FAILED|fail)\b", line)), line
     one = run_envtool("doctor", "--prefix", cpu_horovod_env, "--only", "versions", timeout=300)
     assert "(1 check)" in one.stderr and "checks)" not in one.stderr, one.stderr
+
+
+@pytest.mark.parametrize("columns", [60, 80, 200])
+def test_specs_table_fits_the_width(columns):
+    from conftest import run_envtool
+
+    proc = run_envtool("specs", env={"COLUMNS": str(columns)}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) > 20 and all(len(l) <= columns for l in lines), max(lines, key=len)
+    headers = lines[0].split()
+    assert headers[0] == "SPEC" and {"PYTORCH", "HOROVOD"} <= set(headers)
+    if columns == 200:
+        assert len(headers) == 13 and "left out" not in proc.stderr
+    else:
+        assert len(headers) < 13 and "columns left out" in proc.stderr
+    rc, out = run_pty(["specs"], columns=columns)  # on a terminal: its own width, without COLUMNS
+    assert rc == 0 and assert_fits(out, columns)
+
+
+def test_specs_site_column_and_site_filter():
+    import json
+
+    from conftest import run_envtool
+
+    rows = {r["name"]: r for r in json.loads(run_envtool("specs", "--json", timeout=300).stdout)}
+    assert rows["open-ce-1.1.3"]["site"] == "bede,summit"  # both site files map it in stacks
+    assert rows["open-ce-1.11"]["site"] == "bede"  # bede's open-ce-* glob; summit lists no 1.11
+    assert rows["ibm-wml-ce-1.6.1"]["site"] == "bede,summit"
+    assert rows["cpu-horovod"]["site"] == "local" and rows["polaris-conda-2023-10-04"]["site"] == "polaris"
+    proc = run_envtool("specs", "--json", "--site", "perlmutter", timeout=300)
+    names = {r["name"] for r in json.loads(proc.stdout)}
+    assert names == {"perlmutter-horovod", "nersc-pytorch-1.13.1", "nersc-tensorflow-2.9.0"}, names
