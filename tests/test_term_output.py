@@ -214,3 +214,42 @@ def test_specs_site_column_and_site_filter():
     proc = run_envtool("specs", "--json", "--site", "perlmutter", timeout=300)
     names = {r["name"] for r in json.loads(proc.stdout)}
     assert names == {"perlmutter-horovod", "nersc-pytorch-1.13.1", "nersc-tensorflow-2.9.0"}, names
+
+
+BYTECODE_DRIVER = r"""
+import sys
+from pathlib import Path
+from envtool.probes import probe_path
+from envtool.steps.runner import Runner
+with Runner(Path(sys.argv[1]), live=False) as r:
+    r.run([sys.executable, str(probe_path("bytecode")), sys.argv[2], ""], progress="compiling bytecode",
+          progress_kind="install")
+"""
+
+
+def test_bytecode_step_shows_counts(tmp_path):
+    """The bytecode step (the real probe on a copy of the standard library) shows N/M files."""
+    import shutil
+    import sysconfig
+
+    lib = tmp_path / "lib"
+    shutil.copytree(sysconfig.get_paths()["stdlib"], lib,
+                    ignore=shutil.ignore_patterns("site-packages", "test", "tests", "idlelib", "__pycache__", "*.pyc"))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-c", BYTECODE_DRIVER, str(tmp_path / "b.log"), str(lib)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    counts = [tuple(map(int, m.groups())) for m in re.finditer(r"compiling bytecode: (\d+)/(\d+) files, \d+s", proc.stderr)]
+    total = counts[-1][1] if counts else 0
+    assert total > 500 and counts[-1] == (total, total), proc.stderr
+    assert len(counts) >= 2 and counts == sorted(counts), proc.stderr  # counts move forward
+    assert "starting" not in proc.stderr, proc.stderr
+
+
+def test_check_build_shows_what_runs(long_named_env):
+    rc, out = run_pty(["check-build", "--prefix", long_named_env], columns=60)
+    assert rc == 0, out
+    frames = [f for f in out.replace("\r\n", "\n").split("\r\x1b[K") if f.startswith("check-build: running")]
+    assert frames and all(len(f) <= 59 and re.search(r", \d+s$", f) for f in frames), frames
+    assert assert_fits(progress_part(out), 60) == []
+    assert "Horovod 0.28" in out
