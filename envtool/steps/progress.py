@@ -143,7 +143,8 @@ class BuildProgress:
     def _redraw_loop(self) -> None:
         while not self._stop.is_set():
             with self._lock:
-                self._write(term.CLEAR_LINE + term.fit("      " + self.describe(), term.width(self.stream) - 1))
+                head, _, tail = ("      " + self.describe()).rpartition(", ")  # the clock stays visible
+                self._write(term.CLEAR_LINE + term.fit(head, term.width(self.stream) - 3 - len(tail)) + ", " + tail)
             self._stop.wait(self.interval)
 
     def _write(self, text: str) -> None:
