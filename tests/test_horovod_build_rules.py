@@ -349,4 +349,16 @@ def test_the_build_sees_conda_prefix_as_the_build_prefix(tmp_path, monkeypatch):
     assert horovod_build.expand_prefix_vars(dict(d.build_env), prefix) == {
         "HOROVOD_NCCL_HOME": str(prefix), "HOROVOD_CUDA_HOME": f"{prefix}/cuda",
         "HOROVOD_OTHER": "${HOME_NOT_EXPANDED}"}
+    assert horovod_build.expand_prefix_vars({"A": "a$$b", "B": "${CONDA_PREFIX}/lib:$$ORIGIN", "C": "$PREFIXES",
+                                             "D": "$CONDA_PREFIX/x"}, Path("/p")) == {
+        "A": "a$$b", "B": "/p/lib:$$ORIGIN", "C": "$PREFIXES", "D": "/p/x"}
     assert f"HOROVOD_NCCL_HOME={prefix} (the spec's ${{CONDA_PREFIX}}" in (tmp_path / "build.log").read_text()
+
+
+def test_plan_says_what_conda_prefix_becomes(tmp_path):
+    """The plan shows the spec's ``${CONDA_PREFIX}`` quoted (pasting it passes it literally), so it
+    says what the build step puts there."""
+    proc = run_envtool("plan", "ibm-wml-ce-1.6.1", "--platform-mismatch-ok", "--prefix", tmp_path / "env")
+    assert proc.returncode == 0, proc.stderr
+    assert ("note: HOROVOD_CUDA_HOME=${CONDA_PREFIX}: envtool puts the prefix the build runs in there "
+            "(no shell expands it)") in proc.stdout

@@ -28,7 +28,8 @@ def doctor(spec):
 def test_doctor_warns_about_wml_ce_on_bede_and_not_about_open_ce():
     f = doctor("ibm-wml-ce-1.7.0")
     assert f["status"] == "warn" and "RHEL 8" in f["summary"], f
-    assert f["details"]["where"] == "shared/seeds/001_3e99217d705b0dac.txt line 141"
+    assert f["details"]["where"] == ("https://github.com/N8-CIR-Bede/documentation/blob/338157492d38/"
+                                     "software/applications/wmlce.rst#L141")
     f = doctor("open-ce-1.7")
     assert f["status"] == "ok", f
 
@@ -39,4 +40,4 @@ def test_show_prints_the_warning_and_bede_maps_open_ce():
     assert "WARNING: WML-CE was archived by IBM" in proc.stdout
     proc = run_envtool("show", "open-ce-1.10", "--site", "bede", "--json")
     stack = json.loads(proc.stdout)["site"]["stack"]
-    assert stack["key"] == "open-ce-*" and stack["warning"] is None and stack["source_kind"] == "seed"
+    assert stack["key"] == "open-ce-*" and stack["warning"] is None and stack["source_kind"] == "repo"

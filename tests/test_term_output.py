@@ -190,7 +190,8 @@ def test_specs_table_fits_the_width(columns):
     proc = run_envtool("specs", env={"COLUMNS": str(columns)}, timeout=300)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert len(lines) > 20 and all(len(l) <= columns for l in lines), max(lines, key=len)
+    # a URL longer than the width is kept whole on its own line (cutting it would break it)
+    assert len(lines) > 20 and all(len(l) <= columns or re.fullmatch(r"\s*\S+", l) for l in lines), lines
     headers = lines[0].split()
     assert headers[0] == "SPEC" and {"PYTORCH", "HOROVOD"} <= set(headers)
     if columns == 200:
@@ -198,7 +199,8 @@ def test_specs_table_fits_the_width(columns):
     else:
         assert len(headers) < 13 and "columns left out" in proc.stderr
     rc, out = run_pty(["specs"], columns=columns)  # on a terminal: its own width, without COLUMNS
-    assert rc == 0 and assert_fits(out, columns)
+    table = out.split("note: ")[0]
+    assert rc == 0 and assert_fits(table, columns)
 
 
 def test_specs_site_column_and_site_filter():

@@ -13,9 +13,12 @@ from conftest import run_envtool
 def test_validate_here_every_controller_and_benchmark_plot(cpu_horovod_env, tmp_path):
     pytest.importorskip("matplotlib", reason="--plot needs matplotlib (the test extra installs it)")
     png = tmp_path / "scaling.png"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     proc = run_envtool("validate", "--prefix", cpu_horovod_env, "--benchmark", "--steps", "5", "--plot", png,
-                       "--json", timeout=1200)
+                       "--json", timeout=1200, env={"TMPDIR": str(tmp)})
     assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert list(tmp.iterdir()) == []  # a passing run leaves no run directory behind
     data = json.loads(proc.stdout)
     assert data["check_build"]["ok"] and data["spec"] == "cpu-horovod"
     assert sorted(data["runs"]) == ["gloo", "mpi"]
@@ -34,8 +37,11 @@ def test_validate_here_every_controller_and_benchmark_plot(cpu_horovod_env, tmp_
 def test_validate_here_reports_a_missing_horovod(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    proc = run_envtool("validate", "--prefix", venv, timeout=120)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = run_envtool("validate", "--prefix", venv, timeout=120, env={"TMPDIR": str(tmp)})
     assert proc.returncode == 2 and "no bin/horovodrun" in proc.stderr, proc.stderr
+    assert list(tmp.iterdir()) == []
 
 
 def test_validate_bad_options(tmp_path):

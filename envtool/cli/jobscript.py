@@ -16,6 +16,11 @@ def add_target(p) -> None:
     p.add_argument("--spec", help="the spec (default: the one the environment was created from)")
     p.add_argument("--site", help="site whose scheduler and layout apply (default: the spec's, else local)")
     p.add_argument("--site-file", type=path_arg, help="a site file (wins over --site)")
+    p.add_argument("--retired-ok", action="store_true",
+                   help="allow a retired site (its file says 'retired'; without this flag that is exit 2)")
+    p.add_argument("--platform-mismatch-ok", action="store_true",
+                   help="allow an environment whose spec is for another platform than the site's nodes "
+                        "(without this flag that is exit 2)")
 
 
 def add_layout(p, nodes_required: bool) -> None:
@@ -63,7 +68,8 @@ def run(args) -> int:
         command = command[1:]
     if not command:
         raise UsageError("no command: end the options with -- COMMAND ...")
-    target = jobscript.resolve_target(args.prefix, args.module, args.spec, args.site, args.site_file)
+    target = jobscript.resolve_target(args.prefix, args.module, args.spec, args.site, args.site_file,
+                                      retired_ok=args.retired_ok, platform_mismatch_ok=args.platform_mismatch_ok)
     workdir = str(Path(args.workdir).absolute()) if args.workdir else None
     req = jobscript.build_request(target, args.nodes, [LaunchStep(tuple(command))], args.ranks_per_node,
                                   args.gpus_per_rank, args.time, args.account, args.queue, args.job_name,

@@ -77,6 +77,24 @@ def catalog_specs(site=None, site_file=None, errors=None):
     return out
 
 
+def _retired_sites(names, site=None, site_file=None):
+    """Site name -> a line saying it is retired (``decommissioned 2024-11-15 (source: URL)``), or None,
+    for every name in ``names`` (the SITE column) and the ``--site``/``--site-file`` given."""
+    from envtool.spec import sites
+
+    out = {}
+    for name in set(names):
+        r = sites.retirement(name)
+        out[name] = r.describe() if r is not None else None
+    if site_file:
+        try:
+            sf = sites.load_site(__import__("pathlib").Path(site_file))
+            out[sf.name] = sf.retired.describe() if sf.retired else None
+        except Exception:  # reported by catalog_specs already
+            pass
+    return out
+
+
 def run(args) -> int:
     from envtool.spec import matrix
 
@@ -87,8 +105,10 @@ def run(args) -> int:
                         has=args.has, sort=args.sort)
     if not (args.site or args.site_file):
         rows = _with_mapped_sites(rows, errors)
+    retired = _retired_sites([n for r in rows for n in r.site.split(",")], args.site, args.site_file)
     if args.json:
-        print_json([r.to_dict() for r in rows])
+        print_json([{**r.to_dict(), "site_retired": next((retired[n] for n in r.site.split(",") if retired.get(n)),
+                                                         None)} for r in rows])
     elif not rows:
         print("no spec matches")
     else:
@@ -101,6 +121,15 @@ def run(args) -> int:
 
             print(fit(f"({len(left_out)} columns left out to fit {width}: {', '.join(left_out)}; "
                       "--json shows all)", width), file=sys.stderr)
+        for name, text in sorted(retired.items()):
+            if text:
+                note = f"note: site {name} is retired: {text}"
+                if width:  # prose wraps at word boundaries to the table's width (URLs stay whole)
+                    import textwrap
+
+                    note = textwrap.fill(note, width, subsequent_indent="  ", break_long_words=False,
+                                         break_on_hyphens=False)
+                print(note)
     for exc in errors:  # the rest is listed; each bad file is named, and the exit status says so
         print(f"envtool: error: skipped a spec file that does not load: {exc}", file=sys.stderr)
     return 2 if errors else 0

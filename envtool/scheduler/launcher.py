@@ -16,8 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-#: Scheduler → the launcher it brings (sources: the KISTI Perlmutter tutorial's srun, ``hwang2006/distributed-training-with-horovod-on-perlmutter@db9db9a20292:README.md#L302-L313``;
-#: OLCF's jsrun, ``olcf/olcf-user-docs@6c07271c3d12:software/analytics/distributed-dl-env.rst#L120-L130``; the ALCF Polaris guide's mpiexec; ALCF's aprun,
+from envtool.core.errors import UsageError
+
+#: Scheduler → the launcher it brings (sources: the KISTI Perlmutter tutorial's srun,
+#: ``hwang2006/distributed-training-with-horovod-on-perlmutter@db9db9a20292:README.md#L302-L313``;
+#: OLCF's jsrun, ``olcf/olcf-user-docs@6c07271c3d12:software/analytics/distributed-dl-env.rst#L120-L130``;
+#: the ALCF Polaris guide's mpiexec; ALCF's aprun,
 #: ``argonne-lcf/ALCF_Hands_on_HPC_Workshop@5b4beb1902b8:learningFrameworks/distributedDeepLearning/README.md#L199-L202``).
 NATIVE = {"slurm": "srun", "lsf": "jsrun", "pbs": "mpiexec", "cobalt": "aprun"}
 #: Launchers that start ranks through an MPI runtime found on PATH (``horovodrun --mpi`` calls mpirun).
@@ -52,7 +56,7 @@ class Launcher:
         """The template with ``{ranks}`` filled in, as words (for an interactive run)."""
         return shlex.split(self.template.replace("{ranks}", str(int(ranks))))
 
-    def batch_argv(self, req, layout, whole_job: bool = True) -> List[str]:
+    def batch_argv(self, req, layout, whole_job: bool = True, mpi: Optional[str] = None) -> List[str]:
         """The launcher words of one job-script line.
 
         Args:
@@ -60,15 +64,26 @@ class Launcher:
             layout: the step's :class:`~envtool.scheduler.model.Layout`.
             whole_job: the step uses the job's whole layout (the scheduler's launcher then
                 inherits it from the directives where it can).
+            mpi: the step's own PMI plugin (Slurm's ``--mpi=``), or None for the site's.
         Returns:
             words, without the command.
         Raises:
             SpecError: the site file lacks a value a flag needs (names the field).
+            UsageError: ``mpi`` given for a launcher other than Slurm's srun.
         """
         if self.native:
             from envtool import scheduler
 
-            return scheduler.get(self.scheduler).launch_argv(req, layout, whole_job)
+            sched = scheduler.get(self.scheduler)
+            if mpi is not None:
+                if self.scheduler != "slurm":
+                    raise UsageError(f"a step with its own PMI plugin (--mpi={mpi}) is written for Slurm only, "
+                                     f"not {self.scheduler}")
+                return sched.launch_argv(req, layout, whole_job, mpi=mpi)
+            return sched.launch_argv(req, layout, whole_job)
+        if mpi is not None:
+            raise UsageError(f"a step with its own PMI plugin (--mpi={mpi}) needs the scheduler's own launcher "
+                             f"(srun), not {self.program}")
         return self.argv(layout.ranks)
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
-import string
 import subprocess
 import tempfile
 from pathlib import Path
@@ -149,6 +149,9 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
     requested = tuple(f for f in h.frameworks if f in FRAMEWORK_DISTS)
     notes = []
     display_env = list(env)
+    for name, value in env:
+        if _PREFIX_REF.search(value):
+            notes.append(f"{name}={value}: envtool puts the prefix the build runs in there (no shell expands it)")
     rule_ids: Optional[Tuple[str, ...]] = None
     fix_env: List[Tuple[str, str]] = []
     if all(f in pinned for f in requested):
@@ -281,6 +284,7 @@ def rules_for_run(d: BuildDecision, installed: Dict[str, List[str]]) -> List[fix
 #: and an activated environment's ``CONDA_PREFIX``, as the Open-CE horovod-feedstock's
 #: ``recipe/build.sh`` uses it for ``HOROVOD_NCCL_HOME``.
 PREFIX_NAMES = ("CONDA_PREFIX", "PREFIX")
+_PREFIX_REF = re.compile(r"\$(?:\{(?:" + "|".join(PREFIX_NAMES) + r")\}|(?:" + "|".join(PREFIX_NAMES) + r")(?![A-Za-z0-9_]))")
 
 
 def expand_prefix_vars(build_vars: Dict[str, str], prefix: Path) -> Dict[str, str]:
@@ -296,8 +300,7 @@ def expand_prefix_vars(build_vars: Dict[str, str], prefix: Path) -> Dict[str, st
     Returns:
         a new mapping, same order.
     """
-    mapping = {name: str(prefix) for name in PREFIX_NAMES}
-    return {k: string.Template(v).safe_substitute(mapping) for k, v in build_vars.items()}
+    return {k: _PREFIX_REF.sub(lambda m: str(prefix), v) for k, v in build_vars.items()}
 
 
 def _run_build(step: Step, runner) -> Dict:
