@@ -10,7 +10,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from envtool.checks.model import Check, Context, Finding
 
@@ -30,13 +30,16 @@ def _run_one(chk: Check, ctx: Context) -> Finding:
     return replace(found, title=chk.title, seconds=time.monotonic() - started)
 
 
-def run_checks(ctx: Context, checks: Sequence[Check], jobs: Optional[int] = None) -> List[Finding]:
+def run_checks(ctx: Context, checks: Sequence[Check], jobs: Optional[int] = None,
+               on_done: Optional[Callable[[Finding, int, int], None]] = None) -> List[Finding]:
     """Run ``checks`` against ``ctx`` concurrently.
 
     Args:
         ctx: the inputs and probe cache.
         checks: the checks to run (from :func:`envtool.checks.registry.select`).
         jobs: threads for the checks (default: one per check; they mostly wait on subprocesses).
+        on_done: called as each check finishes, with its finding, the number done and the total
+            (from the checks' threads; for a progress line).
     Returns:
         one :class:`Finding` per check, in the order of ``checks``.
     """
@@ -49,6 +52,14 @@ def run_checks(ctx: Context, checks: Sequence[Check], jobs: Optional[int] = None
     try:
         with ThreadPoolExecutor(max_workers=jobs or max(1, len(checks)), thread_name_prefix="check") as pool:
             futures = [pool.submit(_run_one, chk, ctx) for chk in checks]
+            if on_done is not None:
+                done = [0]
+                for fut in futures:
+                    def report(f, done=done):
+                        done[0] += 1
+                        if not f.cancelled() and f.exception() is None:
+                            on_done(f.result(), done[0], len(futures))
+                    fut.add_done_callback(report)
             return [f.result() for f in futures]
     finally:
         ctx.close()

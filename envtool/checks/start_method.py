@@ -61,6 +61,8 @@ def run(ctx):
                      "software/analytics/distributed-dl-env.rst#L340-L384)")
         return finding(ID, "warn", summary + " under an MPI/InfiniBand launch", FORKSERVER_FIX, items=items,
                        **details)
-    if risky:
-        summary += "; fine here, risky under MPI/InfiniBand launches (prefer forkserver)"
+    if risky:  # the verdict is ok; the caveat is an item of its own, not a second verdict on the line
+        summary += "; works here"
+        items.append("under an MPI/InfiniBand launch, forked DataLoader workers can hang or crash: prefer "
+                     "forkserver there")
     return finding(ID, "ok", summary, items=items, **details)

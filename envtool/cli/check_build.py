@@ -32,8 +32,13 @@ def run(args) -> int:
         prefix = Path(args.prefix) if args.prefix else active_prefix()
         if prefix is None:
             raise UsageError("no --prefix, --from-file or active environment (CONDA_PREFIX / VIRTUAL_ENV)")
+        from envtool.core.term import LiveStatus
+
         try:
-            text = probes.check_build_output(prefix)
+            with LiveStatus("check-build: ", sys.stderr) as status:
+                if not args.json:
+                    status.update(f"running {prefix}/bin/horovodrun --check-build")
+                text = probes.check_build_output(prefix)
         except FileNotFoundError:
             raise UsageError(f"{prefix} has no bin/horovodrun (is Horovod installed there?)") from None
     found = checkbuild.parse(text)

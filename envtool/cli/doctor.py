@@ -12,8 +12,27 @@ from pathlib import Path
 from typing import Optional
 
 from envtool.cli.common import add_json, name_arg, path_arg, print_json, seconds_arg
+from envtool.core.term import LiveStatus, paint
 
 _MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "skipped": "skip"}
+_COLOUR = {"ok": "ok", "warn": "warn", "fail": "fail", "skipped": ""}
+
+
+def human(value) -> str:
+    """A detail's value in words, not a Python repr: ``python 3.11.7, torch 2.3.1`` for a mapping,
+    ``a, b`` for a list, ``yes``/``no`` for a flag, ``-`` for nothing."""
+    if isinstance(value, dict):
+        return ", ".join(f"{str(k).replace('_', ' ')} {human(v)}" for k, v in value.items()) or "-"
+    if isinstance(value, (list, tuple, set)):
+        sep = "; " if any(isinstance(v, dict) for v in value) else ", "
+        return sep.join(human(v) for v in value) or "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    if value is None:
+        return "-"
+    return str(value)
 
 
 def register(sub) -> None:
@@ -207,7 +226,8 @@ def format_text(findings, verbose: bool = False) -> str:
     lines = []
     width = max([len(f.id) for f in findings] + [10])
     for f in findings:
-        lines.append(f"{_MARK[f.status]:<5} {f.id:<{width}}  {f.summary}")
+        mark = _MARK[f.status]
+        lines.append(paint(mark, _COLOUR[f.status]) + " " * (6 - len(mark)) + f"{f.id:<{width}}  {f.summary}")
         for item in f.details.get("items", []) if (verbose or f.status in ("warn", "fail")) else []:
             lines.append(f"{'':<5} {'':<{width}}    - {item}")
         if f.fix and f.status in ("warn", "fail"):
@@ -215,7 +235,7 @@ def format_text(findings, verbose: bool = False) -> str:
         if verbose:
             for k, v in f.details.items():
                 if k != "items":
-                    lines.append(f"{'':<5} {'':<{width}}    {k}: {v}")
+                    lines.append(f"{'':<5} {'':<{width}}    {k.replace('_', ' ')}: {human(v)}")
     return "\n".join(lines)
 
 
@@ -238,17 +258,31 @@ def run(args) -> int:
     if ctx.prefix is None:
         only = ("script",)  # no environment: the scan is all there is to do
     checks = registry.select(only)
-    if not getattr(args, "quiet", False) and not args.json:
-        what = f"{ctx.prefix}" if ctx.prefix is not None else "the scripts only (no environment given)"
-        print(f"doctor: examining {what} ({len(checks)} check{'' if len(checks) == 1 else 's'}) ...",
-              file=sys.stderr)
+    quiet = getattr(args, "quiet", False) or args.json
+    what = f"{ctx.prefix}" if ctx.prefix is not None else "the scripts only (no environment given)"
+    n = len(checks)
+    if not quiet:
         for line in getattr(args, "records", []):
             print(f"doctor: using {line}", file=sys.stderr)
-    if ctx.scripts and any(c.id == "script" for c in checks):
-        from envtool.checks import script
+    with LiveStatus("doctor: ", sys.stderr) as live:
+        if ctx.scripts and any(c.id == "script" for c in checks):
+            from envtool.checks import script
 
-        script.run_scan(ctx)  # a scan limit or an unreadable script: exit 2 before any check runs
-    findings = runner.run_checks(ctx, checks)
+            if not quiet:
+                live.update("scanning " + ", ".join(str(p) for p in ctx.scripts))
+            script.run_scan(ctx)  # a scan limit or an unreadable script: exit 2 before any check runs
+        if not quiet:
+            live.update(f"examining {what} ({n} check{'' if n == 1 else 's'})")
+        finished = set()
+
+        def on_done(finding, done: int, total: int) -> None:
+            finished.add(finding.id)
+            if not quiet:
+                left = [c.id for c in checks if c.id not in finished] if live.live else []
+                live.update(f"examining {what}: {done}/{total} checks done" +
+                            (f", running {', '.join(left)}" if left else ""), keep=False)
+
+        findings = runner.run_checks(ctx, checks, on_done=on_done)
     status = runner.exit_status(findings)
     gate = fail_level(args)
     gated = []

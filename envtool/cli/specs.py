@@ -50,10 +50,13 @@ def catalog_specs(site=None, site_file=None, errors=None):
         from envtool.spec import sites  # lazy: only with a site
 
         site_path = Path(site_file) if site_file else sites.find(site)
+    site_file_ = sites.load_site(site_path) if site_path is not None else None
     for name, path in sorted(catalog.available().items()):
         try:
             if load_yaml(path).get("abstract") is True:
                 continue
+            if site_file_ is not None and site_file_.stacks and site_file_.mapping_for(name) is None:
+                continue  # a site that lists its stacks offers those only
             if site_path is not None:
                 try:
                     out.append(sites.resolve(str(path), site=site, site_file=site_file))
@@ -69,7 +72,7 @@ def catalog_specs(site=None, site_file=None, errors=None):
             errors.append(exc)
     if site_path is not None:
         # the site's variants (stack entries with ``spec:``, e.g. Summit's open-ce/1.1.3-py36-0)
-        for variant in sites.load_site(site_path).variants():
+        for variant in site_file_.variants():
             out.append(sites.resolve(variant.key, site=site, site_file=site_file))
     return out
 
@@ -100,14 +103,75 @@ def run(args) -> int:
     errors: list = []
     rows = matrix.build(catalog_specs(args.site, args.site_file, errors=errors), distribution=args.distribution,
                         has=args.has, sort=args.sort)
-    retired = _retired_sites([r.site for r in rows], args.site, args.site_file)
+    if not (args.site or args.site_file):
+        rows = _with_mapped_sites(rows, errors)
+    retired = _retired_sites([n for r in rows for n in r.site.split(",")], args.site, args.site_file)
     if args.json:
-        print_json([{**r.to_dict(), "site_retired": retired.get(r.site)} for r in rows])
+        print_json([{**r.to_dict(), "site_retired": next((retired[n] for n in r.site.split(",") if retired.get(n)),
+                                                         None)} for r in rows])
+    elif not rows:
+        print("no spec matches")
     else:
-        print(matrix.format_table(rows) if rows else "no spec matches")
+        width = _table_width()
+        columns = matrix.fit_columns(rows, width)
+        print(matrix.format_table(rows, columns))
+        left_out = [c for c in matrix.COLUMNS if c not in columns]
+        if left_out:
+            from envtool.core.term import fit
+
+            print(fit(f"({len(left_out)} columns left out to fit {width}: {', '.join(left_out)}; "
+                      "--json shows all)", width), file=sys.stderr)
         for name, text in sorted(retired.items()):
             if text:
-                print(f"note: site {name} is retired: {text}")
+                note = f"note: site {name} is retired: {text}"
+                if width:  # prose wraps at word boundaries to the table's width (URLs stay whole)
+                    import textwrap
+
+                    note = textwrap.fill(note, width, subsequent_indent="  ", break_long_words=False,
+                                         break_on_hyphens=False)
+                print(note)
     for exc in errors:  # the rest is listed; each bad file is named, and the exit status says so
         print(f"envtool: error: skipped a spec file that does not load: {exc}", file=sys.stderr)
     return 2 if errors else 0
+
+
+def _table_width():
+    """Columns the table may use: the terminal's width when stdout is one, else ``COLUMNS`` when
+    set (a number), else None (no limit: output for a pipe or a file keeps every column)."""
+    import os
+    import sys
+
+    from envtool.core import term
+
+    if term.is_terminal(sys.stdout):
+        return term.width(sys.stdout)
+    try:
+        cols = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        return None
+    return max(20, cols) if cols > 0 else None
+
+
+def _with_mapped_sites(rows, errors):
+    """``rows`` with the SITE of each spec that names no site of its own (``local``) replaced by
+    the sites whose site files map it in ``stacks`` (exact key or glob), comma-separated; a spec
+    no site maps stays ``local``. A site file that does not load is reported in ``errors``."""
+    from dataclasses import replace
+
+    from envtool.core.errors import SpecError
+    from envtool.spec import sites
+
+    loaded = []
+    for name, path in sorted(sites.available().items()):
+        try:
+            loaded.append((name, sites.load_site(path)))
+        except SpecError as exc:
+            errors.append(exc)
+    out = []
+    for r in rows:
+        if r.site == "local":
+            mapped = [name for name, sf in loaded if name != "local" and sf.mapping_for(r.name) is not None]
+            if mapped:
+                r = replace(r, site=",".join(mapped))
+        out.append(r)
+    return out

@@ -92,9 +92,13 @@ def run(args) -> int:
             raise UsageError("--plot needs matplotlib (pip install matplotlib)") from None
     quiet = getattr(args, "quiet", False) or args.json
 
+    from envtool.core.term import LiveStatus, paint
+
+    status = LiveStatus("validate: ", sys.stderr)  # one live line on a terminal, plain lines elsewhere
+
     def progress(line: str) -> None:
         if not quiet:
-            print(f"validate: {line}", file=sys.stderr, flush=True)
+            status.update(line)
 
     if args.import_time and args.submit:
         raise UsageError("--import-time: a --submit validation always measures import time and metadata calls; "
@@ -110,18 +114,19 @@ def run(args) -> int:
     slow = rk.SLOW_IMPORT_SECONDS if args.slow_import is None else args.slow_import
     target = jobscript.resolve_target(args.prefix, args.module, args.spec, args.site, args.site_file,
                                       retired_ok=args.retired_ok, platform_mismatch_ok=args.platform_mismatch_ok)
-    if args.submit:
-        result = validate_job.run_job(target, args.nodes, args.ranks_per_node, args.gpus_per_rank, args.time,
-                                      args.account, args.queue, benchmark=args.benchmark, steps=args.steps,
-                                      batch_size=args.batch_size, workdir=args.workdir, timeout=args.timeout,
-                                      progress=progress, preflight_only=args.preflight, slow_seconds=slow,
-                                      sweep_max=sweep_max)
-        records = result["ranks"]
-    else:
-        result = validate_job.run_here(target, ranks=args.ranks, benchmark=args.benchmark, steps=args.steps,
-                                       batch_size=args.batch_size, progress=progress, import_time=args.import_time,
-                                       slow_seconds=slow)
-        records = [r for recs in result["runs"].values() for r in recs]
+    with status:
+        if args.submit:
+            result = validate_job.run_job(target, args.nodes, args.ranks_per_node, args.gpus_per_rank, args.time,
+                                          args.account, args.queue, benchmark=args.benchmark, steps=args.steps,
+                                          batch_size=args.batch_size, workdir=args.workdir, timeout=args.timeout,
+                                          progress=progress, preflight_only=args.preflight, slow_seconds=slow,
+                                          sweep_max=sweep_max)
+            records = result["ranks"]
+        else:
+            result = validate_job.run_here(target, ranks=args.ranks, benchmark=args.benchmark, steps=args.steps,
+                                           batch_size=args.batch_size, progress=progress,
+                                           import_time=args.import_time, slow_seconds=slow)
+            records = [r for recs in result["runs"].values() for r in recs]
     if args.plot and result.get("benchmark") and len(result["benchmark"]["points"]) == 2:
         rk.plot(result["benchmark"], args.plot)
         result["plot"] = args.plot
@@ -143,7 +148,7 @@ def run(args) -> int:
             if result.get("preflight"):
                 from envtool.validate import preflight as pf
 
-                print("pre-flight " + ("ok" if result["preflight"]["ok"] else "FAILED") + ":")
+                print("pre-flight " + (paint("ok", "ok") if result["preflight"]["ok"] else paint("FAILED", "fail")) + ":")
                 if result["preflight"]["nodes"]:
                     print(pf.table(result["preflight"]["nodes"]))
                 for warning in result["preflight"].get("warnings") or []:
@@ -174,7 +179,7 @@ def run(args) -> int:
         if result.get("plot"):
             print(f"plot: {result['plot']}")
         for problem in result["problems"]:
-            print(f"FAILED: {problem}", file=sys.stderr)
+            print(f"{paint('FAILED', 'fail', sys.stderr)}: {problem}", file=sys.stderr)
         where = result.get("output") or result.get("log")
         if where and not result["ok"]:
             print(f"validate: log: {where}", file=sys.stderr)

@@ -169,21 +169,38 @@ def open_store(store):
         return None
 
 
+#: Seconds between the progress lines ``compiled N/M files`` (the caller shows the count).
+PROGRESS_EVERY = 1.0
+
+
+def _progress(done, total, last):
+    """Print ``compiled DONE/TOTAL files`` when ``PROGRESS_EVERY`` seconds passed since ``last``
+    (or at the end); returns the time of the last line."""
+    now = time.monotonic()
+    if done == total or now - last >= PROGRESS_EVERY:
+        print(f"compiled {done}/{total} files", flush=True)
+        return now
+    return last
+
+
 def _compile(paths):
     """Byte-compile ``paths`` (``compileall.compile_file``, quiet; up-to-date ``.pyc`` files are
-    only read) with a worker process per CPU when there are more than 50; returns the number
-    of paths handled (int)."""
+    only read) with a worker process per CPU when there are more than 50, printing
+    ``compiled N/M files`` about once a second; returns the number of paths handled (int)."""
+    total, last = len(paths), time.monotonic()
     if len(paths) > 50 and (os.cpu_count() or 1) > 1:
         try:
             from concurrent.futures import ProcessPoolExecutor
 
             with ProcessPoolExecutor(max_workers=os.cpu_count()) as pool:
-                list(pool.map(_compile_one, paths, chunksize=64))
+                for done, _ in enumerate(pool.map(_compile_one, paths, chunksize=64), 1):
+                    last = _progress(done, total, last)
             return len(paths)
         except (OSError, ImportError, NotImplementedError):
             pass  # no process pool here (a sandbox without semaphores): one process
-    for path in paths:
+    for done, path in enumerate(paths, 1):
         _compile_one(path)
+        last = _progress(done, total, last)
     return len(paths)
 
 

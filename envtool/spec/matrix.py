@@ -209,11 +209,37 @@ def build(specs: List[Spec], distribution: Optional[str] = None, has: Iterable[s
     return sorted(rows, key=sort_key(sort))
 
 
-def format_table(rows: List[Row]) -> str:
-    """Aligned text table of ``rows`` (the columns of :data:`COLUMNS`, '-' for empty cells)."""
-    headers = ("SPEC", "DISTRIBUTION", "VERSION", "PYTHON", "TENSORFLOW", "PYTORCH", "HOROVOD", "BACKEND",
-               "INSTALL", "CUDA", "PLATFORMS", "SITE", "STATUS")
-    cells = [[getattr(r, c) or "-" for c in COLUMNS] for r in rows]
+#: Columns left out first when the table must fit a width (the spec name always stays).
+DROP_ORDER = ("install", "platforms", "distribution", "backend", "version", "cuda", "tensorflow", "status",
+              "site", "python", "horovod", "pytorch")
+_HEADERS = dict(zip(COLUMNS, ("SPEC", "DISTRIBUTION", "VERSION", "PYTHON", "TENSORFLOW", "PYTORCH", "HOROVOD",
+                              "BACKEND", "INSTALL", "CUDA", "PLATFORMS", "SITE", "STATUS")))
+
+
+def fit_columns(rows: List[Row], width: Optional[int]) -> Tuple[str, ...]:
+    """The columns of :data:`COLUMNS` that fit in ``width`` characters (None: all), leaving out
+    those of :data:`DROP_ORDER` first, in that order."""
+    shown = list(COLUMNS)
+    if width is None:
+        return tuple(shown)
+    widths = {c: max([len(_HEADERS[c])] + [len(getattr(r, c) or "-") for r in rows]) for c in COLUMNS}
+    for column in DROP_ORDER:
+        if sum(widths[c] for c in shown) + 2 * (len(shown) - 1) <= width:
+            break
+        shown.remove(column)
+    return tuple(shown)
+
+
+def format_table(rows: List[Row], columns: Optional[Iterable[str]] = None) -> str:
+    """Aligned text table of ``rows`` ('-' for empty cells).
+
+    Args:
+        rows: the rows.
+        columns: which of :data:`COLUMNS` to show, in that order (default: all).
+    """
+    shown = [c for c in COLUMNS if columns is None or c in set(columns)]
+    headers = [_HEADERS[c] for c in shown]
+    cells = [[getattr(r, c) or "-" for c in shown] for r in rows]
     widths = [max([len(h)] + [len(row_[i]) for row_ in cells]) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
     for row_ in cells:

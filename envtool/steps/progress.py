@@ -2,7 +2,8 @@
 built so far, and the elapsed time.
 
 On a terminal one live line is redrawn in place (``\\r`` and erase-to-end-of-line, twice a
-second, so the clock moves while the build prints nothing); elsewhere (a log file, CI) a plain
+second, so the clock moves while the build prints nothing), cut to the terminal's width so it
+never wraps (:mod:`envtool.core.term`); elsewhere (a log file, CI) a plain
 line is printed when the phase changes and at each further 10 % of CMake's progress. The full
 output still goes to the build log (and to stderr with ``-v``, which shows no live line).
 
@@ -19,7 +20,11 @@ import threading
 import time
 from typing import IO, Optional
 
+from envtool.core import term
+
 _PERCENT = re.compile(r"^\s*\[\s*(\d{1,3})%\]")
+#: A count of a known total (the bytecode probe's ``compiled 640/3120 files``).
+_FRACTION = re.compile(r"^\s*compiled (\d+)/(\d+) files\s*$")
 _OBJECT = re.compile(r"Building (?:C|CXX|CUDA|Fortran) object")
 #: How far along each phase is: the phase only moves forward (compiling and linking alternate
 #: between CMake targets; pip's closing "Building wheel for … finished" is not a new start).
@@ -70,6 +75,7 @@ class BuildProgress:
         self.phase = "starting"
         self.percent: Optional[int] = None
         self.objects = 0
+        self.fraction: Optional[tuple] = None
         self.started = time.monotonic()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -78,6 +84,9 @@ class BuildProgress:
 
     def describe(self) -> str:
         """The current state as one line: ``compiling Horovod: compiling [ 45%], 37 objects, 1m02s``."""
+        if self.fraction is not None:  # a count of a known total says more than a phase
+            return f"{self.label}: {self.fraction[0]}/{self.fraction[1]} files, " + \
+                _clock(time.monotonic() - self.started)
         parts = [self.phase + (f" [{self.percent:3d}%]" if self.percent is not None else "")]
         if self.objects:
             noun, verb = self.COUNT[1], self.COUNT[2]
@@ -101,6 +110,14 @@ class BuildProgress:
             m = _PERCENT.match(line)
             if m:
                 self.percent = min(100, int(m.group(1)))
+            f = _FRACTION.match(line)
+            if f:
+                self.fraction = (int(f.group(1)), int(f.group(2)))
+                if not self.live and (self.fraction[0] == self.fraction[1] or
+                                      self.fraction[0] * 10 // max(1, self.fraction[1]) > self._printed_decade):
+                    self._printed_decade = self.fraction[0] * 10 // max(1, self.fraction[1])
+                    self._write("      " + self.describe() + "\n")
+                return
             if self.COUNT[0].search(line):
                 self.objects += 1
             for pattern, phase in self.PHASES:
@@ -126,7 +143,8 @@ class BuildProgress:
     def _redraw_loop(self) -> None:
         while not self._stop.is_set():
             with self._lock:
-                self._write("\r\x1b[K      " + self.describe())
+                head, _, tail = ("      " + self.describe()).rpartition(", ")  # the clock stays visible
+                self._write(term.CLEAR_LINE + term.fit(head, term.width(self.stream) - 3 - len(tail)) + ", " + tail)
             self._stop.wait(self.interval)
 
     def _write(self, text: str) -> None:
