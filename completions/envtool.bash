@@ -6,7 +6,7 @@
 # See also: https://github.com/scop/bash-completion/blob/main/doc/configuration.md
 
 _shtab_envtool_cache_subparsers=(list prune publish)
-_shtab_envtool_subparsers=(create plan check-build specs show diff-specs clone lock diff modulefile publish retire sbom doctor jobscript validate cache completion)
+_shtab_envtool_subparsers=(create plan check-build specs show diff-specs clone lock diff modulefile publish retire sbom pack doctor jobscript validate cache completion)
 
 _shtab_envtool_create_option_strings=(-h --help --prefix --force --clone --lock --from-lock --resolve --installer --engine --modulefile-root --jobs --site --site-file --json -v --verbose -q --quiet)
 _shtab_envtool_plan_option_strings=(-h --help --prefix --clone --lock --from-lock --resolve --installer --engine --modulefile-root --jobs --site --site-file --json -v --verbose -q --quiet)
@@ -21,6 +21,7 @@ _shtab_envtool_modulefile_option_strings=(-h --help --prefix --format --root --n
 _shtab_envtool_publish_option_strings=(-h --help --root --modulefiles --group --umask --default --force --format --extensions --lock --from-lock --resolve --installer --dry-run --site --site-file --json -v --verbose -q --quiet)
 _shtab_envtool_retire_option_strings=(-h --help --root --modulefiles --force-default --dry-run --json -v --verbose -q --quiet)
 _shtab_envtool_sbom_option_strings=(-h --help --prefix --format --output -o --name --json -v --verbose -q --quiet)
+_shtab_envtool_pack_option_strings=(-h --help --format -o --output --dest-prefix --force --json -v --verbose -q --quiet)
 _shtab_envtool_doctor_option_strings=(-h --help --prefix --spec --site --lock --script --only --list --timeout --json -v --verbose -q --quiet)
 _shtab_envtool_jobscript_option_strings=(-h --help --prefix --module --spec --site --site-file --nodes --ranks-per-node --gpus-per-rank --time --account --queue --job-name --job-output --workdir --output -o --json -v --verbose -q --quiet)
 _shtab_envtool_validate_option_strings=(-h --help --prefix --module --spec --site --site-file --submit --preflight --nodes --ranks-per-node --gpus-per-rank --time --account --queue --ranks --benchmark --steps --batch-size --plot --workdir --timeout --json -v --verbose -q --quiet)
@@ -84,6 +85,8 @@ _shtab_envtool_retire___modulefiles_COMPGEN=_shtab_compgen_dirs
 _shtab_envtool_sbom___prefix_COMPGEN=_shtab_compgen_dirs
 _shtab_envtool_sbom___output_COMPGEN=_shtab_compgen_files
 _shtab_envtool_sbom__o_COMPGEN=_shtab_compgen_files
+_shtab_envtool_pack__o_COMPGEN=_shtab_compgen_files
+_shtab_envtool_pack___output_COMPGEN=_shtab_compgen_files
 _shtab_envtool_doctor___prefix_COMPGEN=_shtab_compgen_dirs
 _shtab_envtool_doctor___spec_COMPGEN=_envtool_specs
 _shtab_envtool_doctor___site_COMPGEN=_envtool_sites
@@ -112,9 +115,10 @@ _shtab_envtool_publish___format_choices=(lua tcl)
 _shtab_envtool_publish___extensions_choices=(all spec none)
 _shtab_envtool_publish___installer_choices=(uv pip)
 _shtab_envtool_sbom___format_choices=(cyclonedx-json)
+_shtab_envtool_pack___format_choices=(squashfs tar)
 _shtab_envtool_cache_pos_0_choices=(list prune publish)
 _shtab_envtool_completion_pos_0_choices=(bash zsh)
-_shtab_envtool_pos_0_choices=(create plan check-build specs show diff-specs clone lock diff modulefile publish retire sbom doctor jobscript validate cache completion)
+_shtab_envtool_pos_0_choices=(create plan check-build specs show diff-specs clone lock diff modulefile publish retire sbom pack doctor jobscript validate cache completion)
 
 _shtab_envtool_create__h_nargs=0
 _shtab_envtool_create___help_nargs=0
@@ -224,6 +228,14 @@ _shtab_envtool_sbom__v_nargs=0
 _shtab_envtool_sbom___verbose_nargs=0
 _shtab_envtool_sbom__q_nargs=0
 _shtab_envtool_sbom___quiet_nargs=0
+_shtab_envtool_pack__h_nargs=0
+_shtab_envtool_pack___help_nargs=0
+_shtab_envtool_pack___force_nargs=0
+_shtab_envtool_pack___json_nargs=0
+_shtab_envtool_pack__v_nargs=0
+_shtab_envtool_pack___verbose_nargs=0
+_shtab_envtool_pack__q_nargs=0
+_shtab_envtool_pack___quiet_nargs=0
 _shtab_envtool_doctor__h_nargs=0
 _shtab_envtool_doctor___help_nargs=0
 _shtab_envtool_doctor___script_nargs=+
