@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from envtool.cli.common import add_json, print_json, seconds_arg
-from envtool.cli.jobscript import add_layout, add_target
+from envtool.cli.jobscript import add_layout, add_target, resolve, stage_summary
 
 
 def register(sub) -> None:
@@ -61,7 +61,9 @@ def run(args) -> int:
         if not quiet:
             print(f"validate: {line}", file=sys.stderr, flush=True)
 
-    target = jobscript.resolve_target(args.prefix, args.module, args.spec, args.site, args.site_file)
+    if args.stage and not args.submit:
+        raise UsageError("--stage stages the environment in a batch job: add --submit")
+    target = resolve(args)
     if args.submit:
         result = validate_job.run_job(target, args.nodes, args.ranks_per_node, args.gpus_per_rank, args.time,
                                       args.account, args.queue, benchmark=args.benchmark, steps=args.steps,
@@ -76,6 +78,8 @@ def run(args) -> int:
         rk.plot(result["benchmark"], args.plot)
         result["plot"] = args.plot
     result["site"] = target.site.name
+    if target.stage is not None:
+        result["stage"] = stage_summary(target)
     result["spec"] = target.spec.name if target.spec is not None else None
     if args.json:
         print_json(result)

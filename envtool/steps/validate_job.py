@@ -173,6 +173,10 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
         progress: called with each state change (``job 12 queued (PENDING)``).
         preflight_only: run the pre-flight alone (Slurm sites).
 
+    With ``target.stage`` (:func:`envtool.steps.jobscript.resolve_staged`) the job first stages the
+    pack to each node's local storage; the pre-flight then checks the staged copy on every node,
+    and its lockfile against the pack's (the source environment's).
+
     On a Slurm site the job starts with the pre-flight (:mod:`envtool.validate.preflight`): one
     task per node, before the environment is activated, and a gate that stops the script before
     the main step when a node cannot run it.
@@ -190,7 +194,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     from envtool.validate import preflight as pf
 
     sched = scheduler.get(target.site.scheduler)
-    with_preflight = hasattr(sched, "per_node_argv")
+    with_preflight = getattr(sched, "PREFLIGHT", False)
     if preflight_only and not with_preflight:
         raise UsageError(f"--preflight: the pre-flight is written for Slurm sites so far; site {target.site.name} "
                          f"({target.site.path}) uses scheduler {target.site.scheduler or 'none'}")
@@ -207,7 +211,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
             old.unlink()  # reports of an earlier run in this directory (written by preflight.sh)
         pf_script = pf.install(run_dir)
         job_steps += [LaunchStep(tuple(pf.node_argv(pf_script, run_dir, target.prefix)), per_node=True, early=True),
-                      LaunchStep(tuple(pf.gate_argv(pf_script, run_dir, nodes, pf.lock_sha256(target.prefix))),
+                      LaunchStep(tuple(pf.gate_argv(pf_script, run_dir, nodes, _lock(target))),
                                  direct=True, early=True)]
     if not preflight_only:
         job_steps += [LaunchStep(tuple(([python, str(target.prefix / "bin" / "horovodrun")] if target.prefix
@@ -251,7 +255,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     problems: List[str] = []
     if with_preflight:
         pf_recs = pf.gather(run_dir)
-        pf_problems = pf.judge(pf_recs, lay.nodes, target.prefix, pf.lock_sha256(target.prefix))
+        pf_problems = pf.judge(pf_recs, lay.nodes, target.prefix, _lock(target))
         result["preflight"] = {"ok": not pf_problems, "nodes": pf_recs, "problems": pf_problems}
         if pf_problems:
             problems += pf_problems
@@ -286,6 +290,16 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     result["problems"] = problems
     result["ok"] = not problems
     return result
+
+
+def _lock(target: Target) -> Optional[str]:
+    """The lockfile sha256 every node must see: the pack's for a staged environment (the source's
+    lock, carried in the pack), else the prefix's as this host sees it."""
+    from envtool.validate import preflight as pf
+
+    if target.stage is not None:
+        return target.stage.lock_sha256 or None
+    return pf.lock_sha256(target.prefix)
 
 
 def _main_thread() -> bool:
