@@ -46,6 +46,7 @@ class Stage:
         copy: where the pack file is copied on each node (beside ``prefix``).
         unpack: words run in ``prefix`` after unpacking a tar (relative paths), or ().
         lock_sha256: sha256 of the pack's lockfile (the source environment's).
+        unpacked_kib: room the unpacked tree takes (KiB, 4 KiB blocks; 0 when unknown).
         node_local: the site's node-local directory as its file writes it (for the comment).
         source: ``id: text`` of the site file's source for it (for the comment).
     """
@@ -57,6 +58,7 @@ class Stage:
     copy: str
     unpack: Tuple[str, ...] = ()
     lock_sha256: str = ""
+    unpacked_kib: int = 0
     node_local: str = ""
     source: str = ""
 
@@ -82,8 +84,14 @@ def _q(words) -> str:
     return " ".join(shlex.quote(str(w)) for w in words)
 
 
-#: per node, tar: unpack into the prefix, drop the copy, run the pack's relocation in the prefix
-_UNPACK = ('set -e; mkdir -p -- "$2"; tar -xf "$1" -C "$2"; rm -f -- "$1"; cd -- "$2"; shift 2; '
+#: per node, tar: check the room (the tar is there until it is unpacked; $3 is the unpacked tree's
+#: size from the pack's manifest, KiB in 4 KiB blocks), unpack into the prefix, drop the copy, run
+#: the pack's relocation in the prefix
+_UNPACK = ('set -e; need=$(( $3 + 1024 )); free=$(df -Pk "$(dirname "$2")" | awk \'NR==2 {print $4}\'); '
+           'if [ -n "$free" ] && [ "$free" -lt "$need" ]; then echo "envtool stage: $(hostname): $(dirname "$2") has '
+           '$free KiB free after the copy, unpacking needs $need KiB: give the site a node-local path with more '
+           'room (node_local.path in the site file)" >&2; exit 1; fi; '
+           'mkdir -p -- "$2"; tar -xf "$1" -C "$2"; rm -f -- "$1"; cd -- "$2"; shift 3; '
            'if [ "$#" -gt 0 ]; then "$@"; fi')
 #: per node: wait (up to 120 s) until the image is mounted
 _WAIT = ('for i in $(seq 1 1200); do [ -e "$1/.envtool/pack.json" ] && exit 0; sleep 0.1; done; '
@@ -128,7 +136,8 @@ def prologue(req, sched) -> List[str]:
               "trap 'exit 130' INT",
               _q(_broadcast(req, sched, stage))]
     if stage.format == "tar":
-        lines.append(_q(per_node + ["bash", "-c", _UNPACK, "envtool-stage", stage.copy, stage.prefix] + list(stage.unpack)))
+        lines.append(_q(per_node + ["bash", "-c", _UNPACK, "envtool-stage", stage.copy, stage.prefix,
+                                    str(int(stage.unpacked_kib))] + list(stage.unpack)))
         return lines
     lines.append(_q(per_node + ["mkdir", "-p", "--", stage.prefix]))
     mount = ["squashfuse", "-f", stage.copy, stage.prefix]

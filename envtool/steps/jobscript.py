@@ -211,8 +211,9 @@ def resolve_staged(stage_file: str, prefix: Optional[str] = None, spec: Optional
     src = dict(sf.sources).get(nl.source, "")
     stage = Stage(file=str(file), format=fmt, kind=str(manifest["kind"]), prefix=staged, copy=copy,
                   unpack=tuple(str(w) for w in manifest.get("unpack") or ()) if fmt == "tar" else (),
-                  lock_sha256=lock, node_local=nl.path,
-                  source=f"{nl.source}: {src.split()[0] if '://' in src.split()[0] else src[:80]}" if src else nl.source)
+                  lock_sha256=lock, unpacked_kib=int(manifest.get("unpacked_kib") or 0), node_local=nl.path,
+                  source=f"{nl.source}: {src.split()[0] if '://' in src.split()[0] else ' '.join(src.split())[:80]}"
+                  if src.split() else nl.source)
     return dataclasses.replace(target, prefix=Path(staged), python=f"{staged}/bin/python", kind=stage.kind,
                                stage=stage)
 

@@ -304,6 +304,24 @@ def _workdir(out: Path) -> Iterator[Path]:
             procs.remove_path(work)
 
 
+def unpacked_kib(prefix: Path) -> int:
+    """Room the environment takes once unpacked: its files' sizes rounded up to 4 KiB blocks, plus
+    one block per directory and symbolic link (KiB). Hard links count once."""
+    total, seen = 0, set()
+    for dirpath, dirnames, filenames in os.walk(prefix):
+        total += 4 * (1 + len([d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]))
+        for name in filenames:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            total += 4 * max(1, -(-st.st_size // 4096))
+    return total
+
+
 def default_output(prefix: Path, fmt: str) -> Path:
     """``./<prefix name>.tar`` or ``./<prefix name>.squashfs``."""
     return Path.cwd() / f"{Path(prefix).name}.{fmt}"
@@ -368,7 +386,8 @@ def pack(prefix: Path, fmt: str, output: Optional[Path] = None, dest_prefix: Opt
                     "source_prefix": str(prefix), "dest_prefix": dest, "lock": lock_name, "lock_sha256": lock_sha,
                     "lock_source": lock_source, "sbom": SBOM, "base_python": base,
                     "relocate": relocate if fmt == "tar" else [],
-                    "unpack": [], "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                    "unpack": [], "unpacked_kib": unpacked_kib(prefix),
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         extra: Dict[str, Path] = {SBOM: sbom}
         if lock_source == "snapshot":
             extra[lock_name] = lock_file
@@ -557,4 +576,34 @@ def read_manifest(path: Path) -> dict:
         raise UsageError(f"--stage {path}: {MANIFEST} is not JSON") from None
     if not isinstance(data, dict) or data.get("format") != fmt or data.get("kind") not in ("conda", "venv"):
         raise UsageError(f"--stage {path}: {MANIFEST} does not describe a {fmt} pack")
+    _check_manifest(path, data)
     return data
+
+
+def _check_manifest(path: Path, data: dict) -> None:
+    """The manifest's values reach a job script: refuse what is not what ``pack`` writes.
+
+    Raises:
+        UsageError: a lock hash that is not 64 hex digits, a prefix that is not an absolute path
+            without control characters, unpack words that are not strings.
+    """
+    import re
+
+    from envtool.spec.names import CONTROL_RE
+
+    def bad(field_name: str, expected: str) -> UsageError:
+        return UsageError(f"--stage {path}: {MANIFEST} field {field_name}: expected {expected}")
+
+    if not re.fullmatch(r"[0-9a-f]{64}", str(data.get("lock_sha256", ""))):
+        raise bad("lock_sha256", "a sha256 (64 hex digits)")
+    if not isinstance(data.get("unpacked_kib", 0), int) or data.get("unpacked_kib", 0) < 0:
+        raise bad("unpacked_kib", "a size in KiB (an integer)")
+    for key, required in (("source_prefix", True), ("dest_prefix", False)):
+        value = data.get(key)
+        if value is None and not required:
+            continue
+        if not isinstance(value, str) or not value.startswith("/") or CONTROL_RE.search(value):
+            raise bad(key, "an absolute path without control characters")
+    unpack = data.get("unpack") or []
+    if not isinstance(unpack, list) or not all(isinstance(w, str) and w and not CONTROL_RE.search(w) for w in unpack):
+        raise bad("unpack", "a list of words")

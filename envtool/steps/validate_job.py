@@ -256,6 +256,8 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     if with_preflight:
         pf_recs = pf.gather(run_dir)
         pf_problems = pf.judge(pf_recs, lay.nodes, target.prefix, _lock(target))
+        if target.stage is not None and len(pf_recs) < lay.nodes:
+            pf_problems.insert(0, _stage_failed(target.stage, run_dir / "job.out"))
         result["preflight"] = {"ok": not pf_problems, "nodes": pf_recs, "problems": pf_problems}
         if pf_problems:
             problems += pf_problems
@@ -300,6 +302,19 @@ def _lock(target: Target) -> Optional[str]:
     if target.stage is not None:
         return target.stage.lock_sha256 or None
     return pf.lock_sha256(target.prefix)
+
+
+def _stage_failed(stage, output: Path) -> str:
+    """The problem line when nodes did not get as far as the pre-flight in a staged job: what the
+    staging lines said (``envtool stage: …``, else the job output's error lines)."""
+    try:
+        text = output.read_text(errors="replace")
+    except OSError:
+        text = ""
+    said = [line.strip()[:300] for line in text.splitlines() if line.startswith("envtool stage:")][:3]
+    said = said or rk.errors_in_output(output)
+    return (f"staging {stage.file} to node-local storage ({stage.node_local}) did not finish on every node"
+            + (": " + " | ".join(said) if said else "") + f"; see {output}")
 
 
 def _main_thread() -> bool:
