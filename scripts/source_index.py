@@ -2,21 +2,19 @@
 """Write tests/data/source_index.json: every primary source the catalog cites, as it was read.
 
 For each ``owner/name@ref:path`` that a bundled spec or site file cites, the git blob id and the
-number of lines of that file at that ref, read from local bare clones; for each seed, its SHA-256
-and line count. Each entry's ``cited`` maps every line number some citation names (``#L12``,
+number of lines of that file at that ref, read from local bare clones. Each entry's ``cited`` maps every line number some citation names (``#L12``,
 ``:12-14``) to that line's text, so that tests/test_provenance.py can check offline that a pin's
 version is on its cited line and compare a spec's ``HOROVOD_*`` build variables with those its
 cited build script sets (a cited line must exist; a repository file must have been read at that
 ref).
 
-Usage: python3 scripts/source_index.py MIRROR_DIR [SEEDS_DIR]
+Usage: python3 scripts/source_index.py MIRROR_DIR
   MIRROR_DIR holds one bare clone per repository at ``<owner>+<name>/repo`` (what the team's
-  ``fetch`` tool makes); SEEDS_DIR defaults to ../shared/seeds.
+  ``fetch`` tool makes).
 Exit 1 when a cited file cannot be read at its ref.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -51,8 +49,7 @@ def main(argv) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     mirrors = Path(argv[1])
-    seeds = Path(argv[2]) if len(argv) > 2 else REPO.parent / "shared" / "seeds"
-    index = {"repo_files": {}, "seeds": {}}
+    index = {"repo_files": {}}
     texts = {}
     failed = 0
     for text in cited_entries():
@@ -76,25 +73,12 @@ def main(argv) -> int:
             index["repo_files"][key] = {"blob": blob.stdout.strip(), "lines": len(show.stdout.splitlines()),
                                         "cited": {}}
             _cite(index["repo_files"][key], texts[key], ref.lines)
-        elif ref.kind == "seed":
-            if ref.path not in index["seeds"]:
-                f = seeds / ref.path
-                if not f.is_file():
-                    print(f"no seed {f}", file=sys.stderr)
-                    failed += 1
-                    continue
-                data = f.read_bytes()
-                texts[ref.path] = data.decode(errors="replace").splitlines()
-                index["seeds"][ref.path] = {"sha256": hashlib.sha256(data).hexdigest(),
-                                            "lines": len(data.splitlines()), "cited": {}}
-            _cite(index["seeds"][ref.path], texts[ref.path], ref.lines)
-    for entry in list(index["repo_files"].values()) + list(index["seeds"].values()):
+    for entry in index["repo_files"].values():
         entry["cited"] = dict(sorted(entry["cited"].items(), key=lambda kv: int(kv[0])))
     index["repo_files"] = dict(sorted(index["repo_files"].items()))
-    index["seeds"] = dict(sorted(index["seeds"].items()))
     out = REPO / "tests" / "data" / "source_index.json"
     out.write_text(json.dumps(index, indent=1) + "\n")
-    print(f"{out}: {len(index['repo_files'])} repository files, {len(index['seeds'])} seeds")
+    print(f"{out}: {len(index['repo_files'])} repository files")
     return 1 if failed else 0
 
 

@@ -4,8 +4,8 @@ module names) must appear on the cited line(s) of the cited file at the cited re
 version (``envtool.spec.provenance.states``: ``0.18.2+1`` is not on a line that says ``0.18.2``).
 tests/test_provenance.py makes the same check offline from tests/data/source_index.json.
 
-Usage: python3 scripts/verify_pins.py MIRROR_DIR [SEEDS_DIR]
-  MIRROR_DIR: bare clones at ``<owner>+<name>/repo``; SEEDS_DIR defaults to ../shared/seeds.
+Usage: python3 scripts/verify_pins.py MIRROR_DIR
+  MIRROR_DIR: bare clones at ``<owner>+<name>/repo``.
 Prints one line per pin checked (ok / MISMATCH / unchecked and why) and a summary; exit 1 on a mismatch.
 A URL cannot be read offline: its pins are listed as unchecked.
 """
@@ -23,15 +23,12 @@ from envtool.spec import catalog, provenance, sites  # noqa: E402
 from envtool.spec.yamlload import load_yaml  # noqa: E402
 
 
-def cited_text(ref, mirrors: Path, seeds: Path):
+def cited_text(ref, mirrors: Path):
     """The cited lines (all of the file when no lines are given), or None when unreadable."""
     if ref.kind == "repo":
         proc = subprocess.run(["git", "-C", str(mirrors / ref.repo.replace("/", "+") / "repo"), "show",
                                f"{ref.ref}:{ref.path}"], capture_output=True, text=True, errors="replace")
         lines = proc.stdout.splitlines() if proc.returncode == 0 else None
-    elif ref.kind == "seed":
-        f = seeds / ref.path
-        lines = f.read_text(errors="replace").splitlines() if f.is_file() else None
     elif ref.kind == "project":
         f = REPO / ref.path
         lines = f.read_text(errors="replace").splitlines() if f.is_file() else None
@@ -54,7 +51,6 @@ def tokens(value: str, version=None):
 
 def main(argv) -> int:
     mirrors = Path(argv[1])
-    seeds = Path(argv[2]) if len(argv) > 2 else REPO.parent / "shared" / "seeds"
     checks = []
     for f in sorted((REPO / "specs").glob("*.yaml")):
         if load_yaml(f).get("abstract") is True:
@@ -79,7 +75,7 @@ def main(argv) -> int:
     bad = unchecked = 0
     for name, field, value, text, want, python in checks:
         ref = provenance.parse(text or "")
-        body = cited_text(ref, mirrors, seeds) if ref else None
+        body = cited_text(ref, mirrors) if ref else None
         if body is None:
             unchecked += 1
             print(f"unchecked  {name} {field} {value}: {text} (not readable offline)")

@@ -61,3 +61,18 @@ def multinode_cluster(tmp_path_factory):
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_state_home(tmp_path_factory):
+    """``create``/``clone``/``publish`` record each environment under ``$XDG_STATE_HOME/envtool``
+    (what ``envtool list`` reads): every test session gets its own, so no run leaves records in
+    the user's home nor reads another run's."""
+    if os.environ.get("XDG_STATE_HOME"):
+        yield
+        return
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    try:
+        yield
+    finally:
+        os.environ.pop("XDG_STATE_HOME", None)

@@ -87,7 +87,7 @@ def test_summit_overlay_for_open_ce_1_1_3():
     assert spec.site.base_env.endswith("open-ce-1.1.3-py38-0")
     assert spec.site.launcher == "jsrun -r1 -g6 -a6 -c42 -bpacked:7" and spec.site.scheduler == "lsf"
     assert spec.platforms == ("linux-ppc64le",)
-    assert spec.python.value == "3.8" and spec.python.source == "seed-opence-modules"
+    assert spec.python.value == "3.8" and spec.python.source == "olcf-opence-modules"
     assert "https://ftp.osuosl.org/pub/open-ce/1.1.3/" in spec.channels
 
 
@@ -110,7 +110,7 @@ def test_wml_ce_1_6_1_follows_the_primary_source_not_seed_000():
     spec = catalog.load_spec("ibm-wml-ce-1.6.1")
     pins = " ".join(p.value for _, p in spec.pins())
     assert "tensorflow-gpu 1.14" in pins and "pytorch 1.1.0" in pins and "ddl 1.4.0" in pins
-    assert "seed 000" in spec.notes.lower() or "seed-000" in spec.notes.lower()
+    assert "seed 000" in spec.notes.lower() or "olcf" in spec.notes.lower()
 
 
 def test_bede_glob_mapping_and_site_env():

@@ -316,8 +316,10 @@ def test_default_prefix_is_the_active_env(tmp_path):
     assert data["prefix"] == str(venv.resolve())
     _, data, _ = doctor_json("--only", "read-only", env={"CONDA_PREFIX": str(venv), "VIRTUAL_ENV": "/nonexistent"})
     assert data["prefix"] == str(venv.resolve())
-    _, data, _ = doctor_json("--only", "read-only", env={"CONDA_PREFIX": "", "VIRTUAL_ENV": ""})
-    assert data["prefix"] == str(Path(sys.prefix).resolve())
+    # no environment given or active: nothing to examine (issue 27: doctor used to examine envtool's
+    # own interpreter and advise installing Horovod there)
+    proc = run_envtool("doctor", "--only", "read-only", "--json", env={"CONDA_PREFIX": "", "VIRTUAL_ENV": ""})
+    assert proc.returncode == 2 and "nothing to examine" in json.loads(proc.stdout)["error"], proc.stderr
 
 
 def test_probe_timeout_kills_the_whole_process_group(tmp_path):

@@ -298,3 +298,55 @@ def test_unpinned_framework_leaves_rules_to_the_run_and_plan_says_so(tmp_path, m
     # decided from the installed version, with the planned toolchain: torch 2.0 needs no C++17 wrapper
     assert "horovod-torch-cxx17" not in [r.id for r in horovod_build.rules_for_run(d, {"pytorch": ["torch", "2.0.1"]})]
     assert "horovod-torch-cxx17" in [r.id for r in horovod_build.rules_for_run(d, {"pytorch": ["torch", "2.13.0"]})]
+
+
+_BACKEND = '''
+"""A PEP 517 backend that builds a "horovod" wheel recording the build's HOROVOD_NCCL_HOME."""
+import os, sys
+sys.path.insert(0, {helpers!r})
+from wheels import make_wheel
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    text = "NCCL_HOME = " + repr(os.environ.get("HOROVOD_NCCL_HOME")) + "\\n"
+    return make_wheel(wheel_directory, "horovod", "0.0.1", {{"horovod/__init__.py": text}}).name
+'''
+
+
+def test_the_build_sees_conda_prefix_as_the_build_prefix(tmp_path, monkeypatch):
+    """Open-CE specs set ``nccl_home: "${CONDA_PREFIX}"`` (as the feedstock's build.sh does). No
+    shell runs between envtool and pip, so the build step itself must put the prefix there: a real
+    ``pip wheel`` of a source whose backend records the variable it was built with."""
+    import subprocess as sp
+    import sys
+
+    from envtool.core.plan import Step
+    from envtool.steps import horovod_build
+    from envtool.steps.runner import Runner
+
+    monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    prefix = tmp_path / "env"
+    sp.run([sys.executable, "-m", "venv", str(prefix)], check=True, timeout=300)
+    src = tmp_path / "src"
+    src.mkdir()
+    helpers = Path(__file__).resolve().parent / "helpers"
+    (src / "backend.py").write_text(_BACKEND.format(helpers=str(helpers)))
+    (src / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+                                        'backend-path = ["."]\n')
+    toolchain = fixes.Toolchain(cmake=None, cxx_family="gnu", cxx_version=None)
+    d = horovod_build.BuildDecision(
+        prefix=prefix, requirement=str(src), version=None,
+        build_env=(("HOROVOD_NCCL_HOME", "${CONDA_PREFIX}"), ("HOROVOD_CUDA_HOME", "$PREFIX/cuda"),
+                   ("HOROVOD_OTHER", "${HOME_NOT_EXPANDED}")),
+        requested=(), toolchain=toolchain, compiler="c++ (test)", mpi="not used", platform="linux-64", rules=())
+    step = Step(id="build-horovod", title="build", action=horovod_build._run_build, data={"build": d})
+    with Runner(log_path=tmp_path / "build.log") as runner:
+        runner.current = step
+        horovod_build._run_build(step, runner)
+    out = sp.run([str(prefix / "bin" / "python"), "-c", "import horovod; print(horovod.NCCL_HOME)"],
+                 capture_output=True, text=True, cwd="/", timeout=60)
+    assert out.stdout.strip() == str(prefix), out.stderr
+    assert horovod_build.expand_prefix_vars(dict(d.build_env), prefix) == {
+        "HOROVOD_NCCL_HOME": str(prefix), "HOROVOD_CUDA_HOME": f"{prefix}/cuda",
+        "HOROVOD_OTHER": "${HOME_NOT_EXPANDED}"}
+    assert f"HOROVOD_NCCL_HOME={prefix} (the spec's ${{CONDA_PREFIX}}" in (tmp_path / "build.log").read_text()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -299,3 +301,306 @@ def test_duplicate_hostnames_are_named(multinode_cluster, site, venv_prefix, tmp
 def test_preflight_without_submit_is_a_usage_error(multinode_cluster, site, venv_prefix):
     proc = envtool(multinode_cluster, "validate", "--prefix", venv_prefix, "--site-file", site, "--preflight")
     assert proc.returncode == 2 and "--preflight runs the pre-flight of a batch job: add --submit" in proc.stderr
+
+
+@pytest.mark.slow  # needs the cpu-horovod environment
+@pytest.mark.skipif(not Path("/usr/bin/strace").exists(), reason="needs strace (apt-get install strace)")
+def test_validate_submit_records_import_time_and_metadata_calls_per_rank(multinode_cluster, site, cpu_horovod_env,
+                                                                         tmp_path):
+    """Issue 25, item 3: every rank of a --submit validation, on node1 and on node2, reports its time
+    to import torch and horovod.torch and the metadata calls that import made under the prefix
+    (strace on the node); the summary gives p50/p99/max over the 4 ranks."""
+    prefix = cpu_horovod_env
+    run = tmp_path / "run"
+    proc = envtool(multinode_cluster, "validate", "--prefix", prefix, "--site-file", site, "--submit", "--nodes", "2",
+                   "--ranks-per-node", "2", "--workdir", run, "--json", "--timeout", "480", timeout=600)
+    assert proc.returncode == 0, proc.stderr + proc.stdout + multinode_cluster.logs()
+    data = json.loads(proc.stdout)
+    ranks = data["ranks"]
+    assert sorted(r["host"] for r in ranks) == ["node1", "node1", "node2", "node2"]
+    for r in ranks:
+        imp = r["import"]
+        assert imp["prefix"] == str(prefix) and 0 < imp["seconds"]["torch"] <= imp["seconds"]["total"], r
+        assert imp["metadata"]["calls"] > 1000 and imp["metadata"]["by_syscall"]["openat"] > 100, (r["host"], imp)
+    s = data["import_time"]
+    assert s["ranks"] == 4 and s["hosts"] == ["node1", "node2"] and s["untraced"] == []
+    assert s["seconds"]["max"] == max(r["import"]["seconds"]["total"] for r in ranks)
+    assert s["metadata_calls"]["max"] == max(r["import"]["metadata"]["calls"] for r in ranks)
+    assert multinode_cluster.wait_queue_empty() == ""
+
+
+@pytest.mark.slow  # needs the cpu-horovod environment
+def test_a_node_without_strace_is_named_and_the_job_passes(multinode_cluster, site, cpu_horovod_env, tmp_path):
+    """strace hidden on node2 (an empty, non-executable file bound over it in node2's mount namespace):
+    its ranks still time their import and pass; the summary names them as not counted."""
+    prefix = cpu_horovod_env
+    run = tmp_path / "run"
+    empty = tmp_path / "no-strace"
+    empty.write_text("")
+    empty.chmod(0o644)
+    hidden = sorted({Path(p).resolve() for p in ("/usr/bin/strace", "/bin/strace") if Path(p).exists()})
+    for path in hidden:
+        multinode_cluster.bind_over("node2", empty, path)
+    try:
+        proc = envtool(multinode_cluster, "validate", "--prefix", prefix, "--site-file", site, "--submit", "--nodes",
+                       "2", "--ranks-per-node", "1", "--workdir", run, "--json", "--timeout", "480", timeout=600)
+    finally:
+        for path in hidden:
+            multinode_cluster.unbind("node2", path)
+    assert proc.returncode == 0, proc.stderr + proc.stdout + multinode_cluster.logs()
+    data = json.loads(proc.stdout)
+    by_host = {r["host"]: r for r in data["ranks"]}
+    assert by_host["node1"]["import"]["metadata"]["calls"] > 1000
+    assert "strace not found on node2" in by_host["node2"]["import"]["metadata"]["error"]
+    assert by_host["node2"]["import"]["seconds"]["total"] > 0
+    assert data["import_time"]["untraced"] == [f"rank {by_host['node2']['rank']} on node2: "
+                                               + by_host["node2"]["import"]["metadata"]["error"]]
+    assert multinode_cluster.wait_queue_empty() == ""
+
+
+# --- issue 24, items 4 and 5: the interface, the PMI, /dev/shm, libraries, lost nodes, hangs ---------
+
+def _site_with(site: Path, tmp_path: Path, name: str, **batch) -> Path:
+    """A copy of the test cluster's site file with more ``batch`` fields (or ``mpi`` replaced)."""
+    text = site.read_text()
+    for k, v in batch.items():
+        if f"  {k}: " in text:
+            text = "\n".join(f"  {k}: {v}" if line.startswith(f"  {k}: ") else line for line in text.splitlines()) + "\n"
+        else:
+            text += f"  {k}: {v}\n"
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _ip(cluster, node, *args):
+    n = cluster.node(node)
+    return subprocess.run(["nsenter", f"--net=/proc/{n.pid}/ns/net", "--", "ip", *args], capture_output=True,
+                          text=True, timeout=20)
+
+
+def test_preflight_chooses_the_interface_and_every_node_reaches_the_others(multinode_cluster, site, venv_prefix,
+                                                                           tmp_path):
+    """No batch.interface: every node takes the interface of its hostname's address (eth0), listens
+    on it and is reached by the other; the gate writes the four variables for the main step."""
+    run = tmp_path / "run"
+    proc = envtool(multinode_cluster, "validate", "--prefix", venv_prefix, "--site-file", site, "--submit",
+                   "--preflight", "--nodes", "2", "--ranks-per-node", "1", "--workdir", run, "--json",
+                   "--timeout", "60")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    nodes = {r["host"]: r for r in json.loads(proc.stdout)["preflight"]["nodes"]}
+    for name, other in (("node1", "node2"), ("node2", "node1")):
+        r = nodes[name]
+        assert (r["iface"], r["iface_source"], r["iface_state"]) == ("eth0", "hostname", "present"), r
+        assert r["iface_addr"] == multinode_cluster.node(name).addr and r["reach"] == f"{other}:ok", r
+        assert int(r["shm_kib"]) >= 64 * 1024, r
+    env = (run / "preflight" / "interface.env").read_text()
+    for var in ("HOROVOD_GLOO_IFACE", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "OMPI_MCA_btl_tcp_if_include"):
+        assert f"export {var}=eth0  # chosen by the pre-flight" in env, env
+    assert f"source {run / 'preflight' / 'interface.env'}" in (run / "job.sh").read_text()
+
+
+def test_interface_on_one_node_only_and_unreachable_are_named(multinode_cluster, site, venv_prefix, tmp_path):
+    """batch.interface tc0 exists on node1 only (a veth pair inside its network namespace): node2 is
+    named; then tc0 on both nodes, each leading nowhere but to its own peer: the connection is named."""
+    site2 = _site_with(site, tmp_path, "tc0.yaml", interface="tc0")
+    made = []
+    try:
+        for node, addr in (("node1", "198.18.1.11/24"),):
+            assert _ip(multinode_cluster, node, "link", "add", "tc0", "type", "veth", "peer", "name",
+                       "tc0p").returncode == 0
+            made.append(node)
+            assert _ip(multinode_cluster, node, "link", "set", "tc0p", "up").returncode == 0
+            assert _ip(multinode_cluster, node, "addr", "add", addr, "dev", "tc0").returncode == 0
+            assert _ip(multinode_cluster, node, "link", "set", "tc0", "up").returncode == 0
+        t0 = time.monotonic()
+        proc = envtool(multinode_cluster, "validate", "--prefix", venv_prefix, "--site-file", site2, "--submit",
+                       "--preflight", "--nodes", "2", "--ranks-per-node", "1", "--workdir", tmp_path / "run1",
+                       "--timeout", "60")
+        took = time.monotonic() - t0
+        assert proc.returncode == 1, proc.stderr + proc.stdout
+        assert (f"pre-flight: node2: interface tc0 (batch.interface in {site2}) does not exist there (node2 has "
+                f"eth0); Gloo, NCCL and Open MPI would be told to use it; fix: set batch.interface in {site2} to "
+                f"one every node has (eth0); see each node's with srun --mpi=none -N 2 --ntasks-per-node=1 ip -o "
+                f"-4 addr show") in proc.stderr, proc.stderr
+        assert "pre-flight: node1:" not in proc.stderr
+        assert took < 60, took
+        script = (tmp_path / "run1" / "job.sh").read_text()
+        assert f"export HOROVOD_GLOO_IFACE=tc0  # batch.interface in {site2}" in script
+        # now on both nodes, each on its own dummy link: present everywhere, reaching nothing
+        assert _ip(multinode_cluster, "node2", "link", "add", "tc0", "type", "veth", "peer", "name",
+                   "tc0p").returncode == 0
+        made.append("node2")
+        _ip(multinode_cluster, "node2", "link", "set", "tc0p", "up")
+        _ip(multinode_cluster, "node2", "addr", "add", "198.18.1.12/24", "dev", "tc0")
+        _ip(multinode_cluster, "node2", "link", "set", "tc0", "up")
+        t0 = time.monotonic()
+        proc = envtool(multinode_cluster, "validate", "--prefix", venv_prefix, "--site-file", site2, "--submit",
+                       "--nodes", "2", "--ranks-per-node", "1", "--workdir", tmp_path / "run2", "--timeout", "60")
+        took = time.monotonic() - t0
+    finally:
+        for node in made:
+            _ip(multinode_cluster, node, "link", "del", "tc0")
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    assert ("pre-flight: node1 -> node2: no TCP connection to node2's address 198.18.1.12 on interface tc0 within "
+            "5 s") in proc.stderr, proc.stderr
+    assert "pre-flight: node2 -> node1: no TCP connection to node1's address 198.18.1.11" in proc.stderr
+    assert "fix: on node1 check the route with ip route get 198.18.1.12" in proc.stderr
+    assert "the main step did not run: the pre-flight stopped the job" in proc.stderr
+    assert took < 60, took
+    assert multinode_cluster.wait_queue_empty() == ""
+
+
+def test_small_dev_shm_on_one_node_is_named(multinode_cluster, site, venv_prefix, tmp_path):
+    """A 16 MiB tmpfs on /dev/shm inside node2's mount namespace (a container's default is 64 MiB)."""
+    n2 = multinode_cluster.node("node2")
+    subprocess.run(["nsenter", f"--mount=/proc/{n2.pid}/ns/mnt", "--", "mount", "-t", "tmpfs", "-o", "size=16m",
+                    "envtool-tc-shm", "/dev/shm"], check=True, timeout=20)
+    try:
+        proc = envtool(multinode_cluster, "validate", "--prefix", venv_prefix, "--site-file", site, "--submit",
+                       "--preflight", "--nodes", "2", "--ranks-per-node", "1", "--workdir", tmp_path / "run",
+                       "--timeout", "60")
+    finally:
+        multinode_cluster.unbind("node2", Path("/dev/shm"))
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    assert ("pre-flight: node2: /dev/shm is below 64 MiB (node2 16 MiB): NCCL's shared-memory transport and "
+            "DataLoader workers fail there") in proc.stderr, proc.stderr
+    assert "fix: as root on those nodes mount -o remount,size=50% /dev/shm" in proc.stderr
+    assert "node1:" not in proc.stderr
+
+
+@pytest.mark.slow  # needs the cpu-horovod environment
+def test_library_missing_on_one_node_is_named(multinode_cluster, site, cpu_horovod_env, tmp_path):
+    """torch/lib hidden on node2 (an empty directory bind-mounted over it in node2's namespace):
+    torch's extension cannot load there; the pre-flight names node2 and the missing libraries."""
+    import glob
+
+    torch_lib = Path(glob.glob(str(cpu_horovod_env / "lib" / "python3*" / "site-packages" / "torch" / "lib"))[0])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    multinode_cluster.bind_over("node2", empty, torch_lib)
+    try:
+        t0 = time.monotonic()
+        proc = envtool(multinode_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", site, "--submit",
+                       "--nodes", "2", "--ranks-per-node", "1", "--workdir", tmp_path / "run", "--timeout", "60")
+        took = time.monotonic() - t0
+    finally:
+        multinode_cluster.unbind("node2", torch_lib)
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    so = glob.glob(str(torch_lib.parent / "_C.*so"))[0]
+    assert f"pre-flight: node2: {so} cannot be loaded there (not found: libtorch_python.so" in proc.stderr, proc.stderr
+    assert f"fix: compare the node with another one: ldd {so} on node2" in proc.stderr
+    assert "pre-flight: node1:" not in proc.stderr
+    assert "the main step did not run: the pre-flight stopped the job" in proc.stderr
+    assert took < 60, took
+    assert multinode_cluster.wait_queue_empty() == ""
+
+
+@pytest.mark.slow  # needs the cpu-horovod environment (its Horovod links Debian's Open MPI)
+def test_mpi_none_against_a_pmix_built_mpi_is_named(multinode_cluster, site, cpu_horovod_env, tmp_path):
+    """The site says srun --mpi=none; the environment's Open MPI speaks PMIx only: named before
+    anything is submitted."""
+    site2 = _site_with(site, tmp_path, "mpi-none.yaml", mpi="none")
+    t0 = time.monotonic()
+    proc = envtool(multinode_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", site2, "--submit",
+                   "--nodes", "2", "--ranks-per-node", "2", "--workdir", tmp_path / "run", "--timeout", "60")
+    took = time.monotonic() - t0
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    assert ("pre-flight: head: the launcher runs srun --mpi=none, but Open MPI 4.1.4 (/usr/bin/ompi_info, for "
+            "/lib/x86_64-linux-gnu/libmpi.so.40) initialises under srun through pmix only: each rank would abort in "
+            f"MPI_Init or be rank 0 of a world of its own; fix: set batch.mpi to pmix in {site2}") in proc.stderr, \
+        proc.stderr
+    assert "the job was not submitted: its launcher and MPI do not match" in proc.stderr
+    assert "submitted" not in proc.stderr.replace("was not submitted", "")
+    assert took < 60, took
+    assert multinode_cluster.queue() == ""
+
+
+def _envtool_async(cluster, *args) -> subprocess.Popen:
+    """``python -m envtool ARGS`` on the head node, not waited for (the test acts while it runs)."""
+    env = dict(os.environ, **cluster.env, ENVTOOL_DEBUG="")
+    return subprocess.Popen(cluster.node("head").nsenter(str(REPO)) + [sys.executable, "-m", "envtool",
+                                                                       *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _wait_for(what, timeout: float, step: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = what()
+        if got:
+            return got
+        time.sleep(step)
+    return None
+
+
+@pytest.mark.slow  # needs the cpu-horovod environment
+def test_slurmd_killed_on_one_node_mid_job_is_named(multinode_cluster, site, cpu_horovod_env, tmp_path):
+    """slurmd on node2 is killed once the job's pre-flight has run: the main step cannot start
+    there; envtool names node2 and why, and returns only when the job has left the queue."""
+    run = tmp_path / "run"
+    t0 = time.monotonic()
+    proc = _envtool_async(multinode_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", site,
+                          "--submit", "--nodes", "2", "--ranks-per-node", "1", "--workdir", run, "--timeout", "240")
+    killed = None
+    try:
+        reported = _wait_for(lambda: len(list((run / "preflight").glob("task-*.txt"))) == 2, timeout=120)
+        assert reported, multinode_cluster.logs()
+        killed = multinode_cluster.kill_slurmd("node2")
+        out, err = proc.communicate(timeout=300)
+        took = time.monotonic() - t0
+        left = multinode_cluster.queue()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        if killed:
+            state = multinode_cluster.restart_slurmd("node2")
+    assert state in ("idle", "mixed", "allocated"), state
+    assert proc.returncode == 1, err + out
+    assert re.search(r"FAILED: node2: the node was lost during job \d+: Slurm reports it \S+\* \(its slurmd does "
+                     r"not respond\)", err), err
+    assert "rank 0: no result" not in err and "check-build" not in err    # the node is the cause, not the ranks
+    assert f"sbatch --exclude=node2 {run / 'job.sh'}" in err
+    assert "node1: the node was lost" not in err
+    assert left == "", left                    # envtool returned after the job left the queue
+    print(f"slurmd killed mid-job: {took:.0f} s")
+
+
+@pytest.mark.slow  # needs the cpu-horovod environment
+def test_hang_reports_the_last_line_each_rank_printed(multinode_cluster, site, cpu_horovod_env, tmp_path):
+    """The rank on node2 is stopped (SIGSTOP) in hvd.init(): rank 0 waits for it for ever; the
+    job is cancelled at --timeout and each rank's last line is named."""
+    run = tmp_path / "run"
+    n2_net = os.readlink(f"/proc/{multinode_cluster.node('node2').pid}/ns/net")
+
+    def rank_on_node2():
+        if not re.search(r"^\s*1: envtool-probe probe on node2: hvd\.init\(\)", (run / "job.out").read_text()
+                         if (run / "job.out").exists() else "", re.M):
+            return None
+        for pid in tc._pids():
+            cmd = tc._cmdline(pid)
+            if str(run / "rank_probe.py") in cmd and tc._ns(pid, "net") == n2_net:
+                return pid
+        return None
+
+    proc = _envtool_async(multinode_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", site,
+                          "--submit", "--nodes", "2", "--ranks-per-node", "1", "--workdir", run, "--timeout", "90")
+    stopped = None
+    try:
+        stopped = _wait_for(rank_on_node2, timeout=85, step=0.1)
+        assert stopped, (run / "job.out").read_text() if (run / "job.out").exists() else "no job output"
+        os.kill(stopped, signal.SIGSTOP)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        if stopped and tc._alive(stopped):
+            os.kill(stopped, signal.SIGKILL)
+    assert proc.returncode == 1, err + out
+    assert "did not finish within 90 s; it was cancelled; the last line each rank printed: rank 0: 'envtool-probe " \
+           "probe on node1: " in err, err
+    assert "rank 1: 'envtool-probe probe on node2: hvd.init()'" in err or \
+        "rank 1: 'envtool-probe probe on node2: rank 1 of 2'" in err, err
+    assert multinode_cluster.wait_queue_empty(60) == ""

@@ -1,8 +1,8 @@
 """The catalog's provenance: every source entry resolves, every V pin cites a primary source.
 
 Offline: repository citations are checked against tests/data/source_index.json (written by
-scripts/source_index.py from the repositories at the cited refs); seed citations against the
-same index and, when ../shared/seeds is beside the repository, against the seeds themselves.
+scripts/source_index.py from the repositories at the cited refs). Every citation is one a user
+can open: a public repository file, a public page, or a file of this repository.
 """
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from envtool.spec.yamlload import load_yaml
 
 REPO = Path(__file__).resolve().parent.parent
 INDEX = json.loads((REPO / "tests" / "data" / "source_index.json").read_text())
-SEEDS = REPO.parent / "shared" / "seeds"
 SPEC_FILES = sorted((REPO / "specs").glob("*.yaml"))
 CONCRETE = [p.stem for p in SPEC_FILES if load_yaml(p).get("abstract") is not True]
 SITE_FILES = sorted((REPO / "sites").glob("*.yaml"))
@@ -46,21 +45,13 @@ def check_entry(text: str) -> str:
     """'' when ``text`` resolves (see the module docstring), else why not."""
     ref = provenance.parse(text)
     if ref is None:
-        return "neither owner/repo@ref:path, a URL, a seed line, docs/… nor shared/reference/…"
+        return "neither owner/repo@ref:path, a URL, docs/… nor docs/reference/…"
     if ref.kind == "repo":
         entry = INDEX["repo_files"].get(f"{ref.repo}@{ref.ref}:{ref.path}")
         if entry is None:
             return "not in tests/data/source_index.json (run scripts/source_index.py)"
         if ref.lines and not 1 <= ref.lines[0] <= ref.lines[1] <= entry["lines"]:
             return f"lines {ref.lines} outside the file's {entry['lines']} lines"
-    elif ref.kind == "seed":
-        entry = INDEX["seeds"].get(ref.path)
-        if entry is None:
-            return f"seed {ref.path} not in the index"
-        if ref.lines is None:
-            return "a seed is cited without its line"
-        if not 1 <= ref.lines[0] <= ref.lines[1] <= entry["lines"]:
-            return f"lines {ref.lines} outside the seed's {entry['lines']} lines"
     elif ref.kind == "project":
         f = REPO / ref.path
         if not f.is_file():
@@ -68,8 +59,8 @@ def check_entry(text: str) -> str:
         if ref.lines and ref.lines[1] > len(f.read_text().splitlines()):
             return f"lines {ref.lines} outside {ref.path}"
     elif ref.kind == "secondary":
-        if not ref.path.startswith("shared/reference/"):
-            return "a secondary source lives under shared/reference/"
+        if not (REPO / ref.path).is_file():
+            return f"no file {ref.path} in the repository"
     return ""
 
 
@@ -82,8 +73,9 @@ def test_the_entry_check_fails_on_bad_entries():
     assert check_entry("CUDA 13.0 release notes")
     assert check_entry("open-ce/open-ce@open-ce-v9.9.9:README.md#L1")  # never read at that tag
     assert check_entry("open-ce/open-ce@open-ce-v1.7.0:README.md#L99999")
-    assert check_entry("seed 000_21419d89f8c7e024:99999")
-    assert check_entry("seed 000_21419d89f8c7e024")
+    assert check_entry("seed 000_21419d89f8c7e024:12")   # an internal document: no user can open it
+    assert check_entry("shared/reference/stacks.md (Open-CE)")
+    assert check_entry("docs/reference/no-such.md")
     assert check_entry("docs/no-such-file.md")
     assert not check_entry("open-ce/open-ce@open-ce-v1.7.0:README.md#L27 (Python)")
 
@@ -107,16 +99,16 @@ def test_site_mappings_and_their_overrides_cite_primary_sources(site_file):
 
 
 def test_problems_finds_a_v_pin_citing_a_secondary_source_or_none():
-    sources = (("stacks", "shared/reference/stacks.md (Open-CE)"),
+    sources = (("stacks", "docs/reference/stacks.md (Open-CE)"),
                ("rd", "open-ce/open-ce@open-ce-v1.7.0:README.md#L27"),
-               ("bad", "my notes"), ("seed", "seed 000_21419d89f8c7e024"))
+               ("bad", "my notes"), ("seed", "seed 000_21419d89f8c7e024:12"))
     pins = [("python", Pin("3.9", "V", "stacks")), ("cuda", Pin("11.4", "V", "nope")),
             ("x", Pin("1", "V2", "stacks")), ("y", Pin("2", "V", "rd"))]
     out = provenance.problems("t", sources, pins)
     assert len(out) == 4, out
     assert any("python (3.9) is marked V but cites 'stacks', a secondary source" in p for p in out)
     assert any("cuda (11.4) is marked V but cites no source" in p for p in out)
-    assert any("'bad'" in p for p in out) and any("without a line" in p for p in out)
+    assert any("'bad'" in p for p in out) and any("'seed'" in p for p in out)
 
 
 def test_parse_forms():
@@ -124,22 +116,22 @@ def test_parse_forms():
     assert (r.kind, r.repo, r.ref, r.path, r.lines, r.description) == (
         "repo", "open-ce/horovod-feedstock", "open-ce-v1.4.0", "recipe/build.sh", (39, 39), "HOROVOD_NCCL_HOME")
     assert r.where() == "https://github.com/open-ce/horovod-feedstock/blob/open-ce-v1.4.0/recipe/build.sh#L39"
-    s = provenance.parse("seed 001_3e99217d705b0dac:94-95 (bede-ddlrun)")
-    assert (s.kind, s.path, s.lines, s.primary) == ("seed", "001_3e99217d705b0dac.txt", (94, 95), True)
+    assert provenance.parse("seed 001_3e99217d705b0dac:94-95 (bede-ddlrun)") is None
     assert provenance.parse("https://pypi.org/project/horovod/0.28.1/").kind == "url"
-    sec = provenance.parse("shared/reference/stacks.md (Open-CE)")
+    sec = provenance.parse("docs/reference/stacks.md (Open-CE)")
     assert sec.kind == "secondary" and not sec.primary
     assert provenance.parse("CUDA 13.0 release notes") is None
 
 
-@pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared/seeds is not beside the repository")
-def test_seed_index_matches_the_seeds():
-    for name, entry in INDEX["seeds"].items():
-        data = (SEEDS / name).read_bytes()
-        assert hashlib.sha256(data).hexdigest() == entry["sha256"], name
-        assert len(data.splitlines()) == entry["lines"], name
-        lines = data.decode(errors="replace").splitlines()
-        assert entry["cited"] and all(lines[int(n) - 1] == text for n, text in entry["cited"].items()), name
+def test_no_user_visible_text_names_an_internal_document():
+    """Specs, site files, the package's messages and docstrings, the README and the docs cite what
+    a user can open: never the team's seed files or shared/ notes."""
+    bad = re.compile(r"\bseed[ -]?`*0\d\d|\bseeds?\b.*\b0\d\d_|shared/(?:seeds|reference)|\bthe seeds?\b", re.I)
+    files = [*SPEC_FILES, *SITE_FILES, *sorted((REPO / "envtool").rglob("*.py")),
+             *sorted((REPO / "envtool").rglob("*.sh")), REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    hits = [f"{f.relative_to(REPO)}:{n}: {line.strip()}" for f in files
+            for n, line in enumerate(f.read_text().splitlines(), 1) if bad.search(line)]
+    assert not hits, "\n".join(hits)
 
 
 def _envtool(*args):
@@ -161,9 +153,10 @@ def test_show_sources_lists_where_each_pin_can_be_read():
     assert proc.returncode == 0, proc.stderr
     view = json.loads(proc.stdout)
     kinds = {p["field"]: (p["mark"], p["source_kind"]) for p in view["pins"]}
-    assert kinds["horovod.version"] == ("V", "seed")
+    assert kinds["horovod.version"] == ("V", "repo")
     assert all(kind not in ("secondary", None) for mark, kind in kinds.values() if mark == "V")
-    assert view["site"]["where"] == "shared/seeds/001_3e99217d705b0dac.txt line 141"
+    assert view["site"]["where"] == ("https://github.com/N8-CIR-Bede/documentation/blob/338157492d38/"
+                                     "software/applications/wmlce.rst#L141")
     assert "RHEL 8" in view["site"]["warning"]
 
 
@@ -194,7 +187,7 @@ _VERSION_RE = re.compile(r"\d+(?:\.\d+)+")
 
 
 def cited_text(text: str) -> Optional[str]:
-    """The text a source entry cites, from the index: its cited lines (a repository file or a seed,
+    """The text a source entry cites, from the index: its cited lines (a repository file,
     ``None`` when no line is named), a project record's lines, or a URL's own address (a versioned
     page names its version in the address); None for a secondary or unparsable source."""
     ref = provenance.parse(text)
@@ -207,8 +200,7 @@ def cited_text(text: str) -> Optional[str]:
         return "\n".join(lines[ref.lines[0] - 1:ref.lines[1]] if ref.lines else lines)
     if ref.lines is None:
         return None
-    entry = (INDEX["repo_files"].get(f"{ref.repo}@{ref.ref}:{ref.path}") if ref.kind == "repo"
-             else INDEX["seeds"].get(ref.path))
+    entry = INDEX["repo_files"].get(f"{ref.repo}@{ref.ref}:{ref.path}")
     if entry is None:
         return None
     return "\n".join(entry["cited"].get(str(n), "") for n in range(ref.lines[0], ref.lines[1] + 1))
@@ -242,7 +234,7 @@ def pin_line_problems(name: str, sources, pins) -> List[str]:
         text = src.get(pin.source or "")
         body = cited_text(text) if text else None
         if body is None:
-            if pin.mark == "V" and text and provenance.parse(text).kind in ("repo", "seed"):
+            if pin.mark == "V" and text and provenance.parse(text).kind == "repo":
                 out.append(f"{name}: {field} ({pin.value}) is V but cites no line: {text}")
             continue
         python = field == "python" or pin.name == "python" or pin.value.startswith("python")

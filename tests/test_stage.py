@@ -96,7 +96,7 @@ def test_slurm_lsf_pbs_staging_lines(small, tmp_path):
     assert str(env) + "/" not in text and f"{env} " not in text   # nothing of the source prefix reaches the job
     bash_n(text, tmp_path)
     # LSF (Summit): the NVMe burst buffer, its -alloc_flags, jsrun one task per host
-    text = jobscript("--stage", tar, "--site", "summit", "--account", "P1", "--nodes", "2", "--", "python",
+    text = jobscript("--stage", tar, "--site", "summit", "--retired-ok", "--account", "P1", "--nodes", "2", "--", "python",
                      "t.py").stdout
     assert "#BSUB -alloc_flags NVME" in text.splitlines()
     cp = lines_from(text, "jsrun -n 2 -r1 -a1 -c1 cp -- ")
@@ -140,6 +140,8 @@ sources:
 scheduler: none
 launcher: "env ENVTOOL_RANKS={{ranks}}"
 gpus_per_node: 0
+batch:
+  cpus_per_node: auto
 node_local:
   path: {node}
   source: test
@@ -243,7 +245,7 @@ def test_stage_refusals(small, tmp_path):
     pack(env, "squashfs", img, "--dest-prefix", "/opt/envtool-elsewhere")
     err = jobscript("--stage", img, *args, expect=2).stderr
     assert "not under site perlmutter's node-local storage /tmp" in err and "--dest-prefix /tmp/smallenv" in err
-    err = jobscript("--stage", tar, "--site", "summit", "--account", "P", "--nodes", "1", "--", "t",
+    err = jobscript("--stage", tar, "--site", "summit", "--retired-ok", "--account", "P", "--nodes", "1", "--", "t",
                     env={"USER": ""}, expect=2).stderr
     assert "node_local.path" in err and "summit.yaml" in err
     proc = run_envtool("validate", "--stage", tar, "--site", "perlmutter", timeout=120)

@@ -1,7 +1,7 @@
 """Check ``site-warnings``: what the site file says users of this stack must know there.
 
 A site file's stack entry may carry a ``warning`` (``sites/bede.yaml``: WML-CE was archived by
-IBM and WML-CE 1.7 may not work on RHEL 8, Bede's documentation, seed ``001_…`` line 18). When
+IBM and WML-CE 1.7 may not work on RHEL 8, Bede's documentation, ``N8-CIR-Bede/documentation@338157492d38:software/applications/wmlce.rst#L18``). When
 doctor knows both the spec and the site, it reports that warning with the entry's source.
 """
 from __future__ import annotations

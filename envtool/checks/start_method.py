@@ -6,7 +6,7 @@ The effective default comes from a fresh interpreter of the env; the probe
 method (and the spec's ``expect.dataloader_start_method``) within a timeout. No torch in the env
 is a skip; a torch that does not import is a failure. ``fork`` on Python < 3.14 with an
 MPI/InfiniBand launch present is a warning: workers forked after MPI/Horovod init segfault or
-deadlock on some InfiniBand stacks; the fix is ``forkserver`` (seed ``000_…txt``, "Problems
+deadlock on some InfiniBand stacks; the fix is ``forkserver`` (OLCF's Summit page, ``olcf/olcf-user-docs@6c07271c3d12:software/analytics/distributed-dl-env.rst#L340-L384``, "Problems
 Distributing Pytorch with Multiple Data Loader Workers"; horovod.md).
 """
 from __future__ import annotations
@@ -56,8 +56,9 @@ def run(ctx):
     risky = default == "fork" and (not py or version_tuple(py, 2) < (3, 14))
     if risky and markers:
         items.append("an MPI/InfiniBand launch is present (" + ", ".join(markers) + "): DataLoader workers "
-                     "forked after MPI/Horovod init can segfault or deadlock (seed 000, \"Problems Distributing "
-                     "Pytorch with Multiple Data Loader Workers\")")
+                     "forked after MPI/Horovod init can segfault or deadlock (OLCF's Summit page, \"Problems Distributing "
+                     "Pytorch with Multiple Data Loader Workers\": https://github.com/olcf/olcf-user-docs/blob/6c07271c3d12/"
+                     "software/analytics/distributed-dl-env.rst#L340-L384)")
         return finding(ID, "warn", summary + " under an MPI/InfiniBand launch", FORKSERVER_FIX, items=items,
                        **details)
     if risky:

@@ -30,10 +30,12 @@ def register(sub) -> None:
                                    "wheels (with key.json and build.log) into a read-only site cache that other "
                                    "users name in $ENVTOOL_CACHE_PATH or in a site file's build_caches.")
     csub = p.add_subparsers(dest="cache_command", metavar="ACTION")
-    ls = csub.add_parser("list", help="the cached wheels (key digest, wheel, size, last use)")
+    ls = csub.add_parser("list", help="the cached wheels (key digest, wheel, size, last use), then everything in "
+                                      "envtool's cache and uv's and pip's, with sizes")
     add_json(ls)
     ls.set_defaults(func=run_list)
-    pr = csub.add_parser("prune", help="delete wheels not used for DAYS days (and incomplete entries), and kept bytecode no environment links")
+    pr = csub.add_parser("prune", help="delete wheels not used for DAYS days (and incomplete entries), build logs "
+                                       "older than DAYS days, and kept bytecode no environment links")
     pr.add_argument("--older-than", type=_days_arg, default=30.0, metavar="DAYS",
                     help="delete entries not used for this many days (default 30; 0 deletes every entry)")
     add_json(pr)
@@ -63,14 +65,49 @@ def _size(n: int) -> str:
     return f"{n / 1e6:.1f} MB"
 
 
+def usage() -> dict:
+    """What envtool's runs keep in caches, measured on disk (hard links counted once per cache).
+
+    Returns:
+        ``{"root", "directories": {name: bytes}, "other": {name: bytes}, "total_bytes",
+        "tools": [{"name", "path", "bytes"}]}``: the cache root's entries
+        (:data:`envtool.core.paths.CACHE_ENTRIES`: wheels, conda packages, repodata, logs, fix-rule
+        files, build directories, kept bytecode), anything else found there, and the caches of the
+        tools envtool runs (uv's, pip's), which envtool fills but does not prune.
+    """
+    import os
+    from pathlib import Path
+
+    from envtool.cli.info import _pip_cache, _uv_cache
+    from envtool.core.paths import CACHE_ENTRIES, cache_root
+    from envtool.core.sizes import tree_size
+    from envtool.engines.installer import find_uv
+
+    root = cache_root()
+    dirs, other = {}, {}
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        names = []
+    for name in names:
+        (dirs if name in CACHE_ENTRIES else other)[name] = tree_size(root / name)
+    tools = []
+    for name, path in (("uv", _uv_cache(find_uv()[0])), ("pip", _pip_cache())):
+        p = Path(path)
+        tools.append({"name": name, "path": str(p), "bytes": tree_size(p) if p.is_dir() else 0})
+    return {"root": str(root), "directories": dirs, "other": other,
+            "total_bytes": sum(dirs.values()) + sum(other.values()), "tools": tools}
+
+
 def run_list(args) -> int:
     from envtool.horovod import cache
 
     wc = cache.WheelCache()
     entries = wc.entries()
+    use = usage()
     if args.json:
         print_json({"cache": str(wc.dir), "site_caches": [str(r) for r in cache.site_roots()],
-                    "entries": [e.to_json() for e in entries]})
+                    "entries": [e.to_json() for e in entries], "usage": use})
         return 0
     print(f"wheel cache {wc.dir}: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, "
           f"{_size(sum(e.size for e in entries))}")
@@ -84,6 +121,12 @@ def run_list(args) -> int:
               f"  ({detail})")
     for r in cache.site_roots():
         print(f"site cache (read-only, from ${cache.CACHE_PATH_VAR}): {r / 'horovod-wheels'}")
+    print(f"envtool's cache {use['root']}: {_size(use['total_bytes'])} in all")
+    for name, n in list(use["directories"].items()) + list(use["other"].items()):
+        print(f"  {name + '/':16} {_size(n):>10}" + ("" if name in use["directories"] else "  (not envtool's)"))
+    for t in use["tools"]:
+        print(f"{t['name']}'s cache {t['path']}: {_size(t['bytes'])} (filled by envtool's installs; "
+              f"{'uv cache prune' if t['name'] == 'uv' else 'pip cache purge'} trims it)")
     return 0
 
 
@@ -95,18 +138,54 @@ def run_prune(args) -> int:
     wc = cache.WheelCache()
     gone = wc.prune(args.older_than * 86400.0)
     pyc_count, pyc_bytes = prune_bytecode()
+    log_count, log_bytes = _prune_logs(args.older_than * 86400.0)
     if args.json:
         print_json({"cache": str(wc.dir), "older_than_days": args.older_than,
                     "deleted": [e.to_json() for e in gone], "freed_bytes": sum(e.size for e in gone),
-                    "bytecode": {"deleted": pyc_count, "freed_bytes": pyc_bytes}})
+                    "bytecode": {"deleted": pyc_count, "freed_bytes": pyc_bytes},
+                    "logs": {"deleted": log_count, "freed_bytes": log_bytes},
+                    "total_freed_bytes": sum(e.size for e in gone) + pyc_bytes + log_bytes})
         return 0
     if pyc_count:
         print(f"deleted {pyc_count} kept bytecode file(s) no environment links ({_size(pyc_bytes)})")
+    if log_count:
+        print(f"deleted {log_count} build log(s) older than {args.older_than:g} days ({_size(log_bytes)})")
     for e in gone:
         print(f"deleted {e.digest} ({e.wheel.name if e.wheel else 'incomplete'}, {_size(e.size)})")
     print(f"pruned {len(gone)} entr{'y' if len(gone) == 1 else 'ies'} from {wc.dir}, freed "
           f"{_size(sum(e.size for e in gone))}")
     return 0
+
+
+def _prune_logs(older_than: float):
+    """Delete build logs (``<cache>/logs/*.log``, regular files of the user) not written for
+    ``older_than`` seconds; returns ``(count, bytes)``. A log being written is never that old."""
+    import os
+    import stat
+    import time
+
+    from envtool.core.paths import cache_root
+
+    logs = cache_root() / "logs"
+    count = freed = 0
+    now = time.time()
+    try:
+        names = os.listdir(logs)
+    except OSError:
+        return 0, 0
+    for name in names:
+        path = logs / name
+        try:
+            st = os.lstat(path)
+            if not name.endswith(".log") or not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            if now - st.st_mtime >= older_than:
+                os.unlink(path)
+                count += 1
+                freed += st.st_size
+        except OSError:
+            continue
+    return count, freed
 
 
 def run_publish(args) -> int:

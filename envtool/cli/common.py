@@ -332,3 +332,36 @@ def add_lock_options(parser) -> None:
     parser.add_argument("--installer", choices=("uv", "pip"), default=None,
                         help="what installs pip packages: uv (default; given pip's configuration) or the "
                              "env's own pip (default from $ENVTOOL_INSTALLER)")
+
+
+def add_platform_mismatch(parser) -> None:
+    """``--platform-mismatch-ok``: go on when the spec is for another platform than the machine
+    (``plan``, ``create``) or than the site (``jobscript``, ``validate``)."""
+    parser.add_argument("--platform-mismatch-ok", action="store_true",
+                        help="go on although the spec is for another platform than this machine (plan, create) "
+                             "or than the site (jobscript); without it that is an error (exit 2)")
+
+
+def check_machine_platform(spec, mismatch_ok: bool, say=None) -> None:
+    """Refuse a spec none of whose platforms is this machine's (``plan``/``create`` of a
+    ``linux-ppc64le`` spec on ``linux-64`` would plan an install that cannot run here).
+
+    Args:
+        spec: the resolved spec (``spec.platforms``: conda platform names).
+        mismatch_ok: ``--platform-mismatch-ok`` was given: only say it (through ``say``).
+        say: a callable taking one line for people, or None.
+    Raises:
+        UsageError: exit 2, naming the spec's platforms, the machine's and the option.
+    """
+    from envtool.core.errors import UsageError
+    from envtool.core.platforms import conda_platform
+
+    here = conda_platform()
+    if not spec.platforms or here in spec.platforms:
+        return
+    message = (f"spec {spec.name} is for {', '.join(spec.platforms)}, but this machine is {here}")
+    if not mismatch_ok:
+        raise UsageError(f"{message}: an environment built here would not run on the spec's nodes; run this on a "
+                         f"{spec.platforms[0]} machine, or pass --platform-mismatch-ok to go on anyway")
+    if say is not None:
+        say(f"warning: {message} (--platform-mismatch-ok)")

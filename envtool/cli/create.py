@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from envtool.cli.common import (add_json, add_lock_options, add_spec_site, jobs_arg, load_spec_site, name_arg,
+from envtool.cli.common import (add_json, add_platform_mismatch, add_lock_options, add_spec_site, jobs_arg, load_spec_site, name_arg,
                                 path_arg, print_json)
 
 
@@ -26,6 +26,7 @@ def register(sub) -> None:
     p.add_argument("--modulefile-root", type=path_arg, metavar="DIR", help="also write a modulefile under DIR")
     p.add_argument("--jobs", type=jobs_arg, default=None, help="parallel compile jobs (default: CPU count)")
     add_spec_site(p)
+    add_platform_mismatch(p)
     add_json(p)
     p.set_defaults(func=run)
 
@@ -47,6 +48,9 @@ def run(args) -> int:
         if not quiet:
             print(line, file=sys.stderr)
 
+    from envtool.cli.common import check_machine_platform
+
+    check_machine_platform(spec, args.platform_mismatch_ok, say=say)
     options = options_from_args(args, spec, site=site, say=say)
     if options.clone is not None:
         source, why = clone_source(spec, options)
@@ -61,16 +65,53 @@ def run(args) -> int:
         elif report:
             print(validate.format_report(report))
         raise
+    hint = activation_hint(result.prefix, result.results.get("modulefile"))
     if args.json:
         print_json({"ok": True, "prefix": str(result.prefix), "log": str(result.log), "results": result.results,
-                    "timings": result.timings, "relocation": result.relocation})
+                    "timings": result.timings, "relocation": result.relocation, "activate": hint})
         return 0
     report = result.results.get("validate")
     if report:
         print(validate.format_report(report))
     print(f"environment ready at {result.prefix}")
     print(f"build log: {result.prefix}/.envtool/create.log")
+    print("to use it:")
+    for line in hint:
+        print(f"  {line}")
     if result.relocation.get("binaries") and args.verbose:
         print(f"note: {len(result.relocation['binaries'])} binary file(s) still name the temporary build prefix "
               "(RUNPATH entries or compiled-in strings; listed in the build log)", file=sys.stderr)
     return 0
+
+
+def activation_hint(prefix, modulefile=None):
+    """The shell lines, quoted for pasting, that put the environment at ``prefix`` to use.
+
+    Args:
+        prefix: the environment (a venv when it has ``bin/activate`` and no ``conda-meta``, else a
+            conda prefix).
+        modulefile: ``create``'s ``modulefile`` step result (``{"ok", "root", "module"}``), or None:
+            when it wrote one, ``module use ROOT`` and ``module load NAME/VERSION`` come first.
+    Returns:
+        the lines: ``source PREFIX/bin/activate`` for a venv (Python docs, venv, "How venvs work":
+        https://docs.python.org/3/library/venv.html#how-venvs-work); ``conda activate PREFIX``
+        (or ``mamba``/``micromamba activate``, whichever is on PATH) for a conda prefix (conda
+        accepts a prefix path there: https://docs.conda.io/projects/conda/en/latest/commands/activate.html),
+        else the ``PATH`` line without an activator.
+    """
+    import shlex
+    import shutil
+    from pathlib import Path
+
+    p = Path(prefix)
+    lines = []
+    if isinstance(modulefile, dict) and modulefile.get("ok") and modulefile.get("module"):
+        lines += [f"module use {shlex.quote(str(modulefile['root']))}",
+                  f"module load {shlex.quote(str(modulefile['module']))}"]
+        return lines
+    if (p / "bin" / "activate").is_file() and not (p / "conda-meta").is_dir():
+        return [f"source {shlex.quote(str(p / 'bin' / 'activate'))}"]
+    tool = next((t for t in ("conda", "mamba", "micromamba") if shutil.which(t)), None)
+    if tool:
+        return [f"{tool} activate {shlex.quote(str(p))}"]
+    return [f'export PATH={shlex.quote(str(p / "bin"))}:"$PATH"']

@@ -17,9 +17,11 @@ _MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "skipped": "skip"}
 
 def register(sub) -> None:
     p = sub.add_parser("doctor", help="check an environment: versions, Horovod capabilities, start method, scripts",
-                       description="Examine an environment (default: $CONDA_PREFIX, else $VIRTUAL_ENV, else this "
-                                   "interpreter's prefix) and print one line per check with a fix. Exit 0 when "
-                                   "nothing failed, 1 when a check failed, 2 on bad input.")
+                       description="Examine an environment (default: $CONDA_PREFIX, else $VIRTUAL_ENV; with "
+                                   "neither and no --script there is nothing to examine: exit 2) and print one line "
+                                   "per check with a fix. The spec and lock the environment records "
+                                   "(.envtool/create.json, conda-lock.yml) are used unless --spec/--lock are given. "
+                                   "Exit 0 when nothing failed, 1 when a check failed, 2 on bad input.")
     p.add_argument("--prefix", type=path_arg, help="the environment to examine")
     p.add_argument("--spec", type=name_arg, help="spec the environment should match (name or file)")
     p.add_argument("--site", type=name_arg, help="site whose launcher and modules apply (default: the spec's)")
@@ -35,12 +37,31 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def default_prefix() -> Path:
-    """``$CONDA_PREFIX``, else ``$VIRTUAL_ENV``, else ``sys.prefix``."""
+def default_prefix():
+    """The active environment: ``$CONDA_PREFIX``, else ``$VIRTUAL_ENV``, else None (never envtool's own
+    interpreter, which is not the user's environment)."""
     for var in ("CONDA_PREFIX", "VIRTUAL_ENV"):
         if os.environ.get(var):
             return Path(os.environ[var])
-    return Path(sys.prefix)
+    return None
+
+
+def _records(prefix: Path):
+    """What the environment says about itself: ``(spec name or None, lock path or None)`` from
+    ``PREFIX/.envtool/create.json`` (written by ``envtool create``) and ``PREFIX/conda-lock.yml``
+    (its own lock, :mod:`envtool.steps.lock_step`)."""
+    import json
+
+    spec = None
+    try:
+        with open(prefix / ".envtool" / "create.json", "rb") as fh:
+            data = json.loads(fh.read(16 * 1024 * 1024).decode("utf-8"))
+        if isinstance(data, dict) and isinstance(data.get("spec"), str) and data["spec"]:
+            spec = data["spec"]
+    except (OSError, ValueError):
+        pass
+    lock = prefix / "conda-lock.yml"
+    return spec, lock if lock.is_file() and not lock.is_symlink() else None
 
 
 def _site(name: str):
@@ -64,16 +85,38 @@ def _resolve(args):
     from envtool.core.errors import UsageError
 
     prefix = Path(args.prefix).expanduser() if args.prefix else default_prefix()
+    if prefix is None:
+        if args.script:  # the scan needs no environment
+            return Context(prefix=None, scripts=tuple(_scripts(args)), environ=dict(os.environ),
+                           timeout=args.timeout)
+        raise UsageError("nothing to examine: give --prefix PREFIX (an environment), activate one ($CONDA_PREFIX "
+                         "or $VIRTUAL_ENV), or give --script PATH to scan a training script")
     if not prefix.is_dir():
         raise UsageError(f"--prefix {prefix}: no such directory")
     if not (prefix / "bin" / "python").exists():
         raise UsageError(f"--prefix {prefix}: not an environment (no bin/python)")
     spec = site = None
+    recorded_spec, recorded_lock = _records(prefix)
+    args.records = []
     if args.spec:
         spec = load_spec(args.spec, site=args.site)
         site = spec.site
-    elif args.site:
+    elif recorded_spec:
+        from envtool.core.errors import SpecError
+
+        try:
+            spec = load_spec(recorded_spec, site=args.site, quiet=True)
+            site = spec.site
+            args.records.append(f"spec {recorded_spec} (from {prefix / '.envtool' / 'create.json'})")
+        except SpecError as exc:
+            args.records.append(f"spec {recorded_spec} recorded in .envtool/create.json does not load ({exc})")
+            if args.site:
+                site = _site(args.site)
+    if spec is None and site is None and args.site:
         site = _site(args.site)
+    if not args.lock and recorded_lock is not None:
+        args.lock = str(recorded_lock)
+        args.records.append(f"lock {recorded_lock} (the environment's own)")
     lock = None
     if args.lock:
         lock = Path(args.lock)
@@ -85,14 +128,22 @@ def _resolve(args):
         from envtool.checks import lockdrift
 
         lockdrift.read(Context(prefix=prefix, lock=lock))  # UsageError (exit 2) for a bad lock, before any check
+    scripts = _scripts(args)
+    return Context(prefix=prefix.resolve() if not prefix.is_symlink() else prefix, spec=spec, site=site,
+                   lock=lock, scripts=tuple(scripts), environ=dict(os.environ), timeout=args.timeout)
+
+
+def _scripts(args):
+    """``--script`` paths, each an existing file or directory (UsageError, exit 2)."""
+    from envtool.core.errors import UsageError
+
     scripts = []
     for s in args.script:
         path = Path(s)
         if not (path.is_file() or path.is_dir()):
             raise UsageError(f"--script {s}: no such file or directory")
         scripts.append(path)
-    return Context(prefix=prefix.resolve() if not prefix.is_symlink() else prefix, spec=spec, site=site,
-                   lock=lock, scripts=tuple(scripts), environ=dict(os.environ), timeout=args.timeout)
+    return scripts
 
 
 def format_text(findings, verbose: bool = False) -> str:
@@ -124,16 +175,26 @@ def run(args) -> int:
             for c in checks:
                 print(f"{c.id:<18} {c.title}")
         return 0
-    checks = registry.select(tuple(args.only))
+    only = tuple(args.only)
+    if args.script and only and "script" not in only:
+        only += ("script",)  # --script asks for the scan: --only does not silently drop it
     ctx = _resolve(args)
+    if ctx.prefix is None:
+        only = ("script",)  # no environment: the scan is all there is to do
+    checks = registry.select(only)
     if not getattr(args, "quiet", False) and not args.json:
-        print(f"doctor: examining {ctx.prefix} ({len(checks)} checks) ...", file=sys.stderr)
+        what = f"{ctx.prefix}" if ctx.prefix is not None else "the scripts only (no environment given)"
+        print(f"doctor: examining {what} ({len(checks)} check{'' if len(checks) == 1 else 's'}) ...",
+              file=sys.stderr)
+        for line in getattr(args, "records", []):
+            print(f"doctor: using {line}", file=sys.stderr)
     findings = runner.run_checks(ctx, checks)
     status = runner.exit_status(findings)
     counts = {s: sum(1 for f in findings if f.status == s) for s in ("ok", "warn", "fail", "skipped")}
     seconds = time.monotonic() - started
     if args.json:
-        print_json({"prefix": str(ctx.prefix), "spec": ctx.spec.name if ctx.spec is not None else None,
+        print_json({"prefix": str(ctx.prefix) if ctx.prefix is not None else None,
+                    "records": getattr(args, "records", []), "spec": ctx.spec.name if ctx.spec is not None else None,
                     "site": getattr(ctx.site, "name", None), "lock": str(ctx.lock) if ctx.lock else None,
                     "scripts": [str(s) for s in ctx.scripts], "ok": status == 0, "exit_status": status,
                     "counts": counts, "seconds": round(seconds, 3), "findings": [f.to_dict() for f in findings]})

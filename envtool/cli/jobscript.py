@@ -19,6 +19,11 @@ def add_target(p) -> None:
     p.add_argument("--stage", type=path_arg, metavar="FILE",
                    help="stage this pack (envtool pack) to each node's local storage (the site file's node_local) "
                         "at job start and run from there; removed at the end (docs/staging.md)")
+    p.add_argument("--retired-ok", action="store_true",
+                   help="allow a retired site (its file says 'retired'; without this flag that is exit 2)")
+    p.add_argument("--platform-mismatch-ok", action="store_true",
+                   help="allow an environment whose spec is for another platform than the site's nodes "
+                        "(without this flag that is exit 2)")
 
 
 def add_layout(p, nodes_required: bool) -> None:
@@ -42,8 +47,12 @@ def resolve(args):
         if args.module:
             raise UsageError("--stage FILE runs the packed environment: give --prefix (its source) or nothing, "
                              "not --module")
-        return jobscript.resolve_staged(args.stage, args.prefix, args.spec, args.site, args.site_file)
-    return jobscript.resolve_target(args.prefix, args.module, args.spec, args.site, args.site_file)
+        return jobscript.resolve_staged(args.stage, args.prefix, args.spec, args.site, args.site_file,
+                                        retired_ok=getattr(args, "retired_ok", False),
+                                        platform_mismatch_ok=getattr(args, "platform_mismatch_ok", False))
+    return jobscript.resolve_target(args.prefix, args.module, args.spec, args.site, args.site_file,
+                                    retired_ok=getattr(args, "retired_ok", False),
+                                    platform_mismatch_ok=getattr(args, "platform_mismatch_ok", False))
 
 
 def stage_summary(target):

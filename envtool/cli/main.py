@@ -19,7 +19,8 @@ from envtool.core.errors import EXIT_INTERRUPTED
 #: Command modules under ``envtool.cli``, in ``--help`` order. A module that is not there yet is
 #: skipped (each issue adds its own).
 COMMANDS = ("create", "plan", "check_build", "specs", "show", "diff_specs", "clone", "lock", "diff",
-            "modulefile", "publish", "retire", "sbom", "pack", "doctor", "jobscript", "validate", "cache", "completion")
+            "modulefile", "publish", "retire", "sbom", "pack", "doctor", "jobscript", "validate", "cache", "completion",
+            "list", "remove", "info")
 
 
 def _command_module(argv: List[str]) -> Optional[str]:
@@ -221,8 +222,10 @@ def _run(argv: List[str]):
             parser.print_help(sys.stderr)
             return EXIT_USAGE, "no command given (see 'envtool --help')"
         from envtool.cli.common import check_environment
+        from envtool.cli.settings import apply as apply_settings
 
-        check_environment()
+        check_environment()  # the variables first: a bad one is named as the variable
+        apply_settings()  # then the configuration files under them (a bad one is named with its file)
         with procs.command_scope():  # children die with the command; signals exit 130
             return int(args.func(args) or 0), None
     except UsageErrorExit as exc:

@@ -33,6 +33,8 @@ def register(sub) -> None:
                    help="packages listed for 'module spider': spec (default: the spec's named packages, "
                         "the frameworks and Horovod), all installed packages, or none")
     add_spec_site(p)
+    p.add_argument("--force", action="store_true",
+                   help="replace a modulefile of the same NAME/VERSION in the other format (without it: exit 2)")
     add_json(p)
     p.set_defaults(func=run)
 
@@ -52,7 +54,7 @@ def run(args) -> int:
     root = Path(os.path.abspath(args.root)) if args.root else Path(os.getcwd()) / "modulefiles"
     content = build_content(Path(args.prefix), spec=spec, name=name, version=version, extensions=args.extensions)
     existed = modulefile_path(root, content, args.format).exists()
-    path = write_modulefile(content, root, args.format, default=args.default)
+    path = write_modulefile(content, root, args.format, default=args.default, force=args.force)
     if args.json:
         print_json({"path": str(path), "root": str(root), "module": content.full_name, "format": args.format,
                     "default": bool(args.default), "replaced": existed, "content": content.to_dict()})

@@ -1,7 +1,9 @@
 """``envtool plan SPEC``: print the ordered steps with their exact commands; changes nothing."""
 from __future__ import annotations
 
-from envtool.cli.common import (add_json, add_lock_options, add_spec_site, default_prefix, jobs_arg, load_spec_site,
+import sys
+
+from envtool.cli.common import (add_json, add_platform_mismatch, add_lock_options, add_spec_site, default_prefix, jobs_arg, load_spec_site,
                                 name_arg, path_arg, print_json)
 
 
@@ -20,6 +22,7 @@ def register(sub) -> None:
     p.add_argument("--modulefile-root", type=path_arg, metavar="DIR", help="also write a modulefile under DIR")
     p.add_argument("--jobs", type=jobs_arg, default=None, help="parallel compile jobs (default: CPU count)")
     add_spec_site(p)
+    add_platform_mismatch(p)
     add_json(p)
     p.set_defaults(func=run)
 
@@ -67,6 +70,10 @@ def run(args) -> int:
 
     check_generated_inputs(args, positional_spec=True)
     spec, site = load_spec_site(args.spec, args.site, args.site_file, quiet=args.json)
+    from envtool.cli.common import check_machine_platform
+
+    check_machine_platform(spec, args.platform_mismatch_ok,
+                           say=None if args.json else (lambda line: print(line, file=sys.stderr)))
     options = options_from_args(args, spec, preview=True, site=site)
     plan = make_plan(spec, options)
     if args.json:

@@ -113,6 +113,9 @@ def describe(name: str, site: Optional[str] = None, site_file: Optional[str] = N
                                  "scheduler": spec.site.scheduler, "gpus_per_node": spec.site.gpus_per_node,
                                  "env": {**dict(spec.site.env), **env_path_edits(spec.site.env_paths)},
                                  "libraries": {n: p.value for n, p in spec.site.libraries}}
+    retired = resolved.site.retired if resolved is not None else sites.retirement(spec.site.name)
+    site_info["retired"] = None if retired is None else {
+        "date": retired.date, "source": retired.source, "source_ref": retired.source_ref, "note": retired.note}
     if resolved is not None:
         m = resolved.mapping
         site_info["site_file"] = resolved.site.path
@@ -186,6 +189,11 @@ def format_text(d: Dict[str, Any]) -> str:
               f"  modules: {' '.join(s['modules']) or '-'}", f"  base env: {s['base_env'] or '-'}",
               f"  launcher: {s['launcher'] or '-'}; scheduler: {s['scheduler'] or '-'}; "
               f"GPUs per node: {s['gpus_per_node']}"]
+    if s.get("retired"):
+        from envtool.spec.sites import Retirement
+
+        lines.insert(-3, f"  RETIRED: {s['name']} was {Retirement(**s['retired']).describe()}; job scripts for it "
+                         "need --retired-ok")
     if s["env"]:
         lines.append("  env: " + " ".join(f"{k}={_env_word(k, v)}" for k, v in s["env"].items()))
     if s.get("libraries"):

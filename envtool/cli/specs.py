@@ -74,6 +74,24 @@ def catalog_specs(site=None, site_file=None, errors=None):
     return out
 
 
+def _retired_sites(names, site=None, site_file=None):
+    """Site name -> a line saying it is retired (``decommissioned 2024-11-15 (source: URL)``), or None,
+    for every name in ``names`` (the SITE column) and the ``--site``/``--site-file`` given."""
+    from envtool.spec import sites
+
+    out = {}
+    for name in set(names):
+        r = sites.retirement(name)
+        out[name] = r.describe() if r is not None else None
+    if site_file:
+        try:
+            sf = sites.load_site(__import__("pathlib").Path(site_file))
+            out[sf.name] = sf.retired.describe() if sf.retired else None
+        except Exception:  # reported by catalog_specs already
+            pass
+    return out
+
+
 def run(args) -> int:
     from envtool.spec import matrix
 
@@ -82,10 +100,14 @@ def run(args) -> int:
     errors: list = []
     rows = matrix.build(catalog_specs(args.site, args.site_file, errors=errors), distribution=args.distribution,
                         has=args.has, sort=args.sort)
+    retired = _retired_sites([r.site for r in rows], args.site, args.site_file)
     if args.json:
-        print_json([r.to_dict() for r in rows])
+        print_json([{**r.to_dict(), "site_retired": retired.get(r.site)} for r in rows])
     else:
         print(matrix.format_table(rows) if rows else "no spec matches")
+        for name, text in sorted(retired.items()):
+            if text:
+                print(f"note: site {name} is retired: {text}")
     for exc in errors:  # the rest is listed; each bad file is named, and the exit status says so
         print(f"envtool: error: skipped a spec file that does not load: {exc}", file=sys.stderr)
     return 2 if errors else 0

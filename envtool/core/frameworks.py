@@ -5,7 +5,7 @@ Each framework has one row: the name a spec uses (``horovod.frameworks``), the l
 Horovod's binding module, the pip distribution names and the conda package names it ships under.
 
 Sources: Horovod's build variables and check-build labels (horovod@v0.28.1:docs/install.rst,
-horovod@v0.28.1:horovod/runner/launch.py ``check_build``; shared/reference/horovod.md);
+horovod@v0.28.1:horovod/runner/launch.py ``check_build``; docs/reference/horovod.md);
 conda package names from the Open-CE feedstocks (``pytorch-base``, ``tensorflow-base``:
 open-ce/pytorch-feedstock, open-ce/tensorflow-feedstock) and conda-forge (``pytorch``,
 ``pytorch-cpu``, ``tensorflow``, ``tensorflow-cpu``, ``mxnet``).

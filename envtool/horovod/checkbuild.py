@@ -1,6 +1,6 @@
 """Parse ``horovodrun --check-build`` output and compare it with a spec's expectations.
 
-Formats (``shared/reference/horovod.md``, from horovod/runner/launch.py::check_build@v0.28.1,
+Formats (``docs/reference/horovod.md``, from horovod/runner/launch.py::check_build@v0.28.1,
 horovod/run/run.py@v0.17.1–0.19.1, horovod/run/runner.py@v0.19.2–0.19.5):
 
 * a ``Horovod vX.Y.Z:`` header, then three sections — ``Available Frameworks:``,

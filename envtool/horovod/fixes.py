@@ -208,7 +208,7 @@ RULES: Tuple[FixRule, ...] = (
         id="horovod-torch-cxx17",
         title="compile Horovod's PyTorch extension as C++17 (a CXX wrapper turns -std=c++14 into -std=c++17)",
         source="horovod issues #3996/#4014, PR #3998 (master only); proven here: 0.28.1 + torch 2.13.0+cpu "
-               "builds and runs a 2-rank Gloo allreduce (shared/reference/horovod.md)",
+               "builds and runs a 2-rank Gloo allreduce (docs/reference/horovod.md)",
         applies=_torch_cxx17_applies,
         variables=_torch_cxx17_variables,
         write_files=_torch_cxx17_write,
@@ -227,7 +227,7 @@ RULES: Tuple[FixRule, ...] = (
         id="horovod-gcc13-includes",
         title="force-include <cstdint>, <string>, <stdexcept> for GNU C++ >= 13 "
               "(CXXFLAGS=" + _GCC13_INCLUDES + ")",
-        source="horovod PR #3957 (master only; shared/reference/horovod.md); gcc 13 porting notes (libstdc++ "
+        source="horovod PR #3957 (master only; docs/reference/horovod.md); gcc 13 porting notes (libstdc++ "
                "headers no longer include <cstdint>); proven on an H100 with gcc 13.3 (docs/gpu-proof.md, run 2)",
         applies=_gcc13_applies,
         variables=_gcc13_variables,

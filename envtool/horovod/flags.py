@@ -1,6 +1,6 @@
 """Derive the ``HOROVOD_*`` build environment from a spec.
 
-Rules (``shared/reference/horovod.md``, "Build-time variables"):
+Rules (``docs/reference/horovod.md``, "Build-time variables"):
 
 * every requested framework and controller gets ``HOROVOD_WITH_<X>=1``, every other one
   ``HOROVOD_WITHOUT_<X>=1``, so that a missing piece stops the build instead of being skipped

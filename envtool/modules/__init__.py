@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Optional
 
 from envtool.core.errors import UsageError
 from envtool.modules.base import ModuleContent, build_content, parse_module_name  # noqa: F401
@@ -71,7 +72,18 @@ def mark_default(root: Path, content: ModuleContent, fmt: str) -> Path:
     return path
 
 
-def write_modulefile(content: ModuleContent, root: Path, fmt: str = "lua", default: bool = False) -> Path:
+def other_format(root: Path, content: ModuleContent, fmt: str) -> Optional[Path]:
+    """The modulefile of the same ``NAME/VERSION`` in the other format (``VERSION`` for Lua,
+    ``VERSION.lua`` for Tcl) when one is there, else None. Lmod (https://github.com/TACC/Lmod) reads
+    both kinds from one tree; with ``foo/1.0`` and ``foo/1.0.lua`` both present, ``module load
+    foo/1.0`` under Lmod 8.6.19 (Debian's ``lmod`` package) loads the ``.lua`` one, so a second file
+    of the other format silently shadows or is shadowed."""
+    other = modulefile_path(root, content, "tcl" if fmt == "lua" else "lua")
+    return other if os.path.lexists(other) else None
+
+
+def write_modulefile(content: ModuleContent, root: Path, fmt: str = "lua", default: bool = False,
+                     force: bool = False) -> Path:
     """Render ``content`` and write it under ``root`` (atomically: a temporary file, then rename).
 
     Args:
@@ -79,16 +91,28 @@ def write_modulefile(content: ModuleContent, root: Path, fmt: str = "lua", defau
         root: the module tree (what users ``module use``); created if missing.
         fmt: ``lua`` or ``tcl``.
         default: also mark this version as the default (:func:`mark_default`).
+        force: replace a modulefile of the same ``NAME/VERSION`` in the other format (it is
+            removed once the new one is written).
     Returns:
         the modulefile's path.
     Raises:
-        UsageError: unknown format, or ``root`` cannot be written.
+        UsageError: unknown format; a modulefile of the other format for ``NAME/VERSION`` exists
+            and ``force`` is not set (:func:`other_format`, exit 2, naming both); ``root`` cannot be
+            written.
     """
     text = renderer(fmt).render(content)
     path = modulefile_path(root, content, fmt)
+    other = other_format(root, content, fmt)
+    if other is not None and not force:
+        raise UsageError(f"{other} already holds {content.full_name} as a "
+                         f"{'Tcl' if fmt == 'lua' else 'Lua'} modulefile; one NAME/VERSION gets one format (Lmod "
+                         f"would read only one of the two): write --format {'tcl' if fmt == 'lua' else 'lua'}, "
+                         f"choose another --name, or pass --force to replace it with {path}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         _write_atomic(path, text)
+        if other is not None:
+            os.unlink(other)
         if default:
             mark_default(root, content, fmt)
     except OSError as exc:

@@ -314,6 +314,34 @@ def _launch_example(spec: Optional[Spec]) -> Optional[str]:
     return spec.site.launcher.replace("{ranks}", "4") + " python train.py"
 
 
+def spec_argument(spec: Spec) -> Optional[str]:
+    """How ``envtool create`` can name ``spec`` again, quoted for the shell: its name when the catalog
+    resolves that name to the same file (``cpu-horovod``), the name with ``--site`` for a site
+    variant (``open-ce-1.1.3-py36 --site summit``), else the spec file's path (a spec given as a
+    file: its ``name:`` is no catalog name, so ``create NAME`` would fail). None when there is
+    neither a catalog name nor a readable file."""
+    import os
+    import shlex
+
+    from envtool.core.errors import SpecError
+    from envtool.spec import catalog, sites
+
+    try:
+        known = catalog.available().get(spec.name)
+        if known is not None and spec.path and os.path.realpath(known) == os.path.realpath(spec.path):
+            return shlex.quote(spec.name)
+        site_path = sites.available().get(spec.site.name) if spec.site.name else None
+        if known is None and site_path is not None:
+            variant = sites.load_site(site_path).mapping_for(spec.name)
+            if variant is not None and variant.spec is not None:
+                return f"{shlex.quote(spec.name)} --site {shlex.quote(spec.site.name)}"
+    except (SpecError, OSError):
+        pass
+    if spec.path and os.path.isfile(spec.path):
+        return shlex.quote(os.path.abspath(spec.path))
+    return None
+
+
 def _help_text(spec: Optional[Spec], name: str, version: str, prefix: str, kind: str,
                lock: Optional[str], key: Sequence[Tuple[str, str]]) -> str:
     full = f"{name}/{version}"
@@ -335,15 +363,19 @@ def _help_text(spec: Optional[Spec], name: str, version: str, prefix: str, kind:
     if spec is not None and spec.site.modules:
         lines.append("  (loads " + ", ".join(spec.site.modules) + " first)")
     lines.append("")
+    import shlex
+
+    own = '"$HOME"/envs/' + shlex.quote(name)
     lines.append("Make your own copy to add packages (this one is shared and read-only):")
-    lines.append(f"  envtool clone {prefix} --prefix $HOME/envs/{name}")
-    if spec is not None:
-        lines.append(f"  envtool create {spec.name} --clone {prefix} --prefix $HOME/envs/{name}")
+    lines.append(f"  envtool clone {shlex.quote(prefix)} --prefix {own}")
+    spec_arg = spec_argument(spec) if spec is not None else None
+    if spec_arg:
+        lines.append(f"  envtool create {spec_arg} --clone {shlex.quote(prefix)} --prefix {own}")
     if lock:
         lines.append("")
         lines.append(f"Lock (exact package versions): {lock}")
-        if spec is not None:
-            lines.append(f"  envtool create {spec.name} --from-lock {lock} --prefix $HOME/envs/{name}")
+        if spec_arg:
+            lines.append(f"  envtool create {spec_arg} --from-lock {shlex.quote(lock)} --prefix {own}")
     lines.append("")
     lines.append(f"module unload {name} undoes every change this module makes.")
     return "\n".join(lines)

@@ -14,7 +14,7 @@ so that a hang still leaves the records of what finished:
 
 1. ``{"default": "fork"}``: the default start method, read before anything could fix it
    (``multiprocessing.get_start_method(allow_none=True)`` does not set it;
-   ``shared/reference/horovod.md``, "DataLoader start method");
+   ``docs/reference/horovod.md``, "DataLoader start method");
 2. only when ``torch`` cannot be imported: ``{"torch": false, "installed": false, "error": "..."}``
    (exit status 1, nothing else follows);
 3. with ``--hvd-init``: ``{"hvd_init": true, "controller": "gloo", "size": 1}`` or

@@ -13,7 +13,7 @@ Horovod extension module; ``API_JSON``: names of Horovod's capability functions 
 Prints one JSON object after ``ENVTOOL-PROBE ``, with, gathered in this order:
 
 * ``start_method_default``: the default start method, read first, before any import could fix
-  it (``get_start_method(allow_none=True)``; ``shared/reference/horovod.md``);
+  it (``get_start_method(allow_none=True)``; ``docs/reference/horovod.md``);
 * ``python``, ``implementation``, ``prefix``, ``base_prefix``, ``executable``,
   ``enable_user_site``, ``user_site``, ``sys_path`` (without this script's own directory, which
   Python puts first only because the probe runs from a file);

@@ -1,6 +1,6 @@
 """Cobalt with Cray ALPS (the older ALCF systems, Theta): ``#COBALT`` directives and ``aprun``.
 
-Layout facts (seed 004's scaling runs): ``aprun -n 8 -N 4 --cc depth -d 16``: ``-n`` all ranks,
+Layout facts (the ALCF hands-on's scaling runs, ``argonne-lcf/ALCF_Hands_on_HPC_Workshop@5b4beb1902b8:learningFrameworks/distributedDeepLearning/README.md#L199-L202``): ``aprun -n 8 -N 4 --cc depth -d 16``: ``-n`` all ranks,
 ``-N`` ranks per node, ``--cc depth`` binding, ``-d`` cores per rank (64 per node / ranks per node).
 Cobalt's directives are its ``qsub`` options written as ``#COBALT``: ``-n`` nodes, ``-t`` minutes,
 ``-q`` queue, ``-A`` project, ``-O`` output prefix.

@@ -2,7 +2,7 @@
 launcher check, ``create``'s validation (``horovodrun`` on this machine) and job scripts.
 
 A site file gives a ``launcher`` template (``srun -n {ranks}``; a stack entry may replace it, as
-Bede's ``bede-ddlrun`` for WML-CE, seed 001) and a ``scheduler``. When the template's program is
+Bede's ``bede-ddlrun`` for WML-CE, ``N8-CIR-Bede/documentation@338157492d38:software/applications/wmlce.rst#L94-L95``) and a ``scheduler``. When the template's program is
 the scheduler's own launcher (``srun`` for Slurm, ``jsrun`` for LSF on Summit, ``mpiexec`` for PBS
 on Polaris, ``aprun`` for Cobalt), a job script's launcher line is built from the job's layout by
 the scheduler module; any other program (``bede-ddlrun``, ``horovodrun``, ``mpirun``) is used as
@@ -16,8 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-#: Scheduler → the launcher it brings (sources: seed 003 srun, seed 000 jsrun, the ALCF Polaris
-#: guide mpiexec, seed 004 aprun).
+from envtool.core.errors import UsageError
+
+#: Scheduler → the launcher it brings (sources: the KISTI Perlmutter tutorial's srun,
+#: ``hwang2006/distributed-training-with-horovod-on-perlmutter@db9db9a20292:README.md#L302-L313``;
+#: OLCF's jsrun, ``olcf/olcf-user-docs@6c07271c3d12:software/analytics/distributed-dl-env.rst#L120-L130``;
+#: the ALCF Polaris guide's mpiexec; ALCF's aprun,
+#: ``argonne-lcf/ALCF_Hands_on_HPC_Workshop@5b4beb1902b8:learningFrameworks/distributedDeepLearning/README.md#L199-L202``).
 NATIVE = {"slurm": "srun", "lsf": "jsrun", "pbs": "mpiexec", "cobalt": "aprun"}
 #: Launchers that start ranks through an MPI runtime found on PATH (``horovodrun --mpi`` calls mpirun).
 MPI_RUNTIME_LAUNCHERS = ("mpirun", "mpiexec", "horovodrun")
@@ -51,7 +56,7 @@ class Launcher:
         """The template with ``{ranks}`` filled in, as words (for an interactive run)."""
         return shlex.split(self.template.replace("{ranks}", str(int(ranks))))
 
-    def batch_argv(self, req, layout, whole_job: bool = True) -> List[str]:
+    def batch_argv(self, req, layout, whole_job: bool = True, mpi: Optional[str] = None) -> List[str]:
         """The launcher words of one job-script line.
 
         Args:
@@ -59,15 +64,26 @@ class Launcher:
             layout: the step's :class:`~envtool.scheduler.model.Layout`.
             whole_job: the step uses the job's whole layout (the scheduler's launcher then
                 inherits it from the directives where it can).
+            mpi: the step's own PMI plugin (Slurm's ``--mpi=``), or None for the site's.
         Returns:
             words, without the command.
         Raises:
             SpecError: the site file lacks a value a flag needs (names the field).
+            UsageError: ``mpi`` given for a launcher other than Slurm's srun.
         """
         if self.native:
             from envtool import scheduler
 
-            return scheduler.get(self.scheduler).launch_argv(req, layout, whole_job)
+            sched = scheduler.get(self.scheduler)
+            if mpi is not None:
+                if self.scheduler != "slurm":
+                    raise UsageError(f"a step with its own PMI plugin (--mpi={mpi}) is written for Slurm only, "
+                                     f"not {self.scheduler}")
+                return sched.launch_argv(req, layout, whole_job, mpi=mpi)
+            return sched.launch_argv(req, layout, whole_job)
+        if mpi is not None:
+            raise UsageError(f"a step with its own PMI plugin (--mpi={mpi}) needs the scheduler's own launcher "
+                             f"(srun), not {self.program}")
         return self.argv(layout.ranks)
 
 

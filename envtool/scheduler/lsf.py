@@ -1,6 +1,6 @@
 """IBM Spectrum LSF with jsrun (Summit): ``#BSUB`` directives and ``jsrun`` resource sets.
 
-Layout facts (seed 000, "Basic Distributed Deep Learning BSUB Script"): ``#BSUB -P <PROJECT>``,
+Layout facts (OLCF's Summit page, ``olcf/olcf-user-docs@6c07271c3d12:software/analytics/distributed-dl-env.rst#L120-L130``, "Basic Distributed Deep Learning BSUB Script"): ``#BSUB -P <PROJECT>``,
 ``-W 0:10`` (hours:minutes), ``-nnodes 2``, ``-q batch``, ``-J``, ``-o``/``-e``; then
 ``jsrun -r1 -g6 -a6 -c42 -bpacked:7``: one resource set per node (``-r1``) holding the node's
 GPUs (``-g``), its ranks (``-a``) and cores (``-c``), each rank bound to ``cores / ranks``
@@ -32,7 +32,7 @@ def walltime(seconds: int) -> str:
 
 
 def directives(req) -> List[Tuple[str, ...]]:
-    """``#BSUB`` argument tuples in seed 000's order (-P, -W, -nnodes, -q, -J, -o, -e)."""
+    """``#BSUB`` argument tuples in OLCF's order (-P, -W, -nnodes, -q, -J, -o, -e)."""
     out: List[Tuple[str, ...]] = []
     if req.account:
         out.append(("-P", req.account))

@@ -55,6 +55,10 @@ class LaunchStep:
             scheduler's ``per_node_argv``.
         early: write the line before modules are loaded and the environment is activated (a
             pre-flight must run where the environment is missing).
+        wrap: words written before the launcher's (a program in the batch shell that runs the
+            launcher line as its child, e.g. the rendezvous server of a Gloo step), or ().
+        mpi: Slurm only: the ``srun --mpi=`` plugin of this step instead of the site's
+            (``none`` for ranks that must not start through PMI), or None.
     """
 
     argv: Tuple[str, ...]
@@ -64,6 +68,8 @@ class LaunchStep:
     may_fail: bool = False
     per_node: bool = False
     early: bool = False
+    wrap: Tuple[str, ...] = ()
+    mpi: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,8 @@ class JobRequest:
             (:class:`envtool.scheduler.stage.Stage`), or None.
         extra_directives: directive arguments added after the site's own (one string each,
             split like ``batch.directives``: the site's ``node_local.directives`` when staging).
+        env_notes: ``(VAR, note)``: a comment written after ``export VAR=…`` naming where the
+            value comes from (one line; control characters become ``?``).
     """
 
     site: object
@@ -110,11 +118,28 @@ class JobRequest:
     env_paths: Tuple[Tuple[str, str, str], ...] = ()
     stage: object = None
     extra_directives: Tuple[str, ...] = ()
+    env_notes: Tuple[Tuple[str, str], ...] = ()
 
     @property
     def effective_queue(self) -> Optional[str]:
         """``queue`` or the site's ``batch.queue``."""
         return self.queue or getattr(self.site.batch, "queue", None)
+
+
+#: The variables that tell each controller which network interface to use between nodes, each
+#: with where the variable is documented:
+INTERFACE_VARIABLES = (
+    # Horovod's Gloo controller: horovodrun sets it from --network-interface
+    # (horovod/horovod@v0.28.1:horovod/runner/gloo_run.py)
+    "HOROVOD_GLOO_IFACE",
+    # torch.distributed's Gloo backend: https://pytorch.org/docs/stable/distributed.html#common-environment-variables
+    "GLOO_SOCKET_IFNAME",
+    # NCCL's socket transport and bootstrap: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-socket-ifname
+    "NCCL_SOCKET_IFNAME",
+    # Open MPI's TCP BTL (MCA parameters from OMPI_MCA_* variables):
+    # https://www.open-mpi.org/faq/?category=tcp#tcp-selection
+    "OMPI_MCA_btl_tcp_if_include",
+)
 
 
 def missing(site, field_name: str, expected: str, why: str) -> SpecError:
@@ -161,7 +186,7 @@ def parse_time(text: str) -> int:
 
 
 def hms(seconds: int) -> str:
-    """Seconds → ``H:MM:SS`` (hours not padded: ``2:00:00``, as the seeds write it)."""
+    """Seconds → ``H:MM:SS`` (hours not padded: ``2:00:00``, as OLCF's and NERSC's job scripts write it)."""
     h, rest = divmod(int(seconds), 3600)
     m, s = divmod(rest, 60)
     return f"{h}:{m:02d}:{s:02d}"

@@ -5,7 +5,7 @@ launcher words).
 Quoting guarantee: every value written into a script (directive arguments, module names, paths,
 variable values, the command's words) goes through :func:`shlex.quote`, so a value is one shell
 word whatever it holds; nothing in a value is expanded. Values without special characters are
-written bare (``gpu``, ``select=2:system=polaris``), as the seeds write them.
+written bare (``gpu``, ``select=2:system=polaris``), as the sites' documentation writes them.
 """
 from __future__ import annotations
 
@@ -94,6 +94,36 @@ def activation_lines(prefix: Path, kind: Optional[str] = None) -> Tuple[str, ...
             '[ -e "$f" ] && source "$f"; done')
 
 
+def setup_lines(req: JobRequest) -> List[str]:
+    """The shell lines that make a job step's environment, in the job script's order: ``module
+    use``/``module load`` of ``req.modules``, the activation, the exports of ``req.env`` and the
+    search-path entries of ``req.env_paths``. Every value is :func:`shlex.quote`-d.
+
+    Raises:
+        UsageError: a variable name that is not a shell variable name, or an operation other
+            than prepend/append.
+    """
+    lines: List[str] = []
+    if req.modules:
+        for d in req.site.batch.module_use:
+            lines.append(f"module use {shlex.quote(d)}")
+        lines.append("module load " + quote_words(req.modules))
+    lines.extend(req.activation)
+    notes = dict(req.env_notes)
+    for k, v in req.env:
+        if not k.replace("_", "").isalnum() or k[0].isdigit():
+            raise UsageError(f"variable name {k!r} is not a shell variable name")
+        note = f"  # {_one_line(notes[k])}" if notes.get(k) else ""
+        lines.append(f"export {k}={shlex.quote(str(v))}{note}")
+    for k, op, entry in req.env_paths:
+        if not k.replace("_", "").isalnum() or k[0].isdigit() or op not in ("prepend", "append"):
+            raise UsageError(f"{op} of variable {k!r}: not a shell variable name or not prepend/append")
+        # one entry in front of (behind) what the job already has; no empty entry when it had none
+        lines.append(f'export {k}={shlex.quote(str(entry))}"${{{k}:+:${k}}}"' if op == "prepend"
+                     else f'export {k}="${{{k}:+${k}:}}"{shlex.quote(str(entry))}')
+    return lines
+
+
 def render(req: JobRequest, version: str = "") -> str:
     """The job script for ``req``.
 
@@ -134,21 +164,7 @@ def render(req: JobRequest, version: str = "") -> str:
 
     body.extend(stage_mod.prologue(req, sched))  # before the pre-flight: it checks the staged copy
     body.extend(_step_line(req, sched, launch, step) for step in req.steps if step.early)
-    if req.modules:
-        for d in b.module_use:
-            body.append(f"module use {shlex.quote(d)}")
-        body.append("module load " + quote_words(req.modules))
-    body.extend(req.activation)
-    for k, v in req.env:
-        if not k.replace("_", "").isalnum() or k[0].isdigit():
-            raise UsageError(f"variable name {k!r} is not a shell variable name")
-        body.append(f"export {k}={shlex.quote(str(v))}")
-    for k, op, entry in req.env_paths:
-        if not k.replace("_", "").isalnum() or k[0].isdigit() or op not in ("prepend", "append"):
-            raise UsageError(f"{op} of variable {k!r}: not a shell variable name or not prepend/append")
-        # one entry in front of (behind) what the job already has; no empty entry when it had none
-        body.append(f'export {k}={shlex.quote(str(entry))}"${{{k}:+:${k}}}"' if op == "prepend"
-                    else f'export {k}="${{{k}:+${k}:}}"{shlex.quote(str(entry))}')
+    body.extend(setup_lines(req))
     body.extend(_step_line(req, sched, launch, step) for step in req.steps if not step.early)
     src = dict(site.sources).get(b.source, "") if b.source else ""
     lay = req.layout
@@ -181,7 +197,9 @@ def _step_line(req: JobRequest, sched, launch, step) -> str:
             raise UsageError(f"one task per node (the pre-flight) is not written for scheduler {sched.NAME} yet")
         words = per_node(req) + list(step.argv)
     else:
-        words = launch.batch_argv(req, layout, whole_job=step.layout is None) + list(step.argv)
+        words = list(step.wrap) + (launch.batch_argv(req, layout, whole_job=step.layout is None, mpi=step.mpi)
+                                   if step.mpi else launch.batch_argv(req, layout, whole_job=step.layout is None)) \
+            + list(step.argv)
     line = quote_words(words)
     if step.redirect:
         line += f" >> {shlex.quote(step.redirect)} 2>&1"

@@ -1,14 +1,19 @@
 """Slurm: ``#SBATCH`` directives and ``srun``.
 
-Layout facts (seed 003, Perlmutter's ``horovod_batch.sh``): ``-A``, ``-C gpu``, ``-q regular``,
+Layout facts (the KISTI Perlmutter tutorial's ``horovod_batch.sh``, ``hwang2006/distributed-training-with-horovod-on-perlmutter@db9db9a20292:README.md#L302-L313``): ``-A``, ``-C gpu``, ``-q regular``,
 ``-t``, ``-N``, ``-c 32``, ``--ntasks-per-node=4``, ``--gpus-per-node=4``, ``-o``; ``srun``
-inside the allocation inherits the layout. Bede (seed 001) asks GPUs as ``--gres=gpu:4`` and
+inside the allocation inherits the layout. Bede (``N8-CIR-Bede/documentation@338157492d38:software/applications/wmlce.rst#L209-L215``) asks GPUs as ``--gres=gpu:4`` and
 queues with ``-p gpu``. ``srun --mpi=pmix`` where the site's ``batch.mpi`` says so (the local test
 Slurm; Open MPI 4 initialises through PMIx).
 
 Jobs: ``sbatch --parsable`` prints ``JOBID[;CLUSTER]``; ``squeue -h -j ID -o %T`` gives the state
 while the job is known to the queue, ``scontrol -o show job ID`` the final ``JobState`` and
 ``ExitCode`` afterwards (kept ``MinJobAge``, 300 s by default); ``scancel ID`` cancels.
+
+Nodes: ``sinfo -N -n LIST -o "%N %T"`` prints a node's state with ``*`` appended when its slurmd
+does not respond (sinfo(1), NODE STATE CODES: https://slurm.schedmd.com/sinfo.html#SECTION_NODE-STATE-CODES);
+slurmctld sets ``DOWN`` after ``SlurmdTimeout`` (slurm.conf(5)). ``srun`` reports a step it could
+not start on a node as ``Task launch for StepId=J.S failed on node NODE: CAUSE``.
 """
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ RUNNING = ("RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING")
 
 
 def directives(req) -> List[Tuple[str, ...]]:
-    """Directive argument tuples (each line is ``#SBATCH`` + the quoted words), seed 003's order.
+    """Directive argument tuples (each line is ``#SBATCH`` + the quoted words), the tutorial's order.
 
     Raises:
         SpecError: GPUs asked for a site whose ``gpus_per_node`` is 0.
@@ -62,11 +67,13 @@ def directives(req) -> List[Tuple[str, ...]]:
     return out
 
 
-def launch_argv(req, layout, whole_job: bool = True) -> List[str]:
-    """``srun [--mpi=P]`` (+ ``-N n -n r`` for a step smaller than the job)."""
+def launch_argv(req, layout, whole_job: bool = True, mpi: Optional[str] = None) -> List[str]:
+    """``srun [--mpi=P]`` (+ ``-N n -n r`` for a step smaller than the job); ``mpi`` replaces the
+    site's ``batch.mpi`` for this step (``none``: no PMI set-up, srun(1))."""
     argv = ["srun"]
-    if req.site.batch.mpi:
-        argv.append(f"--mpi={req.site.batch.mpi}")
+    plugin = mpi or req.site.batch.mpi
+    if plugin:
+        argv.append(f"--mpi={plugin}")
     if not whole_job:
         argv += ["-N", str(layout.nodes), "-n", str(layout.ranks)]
         if layout.cpus_per_rank:
@@ -132,3 +139,49 @@ def state(job_id: str) -> Tuple[str, str, Optional[int]]:
         return "running", js, None
     code = re.search(r"\bExitCode=(\d+):(\d+)", proc.stdout)
     return "done", js, (int(code.group(1)) if code else None)
+
+
+def job_nodes(job_id: str) -> Optional[str]:
+    """The job's ``NodeList`` (a hostlist such as ``node[1-2]``), or None before it has nodes."""
+    try:
+        proc = subprocess.run(["scontrol", "-o", "show", "job", str(job_id)], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"\bNodeList=(\S+)", proc.stdout)
+    return m.group(1) if m and m.group(1) != "(null)" else None
+
+
+def parse_node_states(text: str) -> List[Tuple[str, str]]:
+    """``(node, state)`` of every node whose slurmd does not respond or that is down, from
+    ``sinfo -h -N -o "%N %T"`` output (a state ending in ``*``, or ``down``/``fail``)."""
+    out: List[Tuple[str, str]] = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 2:
+            st = parts[1].lower()
+            if st.endswith("*") or st.rstrip("*~#$@^-!%") in ("down", "fail", "failing", "not_responding") or \
+                    "not_responding" in st:
+                if (parts[0], parts[1]) not in out:
+                    out.append((parts[0], parts[1]))
+    return out
+
+
+def unresponsive_nodes(nodelist: str) -> List[Tuple[str, str]]:
+    """The nodes of ``nodelist`` whose slurmd does not respond or that are down: ``(node, state)``."""
+    try:
+        proc = subprocess.run(["sinfo", "-h", "-N", "-n", nodelist, "-o", "%N %T"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return parse_node_states(proc.stdout) if proc.returncode == 0 else []
+
+
+def parse_launch_failures(text: str) -> List[Tuple[str, str]]:
+    """``(node, cause)`` of every ``srun: error: Task launch for StepId=… failed on node NODE: CAUSE``
+    line of a job's output, each node once."""
+    out: List[Tuple[str, str]] = []
+    for m in re.finditer(r"Task launch for \S+ failed on node (\S+?):\s*(.*)$", text, re.M):
+        if m.group(1) not in [n for n, _ in out]:
+            out.append((m.group(1), m.group(2).strip()))
+    return out

@@ -1,4 +1,4 @@
-"""The release matrix: one row per spec, as ``envtool specs`` prints it (like seed ``000_…txt``'s
+"""The release matrix: one row per spec, as ``envtool specs`` prints it (like the package table of OLCF's Summit page, ``olcf/olcf-user-docs@6c07271c3d12:software/analytics/distributed-dl-env.rst#L60-L76``'s
 table, one column per stack there, one row per stack here).
 
 Columns (:data:`COLUMNS`): spec name, distribution and version, Python, TensorFlow, PyTorch,

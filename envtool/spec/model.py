@@ -7,7 +7,7 @@ them; nothing here does I/O.
 
 Provenance: every pinned value (a package match spec, the Python, CUDA or Horovod version)
 is a :class:`Pin` that may carry a mark — ``V`` read in a primary source, ``V2`` read in a
-secondary source, ``I`` inferred (the marks of ``shared/reference/stacks.md``) — and the id of
+secondary source, ``I`` inferred (the marks of ``docs/reference/stacks.md``) — and the id of
 one of the spec's ``sources``.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-#: Provenance marks and their meaning (``shared/reference/stacks.md``, "Marks").
+#: Provenance marks and their meaning (``docs/reference/stacks.md``, "Marks").
 MARKS: Dict[str, str] = {
     "V": "verified in a primary source (the project's own repository at a tag, the site's docs)",
     "V2": "read in a secondary public source (another site's docs, a user's conda list)",
@@ -46,7 +46,7 @@ NCCL_LINKS = ("shared", "static")
 START_METHODS = ("fork", "spawn", "forkserver")
 #: Lifecycle of a stack (spec field ``status``): ``active`` (maintained), ``deprecated`` (still
 #: usable, a replacement exists) or ``archived`` (its vendor stopped maintaining it, e.g. IBM
-#: archived WML-CE on 2020-11-10: seed ``001_…``, Bede's "IBM WMLCE" page).
+#: archived WML-CE on 2020-11-10: Bede's "IBM WMLCE" page, ``N8-CIR-Bede/documentation@338157492d38:software/applications/wmlce.rst#L10``).
 STATUSES = ("active", "deprecated", "archived")
 
 #: Names that ``horovodrun --check-build`` prints, per section (horovod/runner/launch.py@v0.28.1).

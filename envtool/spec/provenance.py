@@ -5,14 +5,17 @@ A source entry (``sources: {id: REF}`` in a spec or site file) is one of:
 - ``owner/name@ref:path`` — a file of a public GitHub repository at a tag or commit, optionally
   with ``#L12`` or ``#L12-L20`` (e.g. ``open-ce/open-ce@open-ce-v1.7.0:README.md#L27``);
 - ``https://…`` — a vendor or site page;
-- ``seed NNN_HASH:LINE`` (or ``:L1-L2``) — a line of a document in ``shared/seeds/``;
 - ``docs/FILE#L1-L2`` — a record in this repository of what was measured on our own machines
   (``docs/gpu-proof.md``): first-hand, so primary;
-- ``shared/reference/…`` — the team's own summaries (``stacks.md``): a *secondary* source.
+- ``docs/reference/…`` — the project's own summaries of the release matrix and of Horovod's
+  build (``docs/reference/stacks.md``): a *secondary* source.
+
+Every form is one a user can open: a public repository file, a public page, or a file shipped in
+this repository.
 
 Anything may follow the reference after whitespace, in parentheses (``(OLCF docs, 1.6.1 table)``).
 A ``V`` pin ("verified in a primary source", :data:`envtool.spec.model.MARKS`) must cite a
-primary reference (repository file, URL, seed line or project record); ``V2`` and ``I`` may cite anything.
+primary reference (repository file, URL or project record); ``V2`` and ``I`` may cite anything.
 Nothing here does I/O.
 """
 from __future__ import annotations
@@ -23,8 +26,8 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
-#: Kinds a reference can be; the first three are primary.
-PRIMARY_KINDS = ("repo", "url", "seed", "project")
+#: Kinds a reference can be; these are primary, ``secondary`` is not.
+PRIMARY_KINDS = ("repo", "url", "project")
 SECONDARY_KINDS = ("secondary",)
 
 _DESC = r"(?:\s+\((?P<desc>.*)\))?\s*$"
@@ -32,9 +35,8 @@ _LINES = r"(?:#?L?(?P<l1>\d+)(?:-L?(?P<l2>\d+))?)?"
 _REPO_RE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)@(?P<ref>[^\s:@]+):(?P<path>[^\s#]+)"
                       r"(?:#L(?P<l1>\d+)(?:-L?(?P<l2>\d+))?)?" + _DESC)
 _URL_RE = re.compile(r"^(?P<url>https?://\S+)" + _DESC)
-_SEED_RE = re.compile(r"^seed\s+(?P<seed>\d{3}_[0-9a-f]+)(?:\.txt)?(?::" + _LINES + ")?" + _DESC)
+_SECONDARY_RE = re.compile(r"^(?P<path>docs/reference/\S+)" + _DESC)
 _PROJECT_RE = re.compile(r"^(?P<path>docs/[^\s#]+)(?:#L(?P<l1>\d+)(?:-L?(?P<l2>\d+))?)?" + _DESC)
-_SECONDARY_RE = re.compile(r"^(?P<path>shared/reference/\S+)" + _DESC)
 
 
 @dataclass(frozen=True)
@@ -43,11 +45,11 @@ class SourceRef:
 
     Attributes:
         text: the entry as written.
-        kind: ``repo``, ``url``, ``seed``, ``project`` or ``secondary``.
+        kind: ``repo``, ``url``, ``project`` or ``secondary``.
         repo: ``owner/name`` (kind ``repo``), else None.
         ref: the tag or commit (kind ``repo``), else None.
-        path: file path in the repository, the seed file name (``000_….txt``) or the
-            ``shared/reference`` path; None for URLs.
+        path: file path in the public repository, or the path in this repository
+            (``docs/…``); None for URLs.
         url: the address (kind ``url``) or a browsable GitHub address (kind ``repo``), else None.
         lines: ``(first, last)`` line numbers (1-based, inclusive), or None.
         description: the parenthesised text after the reference, or None.
@@ -64,18 +66,18 @@ class SourceRef:
 
     @property
     def primary(self) -> bool:
-        """True for a repository file, a URL, a seed line or a project record."""
+        """True for a repository file, a URL or a project record."""
         return self.kind in PRIMARY_KINDS
 
     def where(self) -> str:
-        """Where to read it, one line: a GitHub address with line anchor, a URL, or ``shared/seeds/F line N``."""
+        """Where to read it, one line: a GitHub address with line anchor, a URL, or ``docs/F line N``."""
         if self.kind == "repo":
             anchor = ""
             if self.lines:
                 anchor = f"#L{self.lines[0]}" + (f"-L{self.lines[1]}" if self.lines[1] != self.lines[0] else "")
             return f"https://github.com/{self.repo}/blob/{self.ref}/{self.path}{anchor}"
-        if self.kind in ("seed", "project"):
-            where = f"shared/seeds/{self.path}" if self.kind == "seed" else str(self.path)
+        if self.kind in ("project", "secondary"):
+            where = str(self.path)
             if self.lines:
                 where += f" line {self.lines[0]}" + (f"-{self.lines[1]}" if self.lines[1] != self.lines[0] else "")
             return where
@@ -96,8 +98,8 @@ def parse(text: str) -> Optional[SourceRef]:
     """Parse one source entry.
 
     Args:
-        text: the entry (``owner/name@tag:path#L1``, ``https://…``, ``seed 000_…:12``,
-            ``shared/reference/stacks.md (…)``).
+        text: the entry (``owner/name@tag:path#L1``, ``https://…``, ``docs/gpu-proof.md#L3``,
+            ``docs/reference/stacks.md (…)``).
     Returns:
         the :class:`SourceRef`, or None when the entry is none of these forms (free text).
     """
@@ -110,16 +112,12 @@ def parse(text: str) -> Optional[SourceRef]:
     m = _URL_RE.match(text)
     if m:
         return SourceRef(text=text, kind="url", url=m.group("url"), description=m.group("desc"))
-    m = _SEED_RE.match(text)
-    if m:
-        return SourceRef(text=text, kind="seed", path=m.group("seed") + ".txt", lines=_lines(m),
-                         description=m.group("desc"))
-    m = _PROJECT_RE.match(text)
-    if m:
-        return SourceRef(text=text, kind="project", path=m.group("path"), lines=_lines(m), description=m.group("desc"))
     m = _SECONDARY_RE.match(text)
     if m:
         return SourceRef(text=text, kind="secondary", path=m.group("path"), description=m.group("desc"))
+    m = _PROJECT_RE.match(text)
+    if m:
+        return SourceRef(text=text, kind="project", path=m.group("path"), lines=_lines(m), description=m.group("desc"))
     return None
 
 
@@ -143,8 +141,7 @@ def states(text: str, version: str, python: bool = False) -> bool:
     return python and len(parts) >= 2 and re.search(r"\bpy" + parts[0] + parts[1] + r"(?!\d)", text) is not None
 
 
-def problems(name: str, sources: Iterable[Tuple[str, str]], pins: Iterable[Tuple[str, object]],
-             require_lines_for_seeds: bool = True) -> List[str]:
+def problems(name: str, sources: Iterable[Tuple[str, str]], pins: Iterable[Tuple[str, object]]) -> List[str]:
     """What is wrong with a spec's (or site file's) provenance.
 
     Args:
@@ -152,11 +149,10 @@ def problems(name: str, sources: Iterable[Tuple[str, str]], pins: Iterable[Tuple
         sources: ``(id, entry)`` pairs.
         pins: ``(field, pin)`` pairs; a pin needs ``mark``, ``source`` and ``value`` attributes
             (:class:`envtool.spec.model.Pin`, or a site's stack mapping).
-        require_lines_for_seeds: a seed reference must name its line(s).
     Returns:
         one message per problem (empty when all is well): an entry that is neither a repository
-        file, a URL, a seed line nor a secondary reference; a seed cited without a line; a ``V``
-        pin that cites no source or a secondary one.
+        file, a URL, a file of this repository nor a secondary reference; a ``V`` pin that cites
+        no source or a secondary one.
     """
     out: List[str] = []
     parsed: Dict[str, Optional[SourceRef]] = {}
@@ -165,9 +161,7 @@ def problems(name: str, sources: Iterable[Tuple[str, str]], pins: Iterable[Tuple
         parsed[sid] = ref
         if ref is None:
             out.append(f"{name}: source {sid!r} ({text!r}) is not owner/repo@tag:path, a URL, "
-                       "'seed NNN_HASH:LINE' or shared/reference/…")
-        elif ref.kind == "seed" and require_lines_for_seeds and ref.lines is None:
-            out.append(f"{name}: source {sid!r} cites seed {ref.path} without a line")
+                       "docs/… or docs/reference/…")
     for field, pin in pins:
         mark = getattr(pin, "mark", None)
         if mark != "V":

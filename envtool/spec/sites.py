@@ -11,10 +11,11 @@ with ``--site-file``) holds::
     launcher: "jsrun -r1 -g6 -a6 -c42 -bpacked:7"
     gpus_per_node: 6
     batch:                              # what ``envtool jobscript`` needs (see BatchSection)
-      source: seed-000
+      source: olcf-bsub
       cpus_per_node: 42
       queue: batch
       account_required: true
+      interface: ib0                    # the NIC ranks use between nodes (BatchSection.interface)
     modules: []                         # loaded for every stack
     env: {VAR: value}                   # set for every stack
     build_caches: [/sw/envtool-cache]   # read-only Horovod wheel caches (``envtool cache publish``)
@@ -30,6 +31,15 @@ with ``--site-file``) holds::
       source: id                        #   where the fact comes from (an id in ``sources``; required)
       directives: ["-alloc_flags NVME"] #   directive arguments a job needs to get it (optional)
       note: free text
+    validation:                         # what ``validate`` measures must meet
+      fabric: ib                        #   NCCL's network between nodes (see ValidateSection)
+      sweep: {gloo: {2: {64MiB: [1.2, -0.25, null, GB/s]}}}   # the allreduce sweep's references
+      references:                       #   per node count: a performance variable and ReFrame's
+        2:                              #   (value, lower, upper, unit): lower/upper are fractions
+          allreduce_latency_4B: [80, null, 0.5, us]   # of value, lower in [-1, 0], upper >= 0
+    retired:                            # the system is decommissioned (see :class:`Retirement`)
+      date: "2024-11-15"
+      source: id                        #   the facility's announcement (an id in ``sources``)
     stacks:                             # per spec: a spec name or a glob (``ibm-wml-ce-*``)
       open-ce-1.1.3:
         modules: [open-ce/1.1.3-py38-0]
@@ -37,7 +47,7 @@ with ``--site-file``) holds::
         launcher: ...                   # optional, replaces the site's
         env: {VAR: value}
         mark: V                         # provenance of the mapping (V, V2, I)
-        source: seed-000
+        source: olcf-bsub
         note: free text
         warning: text that `show` and `doctor` print (the stack may not work here, and why)
         overrides: {python: "3.8"}      # a partial spec merged over the stack (as ``extends`` does)
@@ -75,20 +85,27 @@ from envtool.spec.yamlload import LineDict, load_yaml
 
 SITE_FILE_KEYS = ("name", "summary", "sources", "platforms", "scheduler", "launcher", "gpus_per_node", "modules",
                   "env", "notes", "stacks", "batch", "build_caches", "build_modules", "build_cache_group", "detect",
-                  "clone_prefix", "node_local")
+                  "clone_prefix", "validation", "retired", "node_local")
+RETIRED_KEYS = ("date", "source", "note")
 NODE_LOCAL_KEYS = ("path", "source", "directives", "note")
 #: a node-local path: absolute, plain path characters and ``$NAME`` / ``${NAME}`` references only
 #: (expanded by the job's shell inside double quotes: nothing else in it can be expanded or run)
 NODE_LOCAL_PATH_RE = re.compile(r"/(?:[A-Za-z0-9_.+@%,=:/-]|\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\})*")
 DETECT_KEYS = ("env", "hostname", "source")
 BATCH_KEYS = ("source", "cpus_per_node", "queue", "queue_option", "constraint", "gpu_option", "mpi",
-              "account_required", "directives", "env", "module_use", "shell")
+              "account_required", "directives", "env", "module_use", "shell", "interface")
+#: A network interface name as Linux allows it (IFNAMSIZ 16 with the NUL, no '/', ':' or space:
+#: dev_valid_name() in torvalds/linux@v6.6:net/core/dev.c), narrowed to the characters real NICs use.
+INTERFACE_RE = re.compile(r"[A-Za-z0-9_.@-]{1,15}")
 STACK_KEYS = ("spec", "modules", "base_env", "launcher", "env", "mark", "source", "note", "warning", "overrides")
 SCHEDULERS = ("slurm", "lsf", "pbs", "cobalt", "none")
 #: Slurm options a site's queue name goes to (``-q`` is ``--qos``, ``-p`` is ``--partition``).
 QUEUE_OPTIONS = ("partition", "qos")
 #: How a Slurm site wants GPUs asked for: ``--gpus-per-node=N`` or ``--gres=gpu:N``.
 GPU_OPTIONS = ("gpus-per-node", "gres")
+VALIDATION_KEYS = ("fabric", "references", "sweep")
+#: A performance variable's name (``allreduce_latency_4B``): what ReFrame reports it as.
+PERF_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 BUNDLED_SITES = ("summit", "perlmutter", "polaris", "bede", "theta", "local")
 
 
@@ -138,7 +155,9 @@ class BatchSection:
         source: id in the site file's ``sources`` the layout comes from, or None.
         cpus_per_node: CPUs one job may use on a node (Slurm CPUs, LSF cores per resource set,
             PBS/ALPS depth units); divided among the ranks of a node for ``-c``/``-c``/``--depth``/
-            ``-d`` and ``OMP_NUM_THREADS``. 0 when unknown.
+            ``-d`` and ``OMP_NUM_THREADS``. 0 when unknown (a job script then stops with an error
+            naming ``batch.cpus_per_node``). ``auto`` in the file: this machine's CPUs
+            (``os.sched_getaffinity``), for the ``local`` site, whose jobs run here.
         queue: the queue (partition, QOS) used when ``--queue`` is not given, or None.
         queue_option: Slurm only: ``partition`` (``-p``, the default) or ``qos`` (``-q``).
         constraint: Slurm ``-C`` node feature (Perlmutter's ``gpu``), or None.
@@ -150,6 +169,10 @@ class BatchSection:
         module_use: directories ``module use`` adds before any ``module load``.
         shell: the script's interpreter line after ``#!`` (default ``/bin/bash``).
         env_paths: search-path entries added in job scripts, ``(VAR, "prepend"|"append", entry)``.
+        interface: the network interface ranks use between nodes (``hsn0``, ``ib0``), or None;
+            job scripts export it to Horovod's Gloo (``HOROVOD_GLOO_IFACE``), torch.distributed's
+            Gloo (``GLOO_SOCKET_IFNAME``), NCCL (``NCCL_SOCKET_IFNAME``) and Open MPI's TCP BTL
+            (``OMPI_MCA_btl_tcp_if_include``), and the pre-flight checks it on every node.
     """
 
     source: Optional[str] = None
@@ -165,6 +188,36 @@ class BatchSection:
     module_use: Tuple[str, ...] = ()
     shell: str = "/bin/bash"
     env_paths: Tuple[Tuple[str, str, str], ...] = ()
+    interface: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Retirement:
+    """A site file's ``retired`` section: the system no longer runs jobs.
+
+    ``specs`` and ``show`` say so, and ``jobscript``/``validate --submit`` for the site need
+    ``--retired-ok`` (a job script for a system that is gone is almost always a mistake).
+
+    Attributes:
+        date: the day the facility decommissioned it (ISO ``YYYY-MM-DD``), or None when unknown.
+        source: id in the site file's ``sources`` naming the announcement, or None.
+        source_ref: what that id stands for (a URL), or None.
+        note: free text, or None.
+    """
+
+    date: Optional[str] = None
+    source: Optional[str] = None
+    source_ref: Optional[str] = None
+    note: Optional[str] = None
+
+    def describe(self) -> str:
+        """One line: ``decommissioned 2024-11-15 (https://…)``."""
+        text = f"decommissioned {self.date}" if self.date else "decommissioned"
+        if self.note:
+            text += f"; {self.note}"
+        if self.source_ref:
+            text += f" (source: {self.source_ref.split()[0]})"
+        return text
 
 
 @dataclass(frozen=True)
@@ -223,6 +276,33 @@ class DetectRule:
 
 
 @dataclass(frozen=True)
+class Reference:
+    """One entry of a site file's ``validation.references``: what a performance variable of the
+    validation must measure on ``nodes`` nodes, in ReFrame's form (value, lower, upper, unit).
+
+    ReFrame's reference tuples: the bounds are fractions of ``value``, ``lower`` in [-1, 0] and
+    ``upper`` >= 0 for a positive value, None for no bound
+    (https://reframe-hpc.readthedocs.io/en/stable/regression_test_api.html, ``reference``;
+    reframe-hpc@v4.10.4:reframe/utility/sanity.py ``reference_bounds``).
+
+    Attributes:
+        nodes: the node count it applies to.
+        name: the performance variable (``allreduce_latency_4B``).
+        value: the reference value (> 0), in ``unit``.
+        lower: the lower bound as a fraction of ``value`` (``-0.1``: at least 90 %), or None.
+        upper: the upper bound as a fraction of ``value`` (``0.5``: at most 150 %), or None.
+        unit: the unit (``us``, ``GB/s``).
+    """
+
+    nodes: int
+    name: str
+    value: float
+    lower: Optional[float]
+    upper: Optional[float]
+    unit: str
+
+
+@dataclass(frozen=True)
 class SiteFile:
     """A parsed site file (see the module docstring for the format).
 
@@ -250,6 +330,10 @@ class SiteFile:
             ``{spec}`` replaced by the spec name), or None.
         env_paths: search-path entries added for every stack, ``(VAR, "prepend"|"append", entry)``.
         node_local: the node-local storage (:class:`NodeLocal`), or None when the file does not say.
+        references: ``validation.references`` (:class:`Reference`), in file order, possibly empty.
+        retired: a :class:`Retirement` when the system is decommissioned, else None.
+        validate: the ``validation`` section's fabric and allreduce-sweep references
+            (:class:`ValidateSection`).
     """
 
     name: str
@@ -272,6 +356,13 @@ class SiteFile:
     clone_prefix: Optional[str] = None
     env_paths: Tuple[Tuple[str, str, str], ...] = ()
     node_local: Optional[NodeLocal] = None
+    references: Tuple[Reference, ...] = ()
+
+    def references_for(self, nodes: int) -> Tuple[Reference, ...]:
+        """The references of ``validation.references`` for ``nodes`` nodes (possibly none)."""
+        return tuple(r for r in self.references if r.nodes == nodes)
+    retired: Optional[Retirement] = None
+    validate: "ValidateSection" = None  # type: ignore[assignment]
 
     def mapping_for(self, spec_name: str) -> Optional[StackMapping]:
         """The stack entry for ``spec_name``: exact key first, then the first matching glob; or None.
@@ -376,13 +467,16 @@ def load_site(path: Path) -> SiteFile:
         raise r.error("clone_prefix", "a path template naming {spec} (e.g. $HOME/.conda/envs/{spec})",
                       got=clone_prefix)
     env, env_paths = r.env_map("env")
+    retired = _retired(spath, raw, sources)
     return SiteFile(name=r.str("name") or Path(path).stem, path=spath, summary=r.str("summary") or "",
                     sources=sources, platforms=tuple(platforms), scheduler=None if scheduler == "none" else scheduler,
                     launcher=r.str("launcher"), gpus_per_node=r.int("gpus_per_node", 0),
                     modules=r.str_list("modules"), env=env, notes=r.str("notes") or "",
                     stacks=tuple(stacks), batch=batch, build_caches=tuple(build_caches),
                     build_modules=r.str_list("build_modules"), build_cache_group=build_cache_group, detect=detect,
-                    clone_prefix=clone_prefix, env_paths=env_paths, node_local=_node_local(spath, raw, source_ids))
+                    clone_prefix=clone_prefix, env_paths=env_paths, references=_references(spath, raw),
+                    retired=retired, validate=_validate(spath, raw),
+                    node_local=_node_local(spath, raw, source_ids))
 
 
 def _node_local(spath: str, raw, source_ids) -> Optional[NodeLocal]:
@@ -407,6 +501,47 @@ def _node_local(spath: str, raw, source_ids) -> Optional[NodeLocal]:
                       + (", ".join(source_ids) or "no sources yet") + ")", got=source)
     directives = r.str_list("directives")
     return NodeLocal(path=path.rstrip("/") or "/", source=source, directives=directives, note=r.str("note"))
+
+
+
+def _retired(spath: str, raw, sources) -> Optional[Retirement]:
+    """Parse the ``retired`` section (SpecError naming ``retired.<field>`` on a bad value)."""
+    import datetime
+
+    data = raw.get("retired")
+    if data is None:
+        return None
+    line = raw.line_of("retired") if isinstance(raw, LineDict) else None
+    if not isinstance(data, dict):
+        raise SpecError(spath, "retired", "a mapping with date (YYYY-MM-DD), source and note", got=data, line=line)
+    r = load._Reader(spath, data, "retired", line=line)
+    r.check_keys(RETIRED_KEYS)
+    date = r.get("date")
+    if isinstance(date, datetime.date):
+        date = date.isoformat()
+    if date is not None:
+        try:
+            datetime.date.fromisoformat(str(date))
+        except ValueError:
+            raise r.error("date", "a date YYYY-MM-DD", got=date) from None
+    source_ids = dict(sources)
+    source = r.str("source")
+    if source is not None and source not in source_ids:
+        raise r.error("source", "the id of an entry of 'sources' (" + ", ".join(source_ids) + ")", got=source)
+    return Retirement(date=str(date) if date is not None else None, source=source,
+                      source_ref=source_ids.get(source) if source else None, note=r.str("note"))
+
+
+def retirement(name: str) -> Optional[Retirement]:
+    """The :class:`Retirement` of site ``name`` (a known site name), or None when the site is not
+    retired, unknown, or its file does not load (the commands that load it report that)."""
+    if not name:
+        return None
+    try:
+        path = available().get(name)
+        return load_site(path).retired if path is not None else None
+    except (SpecError, OSError):
+        return None
 
 
 def _detect(spath: str, raw, source_ids) -> Tuple[DetectRule, ...]:
@@ -510,6 +645,193 @@ def clone_prefix(site: SiteFile, spec_name: str, environ: Optional[Mapping[str, 
     return Path(os.path.abspath(os.path.expanduser(text)))
 
 
+def _references(spath: str, raw) -> Tuple[Reference, ...]:
+    """Parse ``validation.references`` (SpecError naming ``validation.references.<nodes>.<name>``)."""
+    data = raw.get("validation")
+    if data is None:
+        return ()
+    line = raw.line_of("validation") if isinstance(raw, LineDict) else None
+    if not isinstance(data, dict):
+        raise SpecError(spath, "validation", "a mapping (" + ", ".join(VALIDATION_KEYS) + ")", got=data, line=line)
+    v = load._Reader(spath, data, "validation", line=line)
+    v.check_keys(VALIDATION_KEYS)
+    refs = data.get("references")
+    if refs is None:
+        return ()
+    shape = "a mapping of node counts to {performance variable: [value, lower, upper, unit]}"
+    if not isinstance(refs, dict):
+        raise v.error("references", shape, got=refs)
+    out = []
+    for nodes, per_name in refs.items():
+        where = f"validation.references.{nodes}"
+        at = refs.line_of(nodes) if isinstance(refs, LineDict) else v.line_of("references")
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+            raise SpecError(spath, where, "a node count (an integer, 1 or more) as the key", got=nodes, line=at)
+        if not isinstance(per_name, dict) or not per_name:
+            raise SpecError(spath, where, "a mapping of performance variables to [value, lower, upper, unit]",
+                            got=per_name, line=at)
+        for name, ref in per_name.items():
+            field = f"{where}.{name}"
+            line_n = per_name.line_of(name) if isinstance(per_name, LineDict) else at
+            if not isinstance(name, str) or not PERF_NAME_RE.fullmatch(name):
+                raise SpecError(spath, field, "a performance variable name (letters, digits, '_'; "
+                                "e.g. allreduce_latency_4B)", got=name, line=line_n)
+            if not isinstance(ref, list) or len(ref) != 4:
+                raise SpecError(spath, field, "[value, lower, upper, unit] (ReFrame's reference form)", got=ref,
+                                line=line_n)
+            value, lower, upper, unit = ref
+
+            def num(x):
+                return not isinstance(x, bool) and isinstance(x, (int, float)) and x == x and abs(x) != float("inf")
+
+            if not num(value) or value <= 0:
+                raise SpecError(spath, field + "[0]", "the reference value, a number above 0", got=value, line=line_n)
+            if lower is not None and (not num(lower) or not -1 <= lower <= 0):
+                raise SpecError(spath, field + "[1]", "the lower bound as a fraction of the value, from -1 to 0 "
+                                "(-0.1: at least 90 %), or null", got=lower, line=line_n)
+            if upper is not None and (not num(upper) or upper < 0):
+                raise SpecError(spath, field + "[2]", "the upper bound as a fraction of the value, 0 or more "
+                                "(0.5: at most 150 %), or null", got=upper, line=line_n)
+            if not isinstance(unit, str) or not re.fullmatch(r"[A-Za-z0-9/%_.*^-]{1,16}", unit):
+                raise SpecError(spath, field + "[3]", "a unit (us, GB/s, …: letters, digits, '/', '%')", got=unit,
+                                line=line_n)
+            out.append(Reference(nodes=nodes, name=name, value=float(value),
+                                 lower=None if lower is None else float(lower),
+                                 upper=None if upper is None else float(upper), unit=unit))
+    return tuple(out)
+
+
+#: What carries NCCL's traffic between nodes at a site: ``ib`` (InfiniBand/RoCE verbs, NCCL's
+#: ``NET/IB``), ``ofi`` (libfabric through the aws-ofi-nccl plugin, as on Slingshot and EFA), or
+#: ``socket`` (TCP).
+FABRICS = ("ib", "ofi", "socket")
+#: Controllers a reference may name (``*``: every one).
+REFERENCE_CONTROLLERS = ("*", "mpi", "gloo", "torch", "nccl")
+#: Units of a reference: bus bandwidth (``GB/s``, ``MB/s``; 1e9 and 1e6 bytes/s) or latency.
+REFERENCE_UNITS = ("GB/s", "MB/s", "us", "ms")
+#: Sizes a reference may name: the sweep's, every power of two from 8 B to 64 MiB.
+REFERENCE_SIZES = tuple(2 ** k for k in range(3, 27))
+_SIZE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB)?\s*$")
+
+
+@dataclass(frozen=True)
+class AllreduceReference:
+    """One reference of a site's allreduce sweep, in ReFrame's form (value, lower, upper, unit):
+    the measured number must lie within ``value * (1 + lower)`` and ``value * (1 + upper)``, a
+    None bound being open (https://reframe-hpc.readthedocs.io/en/stable/regression_test_api.html,
+    ``RegressionTest.reference``).
+
+    Attributes:
+        controller: ``mpi``, ``gloo``, ``torch``, ``nccl`` or ``*`` (all).
+        nodes: the node count it holds for.
+        size: the allreduce's size in bytes (one of :data:`REFERENCE_SIZES`).
+        value: the reference number, > 0, in ``unit``.
+        lower: fraction (<= 0) below ``value`` still accepted, or None.
+        upper: fraction (>= 0) above ``value`` still accepted, or None.
+        unit: ``GB/s`` or ``MB/s`` (bus bandwidth) or ``us``/``ms`` (latency per allreduce).
+        source: where it was written (``FILE:LINE``).
+    """
+
+    controller: str
+    nodes: int
+    size: int
+    value: float
+    lower: Optional[float]
+    upper: Optional[float]
+    unit: str
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class ValidateSection:
+    """What a site file's ``validation`` section says of the allreduce sweep::
+
+        validation:
+          fabric: ib                    # NCCL must use it between nodes (ib, ofi, socket)
+          sweep:                        # controller (or "*") → nodes → size → [value, lower, upper, unit]
+            gloo:
+              2:
+                64MiB: [1.2, -0.25, null, GB/s]
+                8B: [150, null, 0.5, us]
+
+    Attributes:
+        fabric: ``ib``, ``ofi``, ``socket`` or None.
+        references: the :class:`AllreduceReference` entries.
+    """
+
+    fabric: Optional[str] = None
+    references: Tuple[AllreduceReference, ...] = ()
+
+
+def parse_size(text: object) -> Optional[int]:
+    """``64MiB``, ``8 B``, ``4096`` → bytes, or None when unreadable."""
+    if isinstance(text, bool):
+        return None
+    m_ = _SIZE.match(str(text))
+    if not m_:
+        return None
+    return int(m_.group(1)) << {"B": 0, None: 0, "KiB": 10, "MiB": 20, "GiB": 30}[m_.group(2)]
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _validate(spath: str, raw) -> ValidateSection:
+    """Parse the ``validation`` section's ``fabric`` and ``sweep`` (SpecError naming
+    ``validation.<field>`` on a bad value; :func:`_references` checks the section's keys)."""
+    data = raw.get("validation")
+    if not isinstance(data, dict):
+        return ValidateSection()
+    line = raw.line_of("validation") if isinstance(raw, LineDict) else None
+    v = load._Reader(spath, data, "validation", line=line)
+    fabric = v.choice("fabric", FABRICS)
+    refs = []
+    by_controller = data.get("sweep") or {}
+    if not isinstance(by_controller, dict):
+        raise v.error("sweep", "a mapping: controller (" + ", ".join(REFERENCE_CONTROLLERS) + ") → node count "
+                      "→ size → [value, lower, upper, unit]", got=by_controller)
+
+    def where(node, key) -> Optional[int]:
+        return node.line_of(key) if isinstance(node, LineDict) else line
+
+    for controller, by_nodes in by_controller.items():
+        field = f"validation.sweep.{controller}"
+        if str(controller) not in REFERENCE_CONTROLLERS:
+            raise SpecError(spath, field, "a controller: " + ", ".join(REFERENCE_CONTROLLERS), got=controller,
+                            line=where(by_controller, controller))
+        if not isinstance(by_nodes, dict):
+            raise SpecError(spath, field, "a mapping: node count → size → [value, lower, upper, unit]",
+                            got=by_nodes, line=where(by_controller, controller))
+        for nodes, by_size in by_nodes.items():
+            nfield = f"{field}.{nodes}"
+            if isinstance(nodes, bool) or not str(nodes).isdigit() or int(nodes) < 1:
+                raise SpecError(spath, nfield, "a node count (1 or more)", got=nodes, line=where(by_nodes, nodes))
+            if not isinstance(by_size, dict):
+                raise SpecError(spath, nfield, "a mapping: size (8B … 64MiB) → [value, lower, upper, unit]",
+                                got=by_size, line=where(by_nodes, nodes))
+            for size, ref in by_size.items():
+                sfield = f"{nfield}.{size}"
+                nbytes = parse_size(size)
+                if nbytes not in REFERENCE_SIZES:
+                    raise SpecError(spath, sfield, "a size of the sweep: a power of two from 8B to 64MiB "
+                                    "(8B, 1KiB, 64MiB …)", got=size, line=where(by_size, size))
+                ok = (isinstance(ref, list) and len(ref) == 4 and _number(ref[0]) and ref[0] > 0
+                      and (ref[1] is None or (_number(ref[1]) and -1 <= ref[1] <= 0))
+                      and (ref[2] is None or (_number(ref[2]) and ref[2] >= 0))
+                      and ref[3] in REFERENCE_UNITS)
+                if not ok:
+                    raise SpecError(spath, sfield, "[value > 0, lower (a fraction from -1 to 0, or null), upper "
+                                    "(a fraction >= 0, or null), unit (" + ", ".join(REFERENCE_UNITS) + ")]",
+                                    got=ref, line=where(by_size, size))
+                refs.append(AllreduceReference(controller=str(controller), nodes=int(nodes), size=nbytes,
+                                               value=float(ref[0]),
+                                               lower=None if ref[1] is None else float(ref[1]),
+                                               upper=None if ref[2] is None else float(ref[2]), unit=ref[3],
+                                               source=f"{spath}: {sfield}"))
+    return ValidateSection(fabric=fabric, references=tuple(refs))
+
+
 def _batch(spath: str, raw, source_ids) -> BatchSection:
     """Parse the ``batch`` section (SpecError naming ``batch.<field>`` on a bad value)."""
     data = raw.get("batch")
@@ -527,8 +849,20 @@ def _batch(spath: str, raw, source_ids) -> BatchSection:
     mpi = b.str("mpi")
     if mpi is not None and not mpi.replace("_", "").isalnum():
         raise b.error("mpi", "an srun --mpi plugin name (pmix, pmi2, cray_shasta)", got=mpi)
+    interface = b.str("interface")
+    if interface is not None and not INTERFACE_RE.fullmatch(interface):
+        raise b.error("interface", "a network interface name (1 to 15 letters, digits, '_', '.', '@', '-'; "
+                      "e.g. ib0, hsn0, eth0)", got=interface)
     env, env_paths = b.env_map("env")
-    return BatchSection(source=source, cpus_per_node=b.int("cpus_per_node", 0), queue=b.str("queue"),
+    if data.get("cpus_per_node") == "auto":
+        # this machine's CPUs (the ``local`` site: the job runs here)
+        import os
+
+        cpus_per_node = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    else:
+        cpus_per_node = b.int("cpus_per_node", 0)
+    return BatchSection(interface=interface,
+                        source=source, cpus_per_node=cpus_per_node, queue=b.str("queue"),
                         queue_option=b.choice("queue_option", QUEUE_OPTIONS, default="partition", nullable=False),
                         constraint=b.str("constraint"),
                         gpu_option=b.choice("gpu_option", GPU_OPTIONS, default="gpus-per-node", nullable=False),

@@ -19,6 +19,22 @@ from envtool.core.targets import check_outside_source
 from envtool.spec.names import check_prefix
 
 
+def _write_record(build: Path, target: Path, src: Path) -> None:
+    """Write the clone's own record, ``.envtool/create.json`` (as ``create`` does), naming the final
+    prefix and the source: what ``envtool list`` and ``envtool remove`` take as proof that envtool
+    made it (a record copied from the source named the source's prefix and is replaced)."""
+    import json
+    import time
+
+    meta = build / ".envtool"
+    if meta.is_symlink() or (meta.exists() and not meta.is_dir()):
+        meta.unlink()
+    meta.mkdir(exist_ok=True)
+    (meta / "create.json").write_text(json.dumps({
+        "spec": None, "clone_of": str(src), "prefix": str(target), "created": time.time(), "steps": [],
+        "results": {}}, indent=2) + "\n")
+
+
 @dataclass
 class CloneResult:
     """What :func:`clone_env` did: the final prefix, the build log, step results and timings (seconds)."""
@@ -98,9 +114,16 @@ def clone_env(source: str, prefix: Path, engine: str = "rattler", mode: str = "l
                 reloc = rewrite_prefix(build, str(build), str(target))
                 runner.note(f"relocated: {len(reloc.rewritten)} text files named the build prefix; "
                             f"{len(reloc.binaries)} binaries do")
+            _write_record(build, target, src)
             runner.note(f"moving {build} -> {target}")
             tx.commit()
             runner.note(f"clone ready at {target}")
+        try:  # what 'envtool list' shows; a registry that cannot be written is no failure
+            from envtool.core import registry
+
+            registry.record(target, spec="", kind="cloned")
+        except OSError:
+            pass
         return CloneResult(prefix=target, source=src, log=log, results=_with_clone_view(runner.results),
                            timings=runner.timings)
     except (EnvtoolError, Interrupted) as exc:

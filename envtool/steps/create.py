@@ -8,6 +8,7 @@ build beside the target, rename, one clean-up path for failures and signals), an
 from __future__ import annotations
 
 import json
+import sys
 import os
 import shutil
 import time
@@ -120,12 +121,26 @@ def create(spec: Spec, options: PlanOptions, force: bool = False, verbose: bool 
             fh.write(f"environment ready at {target}\n")
         with open(log, "a", encoding="utf-8") as fh:
             fh.write(f"environment ready at {target}\n")
+        _register(target, spec.name, quiet)
         return CreateResult(prefix=target, log=log, results=runner.results, timings=runner.timings,
                             relocation={"rewritten": len(report.rewritten), "binaries": report.binaries})
     except (EnvtoolError, Interrupted) as exc:
         if exc.results is None:
             exc.results = runner.results
         raise
+
+
+def _register(target: Path, spec_name: str, quiet: bool) -> None:
+    """Add ``target`` to the user's registry (:mod:`envtool.core.registry`, what ``envtool list``
+    reads); a registry that cannot be written is said on stderr, never a failure of the create."""
+    from envtool.core import registry
+
+    try:
+        registry.record(target, spec_name)
+    except OSError as exc:
+        if not quiet:
+            print(f"envtool: note: {target} is not in the list of your environments ('envtool list'): cannot "
+                  f"write {registry.registry_dir()} ({exc.strerror or exc})", file=sys.stderr)
 
 
 def _jsonable(value):

@@ -1,7 +1,7 @@
 """The Horovod build step: derive the build environment, apply fix rules, build or reuse a wheel.
 
 Build: ``pip wheel --no-build-isolation --no-cache-dir --no-deps`` inside the environment (build
-isolation hides the installed framework from CMake's probe: ``shared/reference/horovod.md``,
+isolation hides the installed framework from CMake's probe: ``docs/reference/horovod.md``,
 pitfalls), then ``pip install`` of the wheel. Built wheels are kept in the
 :class:`~envtool.horovod.cache.WheelCache`, so a second environment with the same key installs
 in seconds.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import string
 import subprocess
 import tempfile
 from pathlib import Path
@@ -275,6 +276,30 @@ def rules_for_run(d: BuildDecision, installed: Dict[str, List[str]]) -> List[fix
     return fixes.applicable(Version(d.version) if d.version else None, framework_versions, d.toolchain)
 
 
+#: The names a spec's build variables may use for the environment being built: conda-build's
+#: ``PREFIX`` (https://docs.conda.io/projects/conda-build/en/stable/user-guide/environment-variables.html)
+#: and an activated environment's ``CONDA_PREFIX``, as the Open-CE horovod-feedstock's
+#: ``recipe/build.sh`` uses it for ``HOROVOD_NCCL_HOME``.
+PREFIX_NAMES = ("CONDA_PREFIX", "PREFIX")
+
+
+def expand_prefix_vars(build_vars: Dict[str, str], prefix: Path) -> Dict[str, str]:
+    """The build variables with ``$CONDA_PREFIX``/``${CONDA_PREFIX}`` (and ``PREFIX``) replaced by
+    the prefix the build runs in; every other ``$`` is left as written.
+
+    The values reach the compiler's environment as they are (no shell runs in between), so a
+    reference left unexpanded would be a literal path ``${CONDA_PREFIX}`` that does not exist.
+
+    Args:
+        build_vars: name → value, as planned.
+        prefix: the environment the build runs in (during ``create`` the temporary build prefix).
+    Returns:
+        a new mapping, same order.
+    """
+    mapping = {name: str(prefix) for name in PREFIX_NAMES}
+    return {k: string.Template(v).safe_substitute(mapping) for k, v in build_vars.items()}
+
+
 def _run_build(step: Step, runner) -> Dict:
     """Build (or take from the cache) and install the wheel the step's :class:`BuildDecision` describes.
 
@@ -292,7 +317,10 @@ def _run_build(step: Step, runner) -> Dict:
                          + ", ".join("/".join(FRAMEWORK_DISTS[f]) for f in missing)
                          + " installed; add it to packages (or drop it from horovod.frameworks)", runner.log_path)
     runner.note(f"toolchain (probed when planning): {d.toolchain.describe()}")
-    build_vars = dict(d.build_env)
+    build_vars = expand_prefix_vars(dict(d.build_env), d.prefix)
+    for name, value in build_vars.items():
+        if value != dict(d.build_env)[name]:
+            runner.note(f"{name}={value} (the spec's {dict(d.build_env)[name]} in this build's prefix)")
     rules = rules_for_run(d, installed)
     for rule in rules:
         runner.note(f"applying fix rule {rule.id}: {rule.title}")

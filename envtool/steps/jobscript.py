@@ -5,9 +5,10 @@ site file (modules, runtime variables, start method).
 What goes in, in order: the site's directives for the layout; ``cd`` to the working directory;
 ``module use``/``module load`` of the site's modules, the stack's, then the environment's own
 module; the environment's activation (for ``--prefix``); the variables — ``OMP_NUM_THREADS``
-from the CPUs per rank, then the site's ``env``, its ``batch.env``, the spec's ``env`` (a later
-one wins), and ``ENVTOOL_START_METHOD`` where the spec expects a DataLoader start method; then the
-launcher lines.
+from the CPUs per rank, then the interface variables of the site's ``batch.interface``
+(:data:`envtool.scheduler.model.INTERFACE_VARIABLES`, each with a comment naming the file), the
+site's ``env``, its ``batch.env``, the spec's ``env`` (a later one wins), and
+``ENVTOOL_START_METHOD`` where the spec expects a DataLoader start method; then the launcher lines.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 from envtool.core.errors import SpecError, UsageError
 from envtool.scheduler import launcher as launcher_mod
-from envtool.scheduler.model import JobRequest, LaunchStep, parse_time
+from envtool.scheduler.model import INTERFACE_VARIABLES, JobRequest, LaunchStep, parse_time
 from envtool.scheduler.script import activation_lines, make_layout
 
 
@@ -65,7 +66,8 @@ def spec_of_prefix(prefix: Path) -> Optional[str]:
 
 
 def resolve_target(prefix: Optional[str] = None, module: Optional[str] = None, spec: Optional[str] = None,
-                   site: Optional[str] = None, site_file: Optional[str] = None, here: bool = True) -> Target:
+                   site: Optional[str] = None, site_file: Optional[str] = None, here: bool = True, retired_ok: bool = False,
+                   platform_mismatch_ok: bool = False) -> Target:
     """Find the site file, the spec and what the job loads and exports.
 
     Args:
@@ -76,10 +78,16 @@ def resolve_target(prefix: Optional[str] = None, module: Optional[str] = None, s
         site_file: ``--site-file`` path (wins over ``site``).
         here: the prefix must be an environment on this machine (False: a packed one's source,
             which may be gone).
+        retired_ok: ``--retired-ok``: a site whose file says ``retired`` is allowed.
+        platform_mismatch_ok: ``--platform-mismatch-ok``: the environment's recorded spec may be for
+            another platform than the site's nodes (its variables and start method are kept; the
+            site's modules are loaded).
     Returns:
         a :class:`Target`.
     Raises:
-        UsageError: neither or both of prefix/module; no such prefix.
+        UsageError: neither or both of prefix/module; no such prefix; a retired site without
+            ``retired_ok``; the environment's spec runs on none of the site's platforms without
+            ``platform_mismatch_ok`` (exit 2, naming both).
         SpecError: a bad or missing site file or spec (exit 2).
     """
     from envtool.spec import catalog, sites
@@ -107,22 +115,39 @@ def resolve_target(prefix: Optional[str] = None, module: Optional[str] = None, s
                     raise
                 spec_name = None  # the recorded spec is gone: go on without it
         sf = sites.load_site(sites.find(site or "local"))
+    if sf.retired is not None and not retired_ok:
+        raise UsageError(f"site {sf.name} is retired ({sf.retired.describe()}): a job script for it cannot run "
+                         "there; pass --retired-ok to write one anyway (to read or reproduce older work)")
+    mismatch = False
     if spec_name:
         try:
             res = sites.resolve_full(spec_name, site_file=sf.path)
-        except SpecError:
-            if spec:
+        except SpecError as exc:
+            if exc.field == "platforms" and not spec:
+                try:
+                    own = catalog.load_spec(spec_name)
+                except SpecError:
+                    own = None
+                if own is not None:
+                    message = (f"the environment {pfx} was created from spec {spec_name}, which is for "
+                               f"{', '.join(own.platforms)}; site {sf.name} runs {', '.join(sf.platforms)}")
+                    if not platform_mismatch_ok:
+                        raise UsageError(f"{message}: its programs would not run on the site's nodes; give an "
+                                         "environment made for the site, or pass --platform-mismatch-ok to write "
+                                         "the script anyway") from None
+                    resolved_spec, mismatch = own, True
+            elif spec:
                 raise
             res = None
         if res is not None:
             resolved_spec, mapping = res.spec, res.mapping
-    modules = list(resolved_spec.site.modules if resolved_spec is not None else sf.modules)
+    modules = list(resolved_spec.site.modules if resolved_spec is not None and not mismatch else sf.modules)
     if module:
         if module.startswith("-") or not module.strip():
             raise UsageError(f"--module {module!r}: expected NAME/VERSION")
         modules.append(module)
     env: Dict[str, str] = {}
-    for k, v in (resolved_spec.site.env if resolved_spec is not None else sf.env):
+    for k, v in (resolved_spec.site.env if resolved_spec is not None and not mismatch else sf.env):
         env[k] = v
     for k, v in sf.batch.env:
         env[k] = v
@@ -131,7 +156,7 @@ def resolve_target(prefix: Optional[str] = None, module: Optional[str] = None, s
             env[k] = v
         if resolved_spec.expect.dataloader_start_method:
             env["ENVTOOL_START_METHOD"] = resolved_spec.expect.dataloader_start_method
-    env_paths = (resolved_spec.site.env_paths if resolved_spec is not None else sf.env_paths) \
+    env_paths = (resolved_spec.site.env_paths if resolved_spec is not None and not mismatch else sf.env_paths) \
         + sf.batch.env_paths + (resolved_spec.env_paths if resolved_spec is not None else ())
     return Target(site=sf, spec=resolved_spec, prefix=pfx, module=module, modules=tuple(modules),
                   env=tuple(env.items()), env_paths=env_paths, launcher=launcher_mod.for_site(sf, mapping),
@@ -140,7 +165,8 @@ def resolve_target(prefix: Optional[str] = None, module: Optional[str] = None, s
 
 def resolve_staged(stage_file: str, prefix: Optional[str] = None, spec: Optional[str] = None,
                    site: Optional[str] = None, site_file: Optional[str] = None,
-                   token: Optional[str] = None) -> Target:
+                   token: Optional[str] = None, retired_ok: bool = False,
+                   platform_mismatch_ok: bool = False) -> Target:
     """The :class:`Target` of a job that stages the pack ``stage_file`` (``envtool pack``) to the
     site's node-local storage and runs from there (issue 25).
 
@@ -153,6 +179,7 @@ def resolve_staged(stage_file: str, prefix: Optional[str] = None, spec: Optional
         prefix: ``--prefix``: the environment the pack was made from (its lockfile must match the pack's).
         spec, site, site_file: as :func:`resolve_target`.
         token: the node-local directory's distinguishing part (default: random, 8 hex digits).
+        retired_ok, platform_mismatch_ok: as :func:`resolve_target`.
     Returns:
         the target, with ``stage`` set.
     Raises:
@@ -181,7 +208,8 @@ def resolve_staged(stage_file: str, prefix: Optional[str] = None, spec: Optional
                              f"but --prefix {prefix} has {(mine or 'none')[:12]}: pack it again "
                              f"(envtool pack {prefix} --format {manifest['format']})")
         source = Path(prefix).absolute()
-    target = resolve_target(str(source), None, spec, site, site_file, here=False)
+    target = resolve_target(str(source), None, spec, site, site_file, here=False, retired_ok=retired_ok,
+                            platform_mismatch_ok=platform_mismatch_ok)
     sf = target.site
     nl = getattr(sf, "node_local", None)
     if nl is None:
@@ -226,16 +254,30 @@ def build_request(target: Target, nodes: int, steps: Sequence[LaunchStep], ranks
 
     Raises:
         UsageError: a bad ``--time`` or count.
-        SpecError: the site file lacks what the layout needs (names the field).
+        SpecError: the site file lacks what the layout needs (names the field), among it
+            ``batch.cpus_per_node`` (the CPUs per rank must be known).
     """
     site = target.site
     layout = make_layout(site, nodes, ranks_per_node, gpus_per_rank)
+    if not layout.cpus_per_rank:
+        from envtool.scheduler.model import missing
+
+        raise missing(site, "batch.cpus_per_node", "the CPUs a job may use on one node (an integer; 'auto' for "
+                      "this machine's)", "the job script's CPUs per rank and OMP_NUM_THREADS come from it (a "
+                      "script with an unknown CPU count would leave the binding to chance)")
     env: Dict[str, str] = {}
+    notes: Dict[str, str] = {}
     if layout.cpus_per_rank:
         env["OMP_NUM_THREADS"] = str(layout.cpus_per_rank)
+    iface = getattr(site.batch, "interface", None)
+    if iface:
+        for k in INTERFACE_VARIABLES:
+            env[k] = iface
+            notes[k] = f"batch.interface in {site.path}"
     for k, v in list(target.env) + list(extra_env):
         env.pop(k, None)
         env[k] = v
+        notes.pop(k, None)   # the site's or spec's own env wins, without the interface's note
     comments = []
     if target.spec is not None and target.spec.expect.dataloader_start_method:
         comments.append(f"spec {target.spec.name} expects DataLoader(multiprocessing_context="
@@ -246,7 +288,7 @@ def build_request(target: Target, nodes: int, steps: Sequence[LaunchStep], ranks
                       activation=activation_lines(target.prefix, target.kind) if target.prefix else (),
                       env=tuple(env.items()), env_paths=target.env_paths, workdir=workdir,
                       launcher=target.launcher,
-                      comments=tuple(comments), stage=target.stage,
+                      comments=tuple(comments), env_notes=tuple(notes.items()), stage=target.stage,
                       extra_directives=tuple(site.node_local.directives) if target.stage is not None else ())
 
 

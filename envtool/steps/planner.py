@@ -130,7 +130,7 @@ def make_plan(spec: Spec, options: PlanOptions) -> Plan:
 
 #: Steps that install packages: the spec's (and its site's) ``env`` applies to them, because
 #: package scripts read it — WML-CE's post-link scripts refuse to run without
-#: ``IBM_POWERAI_LICENSE_ACCEPT=yes`` (shared/reference/stacks.md, IBM WML-CE 1.6 docs).
+#: ``IBM_POWERAI_LICENSE_ACCEPT=yes`` (docs/reference/stacks.md, IBM WML-CE 1.6 docs).
 INSTALL_STEPS = frozenset({"conda-create", "conda-install-extra", "clone-external", "pip-install",
                            "install-locked-conda", "install-locked-pip"})
 

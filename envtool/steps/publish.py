@@ -339,6 +339,13 @@ def _prepare(spec: Spec, root: Path, modulefiles: Path, fmt: str, force: bool, c
     if not os.path.lexists(target) and os.path.lexists(modulefile) and not force:
         raise UsageError(f"{modulefile} exists but {target} does not: a modulefile publish did not write; move "
                          "it away, or pass --force to replace it")
+    from envtool.modules import other_format
+
+    other = other_format(modulefiles, stub, fmt)
+    if other is not None and not force:
+        raise UsageError(f"{other} already holds {spec.name}/{version} as a {'Tcl' if fmt == 'lua' else 'Lua'} "
+                         f"modulefile; one NAME/VERSION gets one format (Lmod would read only one of the two): "
+                         f"publish with --format {'tcl' if fmt == 'lua' else 'lua'}, or pass --force to replace it")
     sbom = root / spec.name / f"{version}.cdx.json"
     if published and not force:
         return _Stack(spec, version, target, sbom, modulefile, "unchanged", None)
@@ -548,7 +555,7 @@ def publish(specs: List[Spec], root: Path, modulefiles: Path, group: Optional[st
             content = build_content(target, spec=spec, name=spec.name, version=version, extensions=extensions)
             for d in make_dirs(st.modulefile.parent, "--modulefiles"):
                 set_mode(d, gid, mod_umask, read_only=False)
-            path = write_modulefile(content, modulefiles, fmt, default=False)
+            path = write_modulefile(content, modulefiles, fmt, default=False, force=force)
             if default:
                 _mark_default(st, modulefiles, fmt, gid, mod_umask)
             set_tree(target, gid, umask, read_only=True)
@@ -563,6 +570,12 @@ def publish(specs: List[Spec], root: Path, modulefiles: Path, group: Optional[st
                 "lock": str(st.options.from_lock) if st.options.from_lock else None,
                 "status": spec.status.value}, gid, umask)
             say(f"{st.module}: {st.action}; module {content.full_name} at {path}; SBOM {sbom}")
+            try:  # what 'envtool list' shows; a registry that cannot be written is no failure
+                from envtool.core import registry
+
+                registry.record(target, spec.name, kind="published", module=content.full_name)
+            except OSError:
+                pass
             result.stacks.append(Published(spec.name, content.full_name, target, path, sbom, st.action,
                                            log=created.log, seconds=time.monotonic() - start,
                                            lock=_lock_dict(st.options), steps=steps))

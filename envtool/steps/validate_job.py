@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -28,6 +29,12 @@ from envtool.core.errors import CheckFailed, EnvtoolError, UsageError
 from envtool.scheduler.model import LaunchStep, Layout
 from envtool.steps.jobscript import Target, build_request, render
 from envtool.validate import ranks as rk
+from envtool.validate import sweep
+
+#: Seconds a Gloo or torch.distributed step may take when ``--timeout`` is not given.
+RENDEZVOUS_SECONDS = 900
+#: (controller, phase of its step) in the order the job runs them.
+CONTROLLER_PHASES = (("mpi", "probe"), ("gloo", "probe-gloo"), ("torch", "probe-torch"))
 
 Progress = Callable[[str], None]
 
@@ -81,7 +88,8 @@ def _run_horovodrun(target: Target, ranks: int, controller: Optional[str], argv:
 
 
 def run_here(target: Target, ranks: int = 2, benchmark: bool = False, steps: int = 20, batch_size: int = 32,
-             timeout: float = 600.0, progress: Progress = lambda s: None) -> Dict[str, object]:
+             timeout: float = 600.0, progress: Progress = lambda s: None, import_time: bool = False,
+             slow_seconds: float = rk.SLOW_IMPORT_SECONDS) -> Dict[str, object]:
     """Validate ``target.prefix`` on this machine (see the module docstring).
 
     Args:
@@ -91,8 +99,15 @@ def run_here(target: Target, ranks: int = 2, benchmark: bool = False, steps: int
         steps: timed training steps per benchmark point; batch_size: samples per step and rank.
         timeout: seconds each horovodrun may take.
         progress: called with one line per phase.
+        import_time: in the first controller's run, every rank also counts the file system
+            metadata calls of its import under the prefix (strace; see
+            :func:`envtool.validate.rank_probe.trace_import`); ``import_time`` in the result.
+        slow_seconds: p99 import seconds above which an import from a shared file system is
+            reported with the staging fix.
     Returns:
-        ``{"ok", "problems", "check_build", "runs": {controller: [records]}, "benchmark", "run_dir", "log"}``.
+        ``{"ok", "problems", "check_build", "runs": {controller: [records]}, "benchmark", "run_dir", "log",
+        "import_time"}`` (``import_time``: :func:`envtool.validate.ranks.import_summary` of the first
+        run, each rank's import timed in every run).
     Raises:
         UsageError: no prefix (a ``--module`` needs ``--submit``), or no horovodrun in it.
     """
@@ -123,9 +138,15 @@ def run_here(target: Target, ranks: int = 2, benchmark: bool = False, steps: int
         for controller in [c.lower() for c in cb.get("controllers", []) if c.lower() in ("gloo", "mpi")]:
             progress(f"{ranks}-rank probe with the {controller} controller ...")
             phase = f"probe-{controller}"
+            trace = import_time and not runs
             rc = _run_horovodrun(target, ranks, controller, rk.probe_argv(target.python, probe, run_dir, phase,
-                                                                          _method(target)), timeout, log)
+                                                                          _method(target), import_trace=trace),
+                                 timeout, log)
             recs = rk.gather(run_dir, phase)
+            if not runs:
+                result["import_time"] = rk.import_summary(recs, slow_seconds)
+                if result["import_time"] is not None:
+                    result["import_time"]["controller"] = controller
             runs[controller] = recs
             problems += [f"{controller}: {p}" for p in rk.judge(recs, ranks, _expected_warnings(target))]
             if rc != 0 and not rk.judge(recs, ranks, _expected_warnings(target)):
@@ -158,7 +179,8 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
             time_limit: Optional[str] = None, account: Optional[str] = None, queue: Optional[str] = None,
             benchmark: bool = False, steps: int = 20, batch_size: int = 32, workdir: Optional[str] = None,
             timeout: Optional[float] = None, progress: Progress = lambda s: None,
-            preflight_only: bool = False) -> Dict[str, object]:
+            preflight_only: bool = False, slow_seconds: float = rk.SLOW_IMPORT_SECONDS,
+            sweep_max: int = sweep.MAX_SIZE) -> Dict[str, object]:
     """Run the validation as a batch job through the site's scheduler (see the module docstring).
 
     Args:
@@ -172,6 +194,19 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
         timeout: seconds to wait for the job before cancelling it (None: as long as it takes).
         progress: called with each state change (``job 12 queued (PENDING)``).
         preflight_only: run the pre-flight alone (Slurm sites).
+        slow_seconds: p99 import seconds above which an import from a shared file system is
+            reported with the staging fix.
+        sweep_max: bytes of the sweep's largest allreduce (0: no sweep); see
+            :mod:`envtool.validate.sweep`.
+
+    Every rank times its import of torch and horovod.torch and counts the file system metadata
+    calls of that import under the prefix (strace on the compute node; a node without strace is
+    named); ``import_time`` in the result summarises them (:func:`envtool.validate.ranks.import_summary`).
+    Every controller the build has runs across the nodes (Slurm sites): Horovod's MPI controller
+    through the site's ``srun --mpi=``; Horovod's Gloo controller and ``torch.distributed`` (gloo
+    backend) under ``srun --mpi=none`` with their rendezvous served by ``rendezvous.py`` in the
+    batch shell (the job's first node; why there, see that file). Each step ends with the
+    allreduce sweep, judged against the site file's ``validation`` section (sweep references, fabric).
 
     With ``target.stage`` (:func:`envtool.steps.jobscript.resolve_staged`) the job first stages the
     pack to each node's local storage; the pre-flight then checks the staged copy on every node,
@@ -183,7 +218,8 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
 
     Returns:
         ``{"ok", "problems", "job_id", "state", "exit_status", "preflight", "check_build",
-        "ranks": [records], "benchmark", "run_dir", "script", "output"}``.
+        "ranks": [records of the MPI step], "import_time", "controllers": {name: {"phase", "ranks", "sweep",
+        "transport", "skipped"}}, "benchmark", "run_dir", "script", "output"}``.
     Raises:
         CheckFailed: the scheduler refused the job (its message).
         KeyboardInterrupt: Ctrl-C or SIGTERM; the job has been cancelled first.
@@ -191,6 +227,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     """
     from envtool import scheduler
 
+    from envtool.validate import pmi
     from envtool.validate import preflight as pf
 
     sched = scheduler.get(target.site.scheduler)
@@ -206,22 +243,64 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     python = target.python
     method = _method(target)
     job_steps: List[LaunchStep] = []
+    pmi_result = None
     if with_preflight:
-        for old in (run_dir / pf.DIR).glob("task-*.txt") if (run_dir / pf.DIR).is_dir() else []:
-            old.unlink()  # reports of an earlier run in this directory (written by preflight.sh)
+        pf.clear(run_dir)  # reports of an earlier run in this directory (written by preflight.sh)
         pf_script = pf.install(run_dir)
-        job_steps += [LaunchStep(tuple(pf.node_argv(pf_script, run_dir, target.prefix)), per_node=True, early=True),
+        iface = getattr(target.site.batch, "interface", None)
+        gpu = bool(target.site.gpus_per_node) and (gpus_per_rank is None or gpus_per_rank > 0)
+        job_steps += [LaunchStep(tuple(pf.node_argv(pf_script, run_dir, target.prefix, iface, nodes, gpu)),
+                                 per_node=True, early=True),
                       LaunchStep(tuple(pf.gate_argv(pf_script, run_dir, nodes, _lock(target))),
                                  direct=True, early=True)]
+        if not iface:
+            # the interface every node chose, for the main step (with its source as a comment)
+            job_steps.append(LaunchStep(("source", str(pf.interface_env(run_dir))), direct=True, early=True))
+        # the launcher's PMI against the MPI build: on this host, before anything is submitted
+        progress("pre-flight: srun --mpi=list against the MPI build ...")
+        pmi_result = pmi.check(target.prefix, target.site.batch.mpi, target.site.path, socket.gethostname())
+        if pmi_result.problems and not preflight_only:
+            return {"run_dir": str(run_dir), "script": None, "output": None, "scheduler": sched.NAME,
+                    "layout": {"nodes": nodes, "ranks": None, "ranks_per_node": ranks_per_node}, "job_id": None,
+                    "state": "not submitted", "exit_status": None, "check_build": None, "ranks": [],
+                    "preflight": {"ok": False, "nodes": [], "problems": list(pmi_result.problems),
+                                  "warnings": list(pmi_result.notes), "pmi": _pmi_dict(pmi_result)},
+                    "problems": list(pmi_result.problems) + ["the job was not submitted: its launcher and MPI "
+                                                             "do not match"], "ok": False}
+    sweep_args = ["--sweep", str(sweep_max)] if sweep_max else []
     if not preflight_only:
         job_steps += [LaunchStep(tuple(([python, str(target.prefix / "bin" / "horovodrun")] if target.prefix
                                         else ["horovodrun"]) + ["--check-build"]),
                                  redirect=str(run_dir / "check-build.txt"), direct=True, may_fail=True),
-                      LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, "probe", method)))]
+                      LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, "probe", method, import_trace=True)
+                                       + sweep_args), may_fail=with_preflight)]
+        for _, phase in CONTROLLER_PHASES:  # results of an earlier run in this directory (the probes wrote them)
+            for old in [f for pat in ("rank-*.json", "pid-*.json", "*.txt") for f in (run_dir / phase).glob(pat)]:
+                old.unlink()
+        if with_preflight:  # Slurm: Gloo and torch.distributed across nodes, rendezvous served in the job
+            rdv = rk.install_rendezvous(run_dir)
+            wait = str(int(timeout or RENDEZVOUS_SECONDS))
+            for kind, phase, controller in (("horovod-gloo", "probe-gloo", "gloo"), ("torch-gloo", "probe-torch",
+                                                                                    "torch")):
+                job_steps.append(LaunchStep(
+                    tuple(rk.probe_argv(python, probe, run_dir, phase, method) + ["--controller", controller]
+                          + sweep_args),
+                    wrap=(python, str(rdv), kind, str(run_dir), phase, wait, "--"), mpi="none", may_fail=True))
+    # srun labels each line with its task number (srun(1): SLURM_LABELIO, same as --label): a hang
+    # can then name the last line each rank printed
+    extra_env = [("PYTHONUNBUFFERED", "1")] + ([("SLURM_LABELIO", "1")] if sched.NAME == "slurm" else [])
     req = build_request(target, nodes, job_steps, ranks_per_node, gpus_per_rank, time_limit, account, queue,
-                        "envtool-validate", str(run_dir / "job.out"), str(run_dir),
-                        extra_env=[("PYTHONUNBUFFERED", "1")])
+                        "envtool-validate", str(run_dir / "job.out"), str(run_dir), extra_env=extra_env)
     lay = req.layout
+    if lay.gpus_per_rank and sweep_max and not preflight_only:
+        # NCCL says which network transport it picked (NET/Socket, NET/IB, NET/OFI) at INFO level
+        (run_dir / "nccl").mkdir(exist_ok=True)
+        for old in (run_dir / "nccl").glob("*.log"):
+            old.unlink()
+        extra_env += [("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "INIT,NET"),
+                      ("NCCL_DEBUG_FILE", str(run_dir / "nccl" / "%h.%p.log"))]
+        req = build_request(target, nodes, job_steps, ranks_per_node, gpus_per_rank, time_limit, account, queue,
+                            "envtool-validate", str(run_dir / "job.out"), str(run_dir), extra_env=extra_env)
     if benchmark:
         one = Layout(1, 1, lay.gpus_per_rank, lay.cpus_per_rank)
         job_steps += [LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, "bench-1", batch_size=batch_size,
@@ -229,8 +308,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
                       LaunchStep(tuple(rk.probe_argv(python, probe, run_dir, f"bench-{lay.ranks}",
                                                      batch_size=batch_size, steps=steps)))]
         req = build_request(target, nodes, job_steps, ranks_per_node, gpus_per_rank, time_limit, account, queue,
-                            "envtool-validate", str(run_dir / "job.out"), str(run_dir),
-                            extra_env=[("PYTHONUNBUFFERED", "1")])
+                            "envtool-validate", str(run_dir / "job.out"), str(run_dir), extra_env=extra_env)
     text = render(req)
     script = run_dir / "job.sh"
     script.write_text(text)
@@ -239,6 +317,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
                                  "scheduler": sched.NAME, "layout": {"nodes": lay.nodes, "ranks": lay.ranks,
                                                                      "ranks_per_node": lay.ranks_per_node}}
     old_term = signal.signal(signal.SIGTERM, _raise_terminated) if _main_thread() else None
+    watch: Dict[str, object] = {"lost": [], "output": run_dir / "job.out"}
     try:
         if sched.NAME == "local":
             state, code = _run_local_script(script, run_dir, progress, timeout)
@@ -247,18 +326,26 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
             job_id = _submit(sched, script)
             result["job_id"] = job_id
             progress(f"job {job_id} submitted ({sched.NAME}); script {script}")
-            state, code = _wait(sched, job_id, progress, timeout)
+            state, code = _wait(sched, job_id, progress, timeout, watch)
             result.update(state=state, exit_status=code)
     finally:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
-    problems: List[str] = []
+    problems: List[str] = _lost_nodes(sched, result.get("job_id"), watch, run_dir, script)
+    if state == TIMED_OUT:
+        problems.append(f"job {result.get('job_id')} did not finish within {timeout:.0f} s; it was cancelled; the "
+                        f"last line each rank printed: "
+                        f"{_last_lines(watch.get('output_at_timeout'), run_dir / 'job.out', lay.ranks)}")
     if with_preflight:
         pf_recs = pf.gather(run_dir)
-        pf_problems = pf.judge(pf_recs, lay.nodes, target.prefix, _lock(target))
+        pf_warnings: List[str] = list(pmi_result.notes) if pmi_result else []
+        pf_problems = list(pmi_result.problems) if pmi_result else []
+        pf_problems += pf.judge(pf_recs, lay.nodes, target.prefix, _lock(target),
+                                site_path=target.site.path, run_dir=run_dir, warnings=pf_warnings)
         if target.stage is not None and len(pf_recs) < lay.nodes:
             pf_problems.insert(0, _stage_failed(target.stage, run_dir / "job.out"))
-        result["preflight"] = {"ok": not pf_problems, "nodes": pf_recs, "problems": pf_problems}
+        result["preflight"] = {"ok": not pf_problems, "nodes": pf_recs, "problems": pf_problems,
+                               "warnings": pf_warnings, "pmi": _pmi_dict(pmi_result) if pmi_result else None}
         if pf_problems:
             problems += pf_problems
             if not preflight_only and not rk.gather(run_dir, "probe"):
@@ -268,6 +355,9 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
         if preflight_only or (pf_problems and not rk.gather(run_dir, "probe")):
             result.update(check_build=None, ranks=[], problems=problems, ok=not problems)
             return result
+    if state == NODE_LOST:  # what the ranks left is a consequence: name the node, not every rank
+        result.update(check_build=None, ranks=rk.gather(run_dir, "probe"), problems=problems, ok=False)
+        return result
     cb_text = (run_dir / "check-build.txt").read_text(errors="replace") if (run_dir / "check-build.txt").exists() else ""
     cb = _check_build(target, cb_text)
     result["check_build"] = cb
@@ -276,11 +366,13 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
                                            if cb.get("missing") else str(cb.get("error"))))
     recs = rk.gather(run_dir, "probe")
     result["ranks"] = recs
+    result["import_time"] = rk.import_summary(recs, slow_seconds)
     problems += rk.judge(recs, lay.ranks, _expected_warnings(target))
     if any(": no result" in p for p in problems):
         said = rk.errors_in_output(run_dir / "job.out")
         if said:
             problems.append("the job output says: " + " | ".join(said))
+    result["controllers"] = _controllers(target, run_dir, lay, recs, with_preflight, sweep_max, problems)
     if benchmark:
         one_recs, many_recs = rk.gather(run_dir, "bench-1"), rk.gather(run_dir, f"bench-{lay.ranks}")
         if not problems:
@@ -317,6 +409,108 @@ def _stage_failed(stage, output: Path) -> str:
             + (": " + " | ".join(said) if said else "") + f"; see {output}")
 
 
+def _lost_nodes(sched, job_id, watch: Dict[str, object], run_dir: Path, script: Path) -> List[str]:
+    """Problems naming the nodes of the job whose slurmd stopped responding, or where srun could
+    not start a step (from the job output), each with a fix line; [] for other schedulers."""
+    if job_id is None or not hasattr(sched, "unresponsive_nodes"):
+        return []
+    nodes = watch.get("nodes") or sched.job_nodes(job_id)
+    lost = dict(watch.get("lost") or [])
+    if nodes and not lost:
+        lost = dict(sched.unresponsive_nodes(nodes))
+    try:
+        failed = dict(sched.parse_launch_failures((run_dir / "job.out").read_text(errors="replace")))
+    except OSError:
+        failed = {}
+    problems = []
+    for node in sorted(set(lost) | set(failed)):
+        said = []
+        if node in lost:
+            said.append(f"Slurm reports it {lost[node]} (its slurmd does not respond)")
+        if node in failed:
+            said.append(f"srun could not start a step there: {failed[node]}")
+        problems.append(f"{node}: the node was lost during job {job_id}: {'; '.join(said)}; fix: tell the site's "
+                        f"admins (slurmd on {node}); meanwhile run without it: "
+                        f"{shlex.join(['sbatch', '--exclude=' + node, str(script)])}")
+    return problems
+
+
+def _last_lines(text: Optional[str], path: Path, ranks: int) -> str:
+    """``rank R: 'LINE'`` for each rank (the last line srun labelled with its task number), from
+    ``text`` (the output when the job was cancelled) or else the file at ``path``."""
+    if text is None:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            text = ""
+    last = rk.last_lines(text)
+    return "; ".join(f"rank {r}: {last[r]!r}" if r in last else f"rank {r}: printed nothing"
+                     for r in range(ranks))
+
+
+def _pmi_dict(res) -> Dict[str, object]:
+    """The PMI comparison for ``--json``."""
+    mpi = res.mpi
+    return {"plugin": res.plugin, "srun_plugins": list(res.srun_plugins),
+            "mpi": {"name": mpi.name, "speaks": list(mpi.speaks), "source": mpi.source} if mpi else None}
+
+
+def _controllers(target: Target, run_dir: Path, lay: Layout, mpi_recs: List[dict], across: bool, sweep_max: int,
+                 problems: List[str]) -> Dict[str, dict]:
+    """Per controller: its ranks, sweep rows and transport; appends problems (prefixed with the
+    controller) for the Gloo and torch.distributed steps, failed sweeps, missed references and a
+    NCCL transport that is not the site's fabric."""
+    site_validate = getattr(target.site, "validate", None)
+    references = site_validate.references if site_validate is not None else ()
+    fabric = site_validate.fabric if site_validate is not None else None
+    out: Dict[str, dict] = {}
+    for controller, phase in CONTROLLER_PHASES:
+        if controller != "mpi" and not across:
+            continue
+        skipped = run_dir / phase / "skipped.txt"
+        if skipped.exists():
+            out[controller] = {"phase": phase, "ranks": [], "sweep": [], "skipped": skipped.read_text().strip()}
+            continue
+        failed = run_dir / phase / "failed.txt"
+        if controller != "mpi" and failed.exists():
+            why = failed.read_text(errors="replace").strip()[:300]
+            problems.append(f"{controller}: the rendezvous in the job could not start: {why}")
+            out[controller] = {"phase": phase, "ranks": [], "sweep": [], "skipped": None, "error": why}
+            continue
+        recs = mpi_recs if controller == "mpi" else rk.gather(run_dir, phase)
+        if controller != "mpi":
+            problems += [f"{controller}: {p}" for p in rk.judge(recs, lay.ranks, _expected_warnings(target))]
+        rows = sweep.rows(recs)
+        ifaces = sorted({str(r.get("iface")) for r in recs if r.get("iface")})
+        entry = {"phase": phase, "ranks": recs, "sweep": rows, "skipped": None,
+                 "transport": ("TCP over " + ", ".join(ifaces)) if ifaces and controller != "mpi" else
+                 (("MPI; interface toward the first node: " + ", ".join(ifaces)) if ifaces else None)}
+        if sweep_max and recs and all(r.get("ok") for r in recs):
+            want = [n for n in sweep.SIZES if n <= sweep_max]
+            if [r["bytes"] for r in rows] != want:
+                problems.append(f"{controller}: the sweep lacks sizes "
+                                + ", ".join(sweep.human_size(n) for n in want if n not in {r['bytes'] for r in rows}))
+            problems += sweep.check_references(rows, references, controller, lay.nodes)
+        out[controller] = entry
+        gpu_rows = sweep.rows([{"checks": {"sweep": (r.get("checks") or {}).get("sweep_gpu") or {}}} for r in recs])
+        if controller == "mpi" and gpu_rows:
+            logs = sorted((run_dir / "nccl").glob("*.log")) if (run_dir / "nccl").is_dir() else []
+            lines: List[str] = []
+            for f in logs:
+                lines += f.read_text(errors="replace").splitlines()
+            nccl = sweep.nccl_transports(lines)
+            out["nccl"] = {"phase": phase, "ranks": recs, "sweep": gpu_rows, "skipped": None,
+                           "transport": nccl["network"] or ("inside the node: " + ", ".join(nccl["channels"])
+                                                            if nccl["channels"] else None),
+                           "nccl": nccl, "logs": [str(f) for f in logs]}
+            problems += sweep.check_references(gpu_rows, references, "nccl", lay.nodes)
+            if lay.nodes > 1:
+                bad = sweep.check_fabric(nccl["network"], fabric)
+                if bad:
+                    problems.append(f"nccl: {bad} (NCCL_DEBUG=INFO logs: {run_dir / 'nccl'})")
+    return out
+
+
 def _main_thread() -> bool:
     import threading
 
@@ -347,24 +541,50 @@ def _submit(sched, script: Path) -> str:
     return job_id
 
 
-def _wait(sched, job_id: str, progress: Progress, timeout: Optional[float]):
-    """Poll until the job is done; cancel it on KeyboardInterrupt/SIGTERM or after ``timeout``."""
+#: the job state :func:`_wait` returns when it cancelled a job that ran past ``--timeout``
+TIMED_OUT = "TIMEOUT (cancelled by envtool)"
+#: the job state :func:`_wait` returns when it cancelled a job because a node stopped responding
+NODE_LOST = "NODE_NOT_RESPONDING (cancelled by envtool)"
+
+
+def _wait(sched, job_id: str, progress: Progress, timeout: Optional[float],
+          watch: Optional[Dict[str, object]] = None):
+    """Poll until the job is done; cancel it on KeyboardInterrupt/SIGTERM, after ``timeout``
+    (state :data:`TIMED_OUT`), or when a node of the job stops responding (state :data:`NODE_LOST`;
+    schedulers with ``unresponsive_nodes``). ``watch`` gets ``nodes`` (the job's node list) and
+    ``lost`` (``[(node, state)]``)."""
     started = time.monotonic()
     last = None
     interval = 0.5
+    watch = {} if watch is None else watch
+    watch.setdefault("lost", [])
     try:
         while True:
             phase, state, code = sched.state(job_id)
             if (phase, state) != last:
                 progress(f"job {job_id} {phase} ({state})")
                 last = (phase, state)
+            if phase == "running" and hasattr(sched, "unresponsive_nodes"):
+                watch["nodes"] = watch.get("nodes") or sched.job_nodes(job_id)
+                lost = sched.unresponsive_nodes(watch["nodes"]) if watch["nodes"] else []
+                if lost:
+                    watch["lost"] = lost
+                    progress(f"job {job_id}: {', '.join(n for n, _ in lost)} stopped responding "
+                             f"({', '.join(st for _, st in lost)})")
+                    _cancel(sched, job_id, progress)
+                    return NODE_LOST, None
             if phase == "done":
                 return state, code
             if timeout is not None and time.monotonic() - started > timeout:
+                if watch.get("output"):   # what the ranks printed, before scancel adds its own lines
+                    try:
+                        watch["output_at_timeout"] = Path(watch["output"]).read_text(errors="replace")
+                    except OSError:
+                        pass
                 _cancel(sched, job_id, progress)
-                raise CheckFailed(f"job {job_id} did not finish within {timeout:.0f} s; it was cancelled")
+                return TIMED_OUT, None
             time.sleep(interval)
-            interval = min(interval * 1.5, 10.0)
+            interval = min(interval * 1.5, 5.0)
     except KeyboardInterrupt:
         _cancel(sched, job_id, progress)
         raise
@@ -417,3 +637,100 @@ def _expected_warnings(target) -> tuple:
     """The spec's ``expect.import_warnings`` (patterns of accepted import warnings), or ()."""
     spec = getattr(target, "spec", None)
     return tuple(spec.expect.import_warnings) if spec is not None else ()
+
+
+def export_reframe(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_rank: Optional[int] = None,
+                   time_limit: Optional[str] = None, account: Optional[str] = None, queue: Optional[str] = None,
+                   output: str = "envtool_validate_rfm.py", settings_path: Optional[str] = None,
+                   scheduler: str = "slurm") -> Dict[str, object]:
+    """Write the validation as a ReFrame test and the site's ReFrame settings
+    (:mod:`envtool.validate.reframe`).
+
+    Args:
+        target: the environment and site (a Slurm site).
+        nodes, ranks_per_node, gpus_per_rank, time_limit, account, queue: the job, as ``--submit``'s.
+        output: the test file (``.py``).
+        settings_path: the settings file (default: beside ``output``, ``<stem>_settings.py``).
+        scheduler: ReFrame's scheduler, ``slurm`` (sacct) or ``squeue`` (no accounting).
+    Returns:
+        ``{"ok", "test", "settings", "system", "partition", "scheduler", "layout", "references",
+        "command"}`` (``command``: the shell-quoted ``reframe`` line to run).
+    Raises:
+        UsageError: not a Slurm site, a bad file name, or a file there that envtool did not write.
+        SpecError: the site file lacks what the layout needs (names the field).
+    """
+    from envtool import __version__
+    from envtool.core.atomic import write_text_atomic
+    from envtool.scheduler.script import setup_lines
+    from envtool.spec.names import CONTROL_RE
+    from envtool.validate import reframe as rf
+
+    site = target.site
+    if site.scheduler != "slurm":
+        raise UsageError(f"--export reframe writes ReFrame's Slurm partition (scheduler slurm, launcher srun); site "
+                         f"{site.name} ({site.path}) has scheduler {site.scheduler or 'none'}: give a Slurm site "
+                         f"with --site or --site-file")
+    if scheduler not in rf.SCHEDULERS:
+        raise UsageError(f"--reframe-scheduler {scheduler}: expected one of {', '.join(rf.SCHEDULERS)}")
+    test = Path(output).absolute()
+    if test.suffix != ".py" or not test.stem.isidentifier():
+        raise UsageError(f"-o {output}: expected a Python file name (NAME.py, NAME a Python identifier: ReFrame "
+                         f"loads it as a module)")
+    settings_file = Path(settings_path).absolute() if settings_path else test.with_name(f"{test.stem}_settings.py")
+    if settings_file.suffix != ".py" or not settings_file.stem.isidentifier():
+        raise UsageError(f"--settings {settings_path}: expected a Python file name (NAME.py)")
+    if settings_file == test:
+        raise UsageError(f"--settings {settings_path}: the same file as -o {output}")
+    for path, mark, opt in ((test, rf.TEST_MARK, "-o"), (settings_file, rf.SETTINGS_MARK, "--settings")):
+        if not path.parent.is_dir():
+            raise UsageError(f"{opt} {path}: the directory {path.parent} does not exist")
+        if path.exists() or path.is_symlink():
+            try:
+                first = path.read_text(errors="replace")[:len(mark)] if path.is_file() and not path.is_symlink() else ""
+            except OSError:
+                first = ""
+            if first != mark:
+                raise UsageError(f"{opt} {path}: the file exists and envtool did not write it; remove it or choose "
+                                 f"another name")
+    steps = [LaunchStep(tuple(rk.probe_argv(target.python, Path("rank_probe.py"), Path("."), "probe",
+                                            _method(target))))]
+    req = build_request(target, nodes, steps, ranks_per_node, gpus_per_rank, time_limit, account, queue,
+                        "envtool-validate", extra_env=[("PYTHONUNBUFFERED", "1")])
+    lay = req.layout
+    b = site.batch
+    access = []
+    if account:
+        access.append(f"--account={account}")
+    if b.constraint:
+        access.append(f"--constraint={b.constraint}")
+    q = req.effective_queue
+    if q:
+        access.append(f"--qos={q}" if b.queue_option == "qos" else f"--partition={q}")
+    access += list(b.directives)
+    for a in access:
+        if CONTROL_RE.search(a):
+            raise UsageError(f"{a!r}: a job option holds a control character (newline …)")
+    check_build = shlex.join(([target.python, str(target.prefix / "bin" / "horovodrun")] if target.prefix
+                              else ["horovodrun"]) + ["--check-build"]) + " > check-build.txt 2>&1 || true"
+    refs = {r.name: (r.value, r.lower, r.upper, r.unit) for r in site.references_for(lay.nodes)}
+    spec = target.spec
+    what = str(target.prefix) if target.prefix else f"module {target.module}"
+    exp = rf.ReframeExport(
+        system=rf.reframe_name(site.name, "site"), partition=rf.reframe_name(q or "default", "default"),
+        descr=f"envtool validation of {what}" + (f" (spec {spec.name})" if spec is not None else "")
+              + f" on {lay.nodes} node(s), {lay.ranks} ranks",
+        python=target.python, prerun=tuple(setup_lines(req)) + (check_build,), nodes=lay.nodes,
+        num_tasks=lay.ranks, num_tasks_per_node=lay.ranks_per_node, scheduler=scheduler, access=tuple(access),
+        launcher_options=(f"--mpi={b.mpi}",) if b.mpi else (), num_cpus_per_task=lay.cpus_per_rank,
+        num_gpus_per_node=lay.gpus_per_node, time_limit=f"{req.seconds}s" if req.seconds else None,
+        probe_args=tuple(rk.probe_argv(target.python, Path("rank_probe.py"), Path("."), "probe",
+                                       _method(target))[4:]),
+        check_build=rf.check_build_pairs(spec.expect.check_build if spec is not None else None),
+        warnings=_expected_warnings(target), references=refs)
+    write_text_atomic(test, rf.render_test(exp, __version__, test.name, settings_file.name))
+    write_text_atomic(settings_file, rf.render_settings(exp, __version__, test.name, settings_file.name))
+    return {"ok": True, "test": str(test), "settings": str(settings_file), "system": exp.system,
+            "partition": exp.partition, "scheduler": scheduler,
+            "layout": {"nodes": lay.nodes, "ranks": lay.ranks, "ranks_per_node": lay.ranks_per_node},
+            "references": {k: list(v) for k, v in refs.items()},
+            "command": shlex.join(["reframe", "-C", str(settings_file), "-c", str(test), "-r"])}

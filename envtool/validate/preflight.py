@@ -15,11 +15,31 @@ node(s), the cause and a fix line quoted for the shell:
   peer that is told ``127.0.1.1`` connects to itself and hangs (pytorch/pytorch#15592,
   facebookincubator/gloo#367; Debian's installer maps the hostname to 127.0.1.1, see
   https://www.debian.org/doc/manuals/debian-reference/ch05.en.html#_the_hostname_resolution);
-* hostnames are distinct (Horovod and Open MPI group ranks into nodes by hostname).
+* the shared libraries the ranks load first (torch's ``_C`` extension, Horovod's ``mpi_lib``) load
+  there: ``ldd`` names a dependency missing (``not found``) or unreadable on that node;
+* hostnames are distinct (Horovod and Open MPI group ranks into nodes by hostname);
+* the interface the controllers are told to use (the site file's ``batch.interface``, else the one
+  holding the address the node's hostname resolves to) exists on every node, and every node opens
+  a TCP connection to every other node's address on it (5 s each): a name missing on some nodes
+  or a NIC that does not reach the others is the most reported cause of multi-node Horovod hangs
+  (horovod/horovod#584, #1086, #2159);
+* ``/dev/shm`` is not tiny: NCCL's shared-memory transport and PyTorch's DataLoader workers put
+  their buffers there, and both fail on the 64 MiB a Docker container gets by default (NCCL's
+  troubleshooting guide, "Shared memory":
+  https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html#shared-memory;
+  PyTorch's README, "Using pre-built images": https://github.com/pytorch/pytorch#using-pre-built-images);
+  below :data:`SHM_MIN_KIB` is a failure, below :data:`SHM_WARN_KIB` a warning;
+* on GPU nodes, one process that imports torch and horovod.torch maps exactly one ``libnccl``
+  (two copies, e.g. pip's ``nvidia-nccl-cu12`` and the environment's own, keep separate
+  communicator state and hang or crash in the first collective).
+
+The launcher's PMI against the MPI build is checked on the submitting host before the job is
+submitted (:mod:`envtool.validate.pmi`): it needs ``srun`` and the MPI's ``ompi_info``, not a node.
 """
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 import shutil
 from pathlib import Path
@@ -29,6 +49,13 @@ SCRIPT = Path(__file__).with_name("preflight.sh")
 LOCK_NAMES = ("conda-lock.yml", ".envtool/conda-lock.yml")
 #: the directory of the reports inside a run directory
 DIR = "preflight"
+#: /dev/shm below this (KiB) fails the pre-flight: Docker's default of 64 MiB, on which NCCL and
+#: DataLoader workers fail (see the module docstring); preflight.sh's gate uses the same number
+SHM_MIN_KIB = 64 * 1024
+#: /dev/shm below this (KiB) is a warning: 1 GiB
+SHM_WARN_KIB = 1024 * 1024
+#: the files of an earlier run in the same run directory, removed before a new one
+STALE = ("task-*.txt", "listen-*.txt", "connected-*", "maps-*.txt", "interface.env", ".task-*", ".listen-*")
 
 
 def install(run_dir: Path) -> Path:
@@ -38,9 +65,62 @@ def install(run_dir: Path) -> Path:
     return dest
 
 
-def node_argv(script: Path, run_dir: Path, prefix: Optional[Path]) -> List[str]:
-    """``bash preflight.sh RUN_DIR PREFIX`` (``-`` without a prefix, e.g. a module): the per-node words."""
-    return ["bash", str(script), str(run_dir), str(prefix) if prefix is not None else "-"]
+def node_argv(script: Path, run_dir: Path, prefix: Optional[Path], interface: Optional[str] = None,
+              nodes: int = 1, gpu: bool = False) -> List[str]:
+    """``bash preflight.sh RUN_DIR PREFIX IFACE NODES GPU``: the per-node words.
+
+    Args:
+        script: from :func:`install`.
+        run_dir: the run directory (shared by the nodes).
+        prefix: the environment (None, e.g. a module: ``-``).
+        interface: the site file's ``batch.interface``, or None: each node takes the interface
+            of the address its hostname resolves to.
+        nodes: nodes of the job (each waits, at most 20 s, for the others' listeners).
+        gpu: list the ``libnccl`` files one process of the environment maps (GPU nodes).
+    """
+    return ["bash", str(script), str(run_dir), str(prefix) if prefix is not None else "-", interface or "-",
+            str(int(nodes)), "1" if gpu else "0"]
+
+
+def clear(run_dir: Path) -> None:
+    """Remove the pre-flight files of an earlier run in ``run_dir`` (only those preflight.sh writes)."""
+    d = Path(run_dir) / DIR
+    if d.is_dir():
+        for pattern in STALE:
+            for old in d.glob(pattern):
+                old.unlink()
+
+
+def interface_env(run_dir: Path) -> Path:
+    """The file the gate writes: ``export`` lines of the interface every node chose (sourced by the job)."""
+    return Path(run_dir) / DIR / "interface.env"
+
+
+def nccl_libraries(maps: str) -> List[str]:
+    """The distinct ``libnccl`` files a process maps, from its ``/proc/PID/maps`` text.
+
+    A file counts once however many of its segments are mapped: files are told apart by device
+    and inode (fields 4 and 5 of proc(5), https://man7.org/linux/man-pages/man5/proc_pid_maps.5.html),
+    so a symlink (``libnccl.so`` -> ``libnccl.so.2``) is one file and two copies are two.
+
+    Args:
+        maps: the text of ``/proc/self/maps`` (or of any process).
+    Returns:
+        the path of each distinct file whose name starts with ``libnccl`` and holds ``.so``, in the
+        order first mapped.
+    """
+    seen: Dict[tuple, str] = {}
+    for line in maps.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6:
+            continue
+        path = parts[5].strip()
+        if path.endswith(" (deleted)"):
+            path = path[: -len(" (deleted)")]
+        name = path.rsplit("/", 1)[-1]
+        if name.startswith("libnccl") and ".so" in name:
+            seen.setdefault((parts[3], parts[4]), path)
+    return list(seen.values())
 
 
 def gate_argv(script: Path, run_dir: Path, nodes: int, lock: Optional[str] = None) -> List[str]:
@@ -87,7 +167,8 @@ def _loopback(addr: str) -> bool:
 
 
 def judge(records: List[Dict[str, str]], nodes: int, prefix: Optional[Path],
-          local_lock: Optional[str] = None) -> List[str]:
+          local_lock: Optional[str] = None, site_path: Optional[str] = None,
+          run_dir: Optional[Path] = None, warnings: Optional[List[str]] = None) -> List[str]:
     """Problems (one line each: node(s), cause, a quoted fix line), or [] when the pre-flight passed.
 
     Args:
@@ -95,8 +176,14 @@ def judge(records: List[Dict[str, str]], nodes: int, prefix: Optional[Path],
         nodes: nodes of the job.
         prefix: the environment's prefix (None for a module: the prefix checks are skipped).
         local_lock: :func:`lock_sha256` on the submitting host, or None.
+        site_path: the site file (named in the interface's fix), or None.
+        run_dir: the run directory (the ``maps-*.txt`` of GPU nodes are read from it), or None.
+        warnings: a list that gets what is not a failure (``/dev/shm`` below 1 GiB, no tool to
+            test reachability with), or None.
     """
     problems: List[str] = []
+    if warnings is None:
+        warnings = []
     q = shlex.quote
     if len(records) < nodes:
         nodelist = records[0].get("nodelist", "?") if records else "the job"
@@ -111,6 +198,14 @@ def judge(records: List[Dict[str, str]], nodes: int, prefix: Optional[Path],
             problems.append(f"pre-flight: {_names(missing)}: the prefix {prefix} does not exist there ({where}); "
                             f"fix: put the environment on a file system every node mounts, e.g. {fix}, and "
                             f"validate that prefix")
+        for r in records:
+            so, _, why = r.get("lib_bad", "").partition("|")
+            if so:
+                problems.append(f"pre-flight: {r.get('host', '?')}: {so} cannot be loaded there "
+                                f"({why or 'ldd failed'}): "
+                                f"the ranks on that node would die importing it; fix: compare the node with "
+                                f"another one: {shlex.join(['ldd', so])} on {r.get('host', '?')}, and restore "
+                                f"the library (a mount or a package missing on that node)")
         nopy = [r for r in records if r.get("prefix") == "present" and r.get("python") == "missing"]
         if nopy:
             problems.append(f"pre-flight: {_names(nopy)}: {prefix} has no bin/python there (a partial copy?); "
@@ -152,15 +247,114 @@ def judge(records: List[Dict[str, str]], nodes: int, prefix: Optional[Path],
                             f"other nodes would be told to connect to {first} (Gloo, NCCL and torch.distributed "
                             f"hang or fail); fix: in /etc/hosts on {host} map the name to the node's network "
                             f"address instead: {q(line)}")
+    problems += _judge_interface(records, nodes, site_path, warnings)
+    problems += _judge_shm(records, warnings)
+    problems += _judge_nccl(records, prefix, run_dir)
+    return problems
+
+
+def _hostname_failed(r: Dict[str, str], nodes: int) -> bool:
+    first = r.get("first_addr", "-")
+    return first in ("", "-") or (_loopback(first) and nodes > 1)
+
+
+def _judge_interface(records: List[Dict[str, str]], nodes: int, site_path: Optional[str],
+                     warnings: List[str]) -> List[str]:
+    problems: List[str] = []
+    q = shlex.quote
+    if nodes < 2:
+        return problems
+    have = [set(r.get("ifaces", "").split()) - {"lo"} for r in records if r.get("ifaces")]
+    common = sorted(set.intersection(*have)) if have else []
+    see = shlex.join(["srun", "--mpi=none", "-N", str(nodes), "--ntasks-per-node=1", "ip", "-o", "-4", "addr",
+                      "show"])
+    by_iface: Dict[str, List[Dict[str, str]]] = {}
+    for r in records:
+        if r.get("iface_state") == "missing" and not (r.get("iface_source") == "hostname"
+                                                       and _hostname_failed(r, nodes)):
+            by_iface.setdefault(r.get("iface", "-"), []).append(r)
+    for iface, recs in by_iface.items():
+        site_said = recs[0].get("iface_source") == "site"
+        where = f" (batch.interface in {site_path or 'the site file'})" if site_said else ""
+        theirs = "; ".join(f"{r.get('host', '?')} has {r.get('ifaces', '').strip() or 'none'}" for r in recs)
+        pick = (f"set batch.interface in {q(site_path or 'the site file')} to one every node has "
+                f"({', '.join(common)})" if common else "give every node an interface of the same name")
+        if iface in ("", "-"):
+            cause = "no interface holds the address its hostname resolves to"
+        else:
+            cause = f"interface {iface}{where} does not exist there"
+        problems.append(f"pre-flight: {_names(recs)}: {cause} ({theirs}); Gloo, NCCL and Open MPI would be "
+                        f"told to use it; fix: {pick}; see each node's with {see}")
+    addr_of = {r.get("host", "?"): r.get("iface_addr", "-") for r in records}
+    for r in records:
+        host = r.get("host", "?")
+        for tok in r.get("reach", "").split():
+            peer, _, how = tok.partition(":")
+            if how.startswith("fail"):
+                addr = how.partition("@")[2] or addr_of.get(peer, "?")
+                problems.append(f"pre-flight: {host} -> {peer}: no TCP connection to {peer}'s address {addr} on "
+                                f"interface {r.get('iface', '?')} within 5 s (a route or a firewall between "
+                                f"them, or the interface is not the nodes' network); fix: on {host} check the "
+                                f"route with {shlex.join(['ip', 'route', 'get', addr])}, or set batch.interface "
+                                f"in {q(site_path or 'the site file')} to the interface of the nodes' network")
+        if r.get("reach_tool") == "-" and r.get("iface_state") == "present":
+            warnings.append(f"pre-flight: {host}: neither python3 nor the environment's python runs there: the "
+                            f"connections between nodes were not tested")
+    return problems
+
+
+def _judge_shm(records: List[Dict[str, str]], warnings: List[str]) -> List[str]:
+    problems: List[str] = []
+    fix = shlex.join(["mount", "-o", "remount,size=50%", "/dev/shm"])
+    small = [r for r in records if r.get("shm_kib", "").isdigit() and int(r["shm_kib"]) < SHM_MIN_KIB]
+    if small:
+        sizes = ", ".join(f"{r.get('host', '?')} {int(r['shm_kib']) // 1024} MiB" for r in small)
+        problems.append(f"pre-flight: {_names(small)}: /dev/shm is below {SHM_MIN_KIB // 1024} MiB ({sizes}): "
+                        f"NCCL's shared-memory transport and DataLoader workers fail there ('unhandled system "
+                        f"error', 'Bus error'); fix: as root on those nodes {fix} (in a container: "
+                        f"--shm-size or --ipc=host)")
+    low = [r for r in records if r.get("shm_kib", "").isdigit() and SHM_MIN_KIB <= int(r["shm_kib"]) < SHM_WARN_KIB]
+    if low:
+        warnings.append(f"pre-flight: {_names(low)}: /dev/shm is below {SHM_WARN_KIB // 1024 // 1024} GiB: DataLoader "
+                        f"workers with large batches may run out of it; to raise it: {fix}")
+    return problems
+
+
+def _judge_nccl(records: List[Dict[str, str]], prefix: Optional[Path], run_dir: Optional[Path]) -> List[str]:
+    problems: List[str] = []
+    for r in records:
+        maps = r.get("maps", "-")
+        if run_dir is None or not re.fullmatch(r"maps-\d+\.txt", maps):
+            continue
+        try:
+            text = (Path(run_dir) / DIR / maps).read_text(errors="replace")
+        except OSError:
+            continue
+        libs = nccl_libraries(text)
+        if len(libs) > 1:
+            pip_one = [x for x in libs if "/site-packages/nvidia/nccl/" in x]
+            python = str(Path(prefix) / "bin" / "python") if prefix is not None else "python"
+            fix = (shlex.join([python, "-m", "pip", "show", "-f", "nvidia-nccl-cu12", "nvidia-nccl-cu11"]) +
+                   " (and remove the copy that does not match the CUDA build of torch and Horovod)") if pip_one \
+                else shlex.join(["ls", "-l"] + libs)
+            problems.append(f"pre-flight: {r.get('host', '?')}: {len(libs)} libnccl files in one process of the "
+                            f"environment ({', '.join(libs)}): torch and Horovod then keep separate NCCL state "
+                            f"and hang or crash in the first collective; fix: keep one: {fix}")
     return problems
 
 
 def table(records: List[Dict[str, str]]) -> str:
-    """One line per node: host, prefix, lockfile sha256 (12 hex), address the hostname resolves to."""
-    rows = [("node", "prefix", "lock sha256", "hostname resolves to")]
+    """One line per node: host, prefix, lockfile sha256 (12 hex), address the hostname resolves to,
+    interface (and its address), the nodes it reached, the size of /dev/shm."""
+    rows = [("node", "prefix", "lock sha256", "hostname resolves to", "interface", "reaches", "/dev/shm")]
     for r in records:
         prefix = r.get("prefix", "?")
+        iface = r.get("iface", "-")
+        iface += "" if r.get("iface_state", "present") == "present" else " (missing)"
+        iface += f" {r['iface_addr']}" if r.get("iface_addr", "-") != "-" else ""
+        shm = f"{int(r['shm_kib']) // 1024} MiB" if r.get("shm_kib", "").isdigit() else "-"
         rows.append((r.get("host", "?"), "-" if prefix == "-" else prefix,
-                     (r.get("lock_sha256") or "-")[:12], r.get("first_addr", "-")))
+                     (r.get("lock_sha256") or "-")[:12], r.get("first_addr", "-"), iface,
+                     r.get("reach") or "-", shm))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows)

@@ -1,8 +1,14 @@
 #!/bin/bash
 # envtool's pre-flight, one task per node before the main step of a validation job (not sourced).
 #
-#   bash preflight.sh OUT_DIR PREFIX|-        (on every node: srun --ntasks-per-node=1)
+#   bash preflight.sh OUT_DIR PREFIX|- [IFACE|- [NODES [GPU]]]   (on every node: srun --ntasks-per-node=1)
 #   bash preflight.sh --gate OUT_DIR NODES [LOCK_SHA256]   (in the batch shell, after it)
+#
+# IFACE: the interface the controllers are told to use (the site file's batch.interface), or "-":
+# the one holding the address the node's hostname resolves to. Every node listens on its
+# interface's address (system python3, else the environment's python) and connects to every
+# other node's listener with bash's /dev/tcp (bounded by timeout(1)). GPU=1: also list the
+# libnccl files the environment's torch (and horovod.torch) map into one process.
 #
 # Runs with the node's own bash and coreutils only (the environment may be missing on this node:
 # that is one thing it finds). Writes OUT_DIR/preflight/task-<T>.txt, one "key=value" per line,
@@ -18,6 +24,7 @@ if [ "$1" = "--gate" ]; then
     out="$2/preflight"
     nodes="$3"
     want="${4:-}"
+    SHM_MIN_KIB="${SHM_MIN_KIB:-65536}"
     n=$(ls "$out"/task-*.txt 2>/dev/null | wc -l)
     [ "$n" -eq "$nodes" ] || { echo "pre-flight: $n of $nodes nodes reported" >&2; exit 1; }
     dup=$(cat "$out"/task-*.txt | sed -n 's/^host=//p' | sort | uniq -d)
@@ -30,11 +37,39 @@ if [ "$1" = "--gate" ]; then
     if [ "$nodes" -gt 1 ]; then
         bad=$(grep -l -E '^first_addr=(127\.|-$)' "$out"/task-*.txt)
         [ -z "$bad" ] || { echo "pre-flight: a hostname resolves to loopback or not at all" >&2; exit 1; }
+        bad=$(grep -l -E '^iface_state=missing$' "$out"/task-*.txt)
+        [ -z "$bad" ] || { echo "pre-flight: the interface is missing on a node" >&2; exit 1; }
+        bad=$(grep -l -E '^reach=.*:fail' "$out"/task-*.txt)
+        [ -z "$bad" ] || { echo "pre-flight: a node does not reach another on the interface" >&2; exit 1; }
     fi
+    bad=$(grep -l '^lib_bad=' "$out"/task-*.txt)
+    [ -z "$bad" ] || { echo "pre-flight: a library of the environment does not load on a node" >&2; exit 1; }
+    small=$(sed -n 's/^shm_kib=\([0-9]*\)$/\1/p' "$out"/task-*.txt | awk -v m="$SHM_MIN_KIB" '$1 < m' | head -1)
+    [ -z "$small" ] || { echo "pre-flight: /dev/shm is smaller than $SHM_MIN_KIB KiB on a node" >&2; exit 1; }
+    if [ "$(grep -h '^maps=maps-' "$out"/task-*.txt | wc -l)" -gt 0 ]; then
+        for f in "$out"/maps-*.txt; do
+            n=$(awk '$6 ~ /\/libnccl[^\/]*\.so/ {print $5}' "$f" | sort -u | wc -l)
+            [ "$n" -le 1 ] || { echo "pre-flight: more than one libnccl in one process" >&2; exit 1; }
+        done
+    fi
+    # the interface every node chose (none set by the site): exported for the main step
+    ifaces=$(cat "$out"/task-*.txt | sed -n 's/^iface=//p' | sort -u)
+    {
+        echo "# written by envtool's pre-flight (preflight.sh --gate)"
+        if grep -q '^iface_source=hostname$' "$out"/task-*.txt && [ "$(echo "$ifaces" | wc -l)" -eq 1 ] \
+                && echo "$ifaces" | grep -qxE '[A-Za-z0-9_.@-]{1,15}'; then
+            for v in HOROVOD_GLOO_IFACE GLOO_SOCKET_IFNAME NCCL_SOCKET_IFNAME OMPI_MCA_btl_tcp_if_include; do
+                echo "export $v=$ifaces  # chosen by the pre-flight: the interface of the address every node's hostname resolves to"
+            done
+        fi
+    } > "$out/interface.env"
     exit 0
 fi
 out="$1/preflight"
 prefix="$2"
+iface_want="${3:--}"
+nodes="${4:-1}"
+gpu="${5:-0}"
 task="${SLURM_PROCID:-${PMIX_RANK:-${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}}}"
 mkdir -p "$out"
 tmp="$out/.task-$task.$$"
@@ -60,6 +95,19 @@ rc=0
         else
             echo "lock_sha256=none"
         fi
+        # the shared libraries the ranks load first: torch's extension and Horovod's; ldd names a
+        # library missing or unreadable on this node ("not found", "file too short")
+        for so in "$prefix"/lib/python3*/site-packages/torch/_C.*so "$prefix"/lib/python3*/site-packages/horovod/*/mpi_lib*.so; do
+            [ -e "$so" ] || continue
+            lo="$(timeout 20 ldd "$so" 2>&1)"; lrc=$?
+            miss="$(printf '%s\n' "$lo" | awk '/=> not found/ {print $1}' | tr '\n' ' ')"
+            if [ -n "$miss" ]; then
+                echo "lib_bad=$so|not found: ${miss% }"; rc=1; break
+            elif [ $lrc -ne 0 ]; then
+                echo "lib_bad=$so|$(printf '%s\n' "$lo" | grep -m1 -E 'error|No such|too short|not a dynamic' | tr -s ' \t' ' ' | cut -c1-300)"
+                rc=1; break
+            fi
+        done
     else
         echo "prefix=missing"
         rc=1
@@ -69,6 +117,95 @@ rc=0
     echo "first_addr=${first:--}"
     echo "addrs=$(timeout 10 getent ahosts "$host" 2>/dev/null | awk '{print $1}' | sort -u | tr '\n' ' ')"
     echo "own_addrs=$(timeout 10 hostname -I 2>/dev/null)"
+    # /dev/shm: NCCL's intra-node transport and the DataLoader's workers put their buffers there
+    echo "shm_kib=$(timeout 10 df -kP /dev/shm 2>/dev/null | awk 'NR==2 {print $2}')"
+    # the interface: the site's, or the one that holds the address the hostname resolves to
+    if [ "$iface_want" != "-" ]; then
+        iface="$iface_want"; echo "iface_source=site"
+    else
+        iface="$(timeout 10 ip -o -4 addr show 2>/dev/null | awk -v a="$first" '{split($4, p, "/"); if (p[1] == a) {print $2; exit}}')"
+        echo "iface_source=hostname"
+    fi
+    echo "iface=${iface:--}"
+    echo "ifaces=$(timeout 10 ip -o -4 addr show 2>/dev/null | awk '$2 != "lo" {print $2}' | sort -u | tr '\n' ' ')"
+    iaddr=""
+    # ip(8), not /sys/class/net: sysfs shows the network namespace it was mounted in
+    if [ -n "$iface" ] && timeout 10 ip -o link show dev "$iface" >/dev/null 2>&1; then
+        echo "iface_state=present"
+        iaddr="$(timeout 10 ip -o -4 addr show dev "$iface" 2>/dev/null | awk '{split($4, p, "/"); print p[1]; exit}')"
+    else
+        echo "iface_state=missing"
+    fi
+    echo "iface_addr=${iaddr:--}"
+    # reachability: listen on this node's interface address, connect to every other node's
+    pyexe=""
+    for p in python3 "$prefix/bin/python"; do
+        if command -v "$p" >/dev/null 2>&1 && timeout 20 "$p" -c "" >/dev/null 2>&1; then pyexe="$p"; break; fi
+    done
+    listener=""
+    ltmp="$out/.listen-$task.$$"
+    if [ -n "$iaddr" ] && [ -n "$pyexe" ]; then
+        timeout 60 "$pyexe" -c '
+import os, socket, sys, time
+s = socket.socket()
+s.bind((sys.argv[1], 0))
+s.listen(64)
+s.settimeout(0.5)
+with open(sys.argv[2], "w") as f:
+    f.write("%s %s %d\n" % (sys.argv[3], sys.argv[1], s.getsockname()[1]))
+os.rename(sys.argv[2], sys.argv[4])
+end = time.monotonic() + 50
+while time.monotonic() < end:
+    try:
+        c, _ = s.accept()
+        c.close()
+    except socket.timeout:
+        pass
+' "$iaddr" "$ltmp" "$host" "$out/listen-$task.txt" 2>/dev/null &
+        listener=$!
+    else
+        echo "$host - -" > "$ltmp" && mv -f "$ltmp" "$out/listen-$task.txt"
+    fi
+    echo "reach_tool=${pyexe:--}"
+    waited=0
+    while [ "$(ls "$out"/listen-*.txt 2>/dev/null | wc -l)" -lt "$nodes" ] && [ $waited -lt 200 ]; do
+        sleep 0.1; waited=$((waited + 1))
+    done
+    reach=""
+    if [ -n "$iaddr" ] && [ -n "$pyexe" ]; then
+        for f in "$out"/listen-*.txt; do
+            [ "$f" = "$out/listen-$task.txt" ] && continue
+            read -r peer paddr pport < "$f" || continue
+            if [ "$paddr" = "-" ]; then
+                reach="$reach $peer:nolistener"
+            elif timeout 5 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$paddr" "$pport" 2>/dev/null; then
+                reach="$reach $peer:ok"
+            else
+                reach="$reach $peer:fail@$paddr"
+            fi
+        done
+    fi
+    echo "reach=${reach# }"
+    : > "$out/connected-$task"
+    waited=0
+    while [ "$(ls "$out"/connected-* 2>/dev/null | wc -l)" -lt "$nodes" ] && [ $waited -lt 200 ]; do
+        sleep 0.1; waited=$((waited + 1))
+    done
+    [ -n "$listener" ] && kill "$listener" 2>/dev/null
+    # on GPU nodes: the libnccl files one process of the environment maps
+    if [ "$gpu" = "1" ] && [ -x "$prefix/bin/python" ]; then
+        timeout 60 "$prefix/bin/python" -c '
+import sys
+import torch
+try:
+    import horovod.torch  # noqa: F401
+except ImportError:
+    pass
+torch.cuda.is_available()
+with open("/proc/self/maps") as f, open(sys.argv[1], "w") as out:
+    out.write(f.read())
+' "$out/maps-$task.txt" >/dev/null 2>&1 && echo "maps=maps-$task.txt" || echo "maps=-"
+    fi
     echo "done=yes"
 } > "$tmp"
 mv -f "$tmp" "$out/task-$task.txt"

@@ -1,6 +1,6 @@
 """Run by every rank of a validation job with the environment's own interpreter; not imported by envtool.
 
-    python rank_probe.py OUT_DIR PHASE [--method M] [--batch-size B] [--steps S]
+    python rank_probe.py OUT_DIR PHASE [--method M] [--batch-size B] [--steps S] [--import-trace yes]
 
 PHASE ``probe``: Horovod initialises (whatever controller the launcher gives it: MPI under
 srun/jsrun/mpiexec, Gloo under ``horovodrun --gloo``), an allreduce of ``rank + 1`` must average
@@ -10,15 +10,41 @@ break). PHASE ``bench-<N>``: a synthetic data-parallel training step (Horovod's 
 benchmark pattern: fixed random batch, DistributedOptimizer, warm-up, timed iterations) and the
 samples/s of this rank.
 
+Every phase times this rank's first ``import torch`` and ``import horovod.torch`` (record field
+``import``: seconds of each and their total, the prefix, and the file system type it is on). With
+``--import-trace yes`` the rank then runs one more interpreter under ``strace`` that imports the
+same modules, and counts the file system metadata calls it made under the prefix
+(:func:`count_metadata_calls`); the traced import is not the timed one (``strace`` slows every
+system call), and it runs before Horovod starts (no fork after ``MPI_Init``).
+
 Each rank writes ``OUT_DIR/PHASE/rank-<r>.json`` (host, rank, local rank, size, controller, each
 check's outcome, or the error and its traceback) and exits 1 when a check failed. The rank is
 known from the launcher's variables before Horovod starts, so a rank that cannot start Horovod
 still reports.
+
+``--controller gloo``: Horovod's Gloo controller under a launcher that does not set it up
+(``srun --mpi=none``): the rank takes its slot from ``ENVTOOL_GLOO_PLAN`` (the host plan
+``rendezvous.py`` gave Horovod's rendezvous server) by its launcher rank, checks the launcher put
+it on that node, and sets ``HOROVOD_RANK``/``SIZE``/``LOCAL_*``/``CROSS_*``/``HOSTNAME`` and
+``HOROVOD_GLOO_IFACE`` (the site's, or the interface that routes to the rendezvous address).
+``--controller torch``: ``torch.distributed`` with the gloo backend, through the c10d TCPStore
+``rendezvous.py`` serves (``ENVTOOL_TORCH_STORE``), ``GLOO_SOCKET_IFNAME`` chosen the same way.
+
+``--sweep MAX``: after the checks, an allreduce (sum) of float32 tensors of every power of two
+from 8 bytes to MAX bytes, each element a small integer that depends on rank and position, so
+the sum is exact in float32 and checked bit-exact; the mean seconds per allreduce of each size.
 """
+import ast
+import fcntl
 import json
 import os
+import re
+import shutil
 import socket
+import subprocess
+import struct
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -27,6 +53,8 @@ RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "PMI_RANK", "J
              "ALPS_APP_PE", "HOROVOD_RANK")
 LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "JSM_NAMESPACE_LOCAL_RANK",
                    "PALS_LOCAL_RANKID", "HOROVOD_LOCAL_RANK")
+#: timed repetitions of the 4-byte allreduce (``latency_us``)
+LATENCY_REPS = 20
 
 
 def _first(names):
@@ -49,6 +77,132 @@ class Squares:
         return torch.tensor([i * i])
 
 
+def iface_of(addr):
+    """The name of the interface that holds IPv4 address ``addr``, or None (SIOCGIFADDR, netdevice(7))."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for _, name in socket.if_nameindex():
+            try:
+                got = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))
+            except OSError:
+                continue
+            if socket.inet_ntoa(got[20:24]) == addr:
+                return name
+    finally:
+        probe.close()
+    return None
+
+
+def route_iface(peer):
+    """``(interface, local address)`` this host would use to reach ``peer`` (a connected UDP
+    socket sends nothing; the kernel picks the route), or ``(None, None)``."""
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            s.connect((socket.gethostbyname(peer), 9))
+            local = s.getsockname()[0]
+        finally:
+            s.close()
+    except OSError:
+        return None, None
+    return iface_of(local), local
+
+
+def choose_iface(var, peer, export=True):
+    """The interface a controller uses: ``$var`` when the site or the job sets it, else the one
+    that routes to ``peer``; returns ``(name, how it was chosen)`` and exports ``var`` (when
+    ``export``: before the controller starts)."""
+    if os.environ.get(var):
+        return os.environ[var], f"{var} from the job's environment"
+    name, _ = route_iface(peer) if peer else (None, None)
+    if name:
+        if export:
+            os.environ[var] = name
+        return name, f"route to {peer}"
+    return None, "unknown"
+
+
+def gloo_slot(rec):
+    """Set Horovod's Gloo variables for this rank from ``ENVTOOL_GLOO_PLAN`` (see the module docstring)."""
+    plan = json.loads(os.environ["ENVTOOL_GLOO_PLAN"])
+    rank = rec["launcher_rank"]
+    if rank is None or not 0 <= rank < len(plan):
+        raise RuntimeError(f"launcher rank {rank} is not in the rendezvous plan of {len(plan)} ranks")
+    slot = plan[rank]
+    node_id = os.environ.get("SLURM_NODEID")
+    if node_id is not None and int(node_id) != slot["cross_rank"]:
+        raise RuntimeError(f"the launcher put rank {rank} on node index {node_id} ({rec['host']}), the rendezvous "
+                           f"plan on {slot['hostname']} (index {slot['cross_rank']})")
+    os.environ.update(HOROVOD_RANK=str(rank), HOROVOD_SIZE=str(len(plan)), HOROVOD_LOCAL_RANK=str(slot["local_rank"]),
+                      HOROVOD_LOCAL_SIZE=str(slot["local_size"]), HOROVOD_CROSS_RANK=str(slot["cross_rank"]),
+                      HOROVOD_CROSS_SIZE=str(slot["cross_size"]), HOROVOD_HOSTNAME=slot["hostname"],
+                      HOROVOD_CONTROLLER="gloo", HOROVOD_CPU_OPERATIONS="gloo")
+    rec["iface"], rec["iface_source"] = choose_iface("HOROVOD_GLOO_IFACE",
+                                                     os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR"))
+
+
+def pattern(torch, rank, count):
+    """float32 ``count`` elements: ``(rank % 7 + 1) * (i % 251 + 1)``; summed over n ranks at most
+    7 * 251 * n, exact in float32 (24-bit significand) for n up to 9000 ranks."""
+    i = torch.arange(count, dtype=torch.int64)
+    return ((rank % 7 + 1) * (i % 251 + 1)).to(torch.float32)
+
+
+def expected_sum(torch, size, count):
+    """The exact sum of :func:`pattern` over ``size`` ranks."""
+    i = torch.arange(count, dtype=torch.int64)
+    return (sum(r % 7 + 1 for r in range(size)) * (i % 251 + 1)).to(torch.float32)
+
+
+#: Seconds of timed allreduces per size of the sweep (after the verified one and one to measure).
+SECONDS_PER_SIZE = 0.25
+#: Most timed allreduces per size.
+MAX_ITERATIONS = 20
+
+
+def sweep(torch, allreduce, barrier, rank, size, max_bytes, device=None):
+    """Allreduce every power-of-two size from 8 B to ``max_bytes``.
+
+    Per size: one allreduce checked bit-exact against :func:`expected_sum`; one timed allreduce
+    whose mean time over the ranks (whole microseconds, summed exactly, so every rank computes
+    the same count) sets how many more fit in :data:`SECONDS_PER_SIZE` (1 to
+    :data:`MAX_ITERATIONS`); those are timed together. The run time is bounded whatever the speed.
+    ``allreduce(tensor, name)`` returns the sum; ``barrier()`` syncs the ranks.
+    """
+    out = []
+    nbytes = 8
+    while nbytes <= max_bytes:
+        count = nbytes // 4
+        src = pattern(torch, rank, count)
+        want = expected_sum(torch, size, count)
+        if device is not None:
+            src, want = src.to(device), want.to(device)
+        got = allreduce(src, f"envtool.sweep.{nbytes}.check")
+        exact = bool(torch.equal(got, want))
+        bad = None if exact else int((got != want).sum())
+        barrier()
+        started = time.perf_counter()
+        allreduce(src, f"envtool.sweep.{nbytes}.probe")
+        if device is not None:
+            torch.cuda.synchronize(device)
+        one_us = float(max(1, round((time.perf_counter() - started) * 1e6)))
+        mean_us = float(allreduce(torch.tensor([one_us]), f"envtool.sweep.{nbytes}.time")[0]) / size
+        iters = int(max(1, min(MAX_ITERATIONS, SECONDS_PER_SIZE * 1e6 // mean_us)))
+        barrier()
+        started = time.perf_counter()
+        for k in range(iters):
+            allreduce(src, f"envtool.sweep.{nbytes}.{k}")
+        if device is not None:
+            torch.cuda.synchronize(device)
+        seconds = (time.perf_counter() - started) / iters
+        out.append({"bytes": nbytes, "iterations": iters, "seconds": seconds, "exact": exact,
+                    "wrong_elements": bad})
+        nbytes *= 2
+    return {"ok": all(s["exact"] for s in out), "sizes": out,
+            "error": None if all(s["exact"] for s in out) else
+            "results not bit-exact at " + ", ".join(str(s["bytes"]) + " B" for s in out if not s["exact"])}
+
+
 def dataloader_check(method):
     """Iterate a DataLoader with 2 workers under start ``method``; returns ok/method/seconds/error."""
     from torch.utils.data import DataLoader
@@ -61,15 +215,205 @@ def dataloader_check(method):
             "error": None if ok else f"wrong total {total}"}
 
 
+# System calls strace's ``%file`` class traces (those that take a file name), plus getdents64,
+# which reads a directory (Python's import system lists every directory on sys.path it searches).
+# strace(1), "-e trace=%file": https://man7.org/linux/man-pages/man1/strace.1.html
+TRACE_SET = "%file,getdents64"
+# In %file but not a lookup of a file name: getcwd writes the current directory into a buffer.
+NOT_LOOKUPS = frozenset({"getcwd"})
+
+_LINE = re.compile(r"^(?:\[pid\s+)?(?P<pid>\d+)?\]?\s*(?:(?P<name>\w+)\((?P<args>.*)"
+                   r"|<\.\.\. (?P<rname>\w+) resumed>(?P<rest>.*))$")
+_PATH_ARGS = re.compile(r'^(?:(?P<dirfd>AT_FDCWD|-?\d+)(?:<(?P<dirpath>.*?)>)?,\s*)?'
+                        r'"(?P<path>(?:[^"\\]|\\.)*)"')
+_FD_ARG = re.compile(r"^(?P<fd>\d+)<(?P<fdpath>.*?)>")
+_RESULT = re.compile(r"\)\s*=\s*(?P<ret>-?\d+|\?)(?:<.*?>)?(?:\s+(?P<errno>E[A-Z0-9]+)(?:\s.*)?)?$")
+
+
+def _unescape(text):
+    """A string as strace prints it (C escapes, octal bytes) back to the file name it stands for."""
+    try:
+        return os.fsdecode(ast.literal_eval('b"' + text + '"'))
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _under(path, roots):
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def count_metadata_calls(lines, prefix):
+    """Count the file system metadata calls under ``prefix`` in strace output.
+
+    ``lines`` is what ``strace -f -qq -y -e trace=%file,getdents64 -o FILE`` wrote (one call a
+    line, each starting with the pid; a call interrupted by another thread is split into an
+    ``<unfinished ...>`` line, which carries the arguments, and a ``<... NAME resumed>`` line,
+    which carries the result). A call counts when the file name it looks up (made absolute
+    against the directory descriptor that ``-y`` prints), or the directory that a getdents64
+    reads, is ``prefix`` or below it; names are compared as
+    written (``prefix`` given both as written and resolved counts both). Calls that failed
+    (``ENOENT`` of a search along sys.path, the dominant cost on a parallel file system) count
+    too and are also counted apart. A stat of an open descriptor (``newfstatat(fd, "",
+    AT_EMPTY_PATH)``, glibc's fstat) looks up no name and is counted apart as ``fd_stat``. A
+    relative name with no directory that ``-y`` can print (``readlink("x")``: the process's
+    current directory, which strace does not show and a process can change) cannot be placed
+    and is counted apart as ``unplaced`` (the import system looks up absolute names).
+
+    Args:
+        lines: iterable of str (the trace file's lines).
+        prefix: str, or a list of str (several spellings of the same directory).
+    Returns:
+        ``{"calls": int, "failed": int, "fd_stat": int, "unplaced": int, "by_syscall": {name: int}}``.
+    Source of the line format: strace(1), options -f, -y, -o
+    (https://man7.org/linux/man-pages/man1/strace.1.html).
+    """
+    roots = [os.path.normpath(p) for p in ([prefix] if isinstance(prefix, str) else prefix)]
+    calls = failed = fd_stat = unplaced = 0
+    by_syscall = {}
+    pending = {}  # pid -> counted call waiting for its result
+    for raw in lines:
+        line = raw.rstrip("\n")
+        m = _LINE.match(line)
+        if not m:
+            continue
+        pid = m.group("pid")
+        if m.group("rname"):
+            if pending.pop(pid, None):
+                r = _RESULT.search(m.group("rest"))
+                if r and r.group("ret") == "-1":
+                    failed += 1
+            continue
+        name, args = m.group("name"), m.group("args")
+        if name in NOT_LOOKUPS:
+            continue
+        path = None
+        if name.startswith("getdents"):
+            f = _FD_ARG.match(args)
+            path = _unescape(f.group("fdpath")) if f else None
+        else:
+            a = _PATH_ARGS.match(args)
+            if a:
+                path = _unescape(a.group("path"))
+                base = a.group("dirpath")
+                if path == "" and base is not None:
+                    if _under(os.path.normpath(_unescape(base)), roots):
+                        fd_stat += 1
+                    continue
+                if not path.startswith("/"):
+                    if base is None:
+                        unplaced += 1
+                        continue
+                    path = os.path.join(_unescape(base), path)
+        if path is None or not _under(os.path.normpath(path), roots):
+            continue
+        calls += 1
+        by_syscall[name] = by_syscall.get(name, 0) + 1
+        if line.endswith("<unfinished ...>"):
+            pending[pid] = True
+            continue
+        r = _RESULT.search(args)
+        if r and r.group("ret") == "-1":
+            failed += 1
+    return {"calls": calls, "failed": failed, "fd_stat": fd_stat, "unplaced": unplaced, "by_syscall": by_syscall}
+
+
+def mount_of(path, mountinfo_lines):
+    """The mount point and file system type holding ``path`` (the longest mount point above it).
+
+    Args:
+        path: an absolute path (resolved by the caller).
+        mountinfo_lines: the lines of ``/proc/self/mountinfo`` (proc(5): field 5 is the mount
+            point with spaces as ``\\040``, the type follows the ``-`` separator;
+            https://man7.org/linux/man-pages/man5/proc_pid_mountinfo.5.html).
+    Returns:
+        ``(mount_point, fs_type)``, or ``(None, None)`` when no line parses.
+    """
+    best = (None, None)
+    for line in mountinfo_lines:
+        parts = line.split()
+        if len(parts) < 7 or "-" not in parts[6:]:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda g: chr(int(g.group(1), 8)), parts[4])
+        fstype = parts[parts.index("-", 6) + 1] if len(parts) > parts.index("-", 6) + 1 else None
+        if _under(path, [point]) and (best[0] is None or len(point) >= len(best[0])):
+            best = (point, fstype)
+    return best
+
+
+def trace_import(modules, prefixes, timeout=600):
+    """Import ``modules`` in a new interpreter (this one) under strace and count its metadata
+    calls under ``prefixes`` (:func:`count_metadata_calls`); the trace is written to node-local
+    ``$TMPDIR`` and removed. Returns the counts plus ``seconds`` (traced, slower than untraced),
+    or ``{"error": why}`` (no strace on this node, ptrace not permitted, the import failed)."""
+    strace = shutil.which("strace") or next((p for p in ("/usr/bin/strace", "/bin/strace")
+                                             if os.access(p, os.X_OK)), None)
+    if strace is None:
+        return {"error": "strace not found on %s (Debian/Ubuntu: apt-get install strace)" % socket.gethostname()}
+    fd, out = tempfile.mkstemp(prefix="envtool-import-trace-", suffix=".txt")
+    os.close(fd)
+    try:
+        started = time.monotonic()
+        code = "import " + ", ".join(modules)
+        try:
+            proc = subprocess.run([strace, "-f", "-qq", "-y", "-e", "trace=" + TRACE_SET, "-e", "signal=none",
+                                   "-o", out, sys.executable, "-c", code], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"error": "the traced import did not finish within %d s" % timeout}
+        except OSError as exc:
+            return {"error": "cannot run %s on %s: %s" % (strace, socket.gethostname(), exc)}
+        seconds = time.monotonic() - started
+        if proc.returncode != 0:
+            err = proc.stderr.decode(errors="replace").strip().splitlines()
+            return {"error": "strace %s exited %d: %s" % (code, proc.returncode, (err or ["?"])[-1][:300])}
+        with open(out, errors="replace") as f:
+            counts = count_metadata_calls(f, prefixes)
+        counts["traced_seconds"] = round(seconds, 3)
+        return counts
+    finally:
+        os.unlink(out)
+
+
+def time_imports():
+    """Import torch, then horovod.torch, in this process; seconds of each (wall clock) and the
+    prefix (``sys.prefix``) with its mount point and file system type."""
+    started = time.monotonic()
+    import torch  # noqa: F401
+    t_torch = time.monotonic() - started
+    import horovod.torch  # noqa: F401
+    total = time.monotonic() - started
+    prefix = sys.prefix
+    try:
+        with open("/proc/self/mountinfo") as f:
+            point, fstype = mount_of(os.path.realpath(prefix), f.readlines())
+    except OSError:
+        point, fstype = None, None
+    return {"seconds": {"torch": round(t_torch, 4), "horovod.torch": round(total - t_torch, 4),
+                        "total": round(total, 4)},
+            "prefix": prefix, "mount": point, "fs_type": fstype}
+
+
 def allreduce_check(hvd, torch, device=None):
-    """Average ``rank + 1`` over all ranks (on ``device``); must be ``(size + 1) / 2``."""
+    """Average ``rank + 1`` over all ranks (on ``device``); must be ``(size + 1) / 2``. When it is,
+    ``latency_us`` is the mean time of one such 4-byte (one float32) allreduce, in microseconds."""
     t = torch.tensor([float(hvd.rank() + 1)])
     if device is not None:
         t = t.to(device)
     got = float(hvd.allreduce(t, name=f"envtool.probe.{device or 'cpu'}")[0])
     expected = (hvd.size() + 1) / 2.0
     ok = abs(got - expected) < 1e-6
-    return {"ok": ok, "value": got, "expected": expected, "error": None if ok else f"got {got}, expected {expected}"}
+    out = {"ok": ok, "value": got, "expected": expected, "error": None if ok else f"got {got}, expected {expected}"}
+    if ok:
+        # latency of the same 4-byte allreduce: mean over LATENCY_REPS after one warm-up (each a
+        # new name, so Horovod's response cache is not what is timed)
+        hvd.allreduce(t, name=f"envtool.probe.{device or 'cpu'}.warm")
+        started = time.perf_counter()
+        for i in range(LATENCY_REPS):
+            hvd.allreduce(t, name=f"envtool.probe.{device or 'cpu'}.lat{i}")
+        if device is not None:
+            torch.cuda.synchronize()
+        out["latency_us"] = round((time.perf_counter() - started) / LATENCY_REPS * 1e6, 3)
+    return out
 
 
 def benchmark(hvd, torch, batch_size, steps):
@@ -114,42 +458,124 @@ def benchmark(hvd, torch, batch_size, steps):
             "samples_per_sec": batch_size * steps / seconds, "device": str(device or "cpu")}
 
 
+def _say(phase, what):
+    """One progress line (srun labels it with the task number): a hang names the last one."""
+    print("envtool-probe %s on %s: %s" % (phase, socket.gethostname(), what), flush=True)
+
+
+def torch_probe(rec, method, sweep_max):
+    """``torch.distributed`` (gloo backend) through the job's c10d store: the allreduce check, the
+    DataLoader, and the sweep (see the module docstring)."""
+    import datetime
+
+    with warnings.catch_warnings(record=True) as caught:
+        import torch
+        import torch.distributed as dist
+    rec["import_warnings"] = ["%s: %s" % (w.category.__name__, w.message) for w in caught]
+    addr, port = os.environ["ENVTOOL_TORCH_STORE"].rsplit(":", 1)
+    rank, size = rec["launcher_rank"], int(os.environ.get("SLURM_NTASKS") or os.environ["ENVTOOL_TORCH_SIZE"])
+    rec["iface"], rec["iface_source"] = choose_iface("GLOO_SOCKET_IFNAME", addr)
+    timeout = datetime.timedelta(seconds=float(os.environ.get("ENVTOOL_RENDEZVOUS_TIMEOUT", "300")))
+    store = dist.TCPStore(addr, int(port), size, False, timeout)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=timeout)
+    rec.update(rank=dist.get_rank(), size=dist.get_world_size(), local_rank=rec["launcher_local_rank"],
+               controller="torch", backend=dist.get_backend())
+
+    def allreduce(t, name):
+        out = t.clone()  # all_reduce works in place; the copy is timed with it
+        dist.all_reduce(out)
+        return out
+
+    try:
+        got = allreduce(torch.tensor([float(rank + 1)]), "check")
+        expected = (size + 1) * size / 2.0
+        ok = float(got[0]) == expected
+        rec["checks"]["allreduce_cpu"] = {"ok": ok, "value": float(got[0]) / size, "expected": (size + 1) / 2.0,
+                                          "error": None if ok else f"sum {float(got[0])}, expected {expected}"}
+        rec["checks"]["dataloader"] = dataloader_check(method)
+        if sweep_max:
+            rec["checks"]["sweep"] = sweep(torch, allreduce, dist.barrier, rank, size, sweep_max)
+    finally:
+        dist.destroy_process_group()
+
+
 def main(argv):
     """Run PHASE, write this rank's record, exit 1 when a check failed (see the module docstring)."""
     out_dir, phase = argv[1], argv[2]
-    opts = {"--method": None, "--batch-size": "32", "--steps": "20"}
+    opts = {"--method": None, "--batch-size": "32", "--steps": "20", "--import-trace": "no", "--controller": None,
+            "--sweep": "0"}
     rest = argv[3:]
     for i in range(0, len(rest) - 1, 2):
         if rest[i] in opts:
             opts[rest[i]] = rest[i + 1]
     method = opts["--method"] or os.environ.get("ENVTOOL_START_METHOD") or None
+    controller = opts["--controller"]
+    sweep_max = int(opts["--sweep"])
     rec = {"phase": phase, "host": socket.gethostname(), "pid": os.getpid(), "launcher_rank": _first(RANK_VARS),
            "launcher_local_rank": _first(LOCAL_RANK_VARS), "ok": False, "checks": {}}
     hvd = None
     try:
+        if controller == "torch":
+            torch_probe(rec, method, sweep_max)
+            rec["ok"] = all(c.get("ok") for c in rec["checks"].values())
+            return _write(rec, out_dir, phase)
+        if controller == "gloo":
+            gloo_slot(rec)
         # What importing the framework and Horovod prints is printed once per rank in every job:
         # record it (the filters decide what counts, as for a user) instead of printing it.
+        _say(phase, "importing torch and horovod.torch")
         with warnings.catch_warnings(record=True) as caught:
+            rec["import"] = time_imports()
             import torch
             import horovod.torch as hvd
         rec["import_warnings"] = ["%s: %s" % (w.category.__name__, w.message) for w in caught]
+        if opts["--import-trace"] == "yes":
+            prefixes = sorted({sys.prefix, os.path.realpath(sys.prefix)})
+            rec["import"]["metadata"] = trace_import(("torch", "horovod.torch"), prefixes)
 
+        _say(phase, "hvd.init()")
         hvd.init()
+        _say(phase, "rank %d of %d" % (hvd.rank(), hvd.size()))
         rec.update(rank=hvd.rank(), local_rank=hvd.local_rank(), size=hvd.size(),
                    controller="mpi" if hvd.mpi_enabled() else ("gloo" if hvd.gloo_enabled() else "?"))
+        if rec["controller"] == "mpi" and "iface" not in rec:
+            # Open MPI's TCP transport between nodes: the site's interface, or the route to the
+            # node srun was started from (SLURM_LAUNCH_NODE_IPADDR)
+            rec["iface"], rec["iface_source"] = choose_iface("OMPI_MCA_btl_tcp_if_include",
+                                                             os.environ.get("SLURM_LAUNCH_NODE_IPADDR"), export=False)
         if phase.startswith("probe"):
+            _say(phase, "allreduce on the CPU")
             rec["checks"]["allreduce_cpu"] = allreduce_check(hvd, torch)
+            dev = None
             if torch.cuda.is_available():
                 dev = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
                 torch.cuda.set_device(dev)
                 rec["checks"]["allreduce_gpu"] = allreduce_check(hvd, torch, dev)
+            _say(phase, "DataLoader")
             rec["checks"]["dataloader"] = dataloader_check(method)
+            if sweep_max:
+                def allreduce(t, name):
+                    return hvd.allreduce(t, name=name, op=hvd.Sum)
+
+                def barrier():
+                    hvd.allreduce(torch.zeros(1), name="envtool.sweep.barrier")
+
+                rec["checks"]["sweep"] = sweep(torch, allreduce, barrier, hvd.rank(), hvd.size(), sweep_max)
+                if dev is not None:
+                    rec["checks"]["sweep_gpu"] = sweep(torch, allreduce, barrier, hvd.rank(), hvd.size(), sweep_max,
+                                                       dev)
+                    rec["checks"]["sweep_gpu"]["nccl"] = bool(hvd.nccl_built())
         else:
             rec["checks"]["benchmark"] = benchmark(hvd, torch, int(opts["--batch-size"]), int(opts["--steps"]))
         rec["ok"] = all(c.get("ok") for c in rec["checks"].values())
     except BaseException as exc:  # report anything, including SystemExit from a library
         rec["error"] = f"{type(exc).__name__}: {exc}".strip()
         rec["traceback"] = traceback.format_exc()[-4000:]
+    return _write(rec, out_dir, phase)
+
+
+def _write(rec, out_dir, phase):
+    """Write ``rec`` to ``OUT_DIR/PHASE/rank-<r>.json``; exit 1 at once when it failed."""
     # The launcher's rank names the file: two processes that both think they are Horovod's rank 0
     # (MPI not initialised through the launcher's PMI) must not overwrite each other.
     rank = rec["launcher_rank"] if rec["launcher_rank"] is not None else rec.get("rank")

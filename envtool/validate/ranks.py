@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 PROBE_FILE = Path(__file__).with_name("rank_probe.py")
+RENDEZVOUS_FILE = Path(__file__).with_name("rendezvous.py")
 
 
 def install_probe(run_dir: Path) -> Path:
@@ -21,12 +22,22 @@ def install_probe(run_dir: Path) -> Path:
     return dest
 
 
+def install_rendezvous(run_dir: Path) -> Path:
+    """Copy ``rendezvous.py`` (the Gloo/torch.distributed rendezvous of a job) into ``run_dir``."""
+    dest = Path(run_dir) / "rendezvous.py"
+    shutil.copyfile(RENDEZVOUS_FILE, dest)
+    return dest
+
+
 def probe_argv(python: str, probe: Path, run_dir: Path, phase: str, method: Optional[str] = None,
-               batch_size: int = 32, steps: int = 20) -> List[str]:
-    """``PYTHON probe.py RUN_DIR PHASE [--method M] [--batch-size B --steps S]`` (words)."""
+               batch_size: int = 32, steps: int = 20, import_trace: bool = False) -> List[str]:
+    """``PYTHON probe.py RUN_DIR PHASE [--method M] [--batch-size B --steps S] [--import-trace yes]``
+    (words); ``import_trace``: each rank also counts its metadata calls under the prefix (strace)."""
     argv = [str(python), str(probe), str(run_dir), phase]
     if method:
         argv += ["--method", method]
+    if import_trace:
+        argv += ["--import-trace", "yes"]
     if phase.startswith("bench"):
         argv += ["--batch-size", str(batch_size), "--steps", str(steps)]
     return argv
@@ -103,8 +114,9 @@ def errors_in_output(path: Path, limit: int = 3) -> List[str]:
         low = s.lower()
         if not s or "warning" in low:
             continue
-        # the same message from every rank differs only in Open MPI's "[host:pid]" prefix
-        key = re.sub(r"^\[[^\]]*:\d+\]\s*", "", s)
+        # the same message from every rank differs only in srun's "TASK: " label and Open MPI's
+        # "[host:pid]" prefix
+        key = re.sub(r"^\[[^\]]*:\d+\]\s*", "", re.sub(r"^\d+:\s*", "", s))
         if ("error" in low or "abort" in low or "not built with" in low) and key not in seen:
             seen.add(key)
             out.append(s[:200])
@@ -113,9 +125,28 @@ def errors_in_output(path: Path, limit: int = 3) -> List[str]:
     return out
 
 
+def last_lines(text: str) -> Dict[int, str]:
+    """The last non-empty line each task printed, from output that srun labelled with the task
+    number (``--label``/``SLURM_LABELIO``: ``TASK: line``, the number right-aligned): task → line
+    (at most 200 characters)."""
+    import re
+
+    out: Dict[int, str] = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*(\d+): ?(.*)$", line)
+        # slurmstepd's own lines (a step being cancelled) are not what the rank printed
+        if m and m.group(2).strip() and not m.group(2).startswith("slurmstepd"):
+            out[int(m.group(1))] = m.group(2).strip()[:200]
+    return out
+
+
 def table(records: List[dict]) -> str:
-    """One line per rank: rank, host, local rank, controller, allreduce, DataLoader, status."""
-    rows = [("rank", "host", "local", "controller", "allreduce", "dataloader", "status")]
+    """One line per rank: rank, host, local rank, controller, interface, allreduce, DataLoader,
+    import seconds and metadata calls under the prefix (when recorded), status (the interface the
+    controller used between nodes and how it was chosen; ``-`` where the probe does not know it)."""
+    timed = any(r.get("import") for r in records)
+    rows = [("rank", "host", "local", "controller", "interface", "allreduce", "dataloader")
+            + (("import s", "metadata calls") if timed else ()) + ("status",)]
     for r in records:
         c = r.get("checks") or {}
         ar = c.get("allreduce_cpu")
@@ -128,8 +159,17 @@ def table(records: List[dict]) -> str:
         status = "ok" if r.get("ok") else ("FAILED: " + (r.get("error") or "a check failed"))[:80]
         rank = r.get("rank", r.get("launcher_rank"))
         local = r.get("local_rank", r.get("launcher_local_rank"))
+        imp = ()
+        if timed:
+            secs = ((r.get("import") or {}).get("seconds") or {}).get("total")
+            meta = (r.get("import") or {}).get("metadata") or {}
+            imp = ("-" if secs is None else f"{secs:.2f}",
+                   str(meta["calls"]) if "calls" in meta else ("no strace" if "strace not found" in
+                                                               str(meta.get("error")) else "-"))
         rows.append((str(rank if rank is not None else "?"), str(r.get("host", "?")),
-                     str(local if local is not None else "?"), str(r.get("controller", "-")), ar_s, dl_s, status))
+                     str(local if local is not None else "?"), str(r.get("controller", "-")),
+                     str(r.get("iface") or "-"), ar_s, dl_s)
+                    + imp + (status,))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row[:-1], widths)) + "  " + row[-1] for row in rows)
 
@@ -138,7 +178,7 @@ def scaling(one: List[dict], many: List[dict]) -> Dict[str, object]:
     """Samples/s per rank at 1 rank and at N ranks, and the scaling efficiency.
 
     Efficiency = (mean samples/s per rank at N) / (samples/s at 1 rank): 1.0 is perfect weak
-    scaling (each rank as fast as one alone), the number the seeds' scaling talk plots.
+    scaling (each rank as fast as one alone), the number OLCF's "Scaling Deep Learning Applications on Summit" talk (J. Yin) plots.
 
     Returns:
         ``{"points": [{"ranks", "samples_per_sec_per_rank", "samples_per_sec_total"}], "efficiency"}``
@@ -205,3 +245,116 @@ def plot(result: Dict[str, object], path: Path) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return Path(path)
+
+
+# Where ``import torch`` is slow at scale. OLCF measured it with 8 nodes x 8 ranks on Frontier:
+# 2 s from node-local NVMe, 51 s from Lustre, 3 min 56 s from NFS (olcf/olcf-user-docs,
+# software/python/sbcast_conda.rst, https://docs.olcf.ornl.gov/software/python/sbcast_conda.html).
+# 10 s is 5x the node-local time and a fifth of the Lustre one: above it, on a shared file system,
+# staging the environment to node-local storage is worth the copy.
+SLOW_IMPORT_SECONDS = 10.0
+# File system types (as /proc/self/mountinfo names them) that are shared over a network.
+NETWORK_FS_TYPES = frozenset({"nfs", "nfs4", "lustre", "gpfs", "beegfs", "ceph", "fuse.ceph-fuse", "cifs", "smb3",
+                              "fuse.sshfs", "fuse.glusterfs", "glusterfs", "panfs", "wekafs", "9p", "afs", "orangefs",
+                              "pvfs2", "fuse.s3fs", "fuse.gcsfuse", "fuse.juicefs", "dvs"})
+
+
+def percentile(values: Sequence[float], q: float) -> Optional[float]:
+    """The ``q``-th percentile (0-100) by the nearest-rank method (the smallest value with at
+    least q % of the values at or below it); None for no values. With fewer than 100 ranks the
+    99th percentile is the maximum."""
+    import math
+
+    v = sorted(values)
+    if not v:
+        return None
+    return v[max(0, math.ceil(q / 100.0 * len(v)) - 1)]
+
+
+def _stats(values: Sequence[float]) -> Optional[Dict[str, float]]:
+    if not values:
+        return None
+    return {"p50": percentile(values, 50), "p99": percentile(values, 99), "max": max(values)}
+
+
+def import_summary(records: List[dict], slow_seconds: float = SLOW_IMPORT_SECONDS) -> Optional[Dict[str, object]]:
+    """Import time and metadata calls over the ranks that recorded them (``rank_probe`` field
+    ``import``), and the staging fix when the import is slow on a shared file system.
+
+    Args:
+        records: from :func:`gather`.
+        slow_seconds: p99 import time (s) above which an import from a network file system is
+            reported with the staging fix (default :data:`SLOW_IMPORT_SECONDS`, from OLCF's
+            measurement cited there).
+    Returns:
+        None when no rank recorded an import; else ``{"ranks", "seconds": {"p50", "p99", "max"}
+        (torch and horovod.torch together, wall clock s), "torch_seconds", "metadata_calls":
+        {"p50", "p99", "max"} or None, "metadata_failed", "untraced": ["rank R on HOST: why"],
+        "prefix", "fs_types", "mounts", "slow" (bool), "slow_seconds", "fix": [command lines]}``.
+    """
+    timed = [r for r in records if ((r.get("import") or {}).get("seconds") or {}).get("total") is not None]
+    if not timed:
+        return None
+    traced = [r for r in timed if "calls" in (r["import"].get("metadata") or {})]
+    untraced = []
+    for r in timed:
+        err = (r["import"].get("metadata") or {}).get("error")
+        if err:
+            rank = r.get("rank", r.get("launcher_rank"))
+            untraced.append(f"rank {rank if rank is not None else '?'} on {r.get('host', '?')}: {err}")
+    prefixes = sorted({r["import"].get("prefix") for r in timed if r["import"].get("prefix")})
+    fs_types = sorted({r["import"].get("fs_type") for r in timed if r["import"].get("fs_type")})
+    out: Dict[str, object] = {
+        "ranks": len(timed),
+        "hosts": sorted({str(r.get("host", "?")) for r in timed}),
+        "seconds": _stats([r["import"]["seconds"]["total"] for r in timed]),
+        "torch_seconds": _stats([r["import"]["seconds"].get("torch") for r in timed
+                                 if r["import"]["seconds"].get("torch") is not None]),
+        "metadata_calls": _stats([r["import"]["metadata"]["calls"] for r in traced]),
+        "metadata_failed": _stats([r["import"]["metadata"]["failed"] for r in traced]),
+        "untraced": untraced,
+        "prefix": prefixes[0] if len(prefixes) == 1 else prefixes,
+        "fs_types": fs_types,
+        "mounts": sorted({r["import"].get("mount") for r in timed if r["import"].get("mount")}),
+        "slow_seconds": slow_seconds,
+    }
+    shared = [t for t in fs_types if t in NETWORK_FS_TYPES]
+    out["shared_fs"] = shared
+    out["slow"] = bool(shared) and out["seconds"]["p99"] > slow_seconds
+    out["fix"] = staging_fix(prefixes[0]) if out["slow"] and len(prefixes) == 1 else []
+    return out
+
+
+def staging_fix(prefix: str) -> List[str]:
+    """The commands (shell-quoted) that pack the environment at ``prefix`` into one file and run
+    the job with it staged to node-local storage (``envtool pack``, ``--stage``: issue 25)."""
+    import shlex
+
+    name = Path(prefix).name or "env"
+    packed = f"{name}.squashfs"
+    return [shlex.join(["envtool", "pack", str(prefix), "--format", "squashfs", "-o", packed]),
+            shlex.join(["envtool", "validate", "--prefix", str(prefix), "--submit", "--stage"])]
+
+
+def format_import(summary: Dict[str, object]) -> str:
+    """Lines for the import summary: times and metadata calls (p50/p99/max), ranks whose calls
+    could not be counted, and the staging fix when the import is slow on a shared file system."""
+    s = summary["seconds"]
+    where = summary["prefix"] if isinstance(summary["prefix"], str) else ", ".join(summary["prefix"])
+    fs = ", ".join(summary["fs_types"]) or "?"
+    lines = [f"import torch + horovod.torch on {summary['ranks']} rank(s) (prefix {where}, {fs}): "
+             f"p50 {s['p50']:.2f} s, p99 {s['p99']:.2f} s, max {s['max']:.2f} s"]
+    m = summary.get("metadata_calls")
+    if m:
+        f = summary.get("metadata_failed") or {}
+        lines.append(f"metadata calls under the prefix per rank: p50 {m['p50']}, p99 {m['p99']}, max {m['max']}"
+                     + (f" (failed lookups p50 {f['p50']})" if f else ""))
+    for u in summary.get("untraced") or ():
+        lines.append(f"metadata calls not counted: {u}")
+    if summary.get("slow"):
+        lines.append(f"SLOW: p99 import {s['p99']:.1f} s > {summary['slow_seconds']:g} s from a shared file system "
+                     f"({', '.join(summary['shared_fs'])}); every rank reads the environment from it. OLCF measured "
+                     f"import torch at 8x8 ranks: 2 s from node-local NVMe, 51 s from Lustre, 3 min 56 s from NFS "
+                     f"(olcf-user-docs software/python/sbcast_conda.rst). Stage it to node-local storage:")
+        lines += [f"  {c}" for c in summary.get("fix") or ()]
+    return "\n".join(lines)

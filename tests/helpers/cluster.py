@@ -321,6 +321,39 @@ class Cluster:
             left = self.queue()
         return left
 
+    def _slurmd(self, name: str) -> int:
+        for i, p in enumerate(self.procs):
+            words = [str(a) for a in p.args]
+            if any(w.endswith("slurmd") for w in words) and words[words.index("-N") + 1:][:1] == [name]:
+                return i
+        raise KeyError(f"no slurmd of {name}")
+
+    def kill_slurmd(self, name: str) -> int:
+        """SIGKILL ``name``'s slurmd (its job steps' slurmstepd live on, as on a real node); returns its PID."""
+        p = self.procs[self._slurmd(name)]
+        p.kill()
+        p.wait(timeout=20)
+        return p.pid
+
+    def restart_slurmd(self, name: str, timeout: float = 90) -> str:
+        """Start ``name``'s slurmd again with the same words (after :meth:`kill_slurmd`) and wait up
+        to ``timeout`` s until Slurm sees it respond (ReturnToService=2 brings a down node back);
+        returns its sinfo state."""
+        i = self._slurmd(name)
+        old = self.procs[i]
+        if old.poll() is None:
+            return "running"
+        self.procs[i] = subprocess.Popen(old.args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, env=dict(os.environ, **self.env), cwd=self.root)
+        deadline = time.monotonic() + timeout
+        state = ""
+        while time.monotonic() < deadline:
+            state = self.run("sinfo", "-h", "-N", "-n", name, "-o", "%T", timeout=20).stdout.strip()
+            if state and not state.endswith("*") and not state.startswith("down"):
+                return state
+            time.sleep(0.5)
+        return state
+
     def hosts_text(self) -> str:
         """The cluster's /etc/hosts (every node's name and address)."""
         lines = ["127.0.0.1\tlocalhost", f"{HEAD_ADDR}\thead"]
@@ -431,7 +464,8 @@ def _holder(owner: str, name: str, root: Path, script: str, new_session: bool) -
 
 def _node_script(name: str, hosts: Path, shared: Sequence[Path]) -> str:
     """Inside the new namespaces: hostname, loopback up, a private /tmp (tmpfs) keeping the
-    ``shared`` paths under /tmp visible at the same place, and the cluster's hosts file."""
+    ``shared`` paths under /tmp visible at the same place, a private /dev/shm, and the cluster's
+    hosts file."""
     q = shlex.quote
     lines = [f"hostname {q(name)}", "ip link set lo up"]
     if shared:
@@ -440,6 +474,10 @@ def _node_script(name: str, hosts: Path, shared: Sequence[Path]) -> str:
         for i, p in enumerate(shared):
             lines += [f"mkdir /mnt/s{i}", f"mount --bind {q(str(p))} /mnt/s{i}"]
     lines.append("mount -t tmpfs -o mode=1777,size=2g envtool-tc-tmp /tmp")
+    # a private /dev/shm too, as each real node has: Open MPI's shared-memory transport names its
+    # segments /dev/shm/vader_segment.<hostname>.<jobid>.<local rank>, and two clusters on this
+    # machine (same node names, job ids from 1) would otherwise map each other's segments
+    lines.append("mount -t tmpfs -o mode=1777,size=2g envtool-tc-shm /dev/shm")
     for i, p in enumerate(shared):
         lines += [f"mkdir -p {q(str(p))}", f"mount --move /mnt/s{i} {q(str(p))}"]
     if shared:

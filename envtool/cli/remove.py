@@ -1,0 +1,41 @@
+"""``envtool remove PREFIX``: delete an environment envtool made (all or nothing)."""
+from __future__ import annotations
+
+from envtool.cli.common import add_json, path_arg, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("remove", help="delete an environment envtool made (refuses anything else)",
+                       description="Delete the environment at PREFIX, only if its own .envtool/create.json shows "
+                                   "that envtool made it there. Anything else (a directory envtool did not make, a "
+                                   "symbolic link, the current or home directory, a cache, a published module: "
+                                   "use 'envtool retire') is refused with exit 2 and nothing touched. The prefix is "
+                                   "renamed aside first, then deleted, so an interruption leaves all or nothing.")
+    p.add_argument("prefix", type=path_arg, metavar="PREFIX", help="the environment to delete")
+    p.add_argument("--dry-run", action="store_true", help="check and show what would be deleted; change nothing")
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import sys
+
+    from envtool.core.sizes import human
+    from envtool.steps.lifecycle import remove_environment
+
+    def say(line: str) -> None:
+        if not (args.quiet or args.json):
+            print(line, file=sys.stderr)
+
+    result = remove_environment(args.prefix, dry_run=args.dry_run, say=say)
+    if args.json:
+        print_json(result)
+        return 0
+    for p in result["swept"]:
+        say(f"removed {p}, left by an envtool process that no longer runs")
+    if result["dry_run"]:
+        print(f"would remove {result['prefix']} (spec {result['spec'] or '?'}, {human(result['size'])}); "
+              "nothing was changed")
+    else:
+        print(f"removed {result['prefix']} (spec {result['spec'] or '?'}, {human(result['size'])} freed)")
+    return 0

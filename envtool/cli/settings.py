@@ -1,0 +1,203 @@
+"""envtool's configuration: files for defaults, environment variables on top.
+
+Every setting is one of the ``ENVTOOL_*`` environment variables (:data:`SETTINGS`). Its value
+comes from, first to last:
+
+1. the environment variable itself, when it is set (and not empty);
+2. the user's file ``$XDG_CONFIG_HOME/envtool/config.yaml`` (else ``~/.config/envtool/config.yaml``;
+   XDG Base Directory Specification, https://specifications.freedesktop.org/basedir-spec/latest/);
+3. the site-wide file ``/etc/envtool/config.yaml`` for administrators (``$ENVTOOL_SYSTEM_CONFIG``
+   names another path, for tests and unusual installs);
+4. envtool's built-in default.
+
+A file is a YAML mapping of setting names (lower case, without ``ENVTOOL_``) to values::
+
+    cache_dir: /scratch/me/envtool-cache
+    spec_path: [~/my-specs, /sw/site-specs]     # a list, or one string with ':' between entries
+    installer: uv
+    lock_timeout: 600
+
+:func:`apply` runs before every command: each value from a file is checked as the variable would
+be (:func:`envtool.cli.common.check_environment`) and then exported as that variable, so every
+part of envtool (and the processes it starts) sees one value. ``envtool info`` shows each
+effective value and where it came from (:func:`effective`).
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import stat
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+#: setting -> (environment variable, kind, meaning). Kinds: ``path`` (one directory), ``paths``
+#: (directories, a list or ``:``-separated), ``words`` (a list or a space/comma-separated string),
+#: ``text``, ``seconds`` (a number > 0).
+SETTINGS: Dict[str, Tuple[str, str, str]] = {
+    "cache_dir": ("ENVTOOL_CACHE_DIR", "path", "envtool's own cache (default $XDG_CACHE_HOME/envtool, else ~/.cache/envtool)"),
+    "cache_path": ("ENVTOOL_CACHE_PATH", "paths", "read-only site caches of built Horovod wheels"),
+    "spec_path": ("ENVTOOL_SPEC_PATH", "paths", "directories of more specs (searched before the bundled ones)"),
+    "site_path": ("ENVTOOL_SITE_PATH", "paths", "directories of more site files"),
+    "lock_path": ("ENVTOOL_LOCK_PATH", "paths", "directories of lockfiles"),
+    "site": ("ENVTOOL_SITE", "text", "the site of this machine (default: detected from the site files)"),
+    "installer": ("ENVTOOL_INSTALLER", "text", "what installs pip packages: uv (default) or pip"),
+    "start_method": ("ENVTOOL_START_METHOD", "text", "DataLoader start method validate tests (fork, spawn, forkserver)"),
+    "default_channels": ("ENVTOOL_DEFAULT_CHANNELS", "words", "conda channels for 'defaults' (a mirror)"),
+    "public_index": ("ENVTOOL_PUBLIC_INDEX", "text", "the public package index URL (default https://pypi.org/simple)"),
+    "lock_timeout": ("ENVTOOL_LOCK_TIMEOUT", "seconds", "seconds a create waits for another's prefix lock (default 300)"),
+}
+
+#: Where each setting's value came from after :func:`apply`: setting -> description.
+_origins: Dict[str, str] = {}
+#: The files looked at by :func:`apply`: ``(path, "read"|"absent")``.
+_files: List[Tuple[str, str]] = []
+
+
+def system_file() -> Path:
+    """The site-wide configuration file: ``$ENVTOOL_SYSTEM_CONFIG``, else ``/etc/envtool/config.yaml``."""
+    return Path(os.environ.get("ENVTOOL_SYSTEM_CONFIG") or "/etc/envtool/config.yaml")
+
+
+def user_file() -> Path:
+    """The user's configuration file: ``$XDG_CONFIG_HOME/envtool/config.yaml``, else ``~/.config/envtool/config.yaml``."""
+    base = os.environ.get("XDG_CONFIG_HOME") or ""
+    if not os.path.isabs(base):  # the XDG specification: a relative value is invalid and ignored
+        base = os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "envtool" / "config.yaml"
+
+
+def _as_variable(path: Path, key: str, value, kind: str) -> str:
+    """A file's value as the environment variable's text (UsageError naming the file and key)."""
+    from envtool.core.errors import UsageError, echo
+
+    def bad(expected: str):
+        return UsageError(f"{path}: {key}: expected {expected}, got {echo(repr(value), 120)}")
+
+    if kind in ("paths", "words"):
+        items = value if isinstance(value, list) else [value]
+        if not all(isinstance(i, str) and i for i in items):
+            raise bad("a string or a list of strings" if kind == "words" else "a directory or a list of directories")
+        if kind == "words":
+            return " ".join(items)
+        return os.pathsep.join(os.path.expanduser(i) for j in items for i in j.split(os.pathsep) if i)
+    if kind == "seconds":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value != value \
+                or value == float("inf"):
+            raise bad("a number of seconds greater than 0")
+        return str(value)
+    if not isinstance(value, str) or not value:
+        raise bad("a directory" if kind == "path" else "a non-empty string")
+    return os.path.expanduser(value) if kind == "path" else value
+
+
+def _check_file(path: Path) -> None:
+    """Refuse a configuration file another user could have written (exit 2): a file or directory
+    writable by others, or owned by someone other than the caller or root."""
+    from envtool.core.errors import UsageError
+
+    for p in (path, path.parent):
+        st = os.stat(p)
+        if st.st_uid not in (0, os.geteuid()):
+            raise UsageError(f"{path}: the configuration file (or its directory {p}) belongs to another user "
+                             f"(uid {st.st_uid}); envtool reads only yours or root's")
+        if st.st_mode & stat.S_IWOTH and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
+            raise UsageError(f"{path}: {p} is writable by every user, so anyone could change envtool's "
+                             "settings; envtool will not read it (chmod o-w)")
+
+
+def read_file(path: Path) -> Dict[str, str]:
+    """One configuration file as ``{VARIABLE: text}``, checked.
+
+    Args:
+        path: the file (must exist).
+    Returns:
+        the variables it sets.
+    Raises:
+        UsageError: not a mapping, an unknown setting (with the closest names), a wrong type, a
+            value the variable would not accept, or a file others can write (exit 2, naming the
+            file and the setting).
+        SpecError: not YAML, or too large or deep (exit 2, naming the file and line).
+    """
+    from envtool.core.errors import UsageError, echo
+    from envtool.cli.common import check_environment
+    from envtool.spec.yamlload import load_yaml
+
+    from envtool.core.errors import SpecError
+
+    _check_file(path)
+    try:
+        data = load_yaml(path)
+    except SpecError as exc:
+        if exc.field == "(top level)":
+            raise UsageError(f"{path}: expected a mapping of settings ({', '.join(SETTINGS)})") from None
+        raise
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a mapping of settings ({', '.join(SETTINGS)}), got {type(data).__name__}")
+    out: Dict[str, str] = {}
+    for key, value in data.items():
+        if key not in SETTINGS:
+            close = difflib.get_close_matches(str(key).lower().removeprefix("envtool_"), list(SETTINGS), n=1)
+            raise UsageError(f"{path}: {echo(str(key), 80)}: not a setting"
+                             + (f" (did you mean {close[0]}?)" if close else "")
+                             + f"; expected one of {', '.join(SETTINGS)}")
+        var, kind, _ = SETTINGS[key]
+        out[var] = _as_variable(path, str(key), value, kind)
+        try:
+            check_environment({var: out[var]})
+        except UsageError as exc:
+            raise UsageError(f"{path}: {key}: {str(exc).removeprefix('$' + var + ': ')}") from None
+    return out
+
+
+def apply() -> None:
+    """Export the settings of the configuration files that the environment does not set
+    (see the module docstring for the order); remembers where each value came from.
+
+    Raises:
+        UsageError, SpecError: a bad configuration file (exit 2, naming it and the setting).
+    """
+    _origins.clear()
+    _files.clear()
+    layers: List[Tuple[str, Dict[str, str]]] = []
+    for path in (user_file(), system_file()):
+        if path.is_file():
+            layers.append((str(path), read_file(path)))
+            _files.append((str(path), "read"))
+        elif os.path.lexists(path):
+            from envtool.core.errors import UsageError
+
+            raise UsageError(f"{path}: expected a configuration file (YAML), got something that is not a regular file")
+        else:
+            _files.append((str(path), "absent"))
+    for key, (var, _, _) in SETTINGS.items():
+        if os.environ.get(var):
+            _origins[key] = f"environment (${var})"
+            continue
+        for where, values in layers:
+            if var in values:
+                os.environ[var] = values[var]
+                _origins[key] = where
+                break
+        else:
+            _origins[key] = "default"
+
+
+def effective() -> List[Dict[str, Optional[str]]]:
+    """Each setting with its value now and where it came from (after :func:`apply`).
+
+    Returns:
+        ``[{"setting", "variable", "value" (None: the default), "from", "meaning"}]``.
+    """
+    out = []
+    for key, (var, _, meaning) in SETTINGS.items():
+        value = os.environ.get(var) or None
+        origin = _origins.get(key) or (f"environment (${var})" if value else "default")
+        out.append({"setting": key, "variable": var, "value": value, "from": origin, "meaning": meaning})
+    return out
+
+
+def files() -> List[Tuple[str, str]]:
+    """The configuration files :func:`apply` looked at, ``(path, "read"|"absent")``, user's first."""
+    return list(_files)

@@ -1,0 +1,226 @@
+"""The life cycle of the environments envtool made: find them (``envtool list``) and remove one
+(``envtool remove``).
+
+What counts as "made by envtool" is the environment's own record, ``PREFIX/.envtool/create.json``
+(written by :mod:`envtool.steps.create` as the last step before the environment is moved into
+place), whose ``prefix`` names the very directory. The user's registry
+(:mod:`envtool.core.registry`) only says where to look; environments from before the registry
+existed are found under ``./envs/`` (the default prefix) too.
+
+Removal is all or nothing: the prefix is first renamed aside, beside itself
+(``.NAME.envtool-old-PID``, one ``rename(2)`` on the same filesystem), so from that instant the
+environment is gone; then the aside copy is deleted. If that deletion is interrupted, what is
+left is only the aside directory, which the next ``create``/``remove`` beside it sweeps (its PID
+no longer runs). A prefix being built or replaced by another envtool is waited for through the
+same lock file ``create`` takes (:class:`envtool.steps.transaction.PrefixLock`).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from envtool.core.errors import UsageError, echo
+
+#: The record that proves envtool made an environment.
+CREATE_RECORD = ".envtool/create.json"
+#: The marker of a published environment (see :mod:`envtool.steps.publish`).
+PUBLISH_RECORD = ".envtool/publish.json"
+#: Largest record read (bytes).
+_MAX_RECORD = 16 * 1024 * 1024
+
+
+def read_record(prefix: Path, name: str = CREATE_RECORD) -> Optional[dict]:
+    """The JSON mapping of ``prefix/name``, or None when it is missing, not a regular file,
+    oversized or not a JSON object."""
+    path = Path(prefix) / name
+    try:
+        if os.path.islink(path) or not path.is_file():
+            return None
+        with open(path, "rb") as fh:
+            raw = fh.read(_MAX_RECORD + 1)
+        if len(raw) > _MAX_RECORD:
+            return None
+        data = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _same_place(recorded: object, prefix: Path) -> bool:
+    """Whether the ``prefix`` a record names is ``prefix`` (as given or resolved)."""
+    if not isinstance(recorded, str) or not recorded:
+        return False
+    return os.path.abspath(recorded) in (os.path.abspath(prefix), os.path.realpath(prefix))
+
+
+def status_of(prefix: Path) -> Dict[str, object]:
+    """What is at ``prefix`` now, for ``envtool list``.
+
+    Returns:
+        ``{"status": ..., "spec", "created", "module"}``; ``status`` is ``ok`` (envtool's record
+        names this prefix), ``published`` (also published as a module), ``missing`` (nothing
+        there), or ``not envtool's`` (something else is there now: no record, or one that names
+        another prefix).
+    """
+    prefix = Path(prefix)
+    if not os.path.lexists(prefix):
+        return {"status": "missing"}
+    rec = read_record(prefix)
+    if rec is None or not _same_place(rec.get("prefix"), prefix) or os.path.islink(prefix):
+        return {"status": "not envtool's"}
+    pub = read_record(prefix, PUBLISH_RECORD)
+    created = rec.get("created") if isinstance(rec.get("created"), (int, float)) else None
+    spec = rec.get("spec") or (f"clone of {rec['clone_of']}" if isinstance(rec.get("clone_of"), str) else None)
+    return {"status": "published" if pub else "ok", "spec": spec, "created": created,
+            "module": pub.get("module") if pub else None}
+
+
+def list_environments(sizes: bool = True, extra_dirs: Optional[List[Path]] = None) -> List[Dict[str, object]]:
+    """The environments envtool made, as far as the registry and ``./envs/`` tell.
+
+    Args:
+        sizes: measure each present environment (:func:`envtool.core.sizes.tree_size`; bytes,
+            hard links counted once per environment).
+        extra_dirs: directories whose subdirectories are looked at too (default ``./envs``).
+    Returns:
+        one mapping per prefix: ``prefix``, ``spec``, ``created`` (epoch seconds or None),
+        ``status`` (see :func:`status_of`), ``module``, ``size`` (bytes, or None), ``registered``.
+    """
+    from envtool.core import registry
+    from envtool.core.sizes import tree_size
+
+    found: Dict[str, Dict[str, object]] = {}
+    for rec in registry.entries():
+        found[os.path.abspath(str(rec["prefix"]))] = {"spec": rec.get("spec"), "created": rec.get("created"),
+                                                      "module": rec.get("module"), "registered": True}
+    for top in extra_dirs if extra_dirs is not None else [Path.cwd() / "envs"]:
+        try:
+            children = sorted(os.scandir(top), key=lambda e: e.name)
+        except OSError:
+            continue
+        for child in children:
+            if child.name.startswith(".") or not child.is_dir(follow_symlinks=False):
+                continue
+            rec = read_record(Path(child.path))
+            if rec is not None and _same_place(rec.get("prefix"), Path(child.path)):
+                found.setdefault(os.path.abspath(child.path), {"registered": False})
+    out = []
+    for prefix, known in found.items():
+        now = status_of(Path(prefix))
+        row = {"prefix": prefix, "spec": now.get("spec") or known.get("spec"),
+               "created": now.get("created") or known.get("created"), "status": now["status"],
+               "module": now.get("module") or known.get("module"), "registered": known.get("registered", False),
+               "size": None}
+        if sizes and now["status"] in ("ok", "published"):
+            row["size"] = tree_size(Path(prefix))
+        out.append(row)
+    return sorted(out, key=lambda r: (r["created"] if isinstance(r["created"], (int, float)) else 0, r["prefix"]))
+
+
+def check_removable(prefix: Path) -> Dict[str, object]:
+    """Refuse to remove ``prefix`` unless envtool's own record proves envtool made it there.
+
+    Args:
+        prefix: the path given (``envtool remove PREFIX``).
+    Returns:
+        the environment's ``create.json`` mapping.
+    Raises:
+        UsageError: exit 2, nothing touched, naming the path and why: missing; a symbolic link; not
+            a directory; the current or home directory or one of their ancestors; an envtool cache
+            (or inside or around one); no ``.envtool/create.json``, or one naming another prefix
+            (copied or moved: not this one); a published module (``envtool retire`` removes those).
+    """
+    from envtool.core.targets import _real, _within, protected_roots
+
+    shown = echo(str(prefix))
+    if not os.path.lexists(prefix):
+        raise UsageError(f"PREFIX {shown}: no such environment (nothing is there)")
+    if os.path.islink(prefix):
+        raise UsageError(f"PREFIX {shown} is a symbolic link (to {echo(os.readlink(prefix))}); envtool removes "
+                         "only an environment directory itself, never through a link: give the real path")
+    if not os.path.isdir(prefix):
+        raise UsageError(f"PREFIX {shown} is not a directory, so not an environment envtool made")
+    real = _real(prefix)
+    try:
+        cwd = os.path.realpath(os.getcwd())
+    except OSError:
+        cwd = None
+    home = _real("~")
+    why = None
+    if cwd and _within(cwd, real):
+        why = "the current directory" if cwd == real else f"an ancestor of the current directory {cwd}"
+    elif home and home != "/" and _within(home, real):
+        why = "your home directory" if home == real else f"an ancestor of your home directory {home}"
+    else:
+        for root, what in protected_roots():
+            if _within(real, root) or _within(root, real):
+                why = f"{what} ({root}), inside it or around it"
+                break
+    if why:
+        raise UsageError(f"PREFIX {shown} is {why}; envtool removes only an environment it made, so nothing was "
+                         "touched")
+    rec = read_record(Path(prefix))
+    if rec is None:
+        raise UsageError(f"PREFIX {shown} has no readable {CREATE_RECORD}: it is not an environment envtool made "
+                         "(or its record is gone), so envtool will not delete it; nothing was touched")
+    if not _same_place(rec.get("prefix"), Path(prefix)):
+        raise UsageError(f"PREFIX {shown}: its {CREATE_RECORD} says envtool made it at {echo(str(rec.get('prefix')))}"
+                         ", not here (copied or moved), so envtool will not delete it; nothing was touched")
+    pub = read_record(Path(prefix), PUBLISH_RECORD)
+    if pub is not None:
+        module = pub.get("module") or "?"
+        raise UsageError(f"PREFIX {shown} is the published module {echo(str(module))} (its modulefile would point "
+                         f"at nothing): remove it with 'envtool retire {module} --root ROOT'; nothing was touched")
+    return rec
+
+
+def remove_environment(prefix: Path, dry_run: bool = False, say=None) -> Dict[str, object]:
+    """Remove an environment envtool made (see the module docstring for how).
+
+    Args:
+        prefix: the environment (as given).
+        dry_run: check and measure only; nothing is changed.
+        say: a callable taking one line for people (the lock wait, swept leftovers), or None.
+    Returns:
+        ``{"prefix", "spec", "size" (bytes), "removed" (bool), "dry_run", "swept" (paths)}``.
+    Raises:
+        UsageError: :func:`check_removable` refuses it (exit 2, nothing touched); the lock is held
+            too long; the rename fails (a condition such as permission, naming the path).
+    """
+    from envtool.core import procs, registry
+    from envtool.core.errors import condition_message
+    from envtool.core.sizes import tree_size
+    from envtool.steps.transaction import PrefixLock
+
+    prefix = Path(os.path.abspath(prefix))
+    rec = check_removable(prefix)
+    size = tree_size(prefix)
+    result = {"prefix": str(prefix), "spec": rec.get("spec"), "size": size, "removed": False,
+              "dry_run": dry_run, "swept": []}
+    if dry_run:
+        return result
+    lock = PrefixLock(prefix)
+    lock.acquire(say)
+    try:
+        rec = check_removable(prefix)  # again: another envtool may have replaced it while we waited
+        swept = procs.remove_stale(prefix.parent, f".{prefix.name}.envtool-old-")
+        result["swept"] = [str(p) for p in swept]
+        aside = prefix.parent / f".{prefix.name}.envtool-old-{os.getpid()}"
+        procs.remove_path(aside)
+        try:
+            os.rename(prefix, aside)
+        except OSError as exc:
+            raise UsageError(f"cannot remove {prefix}: " + (condition_message(exc) or exc.strerror or str(exc))
+                             + "; nothing was touched") from None
+        result["removed"] = True
+        try:
+            procs.remove_path(aside)
+        finally:  # interrupted or not, the environment is gone: the aside copy goes too
+            if os.path.lexists(aside):
+                procs.remove_path(aside)
+        registry.forget(prefix)
+    finally:
+        lock.release()
+    return result

@@ -1,0 +1,60 @@
+"""Indirect risk, rule lr-not-scaled: the learning rate is scaled by hvd.local_size().
+
+Launch: horovodrun on several nodes, op=hvd.Average (no Adasum). local_size() is the number of
+ranks on one node, so on 4 nodes the lr is a quarter of what the global batch needs.
+"""
+import argparse
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.utils.data
+
+import horovod.torch as hvd
+
+
+def build_dataset(n=2048):
+    """Synthetic two-class data (16 features)."""
+    x = torch.randn(n, 16)
+    y = (x.sum(dim=1) > 0).long()
+    return torch.utils.data.TensorDataset(x, y)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--base-lr", type=float, default=0.01)
+    parser.add_argument("--batch-size", type=int, default=64)
+    args = parser.parse_args()
+
+    hvd.init()
+    if torch.cuda.is_available():
+        torch.cuda.set_device(hvd.local_rank())
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    dataset = build_dataset()
+    sampler = torch.utils.data.distributed.DistributedSampler(dataset, num_replicas=hvd.size(), rank=hvd.rank())
+    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, sampler=sampler,
+                                         num_workers=2, multiprocessing_context="forkserver")
+
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2)).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.base_lr * hvd.local_size(), momentum=0.9)  # risk: lr-not-scaled
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        model.train()
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+        if hvd.rank() == 0:
+            torch.save({"model": model.state_dict(), "epoch": epoch}, "checkpoint.pt")
+
+
+if __name__ == "__main__":
+    main()

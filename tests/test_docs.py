@@ -1,0 +1,112 @@
+"""The documentation site: ``mkdocs build --strict`` passes (warnings are errors), and strict mode
+really catches a broken link, a missing anchor and a page left out of the nav; the generated
+command-line reference matches the parser; every ``ENVTOOL_*`` variable the package reads and
+every key the spec and site loaders accept is documented; the README's links lead to pages."""
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _mkdocs_build(root: Path, out: Path) -> subprocess.CompletedProcess:
+    """``mkdocs build --strict`` of ``root/mkdocs.yml`` into ``out`` (a real process)."""
+    pytest.importorskip("mkdocs")
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
+                           str(root / "mkdocs.yml"), "--site-dir", str(out)],
+                          cwd=root, capture_output=True, text=True, timeout=300)
+
+
+def _copy_docs(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    shutil.copytree(REPO / "docs", root / "docs")
+    shutil.copy2(REPO / "mkdocs.yml", root / "mkdocs.yml")
+    return root
+
+
+def test_docs_build_strict(tmp_path):
+    proc = _mkdocs_build(REPO, tmp_path / "site")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "site" / "index.html").is_file()
+    assert (tmp_path / "site" / "reference" / "cli" / "index.html").is_file()
+    assert "WARNING" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("change, message", [
+    ("link", "contains a link 'no-such-page.md', but the target is not found"),
+    ("anchor", "does not contain an anchor '#no-such-section'"),
+    ("orphan", "not included in the \"nav\" configuration"),
+])
+def test_strict_build_fails_on_a_broken_link_a_missing_anchor_or_a_page_outside_the_nav(tmp_path, change, message):
+    root = _copy_docs(tmp_path)
+    page = root / "docs" / "getting-started.md"
+    if change == "link":
+        page.write_text(page.read_text() + "\nSee [this](no-such-page.md).\n")
+    elif change == "anchor":
+        page.write_text(page.read_text() + "\nSee [this](concepts.md#no-such-section).\n")
+    else:
+        (root / "docs" / "forgotten.md").write_text("# Forgotten\n")
+    proc = _mkdocs_build(root, tmp_path / "site")
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+
+
+def test_committed_cli_reference_is_generated_from_the_parser():
+    proc = subprocess.run([sys.executable, "scripts/gen_cli_reference.py", "--check"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_cli_reference_names_every_command_and_option():
+    from envtool.cli.main import build_parser
+    import argparse
+
+    text = (REPO / "docs" / "reference" / "cli.md").read_text()
+    stack = [("envtool", build_parser())]
+    while stack:
+        path, parser = stack.pop()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    assert f"`{path} {name}`" in text
+                    stack.append((f"{path} {name}", sub))
+            for option in action.option_strings:
+                if option not in ("-h", "--help"):
+                    assert f"`{option}`" in text, (path, option)
+
+
+def test_every_envtool_variable_the_package_reads_is_documented():
+    names = set()
+    for f in (REPO / "envtool").rglob("*"):
+        if f.suffix in (".py", ".sh", ".lua", ".tcl", ".j2") and f.is_file():
+            names |= set(re.findall(r"(?<![A-Za-z0-9_])ENVTOOL_[A-Z0-9_]*[A-Z0-9]\b", f.read_text()))
+    assert names, "no ENVTOOL_* variable found: the pattern is wrong"
+    page = (REPO / "docs" / "reference" / "environment.md").read_text()
+    missing = sorted(n for n in names if f"`{n}`" not in page)
+    assert not missing, f"docs/reference/environment.md does not describe {missing}"
+
+
+def test_every_spec_and_site_file_key_is_documented():
+    from envtool.spec import load, sites
+
+    page = (REPO / "docs" / "reference" / "schema.md").read_text()
+    keys = {*load.TOP_KEYS, *load.SITE_KEYS, *load.HOROVOD_KEYS, *load.EXPECT_KEYS, *load.VENV_KEYS,
+            *load.CHECK_BUILD_KEYS, *load.PIN_KEYS, *load.DISTRIBUTION_KEYS, *load.STATUS_KEYS,
+            *load.PACKAGES_KEYS, *sites.SITE_FILE_KEYS, *sites.DETECT_KEYS, *sites.BATCH_KEYS, *sites.STACK_KEYS}
+    missing = sorted(k for k in keys if f"`{k}`" not in page)
+    assert not missing, f"docs/reference/schema.md does not name {missing}"
+
+
+def test_readme_links_lead_to_pages_and_keeps_the_test_command():
+    readme = (REPO / "README.md").read_text()
+    links = re.findall(r"\]\(((?!https?:)[^)#]+)(?:#[^)]*)?\)", readme)
+    assert links
+    missing = [l for l in links if not (REPO / l).is_file()]
+    assert not missing, missing
+    # .ci/run runs the README's line that ends in "# tests"
+    assert re.search(r"^bash scripts/setup\.sh --test && python3 -m pytest .*# tests$", readme, re.M)

@@ -1,0 +1,168 @@
+"""Import time on every rank (issue 25, item 3): the strace parser on captured real traces, the mount
+lookup on a real mount, the summary and its staging fix, and ``validate --import-time`` on this
+machine with the real cpu-horovod environment.
+
+The traces under tests/data/strace were written by strace 6.1 (Debian 12) with the options the
+rank probe uses (``strace -f -qq -y -e trace=%file,getdents64 -o FILE``):
+
+* ``threads-stat-listdir.txt.gz``: ``python3 -c ...`` with 4 threads, each 50 times
+  ``os.stat(P + '/dir with "quote" é')``, ``os.listdir(P)`` and ``os.stat(P + '/missing')``
+  (P = /tmp/imptime-fx/pre), then ``os.chdir(P)`` and a relative ``os.stat`` of the first name.
+  The threads interleave, so strace splits calls into ``<unfinished ...>`` and ``resumed`` lines.
+* ``import-torch-horovod.txt.gz``: ``/work/envs/cpu-horovod/bin/python -c "import torch,
+  horovod.torch"`` (a venv over pyenv's Python 3.11.7).
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_envtool
+from envtool.validate import rank_probe, ranks
+
+DATA = REPO / "tests" / "data" / "strace"
+
+
+def _lines(name):
+    with gzip.open(DATA / name, "rt", errors="replace") as f:
+        return f.readlines()
+
+
+def test_counts_calls_under_the_prefix_in_an_interleaved_trace():
+    lines = _lines("threads-stat-listdir.txt.gz")
+    assert sum("<unfinished ...>" in ln for ln in lines) > 10  # the fixture does exercise split calls
+    got = rank_probe.count_metadata_calls(lines, "/tmp/imptime-fx/pre")
+    # per thread and round: stat (1), listdir = openat + getdents64 until empty (3), stat of a missing name (1);
+    # 4 threads x 50 rounds x 5 = 1000; then chdir and one relative stat, resolved through AT_FDCWD</...>
+    assert got["calls"] == 4 * 50 * 5 + 2
+    assert got["by_syscall"] == {"newfstatat": 4 * 50 * 2 + 1, "openat": 200, "getdents64": 400, "chdir": 1}
+    assert got["failed"] == 200            # the ENOENT stats, including those whose result came on a resumed line
+    assert got["fd_stat"] == 200           # listdir's fstat of the open directory looks up no name
+    # a sibling prefix that merely starts with the same characters is not "under" it
+    assert rank_probe.count_metadata_calls(lines, "/tmp/imptime-fx/pr")["calls"] == 0
+    # a relative name without -y's directory cannot be placed (pyenv's shim runs readlink("pyenv") after a cd)
+    assert got["unplaced"] == 5
+    stripped = [ln.replace("AT_FDCWD</tmp/imptime-fx/pre>", "AT_FDCWD") for ln in lines]
+    again = rank_probe.count_metadata_calls(stripped, "/tmp/imptime-fx/pre")
+    assert again["calls"] == 1001 and again["unplaced"] == 6
+
+
+def test_counts_the_real_import_of_torch_and_horovod():
+    lines = _lines("import-torch-horovod.txt.gz")
+    env = rank_probe.count_metadata_calls(lines, "/work/envs/cpu-horovod")
+    assert env == {"calls": 12479, "failed": 613, "fd_stat": 1905, "unplaced": 0,
+                   "by_syscall": {"execve": 1, "openat": 1096, "readlink": 4, "newfstatat": 11086, "getdents64": 292}}
+    # the venv's base interpreter (its standard library) is another tree
+    base = rank_probe.count_metadata_calls(lines, "/root/.pyenv/versions/3.11.7")
+    assert base["calls"] == 2420 and base["by_syscall"]["getdents64"] == 42
+    both = rank_probe.count_metadata_calls(lines, ["/work/envs/cpu-horovod", "/root/.pyenv/versions/3.11.7"])
+    assert both["calls"] == env["calls"] + base["calls"]
+    # getcwd is in strace's %file class but looks up no name
+    assert sum(ln.split()[1].startswith("getcwd(") for ln in lines) > 0
+    assert "getcwd" not in env["by_syscall"]
+
+
+def test_unescapes_names_as_strace_prints_them():
+    assert rank_probe._unescape(r'dir with \"quote\" \303\251') == 'dir with "quote" é'
+    assert rank_probe._unescape(r"tab\there") == "tab\there"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_mount_of_names_a_real_mount_with_a_space(tmp_path):
+    point = tmp_path / "mount point"
+    point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "envtool-test", str(point)], check=True, timeout=30)
+    try:
+        (point / "lib").mkdir()
+        with open("/proc/self/mountinfo") as f:
+            info = f.readlines()
+        assert rank_probe.mount_of(str(point / "lib"), info) == (str(point), "tmpfs")
+        assert rank_probe.mount_of(str(tmp_path), info)[0] != str(point)
+    finally:
+        subprocess.run(["umount", str(point)], check=True, timeout=30)
+
+
+def _rec(rank, host, seconds, calls=None, fs_type="ext4", prefix="/shared/envs/my env", error=None):
+    meta = {"calls": calls, "failed": 1, "fd_stat": 0, "by_syscall": {}} if calls is not None else None
+    if error:
+        meta = {"error": error}
+    imp = {"seconds": {"torch": seconds * 0.9, "horovod.torch": seconds * 0.1, "total": seconds},
+           "prefix": prefix, "mount": "/shared", "fs_type": fs_type}
+    if meta:
+        imp["metadata"] = meta
+    return {"rank": rank, "host": host, "ok": True, "checks": {}, "import": imp}
+
+
+def test_summary_percentiles_over_ranks():
+    recs = [_rec(r, f"node{r // 8 + 1}", float(r + 1), calls=1000 + r) for r in range(16)]
+    s = ranks.import_summary(recs)
+    assert s["ranks"] == 16 and s["hosts"] == ["node1", "node2"]
+    assert s["seconds"] == {"p50": 8.0, "p99": 16.0, "max": 16.0}     # nearest rank: ceil(0.5*16)=8th, 16th
+    assert s["metadata_calls"] == {"p50": 1007, "p99": 1015, "max": 1015}
+    assert not s["slow"] and s["fix"] == []                           # ext4 is not a shared file system
+    assert ranks.percentile(list(range(1, 201)), 99) == 198
+    assert ranks.percentile([], 50) is None
+
+
+def test_slow_import_on_a_network_file_system_gets_the_staging_fix():
+    import shlex
+
+    recs = [_rec(r, "node1", 12.0 + r, calls=12000, fs_type="lustre") for r in range(4)]
+    recs.append(_rec(4, "node2", 3.0, fs_type="lustre", error="strace not found on node2 (...)"))
+    s = ranks.import_summary(recs)
+    assert s["slow"] and s["shared_fs"] == ["lustre"]
+    assert shlex.split(s["fix"][0]) == ["envtool", "pack", "/shared/envs/my env", "--format", "squashfs",
+                                        "-o", "my env.squashfs"]
+    assert shlex.split(s["fix"][1])[:4] == ["envtool", "validate", "--prefix", "/shared/envs/my env"]
+    text = ranks.format_import(s)
+    assert "SLOW: p99 import 15.0 s > 10 s" in text and "51 s from Lustre" in text
+    assert "metadata calls not counted: rank 4 on node2: strace not found" in text
+    # below the threshold (10 s, OLCF), or with a higher one, no fix
+    assert not ranks.import_summary(recs, slow_seconds=20)["slow"]
+    assert not ranks.import_summary([_rec(0, "n", 2.0, fs_type="nfs4")])["slow"]
+    assert ranks.import_summary([{"rank": 0, "ok": False, "error": "x"}]) is None
+
+
+def test_import_time_options_are_checked(tmp_path):
+    proc = run_envtool("validate", "--prefix", tmp_path, "--submit", "--import-time", "--site", "local",
+                       "--json", timeout=120)
+    assert proc.returncode == 2 and "always measures import time" in proc.stderr, proc.stderr
+    assert "error" in json.loads(proc.stdout)
+    proc = run_envtool("validate", "--prefix", tmp_path, "--slow-import", "0", timeout=120)
+    assert proc.returncode == 2 and "--slow-import" in proc.stderr and "greater than 0" in proc.stderr, proc.stderr
+    # no strace on PATH: said before anything runs
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    proc = run_envtool("validate", "--prefix", tmp_path, "--import-time", env={"PATH": str(bare)}, timeout=120)
+    assert proc.returncode == 2 and "strace" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow  # needs the cpu-horovod environment
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (apt-get install strace)")
+def test_validate_here_import_time_counts_real_calls(cpu_horovod_env):
+    proc = run_envtool("validate", "--prefix", cpu_horovod_env, "--import-time", "--ranks", "2", "--json",
+                       timeout=1200)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    data = json.loads(proc.stdout)
+    s = data["import_time"]
+    assert s["ranks"] == 2 and s["prefix"] == str(cpu_horovod_env) and s["untraced"] == []
+    first = data["runs"][s["controller"]]
+    for r in first:
+        imp = r["import"]
+        assert 0 < imp["seconds"]["torch"] <= imp["seconds"]["total"]
+        # importing torch and horovod.torch from the venv looks up thousands of names under it
+        assert imp["metadata"]["calls"] > 1000 and imp["metadata"]["by_syscall"]["openat"] > 100
+        assert imp["metadata"]["failed"] > 0 and imp["fs_type"]
+    assert s["metadata_calls"]["max"] == max(r["import"]["metadata"]["calls"] for r in first)
+    assert s["seconds"]["max"] == max(r["import"]["seconds"]["total"] for r in first)
+    # every run times the import; only the first counts calls
+    other = [c for c in data["runs"] if c != s["controller"]]
+    for c in other:
+        assert all("metadata" not in r["import"] and r["import"]["seconds"]["total"] > 0 for r in data["runs"][c])
