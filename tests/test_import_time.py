@@ -120,7 +120,13 @@ def test_slow_import_on_a_network_file_system_gets_the_staging_fix():
     assert s["slow"] and s["shared_fs"] == ["lustre"]
     assert shlex.split(s["fix"][0]) == ["envtool", "pack", "/shared/envs/my env", "--format", "squashfs",
                                         "-o", "my env.squashfs"]
-    assert shlex.split(s["fix"][1])[:4] == ["envtool", "validate", "--prefix", "/shared/envs/my env"]
+    assert shlex.split(s["fix"][1]) == ["envtool", "validate", "--prefix", "/shared/envs/my env", "--submit",
+                                        "--stage", "my env.squashfs"]
+    from envtool.cli.main import build_parser
+
+    for line in s["fix"]:  # both are commands envtool's own parser accepts
+        args = build_parser().parse_args(shlex.split(line)[1:])
+    assert args.stage == "my env.squashfs" and args.submit
     text = ranks.format_import(s)
     assert "SLOW: p99 import 15.0 s > 10 s" in text and "51 s from Lustre" in text
     assert "metadata calls not counted: rank 4 on node2: strace not found" in text

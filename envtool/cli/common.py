@@ -32,7 +32,7 @@ GENERATED_FILE_OPTIONS = {
     "workdir": ("--workdir", "path"), "output": ("--output", "path"), "time": ("--time", "time"),
     "plot": ("--plot", "path"), "root": ("--root", "path"), "modulefiles": ("--modulefiles", "path"),
     "modulefile_root": ("--modulefile-root", "path"), "group": ("--group", "group"), "name": ("--name", "module"),
-    "lock": ("--lock", "path"),
+    "lock": ("--lock", "path"), "stage": ("--stage", "path"),
 }
 
 

@@ -16,6 +16,9 @@ def add_target(p) -> None:
     p.add_argument("--spec", help="the spec (default: the one the environment was created from)")
     p.add_argument("--site", help="site whose scheduler and layout apply (default: the spec's, else local)")
     p.add_argument("--site-file", type=path_arg, help="a site file (wins over --site)")
+    p.add_argument("--stage", type=path_arg, metavar="FILE",
+                   help="stage this pack (envtool pack) to each node's local storage (the site file's node_local) "
+                        "at job start and run from there; removed at the end (docs/staging.md)")
     p.add_argument("--retired-ok", action="store_true",
                    help="allow a retired site (its file says 'retired'; without this flag that is exit 2)")
     p.add_argument("--platform-mismatch-ok", action="store_true",
@@ -32,6 +35,33 @@ def add_layout(p, nodes_required: bool) -> None:
     p.add_argument("--time", metavar="HH:MM:SS", help="wall-clock limit")
     p.add_argument("--account", help="project/account to charge")
     p.add_argument("--queue", help="queue, partition or QOS (default: the site file's batch.queue)")
+
+
+def resolve(args):
+    """The job's :class:`~envtool.steps.jobscript.Target`: the environment given, or with ``--stage``
+    the pack's node-local copy."""
+    from envtool.core.errors import UsageError
+    from envtool.steps import jobscript
+
+    if getattr(args, "stage", None):
+        if args.module:
+            raise UsageError("--stage FILE runs the packed environment: give --prefix (its source) or nothing, "
+                             "not --module")
+        return jobscript.resolve_staged(args.stage, args.prefix, args.spec, args.site, args.site_file,
+                                        retired_ok=getattr(args, "retired_ok", False),
+                                        platform_mismatch_ok=getattr(args, "platform_mismatch_ok", False))
+    return jobscript.resolve_target(args.prefix, args.module, args.spec, args.site, args.site_file,
+                                    retired_ok=getattr(args, "retired_ok", False),
+                                    platform_mismatch_ok=getattr(args, "platform_mismatch_ok", False))
+
+
+def stage_summary(target):
+    """``{"file", "format", "kind", "prefix", "lock_sha256", "node_local"}`` of a staged target, or None."""
+    st = target.stage
+    if st is None:
+        return None
+    return {"file": st.file, "format": st.format, "kind": st.kind, "prefix": st.prefix, "copy": st.copy,
+            "lock_sha256": st.lock_sha256, "node_local": st.node_local, "source": st.source}
 
 
 def register(sub) -> None:
@@ -68,8 +98,7 @@ def run(args) -> int:
         command = command[1:]
     if not command:
         raise UsageError("no command: end the options with -- COMMAND ...")
-    target = jobscript.resolve_target(args.prefix, args.module, args.spec, args.site, args.site_file,
-                                      retired_ok=args.retired_ok, platform_mismatch_ok=args.platform_mismatch_ok)
+    target = resolve(args)
     workdir = str(Path(args.workdir).absolute()) if args.workdir else None
     req = jobscript.build_request(target, args.nodes, [LaunchStep(tuple(command))], args.ranks_per_node,
                                   args.gpus_per_rank, args.time, args.account, args.queue, args.job_name,
@@ -94,7 +123,8 @@ def run(args) -> int:
                     "spec": target.spec.name if target.spec is not None else None,
                     "layout": {"nodes": lay.nodes, "ranks_per_node": lay.ranks_per_node, "ranks": lay.ranks,
                                "gpus_per_rank": lay.gpus_per_rank, "cpus_per_rank": lay.cpus_per_rank},
-                    "path": str(Path(args.output).absolute()) if args.output else None, "script": text})
+                    "path": str(Path(args.output).absolute()) if args.output else None,
+                    "stage": stage_summary(target), "script": text})
     elif args.output:
         if not getattr(args, "quiet", False):
             print(f"jobscript: wrote {args.output} ({target.site.scheduler or 'no scheduler'}, "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from envtool.cli.common import add_json, path_arg, print_json, seconds_arg
-from envtool.cli.jobscript import add_layout, add_target
+from envtool.cli.jobscript import add_layout, add_target, resolve, stage_summary
 
 
 def register(sub) -> None:
@@ -112,8 +112,9 @@ def run(args) -> int:
             raise UsageError("--import-time counts metadata calls with strace, which is not on PATH "
                              "(Debian/Ubuntu: apt-get install strace)")
     slow = rk.SLOW_IMPORT_SECONDS if args.slow_import is None else args.slow_import
-    target = jobscript.resolve_target(args.prefix, args.module, args.spec, args.site, args.site_file,
-                                      retired_ok=args.retired_ok, platform_mismatch_ok=args.platform_mismatch_ok)
+    if args.stage and not args.submit:
+        raise UsageError("--stage stages the environment in a batch job: add --submit")
+    target = resolve(args)
     with status:
         if args.submit:
             result = validate_job.run_job(target, args.nodes, args.ranks_per_node, args.gpus_per_rank, args.time,
@@ -131,6 +132,8 @@ def run(args) -> int:
         rk.plot(result["benchmark"], args.plot)
         result["plot"] = args.plot
     result["site"] = target.site.name
+    if target.stage is not None:
+        result["stage"] = stage_summary(target)
     result["spec"] = target.spec.name if target.spec is not None else None
     if args.json:
         print_json(result)

@@ -73,6 +73,15 @@ def launch_argv(req, layout, whole_job: bool = True) -> List[str]:
     return argv
 
 
+def per_node_argv(req) -> List[str]:
+    """``jsrun -n NODES -r1 -a1 -c1``: one resource set on each host with one task and one core
+    (``-n`` resource sets, ``-r`` of them per host, ``-a`` tasks and ``-c`` cores in each: OLCF's Summit
+    user guide, https://docs.olcf.ornl.gov/systems/summit_user_guide.html#job-launcher-jsrun). Staging's
+    per-node steps."""
+    n = str(req.layout.nodes)
+    return ["jsrun", "-n", n, "-r1", "-a1", "-c1"]
+
+
 def submit_argv(script: str) -> List[str]:
     """``bsub`` (the script goes on standard input: ``bsub < SCRIPT``)."""
     return ["bsub"]

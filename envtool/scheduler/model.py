@@ -93,6 +93,10 @@ class JobRequest:
         workdir: directory the script changes to first (absolute), or None.
         launcher: the :class:`envtool.scheduler.launcher.Launcher` to use (None: the site's).
         comments: extra comment lines for the script's header (one line each).
+        stage: the environment staged to node-local storage first
+            (:class:`envtool.scheduler.stage.Stage`), or None.
+        extra_directives: directive arguments added after the site's own (one string each,
+            split like ``batch.directives``: the site's ``node_local.directives`` when staging).
         env_notes: ``(VAR, note)``: a comment written after ``export VAR=…`` naming where the
             value comes from (one line; control characters become ``?``).
     """
@@ -112,6 +116,8 @@ class JobRequest:
     launcher: object = None
     comments: Tuple[str, ...] = field(default=())
     env_paths: Tuple[Tuple[str, str, str], ...] = ()
+    stage: object = None
+    extra_directives: Tuple[str, ...] = ()
     env_notes: Tuple[Tuple[str, str], ...] = ()
 
     @property

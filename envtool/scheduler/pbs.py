@@ -55,6 +55,14 @@ def launch_argv(req, layout, whole_job: bool = True) -> List[str]:
             f"--depth={layout.cpus_per_rank}", "--cpu-bind", "depth"]
 
 
+def per_node_argv(req) -> List[str]:
+    """``mpiexec -n NODES --ppn 1``: one process on each node (Cray PALS ``-n`` total and ``--ppn`` per
+    node, as ALCF's Polaris example job scripts write them: https://docs.alcf.anl.gov/polaris/running-jobs/).
+    Staging's per-node steps."""
+    n = str(req.layout.nodes)
+    return ["mpiexec", "-n", n, "--ppn", "1"]
+
+
 def submit_argv(script: str) -> List[str]:
     """``qsub SCRIPT``."""
     return ["qsub", script]

@@ -75,16 +75,18 @@ def quote_words(words: Iterable[str]) -> str:
     return " ".join(shlex.quote(str(w)) for w in words)
 
 
-def activation_lines(prefix: Path) -> Tuple[str, ...]:
+def activation_lines(prefix: Path, kind: Optional[str] = None) -> Tuple[str, ...]:
     """Shell lines that activate the environment at ``prefix``.
 
+    ``kind`` (``venv`` or ``conda``) says what it is where the prefix is not on this machine (a
+    copy staged to node-local storage); by default the prefix is looked at.
     A venv (``bin/activate`` without ``conda-meta``) is sourced; a conda prefix gets
     ``CONDA_PREFIX`` and ``PATH`` as ``conda activate`` sets them, then its
     ``etc/conda/activate.d/*.sh`` sourced in name order (conda/activate.py).
     """
     p = Path(prefix)
     q = shlex.quote(str(p))
-    if (p / "bin" / "activate").is_file() and not (p / "conda-meta").is_dir():
+    if kind == "venv" or (kind is None and (p / "bin" / "activate").is_file() and not (p / "conda-meta").is_dir()):
         return (f"source {shlex.quote(str(p / 'bin' / 'activate'))}",)
     return (f"export CONDA_PREFIX={q}",
             f'export PATH={shlex.quote(str(p / "bin"))}:"$PATH"',
@@ -145,7 +147,7 @@ def render(req: JobRequest, version: str = "") -> str:
     if b.account_required and not req.account and sched.NAME != "local":
         raise UsageError(f"site {site.name} charges every job to an account (batch.account_required in "
                          f"{site.path}): give --account")
-    words = list(sched.directives(req)) + [tuple(shlex.split(extra)) for extra in b.directives]
+    words = list(sched.directives(req)) + [tuple(shlex.split(extra)) for extra in b.directives + req.extra_directives]
     for d in words:
         # A directive is a comment line: a newline inside a quoted word would end it and make the
         # rest a shell line. The CLI gate (cli.common.check_generated_inputs) and the site-file
@@ -158,6 +160,9 @@ def render(req: JobRequest, version: str = "") -> str:
     if req.workdir:
         body.append(f"cd {shlex.quote(req.workdir)}")
     launch = req.launcher or launcher_mod.for_site(site)
+    from envtool.scheduler import stage as stage_mod
+
+    body.extend(stage_mod.prologue(req, sched))  # before the pre-flight: it checks the staged copy
     body.extend(_step_line(req, sched, launch, step) for step in req.steps if step.early)
     body.extend(setup_lines(req))
     body.extend(_step_line(req, sched, launch, step) for step in req.steps if not step.early)

@@ -26,6 +26,8 @@ from envtool.scheduler.model import hms, missing
 NAME = "slurm"
 DIRECTIVE = "#SBATCH"
 LAUNCHER = "srun"
+#: validation jobs start with the pre-flight (:mod:`envtool.validate.preflight`)
+PREFLIGHT = True
 #: Job states (``squeue %T``) that mean "waiting", "running", or finished.
 QUEUED = ("PENDING", "CONFIGURING", "REQUEUED", "RESV_DEL_HOLD", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED",
           "RESIZING")

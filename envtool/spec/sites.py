@@ -26,6 +26,11 @@ with ``--site-file``) holds::
         source: id                      #   where the fact comes from (an id in ``sources``)
       - hostname: "login*.summit*"      #   or this machine's host name matching a glob
     clone_prefix: "$HOME/.conda/envs/{spec}"   # where ``create --clone`` puts a clone by default
+    node_local:                         # storage on each compute node (``jobscript --stage``)
+      path: /mnt/bb/$USER               #   absolute; $NAME / ${NAME} expanded by the job's shell
+      source: id                        #   where the fact comes from (an id in ``sources``; required)
+      directives: ["-alloc_flags NVME"] #   directive arguments a job needs to get it (optional)
+      note: free text
     validation:                         # what ``validate`` measures must meet
       fabric: ib                        #   NCCL's network between nodes (see ValidateSection)
       sweep: {gloo: {2: {64MiB: [1.2, -0.25, null, GB/s]}}}   # the allreduce sweep's references
@@ -80,8 +85,12 @@ from envtool.spec.yamlload import LineDict, load_yaml
 
 SITE_FILE_KEYS = ("name", "summary", "sources", "platforms", "scheduler", "launcher", "gpus_per_node", "modules",
                   "env", "notes", "stacks", "batch", "build_caches", "build_modules", "build_cache_group", "detect",
-                  "clone_prefix", "validation", "retired")
+                  "clone_prefix", "validation", "retired", "node_local")
 RETIRED_KEYS = ("date", "source", "note")
+NODE_LOCAL_KEYS = ("path", "source", "directives", "note")
+#: a node-local path: absolute, plain path characters and ``$NAME`` / ``${NAME}`` references only
+#: (expanded by the job's shell inside double quotes: nothing else in it can be expanded or run)
+NODE_LOCAL_PATH_RE = re.compile(r"/(?:[A-Za-z0-9_.+@%,=:/-]|\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\})*")
 DETECT_KEYS = ("env", "hostname", "source")
 BATCH_KEYS = ("source", "cpus_per_node", "queue", "queue_option", "constraint", "gpu_option", "mpi",
               "account_required", "directives", "env", "module_use", "shell", "interface")
@@ -212,6 +221,27 @@ class Retirement:
 
 
 @dataclass(frozen=True)
+class NodeLocal:
+    """A site file's ``node_local`` section: storage on each compute node that a job may write,
+    where ``jobscript --stage`` puts an environment (issue 25).
+
+    Attributes:
+        path: absolute directory; may hold ``$NAME``/``${NAME}`` references (``/mnt/bb/$USER``),
+            which the job's shell expands.
+        source: id in the site file's ``sources`` that documents it (required: the path is a fact
+            about the site).
+        directives: directive arguments a job needs to get the storage (Summit's
+            ``-alloc_flags NVME``), written as they are.
+        note: free text, or None.
+    """
+
+    path: str
+    source: str
+    directives: Tuple[str, ...] = ()
+    note: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class DetectRule:
     """One rule of a site file's ``detect`` list: the site is this machine's when any rule matches.
 
@@ -299,6 +329,7 @@ class SiteFile:
         clone_prefix: the default prefix of ``create --clone`` here (``$VAR`` expanded,
             ``{spec}`` replaced by the spec name), or None.
         env_paths: search-path entries added for every stack, ``(VAR, "prepend"|"append", entry)``.
+        node_local: the node-local storage (:class:`NodeLocal`), or None when the file does not say.
         references: ``validation.references`` (:class:`Reference`), in file order, possibly empty.
         retired: a :class:`Retirement` when the system is decommissioned, else None.
         validate: the ``validation`` section's fabric and allreduce-sweep references
@@ -324,6 +355,7 @@ class SiteFile:
     detect: Tuple[DetectRule, ...] = ()
     clone_prefix: Optional[str] = None
     env_paths: Tuple[Tuple[str, str, str], ...] = ()
+    node_local: Optional[NodeLocal] = None
     references: Tuple[Reference, ...] = ()
 
     def references_for(self, nodes: int) -> Tuple[Reference, ...]:
@@ -443,7 +475,33 @@ def load_site(path: Path) -> SiteFile:
                     stacks=tuple(stacks), batch=batch, build_caches=tuple(build_caches),
                     build_modules=r.str_list("build_modules"), build_cache_group=build_cache_group, detect=detect,
                     clone_prefix=clone_prefix, env_paths=env_paths, references=_references(spath, raw),
-                    retired=retired, validate=_validate(spath, raw))
+                    retired=retired, validate=_validate(spath, raw),
+                    node_local=_node_local(spath, raw, source_ids))
+
+
+def _node_local(spath: str, raw, source_ids) -> Optional[NodeLocal]:
+    """Parse the ``node_local`` section (SpecError naming ``node_local.<field>`` on a bad value)."""
+    data = raw.get("node_local")
+    if data is None:
+        return None
+    line = raw.line_of("node_local") if isinstance(raw, LineDict) else None
+    if not isinstance(data, dict):
+        raise SpecError(spath, "node_local", "a mapping with path: DIR and source: ID", got=data, line=line)
+    r = load._Reader(spath, data, "node_local", line=line)
+    r.check_keys(NODE_LOCAL_KEYS)
+    path = r.str("path")
+    if path is None:
+        raise r.error("path", "the absolute directory of each compute node's local storage (/tmp, /mnt/bb/$USER)")
+    if not NODE_LOCAL_PATH_RE.fullmatch(path) or "/../" in path + "/":
+        raise r.error("path", "an absolute directory of letters, digits, '_', '.', '-', '/' and $NAME or ${NAME} "
+                              "references (no quotes, spaces, '..', $(...) or backquotes)", got=path)
+    source = r.str("source")
+    if source is None or source not in source_ids:
+        raise r.error("source", "the id of the entry of 'sources' that documents the path ("
+                      + (", ".join(source_ids) or "no sources yet") + ")", got=source)
+    directives = r.str_list("directives")
+    return NodeLocal(path=path.rstrip("/") or "/", source=source, directives=directives, note=r.str("note"))
+
 
 
 def _retired(spath: str, raw, sources) -> Optional[Retirement]:

@@ -38,6 +38,8 @@ class Target:
         env_paths: search-path entries added after them, ``(VAR, "prepend"|"append", entry)`` in order
             (the site's, its ``batch.env``'s, the spec's).
         launcher: the site's :class:`envtool.scheduler.launcher.Launcher`.
+        kind: ``venv`` or ``conda`` where ``prefix`` is not on this machine (a staged copy), else None.
+        stage: the :class:`envtool.scheduler.stage.Stage` that puts ``prefix`` on each node, or None.
     """
 
     site: object
@@ -50,6 +52,8 @@ class Target:
     python: str = "python"
     notes: Tuple[str, ...] = field(default=())
     env_paths: Tuple[Tuple[str, str, str], ...] = ()
+    kind: Optional[str] = None
+    stage: object = None
 
 
 def spec_of_prefix(prefix: Path) -> Optional[str]:
@@ -62,7 +66,7 @@ def spec_of_prefix(prefix: Path) -> Optional[str]:
 
 
 def resolve_target(prefix: Optional[str] = None, module: Optional[str] = None, spec: Optional[str] = None,
-                   site: Optional[str] = None, site_file: Optional[str] = None, retired_ok: bool = False,
+                   site: Optional[str] = None, site_file: Optional[str] = None, here: bool = True, retired_ok: bool = False,
                    platform_mismatch_ok: bool = False) -> Target:
     """Find the site file, the spec and what the job loads and exports.
 
@@ -72,6 +76,8 @@ def resolve_target(prefix: Optional[str] = None, module: Optional[str] = None, s
         spec: ``--spec``; default the spec recorded in the prefix.
         site: ``--site`` name; default the spec's own site, else ``local``.
         site_file: ``--site-file`` path (wins over ``site``).
+        here: the prefix must be an environment on this machine (False: a packed one's source,
+            which may be gone).
         retired_ok: ``--retired-ok``: a site whose file says ``retired`` is allowed.
         platform_mismatch_ok: ``--platform-mismatch-ok``: the environment's recorded spec may be for
             another platform than the site's nodes (its variables and start method are kept; the
@@ -91,7 +97,7 @@ def resolve_target(prefix: Optional[str] = None, module: Optional[str] = None, s
     pfx = None
     if prefix:
         pfx = Path(prefix).expanduser().absolute()
-        if not (pfx / "bin" / "python").exists():
+        if here and not (pfx / "bin" / "python").exists():
             raise UsageError(f"--prefix {prefix}: not an environment (no bin/python)")
     spec_name = spec or (spec_of_prefix(pfx) if pfx else None)
     resolved_spec = None
@@ -157,6 +163,89 @@ def resolve_target(prefix: Optional[str] = None, module: Optional[str] = None, s
                   python=str(pfx / "bin" / "python") if pfx else "python")
 
 
+def resolve_staged(stage_file: str, prefix: Optional[str] = None, spec: Optional[str] = None,
+                   site: Optional[str] = None, site_file: Optional[str] = None,
+                   token: Optional[str] = None, retired_ok: bool = False,
+                   platform_mismatch_ok: bool = False) -> Target:
+    """The :class:`Target` of a job that stages the pack ``stage_file`` (``envtool pack``) to the
+    site's node-local storage and runs from there (issue 25).
+
+    The spec and site are found as for the pack's source environment (:func:`resolve_target`);
+    the target's prefix is then the node-local copy: ``NODE_LOCAL/envtool-NAME-TOKEN`` for a tar, the
+    image's mount point (``envtool pack --dest-prefix``) for a squashfs image.
+
+    Args:
+        stage_file: the pack file (on a file system the compute nodes mount).
+        prefix: ``--prefix``: the environment the pack was made from (its lockfile must match the pack's).
+        spec, site, site_file: as :func:`resolve_target`.
+        token: the node-local directory's distinguishing part (default: random, 8 hex digits).
+        retired_ok, platform_mismatch_ok: as :func:`resolve_target`.
+    Returns:
+        the target, with ``stage`` set.
+    Raises:
+        UsageError: not a pack, a pack of another environment than ``prefix``, a squashfs image whose
+            mount point is not under the site's node-local path.
+        SpecError: the site file has no ``node_local`` (names the file and field), or its path names
+            a variable this shell does not set.
+    """
+    import dataclasses
+    import os
+    import re
+    import secrets
+
+    from envtool.scheduler.stage import Stage
+    from envtool.steps import pack as pack_mod
+    from envtool.validate import preflight as pf
+
+    file = Path(stage_file).absolute()
+    manifest = pack_mod.read_manifest(file)
+    source = Path(str(manifest.get("source_prefix") or "/"))
+    lock = str(manifest.get("lock_sha256") or "")
+    if prefix:
+        mine = pf.lock_sha256(Path(prefix).absolute())
+        if mine != lock:
+            raise UsageError(f"--stage {stage_file}: packed from an environment whose lockfile sha256 is {lock[:12]}, "
+                             f"but --prefix {prefix} has {(mine or 'none')[:12]}: pack it again "
+                             f"(envtool pack {prefix} --format {manifest['format']})")
+        source = Path(prefix).absolute()
+    target = resolve_target(str(source), None, spec, site, site_file, here=False, retired_ok=retired_ok,
+                            platform_mismatch_ok=platform_mismatch_ok)
+    sf = target.site
+    nl = getattr(sf, "node_local", None)
+    if nl is None:
+        raise SpecError(sf.path, "node_local", "the compute nodes' local storage for --stage (node_local: {path: DIR, "
+                        "source: ID})", hint=f"site {sf.name} does not say where a job may put an environment on a node")
+    unset = [v for v in re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", nl.path) if not os.environ.get(v)]
+    if unset:
+        raise SpecError(sf.path, "node_local.path", "a path whose variables are set where the job script is written",
+                        got=nl.path, hint=f"${unset[0]} is not set or empty here; the job runs as the user who writes "
+                                          f"it: set it, or give a site file with the path spelled out")
+    root = os.path.expandvars(nl.path)
+    root = root.rstrip("/") or "/"
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", source.name or "env")[:64]
+    token = token or secrets.token_hex(4)
+    fmt = manifest["format"]
+    if fmt == "tar":
+        staged = f"{root}/envtool-{name}-{token}"
+        copy = staged + ".tar"
+    else:
+        staged = os.path.normpath(str(manifest.get("dest_prefix") or ""))
+        if not staged.startswith(root.rstrip("/") + "/"):
+            raise UsageError(f"--stage {stage_file}: a squashfs image mounted at {staged or '?'}, which is not under "
+                             f"site {sf.name}'s node-local storage {root} (node_local.path in {sf.path}); pack it for "
+                             f"a mount point there: envtool pack {source} --format squashfs --dest-prefix "
+                             f"{root}/{name}")
+        copy = f"{root}/envtool-{name}-{token}.squashfs"
+    src = dict(sf.sources).get(nl.source, "")
+    stage = Stage(file=str(file), format=fmt, kind=str(manifest["kind"]), prefix=staged, copy=copy,
+                  unpack=tuple(str(w) for w in manifest.get("unpack") or ()) if fmt == "tar" else (),
+                  lock_sha256=lock, unpacked_kib=int(manifest.get("unpacked_kib") or 0), node_local=nl.path,
+                  source=f"{nl.source}: {src.split()[0] if '://' in src.split()[0] else ' '.join(src.split())[:80]}"
+                  if src.split() else nl.source)
+    return dataclasses.replace(target, prefix=Path(staged), python=f"{staged}/bin/python", kind=stage.kind,
+                               stage=stage)
+
+
 def build_request(target: Target, nodes: int, steps: Sequence[LaunchStep], ranks_per_node: Optional[int] = None,
                   gpus_per_rank: Optional[int] = None, time: Optional[str] = None, account: Optional[str] = None,
                   queue: Optional[str] = None, job_name: Optional[str] = None, output: Optional[str] = None,
@@ -195,10 +284,12 @@ def build_request(target: Target, nodes: int, steps: Sequence[LaunchStep], ranks
                         f"{target.spec.expect.dataloader_start_method!r}); ENVTOOL_START_METHOD names it")
     return JobRequest(site=site, layout=layout, steps=tuple(steps), seconds=parse_time(time) if time else None,
                       account=account, queue=queue, job_name=job_name, output=output,
-                      modules=target.modules, activation=activation_lines(target.prefix) if target.prefix else (),
+                      modules=target.modules,
+                      activation=activation_lines(target.prefix, target.kind) if target.prefix else (),
                       env=tuple(env.items()), env_paths=target.env_paths, workdir=workdir,
                       launcher=target.launcher,
-                      comments=tuple(comments), env_notes=tuple(notes.items()))
+                      comments=tuple(comments), env_notes=tuple(notes.items()), stage=target.stage,
+                      extra_directives=tuple(site.node_local.directives) if target.stage is not None else ())
 
 
 def render(req: JobRequest) -> str:

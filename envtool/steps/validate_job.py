@@ -216,6 +216,10 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     batch shell (the job's first node; why there, see that file). Each step ends with the
     allreduce sweep, judged against the site file's ``validation`` section (sweep references, fabric).
 
+    With ``target.stage`` (:func:`envtool.steps.jobscript.resolve_staged`) the job first stages the
+    pack to each node's local storage; the pre-flight then checks the staged copy on every node,
+    and its lockfile against the pack's (the source environment's).
+
     On a Slurm site the job starts with the pre-flight (:mod:`envtool.validate.preflight`): one
     task per node, before the environment is activated, and a gate that stops the script before
     the main step when a node cannot run it.
@@ -235,7 +239,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     from envtool.validate import preflight as pf
 
     sched = scheduler.get(target.site.scheduler)
-    with_preflight = hasattr(sched, "per_node_argv")
+    with_preflight = getattr(sched, "PREFLIGHT", False)
     if preflight_only and not with_preflight:
         raise UsageError(f"--preflight: the pre-flight is written for Slurm sites so far; site {target.site.name} "
                          f"({target.site.path}) uses scheduler {target.site.scheduler or 'none'}")
@@ -255,7 +259,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
         gpu = bool(target.site.gpus_per_node) and (gpus_per_rank is None or gpus_per_rank > 0)
         job_steps += [LaunchStep(tuple(pf.node_argv(pf_script, run_dir, target.prefix, iface, nodes, gpu)),
                                  per_node=True, early=True),
-                      LaunchStep(tuple(pf.gate_argv(pf_script, run_dir, nodes, pf.lock_sha256(target.prefix))),
+                      LaunchStep(tuple(pf.gate_argv(pf_script, run_dir, nodes, _lock(target))),
                                  direct=True, early=True)]
         if not iface:
             # the interface every node chose, for the main step (with its source as a comment)
@@ -344,8 +348,10 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
         pf_recs = pf.gather(run_dir)
         pf_warnings: List[str] = list(pmi_result.notes) if pmi_result else []
         pf_problems = list(pmi_result.problems) if pmi_result else []
-        pf_problems += pf.judge(pf_recs, lay.nodes, target.prefix, pf.lock_sha256(target.prefix),
+        pf_problems += pf.judge(pf_recs, lay.nodes, target.prefix, _lock(target),
                                 site_path=target.site.path, run_dir=run_dir, warnings=pf_warnings)
+        if target.stage is not None and len(pf_recs) < lay.nodes:
+            pf_problems.insert(0, _stage_failed(target.stage, run_dir / "job.out"))
         result["preflight"] = {"ok": not pf_problems, "nodes": pf_recs, "problems": pf_problems,
                                "warnings": pf_warnings, "pmi": _pmi_dict(pmi_result) if pmi_result else None}
         if pf_problems:
@@ -386,6 +392,29 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     result["problems"] = problems
     result["ok"] = not problems
     return result
+
+
+def _lock(target: Target) -> Optional[str]:
+    """The lockfile sha256 every node must see: the pack's for a staged environment (the source's
+    lock, carried in the pack), else the prefix's as this host sees it."""
+    from envtool.validate import preflight as pf
+
+    if target.stage is not None:
+        return target.stage.lock_sha256 or None
+    return pf.lock_sha256(target.prefix)
+
+
+def _stage_failed(stage, output: Path) -> str:
+    """The problem line when nodes did not get as far as the pre-flight in a staged job: what the
+    staging lines said (``envtool stage: …``, else the job output's error lines)."""
+    try:
+        text = output.read_text(errors="replace")
+    except OSError:
+        text = ""
+    said = [line.strip()[:300] for line in text.splitlines() if line.startswith("envtool stage:")][:3]
+    said = said or rk.errors_in_output(output)
+    return (f"staging {stage.file} to node-local storage ({stage.node_local}) did not finish on every node"
+            + (": " + " | ".join(said) if said else "") + f"; see {output}")
 
 
 def _lost_nodes(sched, job_id, watch: Dict[str, object], run_dir: Path, script: Path) -> List[str]:

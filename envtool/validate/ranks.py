@@ -327,13 +327,14 @@ def import_summary(records: List[dict], slow_seconds: float = SLOW_IMPORT_SECOND
 
 def staging_fix(prefix: str) -> List[str]:
     """The commands (shell-quoted) that pack the environment at ``prefix`` into one file and run
-    the job with it staged to node-local storage (``envtool pack``, ``--stage``: issue 25)."""
+    the job with it staged to node-local storage (``envtool pack``, ``validate --stage FILE``; the
+    validation's other options, ``--site``/``--nodes``, as in the run that was slow)."""
     import shlex
 
     name = Path(prefix).name or "env"
     packed = f"{name}.squashfs"
     return [shlex.join(["envtool", "pack", str(prefix), "--format", "squashfs", "-o", packed]),
-            shlex.join(["envtool", "validate", "--prefix", str(prefix), "--submit", "--stage"])]
+            shlex.join(["envtool", "validate", "--prefix", str(prefix), "--submit", "--stage", packed])]
 
 
 def format_import(summary: Dict[str, object]) -> str:

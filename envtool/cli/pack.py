@@ -1,0 +1,66 @@
+"""``envtool pack PREFIX|SPEC --format squashfs|tar [-o FILE] [--json]``: one file from an environment,
+with its lockfile and SBOM, for staging to node-local storage (:mod:`envtool.steps.pack`).
+
+Prints the file, its size and the lock hash (sha256 of the lockfile inside); ``--json``:
+``{"ok", "error", "exit", "path", "format", "kind", "lock_sha256", "size", "seconds", ...}``. An
+environment that cannot be packed is refused with the reason (exit 2).
+"""
+from __future__ import annotations
+
+from envtool.cli.common import add_json, path_arg, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("pack", help="pack an environment into one file (tar or squashfs) for node-local staging",
+                       description="Pack an environment into one file that job scripts stage to node-local storage "
+                                   "(envtool jobscript --stage FILE). Conda environments go through conda-pack; "
+                                   "venvs are relocated by envtool and need their base interpreter at the same path "
+                                   "on the compute nodes. The file carries the lockfile (its sha256 is printed) and a "
+                                   "CycloneDX SBOM. See docs/staging.md.")
+    p.add_argument("env", type=path_arg, metavar="PREFIX|SPEC",
+                   help="the environment's prefix, or a spec name (its default prefix ./envs/SPEC)")
+    p.add_argument("--format", required=True, choices=("squashfs", "tar"),
+                   help="tar: unpacked on each node (then relocated); squashfs: mounted read-only with squashfuse")
+    p.add_argument("-o", "--output", type=path_arg, metavar="FILE", help="the file to write (default ./NAME.FORMAT)")
+    p.add_argument("--dest-prefix", type=path_arg, metavar="DIR",
+                   help="squashfs: the directory the image will be mounted at (default: the environment's prefix)")
+    p.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import os
+    import sys
+    from pathlib import Path
+
+    from envtool.cli.common import default_prefix
+    from envtool.core.errors import UsageError
+    from envtool.steps import pack
+
+    prefix = Path(args.env)
+    if not prefix.is_dir():
+        if os.sep in args.env or args.env.startswith("."):
+            raise UsageError(f"PREFIX {args.env}: no such environment (not a directory)")
+        prefix = default_prefix(args.env)
+        if not prefix.is_dir():
+            raise UsageError(f"{args.env}: neither an environment directory nor a spec with an environment at "
+                             f"its default prefix {prefix} (envtool create {args.env})")
+    quiet = args.quiet or args.json
+
+    def say(text: str) -> None:
+        if not quiet:
+            print(f"pack: {text}", file=sys.stderr, flush=True)
+
+    result = pack.pack(prefix, args.format, Path(args.output) if args.output else None, args.dest_prefix,
+                       force=args.force, progress=say)
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    print(f"{result.path}")
+    print(f"  {result.kind} environment {result.prefix}, {result.format}, {result.size / 1e6:.1f} MB "
+          f"in {result.seconds:.1f} s")
+    print(f"  lock sha256 {result.lock_sha256} ({result.lock}, {result.lock_source})")
+    for note in result.notes:
+        print(f"  note: {note}")
+    return 0
