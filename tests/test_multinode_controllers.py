@@ -60,7 +60,10 @@ def test_every_controller_across_two_nodes_with_the_sweep(multinode_cluster, sit
         # nccl-tests' busbw: algbw * 2 (n-1) / n
         assert all(abs(row["busbw_gbs"] - row["algbw_gbs"] * 1.5) < 1e-9 for row in rows)
     gloo_ranks = controllers["gloo"]["ranks"]
-    assert all(r["iface_source"] == "route to " + multinode_cluster.node("node1").addr for r in gloo_ranks)
+    # no batch.interface in the site file: the pre-flight chose eth0 on every node and the job
+    # exports it (RUN_DIR/preflight/interface.env) before the controllers start
+    assert all(r["iface_source"] == "HOROVOD_GLOO_IFACE from the job's environment" for r in gloo_ranks), gloo_ranks
+    assert (run / "preflight" / "interface.env").read_text().count("eth0") >= 4
     assert controllers["gloo"]["transport"] == "TCP over eth0"
     script = (run / "job.sh").read_text()
     assert "rendezvous.py horovod-gloo" in script and "srun --mpi=none" in script
