@@ -140,7 +140,9 @@ def test_remove_refuses_what_envtool_did_not_make(tmp_path):
     assert not made.exists() and not stale.exists()
 
 
-def test_info_shows_each_setting_and_where_it_came_from(tmp_path):
+def test_info_shows_each_setting_and_where_it_came_from(tmp_path, monkeypatch):
+    # no cache_dir from anywhere (CI sets ENVTOOL_CACHE_DIR for the whole run): its default shows
+    monkeypatch.delenv("ENVTOOL_CACHE_DIR", raising=False)
     env = _home(tmp_path)
     user = tmp_path / "config" / "envtool" / "config.yaml"
     system = tmp_path / "etc" / "config.yaml"
