@@ -102,15 +102,18 @@ def test_failing_rank_is_reported_with_its_error(slurm_cluster, slurm_site, tmp_
 
 @pytest.mark.slow  # needs the cpu-horovod environment
 def test_mpi_not_started_through_pmix_is_reported(slurm_cluster, slurm_site, cpu_horovod_env, tmp_path):
-    """srun --mpi=none: Open MPI cannot initialise under srun without PMIx; the ranks die in MPI_Init."""
+    """srun --mpi=none against an Open MPI that initialises under srun through PMIx only: the ranks
+    would die in MPI_Init, so the launcher's PMI is checked against the MPI build before anything is
+    submitted (exit 1, the fix names the site file's batch.mpi; no job runs)."""
     site = tmp_path / "nopmix.yaml"
     site.write_text(slurm_site.read_text().replace("mpi: pmix", "mpi: none"))
     proc = envtool(slurm_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", site, "--submit",
                    "--nodes", "1", "--ranks-per-node", "2", "--workdir", tmp_path / "run")
     assert proc.returncode == 1, proc.stderr + proc.stdout
-    assert "srun --mpi=none " in (tmp_path / "run" / "job.sh").read_text()
-    assert "rank 0: no result" in proc.stderr and "rank 1: no result" in proc.stderr
-    assert "the job output says:" in proc.stderr and "MPI_Init" in proc.stderr, proc.stderr
+    assert "the launcher runs srun --mpi=none" in proc.stderr and "MPI_Init" in proc.stderr, proc.stderr
+    assert f"fix: set batch.mpi to pmix in {site}" in proc.stderr, proc.stderr
+    assert "the job was not submitted: its launcher and MPI do not match" in proc.stderr
+    assert not (tmp_path / "run" / "job.sh").exists()
     assert slurm_cluster.queue() == ""
 
 
