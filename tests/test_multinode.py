@@ -76,8 +76,11 @@ def test_srun_spans_two_nodes_with_their_own_hostnames(multinode_cluster):
     # /tmp is private to each node; the rest (this checkout) is shared
     marker = "/tmp/envtool-tc-private-probe"
     assert multinode_cluster.run("touch", marker, node="node1").returncode == 0
-    assert multinode_cluster.run("test", "-e", marker, node="node2").returncode == 1
-    assert not os.path.exists(marker)
+    try:
+        assert multinode_cluster.run("test", "-e", marker, node="node2").returncode == 1
+        assert not os.path.exists(marker)
+    finally:  # the session's nodes are shared by later tests, which expect their /tmp as they found it
+        multinode_cluster.run("rm", "-f", marker, node="node1")
     assert multinode_cluster.run("test", "-e", str(REPO / "pyproject.toml"), node="node2").returncode == 0
 
 
