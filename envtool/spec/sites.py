@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -680,16 +681,12 @@ def _references(spath: str, raw) -> Tuple[Reference, ...]:
                 raise SpecError(spath, field, "[value, lower, upper, unit] (ReFrame's reference form)", got=ref,
                                 line=line_n)
             value, lower, upper, unit = ref
-
-            def num(x):
-                return not isinstance(x, bool) and isinstance(x, (int, float)) and x == x and abs(x) != float("inf")
-
-            if not num(value) or value <= 0:
+            if not _number(value) or value <= 0:
                 raise SpecError(spath, field + "[0]", "the reference value, a number above 0", got=value, line=line_n)
-            if lower is not None and (not num(lower) or not -1 <= lower <= 0):
+            if lower is not None and (not _number(lower) or not -1 <= lower <= 0):
                 raise SpecError(spath, field + "[1]", "the lower bound as a fraction of the value, from -1 to 0 "
                                 "(-0.1: at least 90 %), or null", got=lower, line=line_n)
-            if upper is not None and (not num(upper) or upper < 0):
+            if upper is not None and (not _number(upper) or upper < 0):
                 raise SpecError(spath, field + "[2]", "the upper bound as a fraction of the value, 0 or more "
                                 "(0.5: at most 150 %), or null", got=upper, line=line_n)
             if not isinstance(unit, str) or not re.fullmatch(r"[A-Za-z0-9/%_.*^-]{1,16}", unit):
@@ -774,7 +771,8 @@ def parse_size(text: object) -> Optional[int]:
 
 
 def _number(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A finite int or float (not a bool): what a reference's value and bounds must be."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _validate(spath: str, raw) -> ValidateSection:
