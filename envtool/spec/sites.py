@@ -37,6 +37,16 @@ with ``--site-file``) holds::
       references:                       #   per node count: a performance variable and ReFrame's
         2:                              #   (value, lower, upper, unit): lower/upper are fractions
           allreduce_latency_4B: [80, null, 0.5, us]   # of value, lower in [-1, 0], upper >= 0
+    container:                          # how the site runs images (see :class:`ContainerSection`)
+      runtime: shifter                  #   shifter | podman-hpc | apptainer | charliecloud
+      source: id                        #   where the site documents it (an id in ``sources``; required)
+      modules: [gpu, nccl-2.15]         #   the runtime's site modules (shifter --module=gpu,nccl-2.15)
+      mpi_abi: mpich                    #   openmpi | mpich: the MPI ABI the image's Horovod is built against
+      mpi: pmi2                         #   srun --mpi= for ranks in the image (default: batch.mpi)
+      base: "debian:bookworm"           #   the image's base: debian:<suite>, oci-archive:/path or dir:/path
+      base_source: id                   #   where the base is documented (an id in ``sources``; optional)
+      bind: [/global/cfs]               #   host directories bound into the image at the same path
+      note: free text
     retired:                            # the system is decommissioned (see :class:`Retirement`)
       date: "2024-11-15"
       source: id                        #   the facility's announcement (an id in ``sources``)
@@ -86,9 +96,18 @@ from envtool.spec.yamlload import LineDict, load_yaml
 
 SITE_FILE_KEYS = ("name", "summary", "sources", "platforms", "scheduler", "launcher", "gpus_per_node", "modules",
                   "env", "notes", "stacks", "batch", "build_caches", "build_modules", "build_cache_group", "detect",
-                  "clone_prefix", "validation", "retired", "node_local")
+                  "clone_prefix", "validation", "retired", "node_local", "container")
 RETIRED_KEYS = ("date", "source", "note")
 NODE_LOCAL_KEYS = ("path", "source", "directives", "note")
+CONTAINER_KEYS = ("runtime", "source", "modules", "mpi_abi", "mpi", "base", "base_source", "bind", "note")
+#: Container runtimes a site file may name (``container.runtime``): NERSC's Shifter and podman-hpc,
+#: Apptainer, Charliecloud's ``ch-run``.
+CONTAINER_RUNTIMES = ("shifter", "podman-hpc", "apptainer", "charliecloud")
+#: The MPI ABIs an image's Horovod can be built against: Open MPI's, or MPICH's (which Cray MPICH
+#: and Intel MPI keep: https://www.mpich.org/abi/).
+MPI_ABIS = ("openmpi", "mpich")
+#: An image base: a Debian suite built from Debian's archive, or a local OCI archive/directory.
+CONTAINER_BASE_RE = re.compile(r"debian:[a-z]+|(?:oci-archive|dir):/[A-Za-z0-9_.+@%,=:/-]*")
 #: a node-local path: absolute, plain path characters and ``$NAME`` / ``${NAME}`` references only
 #: (expanded by the job's shell inside double quotes: nothing else in it can be expanded or run)
 NODE_LOCAL_PATH_RE = re.compile(r"/(?:[A-Za-z0-9_.+@%,=:/-]|\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\})*")
@@ -243,6 +262,38 @@ class NodeLocal:
 
 
 @dataclass(frozen=True)
+class ContainerSection:
+    """A site file's ``container`` section: how the site runs images (``envtool image``,
+    ``jobscript --image``, ``validate --image``; issue 29).
+
+    Attributes:
+        runtime: one of :data:`CONTAINER_RUNTIMES` (``shifter``, ``podman-hpc``, ``apptainer``,
+            ``charliecloud``).
+        source: id in the site file's ``sources`` that documents the runtime (required).
+        modules: the runtime's site modules (Shifter's ``--module=gpu,nccl-2.15``; podman-hpc's
+            ``--gpu``/``--mpi`` are written as ``gpu``/``mpi``), possibly empty.
+        mpi_abi: ``openmpi`` or ``mpich``: the MPI ABI the image's Horovod is built against, so
+            that the site's MPI can be injected at run time (hybrid mode).
+        mpi: the ``srun --mpi=`` plugin for ranks in the image, or None (then ``batch.mpi``).
+        base: the image's base: ``debian:<suite>`` (made from Debian's archive with mmdebstrap),
+            ``oci-archive:/path`` or ``dir:/path`` (a local image; nothing is pulled).
+        base_source: id in ``sources`` documenting the base, or None.
+        bind: absolute host directories bound into the image at the same path.
+        note: free text, or None.
+    """
+
+    runtime: str
+    source: str
+    modules: Tuple[str, ...] = ()
+    mpi_abi: str = "openmpi"
+    mpi: Optional[str] = None
+    base: str = "debian:bookworm"
+    base_source: Optional[str] = None
+    bind: Tuple[str, ...] = ()
+    note: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class DetectRule:
     """One rule of a site file's ``detect`` list: the site is this machine's when any rule matches.
 
@@ -333,6 +384,8 @@ class SiteFile:
         node_local: the node-local storage (:class:`NodeLocal`), or None when the file does not say.
         references: ``validation.references`` (:class:`Reference`), in file order, possibly empty.
         retired: a :class:`Retirement` when the system is decommissioned, else None.
+        container: how the site runs images (:class:`ContainerSection`), or None when the file
+            does not say.
         validate: the ``validation`` section's fabric and allreduce-sweep references
             (:class:`ValidateSection`).
     """
@@ -363,6 +416,7 @@ class SiteFile:
         """The references of ``validation.references`` for ``nodes`` nodes (possibly none)."""
         return tuple(r for r in self.references if r.nodes == nodes)
     retired: Optional[Retirement] = None
+    container: Optional[ContainerSection] = None
     validate: "ValidateSection" = None  # type: ignore[assignment]
 
     def mapping_for(self, spec_name: str) -> Optional[StackMapping]:
@@ -477,7 +531,47 @@ def load_site(path: Path) -> SiteFile:
                     build_modules=r.str_list("build_modules"), build_cache_group=build_cache_group, detect=detect,
                     clone_prefix=clone_prefix, env_paths=env_paths, references=_references(spath, raw),
                     retired=retired, validate=_validate(spath, raw),
-                    node_local=_node_local(spath, raw, source_ids))
+                    node_local=_node_local(spath, raw, source_ids),
+                    container=_container(spath, raw, source_ids))
+
+
+def _container(spath: str, raw, source_ids) -> Optional[ContainerSection]:
+    """Parse the ``container`` section (SpecError naming ``container.<field>`` on a bad value)."""
+    data = raw.get("container")
+    if data is None:
+        return None
+    line = raw.line_of("container") if isinstance(raw, LineDict) else None
+    if not isinstance(data, dict):
+        raise SpecError(spath, "container", "a mapping with runtime: NAME and source: ID", got=data, line=line)
+    r = load._Reader(spath, data, "container", line=line)
+    r.check_keys(CONTAINER_KEYS)
+    runtime = r.choice("runtime", CONTAINER_RUNTIMES, nullable=False)
+    assert runtime is not None  # choice() raises on a missing value when not nullable
+    source = r.str("source")
+    if source is None or source not in source_ids:
+        raise r.error("source", "the id of the entry of 'sources' that documents the runtime ("
+                      + (", ".join(source_ids) or "no sources yet") + ")", got=source)
+    base_source = r.str("base_source")
+    if base_source is not None and base_source not in source_ids:
+        raise r.error("base_source", "the id of an entry of 'sources' (" + ", ".join(source_ids) + ")",
+                      got=base_source)
+    mpi_abi = r.choice("mpi_abi", MPI_ABIS) or "openmpi"
+    base = r.str("base") or "debian:bookworm"
+    if not CONTAINER_BASE_RE.fullmatch(base):
+        raise r.error("base", "debian:<suite> (e.g. debian:bookworm), oci-archive:/PATH or dir:/PATH", got=base)
+    mpi = r.str("mpi")
+    if mpi is not None and not re.fullmatch(r"[a-z0-9_]{1,32}", mpi):
+        raise r.error("mpi", "an srun --mpi plugin name (pmix, pmi2, none)", got=mpi)
+    modules = r.str_list("modules")
+    for mod in modules:
+        if not re.fullmatch(r"[A-Za-z0-9_.+-]{1,64}", mod):
+            raise r.error("modules", "runtime module names (letters, digits, '_', '.', '+', '-')", got=mod)
+    bind = r.str_list("bind")
+    for b in bind:
+        if not NODE_LOCAL_PATH_RE.fullmatch(b) or "$" in b or "/../" in b + "/":
+            raise r.error("bind", "absolute host directories (letters, digits, '_', '.', '-', '/')", got=b)
+    return ContainerSection(runtime=runtime, source=source, modules=modules, mpi_abi=mpi_abi, mpi=mpi, base=base,
+                            base_source=base_source, bind=bind, note=r.str("note"))
 
 
 def _node_local(spath: str, raw, source_ids) -> Optional[NodeLocal]:
