@@ -86,3 +86,215 @@ def test_render_quotes_every_word():
     line = containers.render(containers.wrap(section, "/tmp/my image", ["python", "-c", "print('a b')"]))
     assert line == "ch-run '/tmp/my image' -- python -c 'print('\"'\"'a b'\"'\"')'"
     assert shlex.split(line)[-1] == "print('a b')"
+
+
+# --- jobscript --image -------------------------------------------------------------------------
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO, run_envtool
+
+
+def _jobscript(*args, expect=0):
+    proc = run_envtool("jobscript", *args, timeout=120)
+    assert proc.returncode == expect, proc.stderr + proc.stdout
+    return proc
+
+
+def _run_line(text: str, program: str):
+    """The words of the script line that starts with ``program``."""
+    for line in text.splitlines():
+        if line.startswith(program + " "):
+            return shlex.split(line)
+    raise AssertionError(f"no {program} line in:\n{text}")
+
+
+def test_perlmutter_image_line_matches_the_tutorial_field_by_field():
+    # The tutorial (README.md#L471) runs 8 ranks on 2 nodes: `srun --mpi=pmi2 -l -n 8 shifter
+    # --module=gpu,nccl-2.15 --image=IMAGE python SCRIPT`; the job script gets the rank count from
+    # its directives (-N 2, --ntasks-per-node=4) and srun takes the whole job.
+    text = _jobscript("--site", "perlmutter", "--image", TUTORIAL_IMAGE, "--nodes", "2", "--account", "m1234_g",
+                      "--", *TUTORIAL_ARGV).stdout
+    words = _run_line(text, "srun")
+    tutorial = shlex.split(TUTORIAL_LINE)
+    k, t = words.index("shifter"), tutorial.index("shifter")
+    assert words[0] == tutorial[0] == "srun"
+    assert [w for w in words[1:k] if w.startswith("--mpi=")] == ["--mpi=pmi2"] == \
+        [w for w in tutorial[1:t] if w.startswith("--mpi=")]
+    assert words[k:] == tutorial[t:]  # runtime, modules, image, command: word for word
+    assert "#SBATCH -N 2" in text and "#SBATCH --ntasks-per-node=4" in text  # 2 x 4 = the tutorial's -n 8
+    # The image carries the environment: no module load, no activation.
+    assert "module load" not in text and "activate" not in text and "CONDA_PREFIX" not in text
+    assert "through shifter" in text and "kisti-shifter" in text
+
+
+def _toy_site(tmp_path: Path, runtime: str, modules=(), extra="", bind=()) -> Path:
+    site = tmp_path / f"toy-{runtime}.yaml"
+    site.write_text(f"""name: toy-{runtime}
+summary: a toy Slurm site whose ranks run in {runtime} images
+sources:
+  rt: https://example.org/{runtime}
+platforms: [linux-64]
+scheduler: slurm
+launcher: "srun -n {{ranks}}"
+gpus_per_node: 0
+batch:
+  cpus_per_node: 8
+  mpi: pmix
+{extra}container:
+  runtime: {runtime}
+  source: rt
+  modules: [{", ".join(modules)}]
+  bind: [{", ".join(bind)}]
+""")
+    return site
+
+
+@pytest.mark.parametrize("runtime,modules,image,expect", [
+    ("podman-hpc", ("mpi", "gpu"), "envtool/cpu-horovod:1",
+     ["srun", "--mpi=pmix", "podman-hpc", "run", "--rm", "--mpi", "--gpu", "--volume=/scratch:/scratch",
+      "envtool/cpu-horovod:1", "python", "train.py"]),
+    ("apptainer", ("nv",), "/images/cpu horovod.sif",
+     ["srun", "--mpi=pmix", "apptainer", "exec", "--nv", "--bind", "/scratch:/scratch", "/images/cpu horovod.sif",
+      "python", "train.py"]),
+    ("charliecloud", ("join",), "/var/tmp/cpu-horovod",
+     ["srun", "--mpi=pmix", "ch-run", "--join", "-b", "/scratch:/scratch", "/var/tmp/cpu-horovod", "--",
+      "python", "train.py"]),
+])
+def test_toy_sites_write_their_runtimes_line(tmp_path, runtime, modules, image, expect):
+    site = _toy_site(tmp_path, runtime, modules, bind=("/scratch",))
+    proc = _jobscript("--site-file", site, "--image", image, "--nodes", "1", "--ranks-per-node", "2", "--json",
+                      "--", "python", "train.py")
+    data = json.loads(proc.stdout)
+    assert data["image"]["runtime"] == runtime
+    assert shlex.split(data["image"]["run_line"]) == expect
+    assert "module load" not in data["script"] and "activate" not in data["script"]
+    f = tmp_path / "job.sh"
+    f.write_text(data["script"])
+    assert subprocess.run(["bash", "-n", str(f)]).returncode == 0
+
+
+def test_container_mpi_wins_over_batch_mpi(tmp_path):
+    site = _toy_site(tmp_path, "charliecloud")
+    site.write_text(site.read_text() + "  mpi: pmi2\n")
+    words = _run_line(_jobscript("--site-file", site, "--image", "/i", "--nodes", "1", "--ranks-per-node", "1",
+                                 "--", "true").stdout, "srun")
+    assert words[:2] == ["srun", "--mpi=pmi2"]
+
+
+def test_site_without_container_section_is_exit_2_naming_it(tmp_path):
+    proc = _jobscript("--site", "local", "--image", "/i", "--nodes", "1", "--ranks-per-node", "1", "--json",
+                      "--", "true", expect=2)
+    data = json.loads(proc.stdout)
+    assert data["ok"] is False and data["exit"] == 2
+    assert "local.yaml: container: expected a container section" in data["error"]
+    assert "Traceback" not in proc.stderr
+
+
+def test_unknown_runtime_module_is_exit_2(tmp_path):
+    site = _toy_site(tmp_path, "apptainer", ("gpu",))
+    proc = _jobscript("--site-file", site, "--image", "/i.sif", "--nodes", "1", "--ranks-per-node", "1",
+                      "--", "true", expect=2)
+    assert "container.modules: gpu is not a module of apptainer" in proc.stderr
+
+
+def test_image_with_prefix_or_bind_without_image_is_exit_2(tmp_path):
+    proc = _jobscript("--site", "perlmutter", "--image", "x", "--prefix", str(tmp_path), "--nodes", "1",
+                      "--", "true", expect=2)
+    assert "--image runs the environment the image carries" in proc.stderr
+    proc = _jobscript("--site", "perlmutter", "--bind", "/x", "--prefix", str(tmp_path), "--nodes", "1",
+                      "--", "true", expect=2)
+    assert "--bind goes with --image" in proc.stderr
+
+
+# --- a real Charliecloud container ------------------------------------------------------------
+
+CH_SETUP = Path(__file__).resolve().parent / "setup.d" / "ch-run.sh"
+
+
+def _ensure_ch_run() -> None:
+    """ch-run on PATH: installed with tests/setup.d/ch-run.sh when missing (root); else skip (a
+    failure under CI)."""
+    import shutil
+
+    if shutil.which("ch-run"):
+        return
+    why = "ch-run (Charliecloud) is not installed and the tests do not run as root"
+    if os.geteuid() == 0:
+        proc = subprocess.run(["bash", str(CH_SETUP)], capture_output=True, text=True, timeout=900)
+        if proc.returncode == 0 and shutil.which("ch-run"):
+            return
+        why = f"tests/setup.d/ch-run.sh failed: {proc.stderr[-400:]}"
+    if os.environ.get("CI"):
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+def dir_image(root: Path, mounts=()) -> Path:
+    """A Charliecloud directory image: an empty root file system (merged /usr, Debian's layout)
+    into which the host's /usr is bound at run time (``-b /usr``), so the host's Python runs
+    inside; ``mounts`` are further empty directories made for binds (ch-run needs the
+    destination to exist in a read-only image, hpc/charliecloud@v0.31:doc/ch-run.rst ``-b``)."""
+    img = root / "img"
+    for d in ("dev", "proc", "sys", "usr", "tmp", "home", "etc", "root", "opt/env", "var/tmp"):
+        (img / d).mkdir(parents=True, exist_ok=True)
+    for link in ("bin", "lib", "lib64", "sbin"):
+        (img / link).symlink_to(f"usr/{link}")
+    for f in ("passwd", "group", "hosts", "resolv.conf"):
+        (img / "etc" / f).touch()
+    for m in mounts:
+        (img / str(m).lstrip("/")).mkdir(parents=True, exist_ok=True)
+    return img
+
+
+def ch_env() -> dict:
+    """The environment ch-run needs: it refuses to start without $USER (ch-run.c)."""
+    import pwd
+
+    return dict(os.environ, USER=os.environ.get("USER") or pwd.getpwuid(os.getuid()).pw_name)
+
+
+@pytest.mark.slurm
+def test_charliecloud_job_script_runs_ranks_in_the_image_under_slurm(tmp_path):
+    from helpers import slurm
+
+    _ensure_ch_run()
+    why = slurm.ensure_installed()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(f"Slurm cannot be installed here: {why}")
+    img = dir_image(tmp_path)
+    out = tmp_path / "ranks"
+    out.mkdir()
+    site = _toy_site(tmp_path, "charliecloud", bind=("/usr",))
+    site.write_text(site.read_text().replace("cpus_per_node: 8", "cpus_per_node: 2").replace("mpi: pmix", "mpi: none"))
+    probe = ("import os, pathlib; "
+             "pathlib.Path(os.environ['OUT'], os.environ['SLURM_PROCID']).write_text("
+             "os.environ.get('CH_RUNNING', '') + '|' + str(sorted(os.listdir('/opt'))))")
+    script = tmp_path / "job.sh"
+    _jobscript("--site-file", site, "--image", img, "--bind", f"{out}:/var/tmp", "--nodes", "1",
+               "--ranks-per-node", "2", "--job-output", tmp_path / "job.out", "--output", script,
+               "--", "/usr/bin/python3", "-c", probe)
+    text = script.read_text()
+    assert _run_line(text, "srun")[:4] == ["srun", "--mpi=none", "ch-run", "-b"]
+    text = text.replace("set -e\n", "set -e\nexport OUT=/var/tmp\n", 1)  # where ranks write, inside the image
+    script.write_text(text)
+    cluster = slurm.start(tmp_path / "slurm", mpi_default="pmix")
+    try:
+        env = dict(ch_env(), **cluster.env)
+        proc = subprocess.run(["sbatch", "--wait", str(script)], capture_output=True, text=True, env=env,
+                              timeout=300, cwd=tmp_path)
+        log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
+        assert proc.returncode == 0, proc.stdout + proc.stderr + log + cluster.logs()
+    finally:
+        cluster.stop()
+    # Both ranks ran inside the Charliecloud image (ch-run sets CH_RUNNING; /opt holds the image's
+    # own env/ directory, not the host's /opt) and wrote through the bound directory.
+    assert sorted(p.name for p in out.iterdir()) == ["0", "1"], log
+    for p in out.iterdir():
+        assert p.read_text() == "Weird Al Yankovic|['env']"
