@@ -298,3 +298,128 @@ def test_charliecloud_job_script_runs_ranks_in_the_image_under_slurm(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["0", "1"], log
     for p in out.iterdir():
         assert p.read_text() == "Weird Al Yankovic|['env']"
+
+
+# --- doctor inside a container ------------------------------------------------------------------
+
+from envtool.checks import container as container_check
+
+
+def test_detect_each_runtime_by_its_marker(tmp_path):
+    assert container_check.detect({}, tmp_path) is None
+    assert container_check.detect({"CH_RUNNING": "Weird Al Yankovic"}, tmp_path).runtime == "charliecloud"
+    assert container_check.detect({"APPTAINER_CONTAINER": "/i.sif"}, tmp_path).runtime == "apptainer"
+    assert container_check.detect({"SINGULARITY_CONTAINER": "/i.sif"}, tmp_path).runtime == "apptainer"
+    assert container_check.detect({"SHIFTER_RUNTIME": "1"}, tmp_path).runtime == "shifter"
+    (tmp_path / "opt" / "udiImage").mkdir(parents=True)
+    assert container_check.detect({}, tmp_path).evidence == "/opt/udiImage"
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / ".containerenv").write_text('engine="podman-4.3.1"\n')
+    assert container_check.detect({}, tmp_path).runtime == "podman"
+
+
+def test_origin_and_expected_injection():
+    assert container_check.origin("/opt/udiImage/modules/mpich/lib64/libmpi.so.12") == "injected:mpich"
+    assert container_check.origin("/global/cray/lib/libmpi.so.12", ["/global/cray"]) == "bound:/global/cray"
+    assert container_check.origin("/opt/env/lib/libmpi.so.40", ["/global/cray"]) == "image"
+    perlmutter = ContainerSection(runtime="shifter", source="s", modules=("gpu", "nccl-2.15"))
+    assert container_check.expected_injection(perlmutter) == {"nccl": "shifter --module=nccl-2.15"}
+    podman = ContainerSection(runtime="podman-hpc", source="s", modules=("mpi", "gpu"))
+    assert container_check.expected_injection(podman) == {"mpi": "podman-hpc --mpi"}
+    assert container_check.expected_injection(ContainerSection(runtime="charliecloud", source="s")) == {}
+
+
+def _doctor_json(argv, env, timeout=180):
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    (f,) = [f for f in data["findings"] if f["id"] == "container"]
+    return f
+
+
+@pytest.fixture
+def ch_setup(tmp_path):
+    """A directory image, a venv of this Python to bind at /opt/env, and what to bind so that
+    envtool (this checkout) runs inside."""
+    _ensure_ch_run()
+    base = Path(sys.base_prefix)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
+    hostmpi = tmp_path / "hostmpi"
+    img = dir_image(tmp_path, mounts=[base, REPO, hostmpi, "/opt/udiImage/modules/mpich"])
+    binds = ["-b", "/usr"] + ([] if str(base).startswith("/usr/") else ["-b", str(base)]) + ["-b", str(REPO)]
+    return {"img": img, "venv": venv, "hostmpi": hostmpi, "binds": binds}
+
+
+def _real_libmpi() -> Path:
+    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/aarch64-linux-gnu"):
+        hits = sorted(Path(d).glob("libmpi.so.*")) if Path(d).is_dir() else []
+        if hits:
+            return hits[0]
+    pytest.skip("no libmpi.so.* on this machine to place in the image")
+
+
+def test_doctor_outside_a_container_says_so(ch_setup):
+    f = _doctor_json([sys.executable, "-m", "envtool", "doctor", "--prefix", str(ch_setup["venv"]), "--only",
+                      "container", "--json"], {k: v for k, v in os.environ.items() if k != "CH_RUNNING"})
+    assert f["status"] == "ok" and f["details"] == {"in_container": False}
+    assert f["summary"].startswith("not in a container")
+
+
+def test_doctor_inside_charliecloud_reports_runtime_and_where_libmpi_comes_from(ch_setup, tmp_path):
+    lib = _real_libmpi()
+    # The image's own MPI: a real libmpi in the environment's lib (the venv bound at /opt/env).
+    (ch_setup["venv"] / "lib").mkdir(exist_ok=True)
+    import shutil
+
+    shutil.copy2(lib, ch_setup["venv"] / "lib" / lib.name)
+    # The host's MPI, bound into the image as the site file's container.bind says.
+    (ch_setup["hostmpi"] / "lib").mkdir(parents=True)
+    shutil.copy2(lib, ch_setup["hostmpi"] / "lib" / lib.name)
+    sites_dir = tmp_path / "sites"
+    sites_dir.mkdir()
+    (sites_dir / "toych.yaml").write_text(f"""name: toych
+summary: a site whose ranks run in Charliecloud images with the host's MPI bound in
+sources: {{ch: hpc/charliecloud@v0.31:doc/ch-run.rst}}
+platforms: [linux-64]
+container: {{runtime: charliecloud, source: ch, bind: [{ch_setup['hostmpi']}]}}
+""")
+    (sites_dir / "toyshifter.yaml").write_text("""name: toyshifter
+summary: a site whose ranks run in Shifter images with the mpich module
+sources: {sh: NERSC/shifter@1378b5716e46:doc/modules.rst}
+platforms: [linux-64]
+container: {runtime: shifter, source: sh, modules: [mpich]}
+""")
+    env = dict(ch_env(), PYTHONPATH=str(REPO), ENVTOOL_SITE_PATH=str(sites_dir))
+    env.pop("LD_LIBRARY_PATH", None)
+    ch = ["ch-run", *ch_setup["binds"], "-b", f"{ch_setup['venv']}:/opt/env", "-b", str(ch_setup["hostmpi"])]
+    doctor = ["/opt/env/bin/python", "-m", "envtool", "doctor", "--prefix", "/opt/env", "--only", "container", "--json"]
+
+    # 1. The image's own libmpi (found in PREFIX/lib): ok, origin image.
+    f = _doctor_json(ch + [str(ch_setup["img"]), "--", *doctor, "--site", "toych"], env)
+    assert f["status"] == "ok", f
+    d = f["details"]
+    assert d["in_container"] is True and d["runtime"] == "charliecloud" and d["evidence"].startswith("CH_RUNNING=")
+    assert d["site_runtime"] == "charliecloud"
+    assert d["libraries"]["mpi"] == {"path": f"/opt/env/lib/{lib.name}", "found_by": "PREFIX/lib", "origin": "image"}
+
+    # 2. The host's libmpi first on LD_LIBRARY_PATH, from the site's bound directory.
+    env2 = dict(env, LD_LIBRARY_PATH=str(ch_setup["hostmpi"] / "lib"))
+    f = _doctor_json(ch + [str(ch_setup["img"]), "--", *doctor, "--site", "toych"], env2)
+    assert f["status"] == "ok", f
+    assert f["details"]["libraries"]["mpi"]["origin"] == f"bound:{ch_setup['hostmpi']}"
+    assert f["details"]["libraries"]["mpi"]["found_by"] == "LD_LIBRARY_PATH"
+
+    # 3. A Shifter site whose mpich module should inject MPI: here the image's libmpi is used -> warn.
+    f = _doctor_json(ch + [str(ch_setup["img"]), "--", *doctor, "--site", "toyshifter"], env)
+    assert f["status"] == "warn", f
+    assert "site toyshifter runs images with shifter, this container is charliecloud" in f["summary"]
+    assert f"libmpi.so should come from the host (shifter --module=mpich) but is /opt/env/lib/{lib.name} " \
+           "from the image" in f["summary"]
+
+    # 4. The same library where the mpich module puts it (/opt/udiImage/modules/mpich): injected.
+    env4 = dict(env, LD_LIBRARY_PATH="/opt/udiImage/modules/mpich")
+    ch4 = ch + ["-b", f"{ch_setup['hostmpi'] / 'lib'}:/opt/udiImage/modules/mpich"]
+    f = _doctor_json(ch4 + [str(ch_setup["img"]), "--", *doctor, "--site", "toyshifter"], env4)
+    assert f["details"]["libraries"]["mpi"]["origin"] == "injected:mpich", f
+    assert "should come from the host" not in f["summary"]
