@@ -186,6 +186,21 @@ def test_container_mpi_wins_over_batch_mpi(tmp_path):
     assert words[:2] == ["srun", "--mpi=pmi2"]
 
 
+def test_container_mpi_on_a_site_without_srun_is_exit_2_naming_it(tmp_path):
+    site = tmp_path / "toy-local.yaml"
+    site.write_text("""name: toy-local
+summary: no scheduler; ranks through horovodrun
+sources: {rt: hpc/charliecloud@v0.31:doc/ch-run.rst}
+platforms: [linux-64]
+batch: {cpus_per_node: 2}
+container: {runtime: charliecloud, source: rt, mpi: pmi2}
+""")
+    proc = _jobscript("--site-file", site, "--image", "/i", "--nodes", "1", "--ranks-per-node", "1", "--",
+                      "true", expect=2)
+    assert "toy-local.yaml: container.mpi: expected no value: srun --mpi= is a Slurm srun option" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_site_without_container_section_is_exit_2_naming_it(tmp_path):
     proc = _jobscript("--site", "local", "--image", "/i", "--nodes", "1", "--ranks-per-node", "1", "--json",
                       "--", "true", expect=2)
