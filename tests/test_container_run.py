@@ -438,3 +438,17 @@ container: {runtime: shifter, source: sh, modules: [mpich]}
     f = _doctor_json(ch4 + [str(ch_setup["img"]), "--", *doctor, "--site", "toyshifter"], env4)
     assert f["details"]["libraries"]["mpi"]["origin"] == "injected:mpich", f
     assert "should come from the host" not in f["summary"]
+
+
+@pytest.mark.slow  # needs the cpu-horovod environment
+def test_libmpi_found_is_the_one_the_horovod_extension_loads(cpu_horovod_env):
+    import re
+
+    exts = container_check.horovod_extensions(Path(cpu_horovod_env))
+    assert exts, f"no Horovod MPI extension under {cpu_horovod_env}"
+    hit = container_check.find_library("libmpi.so", {}, Path(cpu_horovod_env))
+    assert hit is not None and hit[1] == f"ldd {exts[0]}"
+    out = subprocess.run(["ldd", str(exts[0])], capture_output=True, text=True, timeout=60).stdout
+    m = re.search(r"^\s*libmpi\.so\.\d+ => (/\S+)", out, re.M)
+    assert m and os.path.realpath(m.group(1)) == hit[0]
+    assert container_check.origin(hit[0]) == "image"  # not under /opt/udiImage/modules, no site bind
