@@ -218,7 +218,33 @@ class _Reader:
         return _Reader(self.path, self.data.get(key), self.field(key), line=self.line_of(key))
 
 
-def check_pin_value(path: str, value: str, field: str, line: Optional[int], kind: Optional[str]) -> dict:
+def _kept_match_spec(text: str) -> Any:
+    """py-rattler's ``MatchSpec`` for ``text``; also makes ``MatchSpec`` objects copyable.
+
+    py-rattler 0.28's ``MatchSpec`` can be neither pickled nor deep-copied, and
+    ``dataclasses.asdict`` deep-copies what a :class:`~envtool.spec.model.Pin` keeps
+    (``envtool.lock.spec_hash`` applies it to the Horovod section). ``copyreg.pickle`` (the standard
+    library's way to teach pickle and ``copy`` an extension type) registers a reduction that
+    parses the match spec's text again.
+
+    Raises:
+        Exception: py-rattler's ``InvalidMatchSpecError`` when ``text`` is not a match spec.
+    """
+    import copyreg
+
+    from rattler import MatchSpec  # lazy: py-rattler is heavy
+
+    copyreg.pickle(MatchSpec, _reduce_match_spec)
+    return MatchSpec(text)
+
+
+def _reduce_match_spec(ms: Any) -> Tuple[Any, Tuple[str]]:
+    from rattler import MatchSpec
+
+    return MatchSpec, (str(ms),)
+
+
+def check_pin_value(path: str, value: str, field: str, line: Optional[int], kind: Optional[str]) -> Dict[str, Any]:
     """Parse a pinned value once: ``conda`` with py-rattler's ``MatchSpec``, ``pip`` with
     ``packaging``'s ``Requirement``, ``version`` with ``packaging``'s ``Version`` (a leading ``=``
     and a trailing ``.*`` are allowed: ``=3.8``, ``10.2.*``) or, for a range (``>=3.8,<3.11``),
@@ -226,21 +252,20 @@ def check_pin_value(path: str, value: str, field: str, line: Optional[int], kind
 
     Returns:
         the parsed fields of :class:`~envtool.spec.model.Pin`: ``kind``, ``name``, ``version``,
-        ``wildcard``.
+        ``wildcard``, and the parsed objects it keeps: ``requirement`` (pip), ``match_spec``
+        (conda), ``parsed_version`` (``packaging.version.Version`` of ``version`` when it is PEP 440).
     Raises:
         SpecError: the value does not parse (names file, line, field and the parser's reason).
     """
     if kind == "conda":
-        from rattler import MatchSpec  # lazy: py-rattler is heavy
-
         try:
-            ms = MatchSpec(value)
+            ms = _kept_match_spec(value)
         except Exception as exc:  # rattler raises its own InvalidMatchSpecError
             raise SpecError(path, field, "a conda match spec such as 'pytorch-base 1.7.1.*'", got=value,
                             line=line, hint=str(exc)) from None
         version, wildcard = m.one_version(str(ms.version) if ms.version is not None else None, fuzzy_equals=True)
         return {"kind": kind, "name": ms.name.normalized if ms.name else None, "version": version,
-                "wildcard": wildcard}
+                "wildcard": wildcard, "match_spec": ms, "parsed_version": m.parse_version(version)}
     if kind == "pip":
         from packaging.requirements import InvalidRequirement, Requirement
         from packaging.utils import canonicalize_name
@@ -254,7 +279,8 @@ def check_pin_value(path: str, value: str, field: str, line: Optional[int], kind
         version, wildcard = (None, False)
         if len(specs) == 1 and specs[0].operator in ("==", "==="):
             version, wildcard = m.one_version(specs[0].version)
-        return {"kind": kind, "name": str(canonicalize_name(req.name)), "version": version, "wildcard": wildcard}
+        return {"kind": kind, "name": str(canonicalize_name(req.name)), "version": version, "wildcard": wildcard,
+                "requirement": req, "parsed_version": m.parse_version(version)}
     if kind == "version":
         from packaging.version import InvalidVersion, Version
 
@@ -274,7 +300,8 @@ def check_pin_value(path: str, value: str, field: str, line: Optional[int], kind
         except InvalidVersion:
             raise SpecError(path, field, "a version such as 3.8 or 10.2.89", got=value, line=line) from None
         version, wildcard = m.one_version(value, fuzzy_equals=False)
-        return {"kind": kind, "name": None, "version": version, "wildcard": wildcard}
+        return {"kind": kind, "name": None, "version": version, "wildcard": wildcard,
+                "parsed_version": m.parse_version(version)}
     return {}
 
 
