@@ -167,7 +167,7 @@ def build_bom(prefix: Path, name: Optional[str] = None, version: Optional[str] =
                          "it holds; run as a user who can read the whole environment")
     from envtool.core.prefix import PrefixData
 
-    if not (prefix / "conda-meta").is_dir() and PrefixData(prefix).site_packages is None:
+    if not PrefixData(prefix).is_conda and PrefixData(prefix).site_packages is None:
         raise UsageError(f"--prefix: {prefix} is not an environment (no conda-meta/ and no site-packages)")
 
     hvd = horovod_build(prefix)
