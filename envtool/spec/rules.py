@@ -32,7 +32,7 @@ def horovod_version(spec: Spec) -> Optional[Version]:
     try:
         if pin.version is None:
             raise InvalidVersion(pin.value)
-        return Version(pin.version)
+        return pin.parsed_version or Version(pin.version)  # parsed at load (envtool.spec.load)
     except InvalidVersion:
         raise SpecError(spec.path, "horovod.version", "a Horovod version such as 0.28.1", got=pin.value) from None
 
