@@ -34,6 +34,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
+#: Where a prefix keeps its interpreter, relative to the prefix (POSIX layout; see the module docstring).
+PYTHON = "bin/python"
+#: Where conda keeps a prefix's package records and ``history``, relative to the prefix.
+CONDA_META = "conda-meta"
 #: Distributions ``python -m venv`` puts in every venv itself (ensurepip), not a package step.
 VENV_BOOTSTRAP = ("pip",)
 #: Also seeded by ``python -m venv`` before Python 3.12 (ensurepip bundles setuptools).
@@ -90,7 +94,7 @@ class PrefixData:
     @property
     def conda_meta(self) -> Path:
         """``prefix/conda-meta``, where conda keeps the package records (it may not exist)."""
-        return self.prefix / "conda-meta"
+        return self.prefix / CONDA_META
 
     @property
     def is_conda(self) -> bool:
@@ -125,8 +129,9 @@ class PrefixData:
 
     @property
     def python(self) -> Path:
-        """The prefix's interpreter, ``prefix/bin/python`` (it need not exist: see :meth:`find_python`)."""
-        return self.bin / "python"
+        """The prefix's interpreter, ``prefix/bin/python`` (:data:`PYTHON`; it need not exist: see
+        :meth:`find_python`)."""
+        return self.prefix / PYTHON
 
     def find_python(self) -> Optional[Path]:
         """The interpreter that exists: ``bin/python``, else ``bin/python3`` (a Python prefix that

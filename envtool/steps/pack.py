@@ -53,7 +53,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from envtool.core import procs
 from envtool.core.errors import CheckFailed, UsageError
-from envtool.core.prefix import PrefixData
+from envtool.core.prefix import PYTHON, PrefixData
 
 FORMATS = ("tar", "squashfs")
 #: where the manifest, the SBOM and the relocation script live inside a pack
@@ -385,11 +385,11 @@ def pack(prefix: Path, fmt: str, output: Optional[Path] = None, dest_prefix: Opt
         built = work / f"pack.{fmt}"
         progress(f"packing {kind} environment {prefix} as {fmt}")
         if kind == "conda":
-            manifest["unpack"] = ["bin/python", "bin/conda-unpack"] if fmt == "tar" else []
+            manifest["unpack"] = [PYTHON, "bin/conda-unpack"] if fmt == "tar" else []
             _pack_conda(prefix, fmt, built, dest, manifest, extra, work)
         else:
             if fmt == "tar" and relocate:
-                manifest["unpack"] = ["bin/python", UNPACK_SCRIPT]
+                manifest["unpack"] = [PYTHON, UNPACK_SCRIPT]
             _pack_venv(prefix, fmt, built, dest, manifest, extra, relocate, work)
         os.chmod(built, 0o644 & ~_umask())
         os.replace(built, out)
