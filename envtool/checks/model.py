@@ -109,8 +109,10 @@ class Context:
 
     @property
     def python(self) -> Path:
-        """The environment's interpreter, ``<prefix>/bin/python``."""
-        return Path(self.prefix) / "bin" / "python"
+        """The environment's interpreter (:attr:`envtool.core.prefix.PrefixData.python`)."""
+        from envtool.core.prefix import PrefixData
+
+        return PrefixData(Path(self.prefix)).python
 
     def start(self, names: Iterable[str]) -> None:
         """Start the named probes in the background (idempotent)."""

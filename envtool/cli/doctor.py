@@ -128,7 +128,9 @@ def _resolve(args):
                          "or $VIRTUAL_ENV), or give --script PATH to scan a training script")
     if not prefix.is_dir():
         raise UsageError(f"--prefix {prefix}: no such directory")
-    if not (prefix / "bin" / "python").exists():
+    from envtool.core.prefix import PrefixData
+
+    if not PrefixData(prefix).python.exists():
         raise UsageError(f"--prefix {prefix}: not an environment (no bin/python)")
     spec = site = None
     recorded_spec, recorded_lock = _records(prefix)

@@ -34,11 +34,8 @@ def ensurepip_wheels(prefix: Path) -> Dict[Tuple[str, str], Path]:
     """``(name, version)`` → the wheel ``python -m venv`` seeded ``prefix`` from: the base
     interpreter's ``ensurepip/_bundled`` (CPython ``Lib/ensurepip``), found through ``pyvenv.cfg``'s
     ``home``. Empty for a conda prefix or when the directory is not there."""
-    cfg = Path(prefix) / "pyvenv.cfg"
-    try:
-        home = next(line.split("=", 1)[1].strip() for line in cfg.read_text().splitlines()
-                    if line.split("=", 1)[0].strip() == "home")
-    except (OSError, StopIteration):
+    home = PrefixData(Path(prefix)).venv_config().get("home")
+    if not home:
         return {}
     out: Dict[Tuple[str, str], Path] = {}
     for whl in Path(home).parent.glob("lib/python*/ensurepip/_bundled/*.whl"):
@@ -122,7 +119,7 @@ def snapshot(prefix: Path, platform: str, lookup: bool = True, built_keys: Optio
             missing.append(f"{name}=={version}")
     environment: Dict[str, str] = {}
     if missing and lookup:
-        py = python or str(prefix / "bin" / "python")
+        py = python or str(data.python)
         report = pip_resolve.run_report(py, missing, ["--no-deps"], progress=progress)
         environment = report.get("environment", {})
         for p in pip_resolve.packages_from_report(report, platform):

@@ -18,6 +18,7 @@ from typing import List
 
 from envtool.core import frameworks, procs
 from envtool.core.errors import CheckFailed, StepFailed
+from envtool.core.prefix import PrefixData
 from envtool.horovod import checkbuild
 from envtool.probes import probe_path
 from envtool.spec.model import Spec
@@ -42,13 +43,14 @@ def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
     if run_allreduce:
         commands.append(tuple(probes.allreduce_command(prefix, 2, "gloo")))
     if expect.dataloader_start_method:
-        commands.append((str(prefix / "bin" / "python"), str(probe_path("dataloader")), expect.dataloader_start_method))
+        commands.append((str(PrefixData(prefix).python), str(probe_path("dataloader")),
+                         expect.dataloader_start_method))
         notes.append(f"a DataLoader with 2 workers must run under start method {expect.dataloader_start_method!r}")
     if not commands:
         return []
     modules = import_modules(spec)
     if modules:
-        commands.append((str(prefix / "bin" / "python"), str(probe_path("imports")), *modules))
+        commands.append((str(PrefixData(prefix).python), str(probe_path("imports")), *modules))
         notes.append("importing " + ", ".join(modules) + " must print no warning"
                      + (" but those matching expect.import_warnings" if spec.expect.import_warnings else ""))
     return [Step(id="validate", title="Validate: horovodrun --check-build, DataLoader start method"
@@ -104,10 +106,11 @@ def _run_validate(step: Step, runner) -> dict:
     method = spec.expect.dataloader_start_method
     modules = step.data.get("imports") or ()
     with ThreadPoolExecutor(max_workers=4) as pool:
-        im_future = pool.submit(probes.import_modules, prefix / "bin" / "python", modules) if modules else None
+        python = PrefixData(prefix).python
+        im_future = pool.submit(probes.import_modules, python, modules) if modules else None
         cb_future = pool.submit(_check_build, prefix) if spec.expect.check_build is not None else None
         ar_future = pool.submit(_allreduce, prefix) if step.data["allreduce"] else None
-        dl_future = pool.submit(probes.dataloader, prefix / "bin" / "python", method) if method else None
+        dl_future = pool.submit(probes.dataloader, python, method) if method else None
     if cb_future is not None:
         text, error = cb_future.result()
         if error:
