@@ -9,7 +9,7 @@ import re
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Set, Tuple, Union
 
 from envtool.checks.scan.astutil import (MULTINODE_WORDS, const_str, early_return_index, has_dead_guard,
                                          is_main_guard, last_name, rank_kind, stronger)
@@ -23,9 +23,27 @@ HVD_BINDINGS = ("horovod.torch", "horovod.tensorflow", "horovod.keras", "horovod
 LIGHTNING = ("pytorch_lightning", "lightning")
 
 
+#: a function's node: a def, an async def or a lambda.
+FuncNode = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda]
+#: per module (:meth:`envtool.checks.scan.program.Program.dict_index`): ``(id(scope), name)`` → the
+#: values assigned to that plain name, and → the ``name.update(...)`` calls.
+DictIndex = Tuple[Dict[Tuple[int, str], List[ast.AST]], Dict[Tuple[int, str], List["CallSite"]]]
+
+
 @dataclass(eq=False)
 class FuncFacts:
-    node: ast.AST
+    """A function (def, async def or lambda) of a module.
+
+    Attributes:
+        node: its syntax node; ``name`` its name (``<lambda>``); ``module`` the module holding it;
+        cls: the class it is defined in (a method), or None.
+        params: parameter names (positional-only, positional, keyword-only); ``defaults`` their
+            default value nodes.
+        returns: the values it returns; ``sites`` the call sites that reach it in the program
+            being judged; ``loops``: it has a for/while loop; ``parent``: the enclosing function.
+    """
+
+    node: FuncNode
     name: str
     module: "ModuleFacts"
     cls: Optional[str]
@@ -39,6 +57,9 @@ class FuncFacts:
 
 @dataclass(eq=False)
 class CallSite:
+    """A call and where it is: module, enclosing function, the rank test around it and the dead
+    ``_supports_context`` guard around it."""
+
     node: ast.Call
     module: "ModuleFacts"
     func: Optional[FuncFacts]          # enclosing function (None: module level)
@@ -48,6 +69,9 @@ class CallSite:
 
 @dataclass(eq=False)
 class ModuleFacts:
+    """What one pass over a module's syntax tree found (``tree`` None: it does not parse, the
+    ``syntax`` issue says why). The comment beside each field says what it holds."""
+
     path: Path
     shown: str
     tree: Optional[ast.Module]
@@ -78,10 +102,11 @@ class ModuleFacts:
     rank_slices: bool = False    # a subscript indexed or sliced by a rank (x[rank::size])
     size_divs: bool = False      # something divided by hvd.size()/world size (steps per rank)
     size: int = 0
-    _dict_idx: Optional[tuple] = None
+    _dict_idx: Optional["DictIndex"] = None
 
     @property
     def lightning(self) -> bool:
+        """Whether the module imports PyTorch Lightning."""
         return any(v.split(".")[0] in LIGHTNING for v in list(self.from_imports.values())
                    + list(self.module_aliases.values()))
 
@@ -89,6 +114,8 @@ class ModuleFacts:
 def collect(mod: ModuleFacts) -> None:
     """One iterative pass over ``mod.tree`` filling the module's facts (linear in its size)."""
     tree = mod.tree
+    if tree is None:
+        return
     for stmt in tree.body:
         if is_main_guard(stmt):
             mod.main_guard = True
@@ -113,7 +140,7 @@ def collect(mod: ModuleFacts) -> None:
             if isinstance(more, list):
                 stmts.extend(more)
     # stack items: (node, enclosing function, guarded, dead_if, class name)
-    stack: List[Tuple[ast.AST, Optional[FuncFacts], bool, Optional[ast.AST], Optional[str]]] = [
+    stack: List[Tuple[ast.AST, Optional[FuncFacts], Optional[str], Optional[ast.AST], Optional[str]]] = [
         (tree, None, None, None, None)]
     while stack:
         node, func, guarded, dead_if, cls = stack.pop()
@@ -122,7 +149,7 @@ def collect(mod: ModuleFacts) -> None:
             a = node.args
             params = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]
             pos = a.posonlyargs + a.args
-            defaults = {p.arg: d for p, d in zip(pos[len(pos) - len(a.defaults):], a.defaults)}
+            defaults: Dict[str, ast.AST] = {p.arg: d for p, d in zip(pos[len(pos) - len(a.defaults):], a.defaults)}
             defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
             name = getattr(node, "name", "<lambda>")
             new = FuncFacts(node, name, mod, cls, params, defaults, parent=func)
@@ -154,10 +181,14 @@ def collect(mod: ModuleFacts) -> None:
                 mod.dead_ifs.append(node)
             inner_dead = node if dead else dead_if
             stack.append((node.test, func, guarded, dead_if, cls))
-            body = node.body if isinstance(node.body, list) else [node.body]
-            orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
-            for child in body + orelse:
-                stack.append((child, func, stronger(guarded, rank), inner_dead, cls))
+            branches: List[ast.AST] = []
+            for part in (node.body, node.orelse):
+                if isinstance(part, list):
+                    branches.extend(part)
+                else:
+                    branches.append(part)
+            for branch in branches:
+                stack.append((branch, func, stronger(guarded, rank), inner_dead, cls))
             continue
         if isinstance(node, ast.Call):
             mod.calls.append(CallSite(node, mod, func, guarded, dead_if))
@@ -169,12 +200,12 @@ def collect(mod: ModuleFacts) -> None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
                 mod.assigns.append((func, t, node.value, dead_if))
-                if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and const_str(t.slice):
-                    mod.dict_items.setdefault((id(func), t.value.id), []).append(
-                        (const_str(t.slice), node.value, dead_if))
+                key = const_str(t.slice) if isinstance(t, ast.Subscript) else None
+                if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and key:
+                    mod.dict_items.setdefault((id(func), t.value.id), []).append((key, node.value, dead_if))
         elif isinstance(node, ast.Import):
-            for a in node.names:
-                note_import(mod, a.name, a.asname or a.name.split(".")[0], node.lineno, a.asname is not None)
+            for imp in node.names:
+                note_import(mod, imp.name, imp.asname or imp.name.split(".")[0], node.lineno, imp.asname is not None)
         elif isinstance(node, ast.ImportFrom):
             note_from_import(mod, node)
         if isinstance(node, ast.Constant) and node.value in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):

@@ -25,6 +25,7 @@ def package_root(path: Path) -> Path:
 
 
 def module_file(base: Path, dotted_name: str) -> Optional[Path]:
+    """The file of module ``dotted_name`` under ``base`` (``a/b.py`` or ``a/b/__init__.py``), or None."""
     p = base.joinpath(*dotted_name.split(".")) if dotted_name else base
     if dotted_name and p.with_suffix(".py").is_file():
         return p.with_suffix(".py")
@@ -35,6 +36,8 @@ def module_file(base: Path, dotted_name: str) -> Optional[Path]:
 
 def find_local_imports(mod: ModuleFacts) -> Iterator[Tuple[Path, Optional[str]]]:
     """``(file, local name bound to it or None)`` for each import of ``mod`` found in the project."""
+    if mod.tree is None:
+        return
     roots = [mod.path.parent]
     root = package_root(mod.path)
     if root != mod.path.parent:
@@ -71,6 +74,8 @@ def find_local_imports(mod: ModuleFacts) -> Iterator[Tuple[Path, Optional[str]]]
 
 
 def iter_dir(d: Path) -> Iterator[Path]:
+    """Every regular ``*.py`` file under ``d``, sorted, skipping :data:`SKIP_DIRS`, hidden
+    directories and Python environments (``pyvenv.cfg``, ``conda-meta``)."""
     for dirpath, dirnames, filenames in os.walk(d):
         dirnames[:] = sorted(n for n in dirnames if n not in SKIP_DIRS and not n.startswith(".")
                              and not (Path(dirpath, n, "pyvenv.cfg").exists()
@@ -81,6 +86,11 @@ def iter_dir(d: Path) -> Iterator[Path]:
 
 
 def read_module(path: Path, shown: str) -> ModuleFacts:
+    """Read and parse one file (reported as ``shown``).
+
+    Raises:
+        UsageError: the file cannot be read, or is not a regular file (exit status 2).
+    """
     from envtool.core.errors import UsageError
     from envtool.core.inputs import read_input
 
@@ -91,9 +101,8 @@ def read_module(path: Path, shown: str) -> ModuleFacts:
     return parse_source(text, shown, path)
 
 
-
-
-def limit_error(what: str, limits: Limits, files: int, size: int):
+def limit_error(what: str, limits: Limits, files: int, size: int) -> Exception:
+    """The :class:`~envtool.core.errors.UsageError` (exit status 2) raised when the scan passes ``limits``."""
     from envtool.core.errors import UsageError
 
     return UsageError(

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from envtool.checks.scan.astutil import const_str, dotted, kwarg, last_name
-from envtool.checks.scan.facts import LIGHTNING, CallSite, FuncFacts, ModuleFacts
+from envtool.checks.scan.facts import LIGHTNING, CallSite, DictIndex, FuncFacts, ModuleFacts
 from envtool.checks.scan.model import LAUNCHES
 
 #: optimizer constructors by dotted name (``torch.optim.SGD``, ``keras.optimizers.Adam``, ``tf.train.*Optimizer``).
@@ -45,6 +45,16 @@ Sink = Callable[[ModuleFacts, int, str, str, str, str], None]
 #: what a value stands for (:meth:`Program.dict_values`): ``(dict literals or dict() calls, [(key, value,
 #: the dead-guard ``if`` it is assigned under, or None)])``.
 DictValues = Tuple[List[ast.AST], List[Tuple[str, ast.AST, Optional[ast.AST]]]]
+
+
+def _str_items(lit: ast.Dict, dead_if: Optional[ast.AST]) -> List[Tuple[str, ast.AST, Optional[ast.AST]]]:
+    """``(key, value, dead_if)`` for each item of a dict literal whose key is a string literal."""
+    out: List[Tuple[str, ast.AST, Optional[ast.AST]]] = []
+    for k, v in zip(lit.keys, lit.values):
+        key = const_str(k)
+        if key:
+            out.append((key, v, dead_if))
+    return out
 
 
 class Program:
@@ -337,7 +347,7 @@ class Program:
     def mentions_size(self, node: ast.AST, mod: ModuleFacts, scaled: Set[str], size_funcs: Set[int]) -> bool:
         for sub in ast.walk(node):
             if isinstance(sub, ast.Call):
-                c = CallSite(sub, mod, None, False, None)
+                c = CallSite(sub, mod, None, None, None)
                 if self.is_hvd_call(c, SIZE_CALLS):
                     return True
                 if any(id(g) in size_funcs for g in self.resolve(c)):
@@ -353,7 +363,7 @@ class Program:
         if id(mod) not in self._scaled_names:
             sf = self.size_funcs()
             scaled: Set[str] = set()
-            pending = [(dotted(t), v) for _, t, v, _ in mod.assigns if dotted(t)]
+            pending = [(name, v) for _, t, v, _ in mod.assigns for name in [dotted(t)] if name]
             for _ in range(3):
                 rest = []
                 for name, value in pending:
@@ -379,8 +389,8 @@ class Program:
                     continue
                 dest = const_str(kwarg(n, "dest"))
                 if dest is None:
-                    longs = [const_str(a) for a in n.args if (const_str(a) or "").startswith("--")]
-                    names = longs or [const_str(a) for a in n.args if const_str(a)]
+                    strs = [s for s in (const_str(a) for a in n.args) if s]
+                    names = [s for s in strs if s.startswith("--")] or strs
                     if not names:
                         continue
                     dest = names[0].lstrip("-").replace("-", "_")
@@ -478,9 +488,9 @@ class Program:
                             if key == param:
                                 return val
                 for lit in lits:
-                    ok, val = self.dict_get(lit, param)
-                    if val is not None:
-                        return val
+                    _, found = self.dict_get(lit, param)
+                    if found is not None:
+                        return found
         params = f.params
         if f.cls is not None and params and params[0] in ("self", "cls") and isinstance(n.func, ast.Attribute):
             params = params[1:]
@@ -497,7 +507,8 @@ class Program:
     def first(self, calls: List[CallSite]) -> Optional[CallSite]:
         """The first of ``calls`` in the entry module, else the first overall."""
         here = [c for c in calls if c.module is self.entry]
-        return (here or calls or [None])[0]
+        some = here or calls
+        return some[0] if some else None
 
     def spark_or_ray(self) -> bool:
         return any(self.qualname(c).startswith(("horovod.spark", "horovod.ray")) for c in self.calls) or \
@@ -519,10 +530,10 @@ class Program:
         return None
 
 
-    def dict_index(self, mod: ModuleFacts):
+    def dict_index(self, mod: ModuleFacts) -> DictIndex:
         """Per module, built once: ``(id(scope), name)`` → values assigned to that plain name, and
         → the ``name.update(...)`` calls (so that each lookup is a dict access: linear overall)."""
-        idx = getattr(mod, "_dict_idx", None)
+        idx = mod._dict_idx
         if idx is None:
             assigned: Dict[Tuple[int, str], List[ast.AST]] = {}
             for fn, t, v, _ in mod.assigns:
@@ -530,14 +541,13 @@ class Program:
                     assigned.setdefault((id(fn), t.id), []).append(v)
             updates: Dict[Tuple[int, str], List[CallSite]] = {}
             for c in mod.calls:
-                fn = c.node.func
-                if isinstance(fn, ast.Attribute) and fn.attr == "update" and isinstance(fn.value, ast.Name):
-                    updates.setdefault((id(c.func), fn.value.id), []).append(c)
+                callee = c.node.func
+                if isinstance(callee, ast.Attribute) and callee.attr == "update" and isinstance(callee.value, ast.Name):
+                    updates.setdefault((id(c.func), callee.value.id), []).append(c)
             idx = mod._dict_idx = (assigned, updates)
         return idx
 
-    def dict_values(self, call: CallSite, name: str, depth: int = 0) -> Optional[Tuple[List[ast.AST], List[Tuple[str, ast.AST,
-                                                                                                  Optional[ast.AST]]]]]:
+    def dict_values(self, call: CallSite, name: str, depth: int = 0) -> Optional[DictValues]:
         """The dict literals assigned to ``name`` in the call's scope (or module), and its item assignments.
 
         Returns:
@@ -565,22 +575,20 @@ class Program:
                         items.append((k.arg, k.value, c.dead_if))
                 for a in c.node.args:
                     if isinstance(a, ast.Dict):
-                        items.extend((const_str(k), v, c.dead_if) for k, v in zip(a.keys, a.values) if const_str(k))
+                        items.extend(_str_items(a, c.dead_if))
                     elif isinstance(a, ast.Name) and a.id != name and depth < 3:
                         got = self.dict_values(c, a.id, depth + 1)  # kwargs.update(cuda_kwargs)
                         if got is not None:
                             for lit in got[0]:
                                 if isinstance(lit, ast.Dict):
-                                    items.extend((const_str(k), v, c.dead_if) for k, v in zip(lit.keys, lit.values)
-                                                 if const_str(k))
-                                else:
+                                    items.extend(_str_items(lit, c.dead_if))
+                                elif isinstance(lit, ast.Call):
                                     items.extend((k.arg, k.value, c.dead_if) for k in lit.keywords if k.arg)
                             items.extend(got[1])
             return lits, items
         return None
 
-    def returned_dicts(self, call: CallSite) -> Optional[Tuple[List[ast.AST], List[Tuple[str, ast.AST,
-                                                                                    Optional[ast.AST]]]]]:
+    def returned_dicts(self, call: CallSite) -> Optional[DictValues]:
         """The dicts a project function returns (``**options()``): dict literals, or a local name
         assigned dict literals (with its item assignments and updates), as ``(literals, items)``;
         None when any return is something else."""
@@ -607,17 +615,20 @@ class Program:
 
     @staticmethod
     def dict_get(lit: ast.AST, key: str) -> Tuple[bool, Optional[ast.AST]]:
+        """``(resolved, value)`` of ``key`` in a dict literal or ``dict(...)`` call: ``resolved`` is
+        False when the dict has ``**`` items (the key may come from them); value None when absent."""
         if isinstance(lit, ast.Dict):
             if any(k is None for k in lit.keys):
                 return False, None
-            for k, v in zip(lit.keys, lit.values):
+            for k, item in zip(lit.keys, lit.values):
                 if const_str(k) == key:
-                    return True, v
+                    return True, item
             return True, None
-        v = kwarg(lit, key)
-        return not any(k.arg is None for k in lit.keywords), v
+        if not isinstance(lit, ast.Call):  # only dict literals and dict(...) calls are passed
+            return False, None
+        return not any(k.arg is None for k in lit.keywords), kwarg(lit, key)
 
-    def const_value(self, node: Optional[ast.AST], call: CallSite, depth: int = 0):
+    def const_value(self, node: Optional[ast.AST], call: CallSite, depth: int = 0) -> object:
         """The constant a value stands for, or None: a literal; a name assigned one constant (every
         assignment the same) in the call's function, an enclosing function or the module; an
         enum-like ``Class.NAME`` (or ``Class.NAME.value``) whose class body assigns a constant;

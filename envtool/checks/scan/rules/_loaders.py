@@ -121,6 +121,8 @@ def _judge_loader(prog: Program, c: CallSite, global_safe: bool, used_guards: Se
         elif isinstance(s, ast.Dict):
             lits, items = [s], []
         else:
+            if not isinstance(s, ast.Name):  # a Call with no returned dicts was skipped above
+                continue
             got = prog.dict_values(c, s.id)
             f = c.func
             if got is None and f is not None and s.id in f.params:  # **kwargs: a parameter
@@ -169,10 +171,6 @@ def _judge_loader(prog: Program, c: CallSite, global_safe: bool, used_guards: Se
     unknown = [s for v, s in verdicts if v == "unknown"]
     if not yes and not unknown and unresolved_splat is None:
         return None
-    reason = (f"multiprocessing_context is set only under the mp._supports_context guard at line "
-              f"{dead.lineno}, which is always false on current torch (torch.multiprocessing has no "
-              "_supports_context, Horovod examples PR #1824), so " if dead is not None
-              else "no multiprocessing_context: ")
     if yes:
         what, level = f"num_workers={yes[0]}", "warn"
     elif unknown:

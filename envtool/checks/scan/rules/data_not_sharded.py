@@ -59,7 +59,7 @@ class DataNotSharded(Rule):
                   and last_name(c.node.func) in ("from_tensor_slices", "TFRecordDataset", "list_files",
                                              "from_generator", "TextLineDataset")]
         seeded = [c for c in prog.calls if last_name(c.node.func) in ("flow_from_directory", "flow_from_dataframe", "flow")
-                  and kwarg(c.node, "seed") is not None and not rank_kind(kwarg(c.node, "seed"))]
+                  and kwarg(c.node, "seed") is not None and not rank_kind(kwarg(c.node, "seed") or ast.Constant(None))]
         if not loaders and not tfdata and not seeded:
             return
         for c in loaders:
@@ -104,7 +104,7 @@ class DataNotSharded(Rule):
             g = seeded[0]  # the same seed on every rank: identical batches, whatever the step count
             prog.add(c.module, c.node.lineno, "data-not-sharded",
                      f"trains on {last_name(g.node.func)}(seed="
-                     f"{ast.unparse(kwarg(g.node, 'seed'))}) ({g.module.shown}:{g.node.lineno}), which draws the same "
+                     f"{ast.unparse(kwarg(g.node, 'seed') or ast.Constant(None))}) ({g.module.shown}:{g.node.lineno}), which draws the same "
                      "shuffled batches on every rank (one seed everywhere, nothing shards the data): N ranks train "
                      "on identical data (ALCF tutorial step 7)",
                      "seed with the rank (seed=base_seed + hvd.rank()) or shard the file list by rank")
@@ -113,7 +113,10 @@ class DataNotSharded(Rule):
         for m in prog.modules:
             if m.size_divs:
                 return
-        c = prog.first([x for x in loaders + tfdata if "train" in ast.unparse(x.node).lower()] or loaders + tfdata)
+        first = prog.first([x for x in loaders + tfdata if "train" in ast.unparse(x.node).lower()] or loaders + tfdata)
+        if first is None:
+            return
+        c = first
         fix = ("sampler = torch.utils.data.distributed.DistributedSampler(dataset, num_replicas=hvd.size(), "
                "rank=hvd.rank()); DataLoader(dataset, sampler=sampler, ...) and sampler.set_epoch(epoch) each epoch"
                if loaders else "dataset = dataset.shard(hvd.size(), hvd.rank())")

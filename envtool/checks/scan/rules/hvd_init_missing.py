@@ -56,6 +56,8 @@ class HvdInitMissing(Rule):
             return
         src = SRC
         c = prog.first(uses)
+        if c is None:
+            return
         prog.add(c.module, c.node.lineno, "hvd-init-missing",
                    f"{ast.unparse(c.node.func)}() is called but nothing the entry point {prog.entry.shown} "
                    f"reaches calls hvd.init(): Horovod is not initialised, the call raises or every rank "

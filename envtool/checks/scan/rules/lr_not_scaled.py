@@ -5,7 +5,7 @@ import ast
 from typing import List, Optional, Set
 
 from envtool.checks.scan.astutil import const_str, dotted, kwarg, last_name, rank_kind
-from envtool.checks.scan.facts import CallSite
+from envtool.checks.scan.facts import CallSite, ModuleFacts
 from envtool.checks.scan.program import Program
 from envtool.checks.scan.registry import rule
 from envtool.checks.scan.rule import Rule

@@ -45,7 +45,7 @@ class NoGpuPinning(Rule):
             q = dotted(n.func) or ""
             if last == "cuda" and isinstance(n.func, ast.Attribute) and q != "torch.cuda":
                 return c
-            if last in ("to", "device") and any(const_str(a) and const_str(a).startswith("cuda")
+            if last in ("to", "device") and any((const_str(a) or "").startswith("cuda")
                                                 for a in list(n.args) + [k.value for k in n.keywords]):
                 return c
             if last in ("list_physical_devices", "list_logical_devices") and any(

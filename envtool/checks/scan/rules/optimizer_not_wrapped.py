@@ -60,7 +60,10 @@ class OptimizerNotWrapped(Rule):
                 return
             if last in DDP_WRAPS or prog.qualname(c).startswith("deepspeed."):
                 return
-        c = prog.first(opts)
+        first = prog.first(opts)
+        if first is None:
+            return
+        c = first
         if prog.launch == "horovod":
             fix = ("optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters()) "
                    "(TensorFlow: tape = hvd.DistributedGradientTape(tape); Keras: "
