@@ -16,8 +16,8 @@ from envtool.checks.scan.rule import Rule
 class SyntaxRule(Rule):
     """A file that does not parse: ``ast.parse`` raises SyntaxError (or the parser's recursion
     limit is passed). At scale the job dies at import on every rank, after waiting in the queue;
-    the scan reports it before submission (Python language reference,
-    https://docs.python.org/3/reference/grammar.html)."""
+    the scan reports it before submission (the scan parses with ``ast.parse``,
+    https://docs.python.org/3/library/ast.html#ast.parse)."""
 
     id = "syntax"
     title = "the file does not parse"
