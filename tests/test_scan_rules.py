@@ -7,6 +7,7 @@ import inspect
 import re
 import sys
 import textwrap
+from typing import Dict, List
 
 import pytest
 
@@ -19,9 +20,9 @@ _ID = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 _SOURCE = re.compile(r"https://\S+|[\w.-]+/[\w.-]+@[\w.-]+:\S+|[\w.-]+@v?[\d.]+:\S+|[\w-]+/[\w-]+:\S+")
 
 
-def contract_problems(rule: Rule) -> list:
+def contract_problems(rule: Rule) -> List[str]:
     """What ``rule`` lacks of the contract, one string per problem (empty: it passes)."""
-    problems = []
+    problems: List[str] = []
     if not isinstance(getattr(rule, "id", None), str) or not _ID.match(rule.id):
         problems.append(f"id {getattr(rule, 'id', None)!r} is not a lower-case dashed word")
     if getattr(rule, "severity", None) not in LEVELS:
@@ -59,7 +60,7 @@ def test_one_rule_per_module_and_the_public_tables_follow_the_registry():
     rules = registry.all_rules()
     ids = [r.id for r in rules]
     assert len(ids) == len(set(ids))
-    by_module = {}
+    by_module: Dict[str, List[str]] = {}
     for r in rules:
         by_module.setdefault(type(r).__module__, []).append(r.id)
     assert {m: len(v) for m, v in by_module.items()} == {f"envtool.checks.scan.rules.{m}": 1 for m in registry.MODULES}
