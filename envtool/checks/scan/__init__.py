@@ -8,7 +8,8 @@ followed: a checkpoint write inside a helper is judged at the helper's call site
 rate that arrives as a parameter is judged at the call that passes it, and ``**kwargs`` built
 from dict literals are resolved.
 
-Rules (ids in :data:`RULES`; one module each under ``rules/``, see :mod:`envtool.checks.scan.rule`), from OLCF's Summit WML-CE page ("Problems Distributing Pytorch with
+Rules (ids in :data:`RULES`; one module each under ``rules/``, see :mod:`envtool.checks.scan.rule`),
+from OLCF's Summit WML-CE page ("Problems Distributing Pytorch with
 Multiple Data Loader Workers", https://docs.olcf.ornl.gov/software/analytics/ibm-wml-ce.html),
 Horovod's usage steps (https://horovod.readthedocs.io/en/v0.28.1/pytorch.html) and the seven steps
 of ALCF's "Distributed Deep Learning" tutorial (https://github.com/argonne-lcf/sdl_ai_workshop:

@@ -51,7 +51,8 @@ def scan_project(paths: Sequence[PathLike], entries: Sequence[PathLike] = (), la
                           programs, proj.files, proj.bytes)
 
 
-def scan_paths(paths: Sequence[PathLike], entries: Sequence[PathLike] = (), launch: Optional[str] = None) -> List[ScanIssue]:
+def scan_paths(paths: Sequence[PathLike], entries: Sequence[PathLike] = (),
+               launch: Optional[str] = None) -> List[ScanIssue]:
     """Scan a project: the files and directories in ``paths`` and the local modules they import.
 
     Args:
@@ -77,4 +78,3 @@ def scan_source(text: str, path: str = "<string>", launch: Optional[str] = None)
     with no_gc():
         mod = parse_source(text, path, Path(path))
         return Project([mod], {Path(path)}, launch).run()
-

@@ -125,4 +125,3 @@ def early_return_index(body: Sequence[ast.stmt], aliases: Optional[Dict[str, str
             if kind is not None:
                 return i, kind
     return None, None
-

@@ -267,8 +267,6 @@ def note_from_import(mod: ModuleFacts, node: ast.ImportFrom) -> None:
             mod.hvd_framework = "tensorflow"
 
 
-
-
 _MULTINODE_RE = re.compile("|".join(MULTINODE_WORDS), re.IGNORECASE)
 _GLOBAL_RANK_RE = re.compile(r"""["']RANK["']|\bglobal_rank\b""")
 _LOCAL_RANK_RE = re.compile(r"""["']LOCAL_RANK["']""")
@@ -319,5 +317,3 @@ def suppressions(text: str) -> Dict[int, Set[str]]:
     except (tokenize.TokenError, SyntaxError):
         pass
     return out
-
-

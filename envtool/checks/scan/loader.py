@@ -185,4 +185,3 @@ def load_project(paths: Sequence[Path], entries: Sequence[Path] = (), launch: Op
     proj = Project(list(modules.values()), explicit, launch, explicit)
     proj.files, proj.bytes = budget["files"], budget["bytes"]
     return proj
-

@@ -47,7 +47,6 @@ class ScanIssue:
         return asdict(self)
 
 
-
 @contextmanager
 def no_gc() -> Iterator[None]:
     """Pause the cyclic garbage collector while a scan runs: its passes over a heap of millions
@@ -96,5 +95,3 @@ class ScanReport:
     programs: List[Dict[str, Any]] = field(default_factory=list)
     files: int = 0
     bytes: int = 0
-
-

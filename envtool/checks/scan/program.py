@@ -16,10 +16,10 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from envtool.checks.scan.astutil import const_str, dotted, kwarg, last_name
-from envtool.checks.scan.facts import LIGHTNING, CallSite, DictIndex, FuncFacts, ModuleFacts
+from envtool.checks.scan.facts import CallSite, DictIndex, FuncFacts, ModuleFacts
 from envtool.checks.scan.model import LAUNCHES
 
 #: optimizer constructors by dotted name (``torch.optim.SGD``, ``keras.optimizers.Adam``, ``tf.train.*Optimizer``).
@@ -502,8 +502,6 @@ class Program:
             return None
         return f.defaults.get(param)
 
-
-
     def first(self, calls: List[CallSite]) -> Optional[CallSite]:
         """The first of ``calls`` in the entry module, else the first overall."""
         here = [c for c in calls if c.module is self.entry]
@@ -513,7 +511,6 @@ class Program:
     def spark_or_ray(self) -> bool:
         return any(self.qualname(c).startswith(("horovod.spark", "horovod.ray")) for c in self.calls) or \
             any(m.hvd_binding_name.startswith(("horovod.spark", "horovod.ray")) for m in self.modules)
-
 
     def optimizer_name(self, c: CallSite) -> Optional[str]:
         name = dotted(c.node.func) or ""
@@ -671,4 +668,3 @@ class Program:
         """:meth:`const_value` when it is a string."""
         v = self.const_value(node, call)
         return v if isinstance(v, str) else None
-

@@ -113,4 +113,3 @@ class Project:
             m.funcs.clear()
             m.calls.clear()
             m._dict_idx = None
-

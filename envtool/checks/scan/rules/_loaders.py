@@ -95,7 +95,6 @@ def workers_value(prog: Program, node: Optional[ast.AST], call: Optional[CallSit
     return "unknown", ast.unparse(node)
 
 
-
 def _judge_loader(prog: Program, c: CallSite, global_safe: bool, used_guards: Set[int]) -> Optional[LoaderVerdict]:
     n = c.node
     workers_node = kwarg(n, "num_workers")

@@ -1,40 +1,44 @@
 """Rule ``checkpoint-local-rank``: a checkpoint or log written once per node."""
 from __future__ import annotations
 
-import ast
-from typing import List, Optional, Set
-
-from envtool.checks.scan.astutil import const_str, dotted, kwarg, last_name, rank_kind
-from envtool.checks.scan.facts import CallSite
 from envtool.checks.scan.program import Program
 from envtool.checks.scan.registry import rule
 from envtool.checks.scan.rule import Rule
+from envtool.checks.scan.rules._examples import ALCF_TUTORIAL, HOROVOD_USAGE, horovod_script
 from envtool.checks.scan.rules._writes import writes
-
 
 
 @rule
 class CheckpointLocalRank(Rule):
-    """A checkpoint or log write (``open(..., "w")``, ``logging.FileHandler``) guarded only by a
-    test of the local rank (``hvd.local_rank() == 0``, ``LOCAL_RANK``, ``args.gpu == 0`` ...), or a
-    checkpoint helper called only under such a test. ``warn`` for checkpoints in programs meant for
-    several nodes (a Horovod/MPI launch, or code naming nodes); ``info`` otherwise and for logs.
+    """A checkpoint or log write (``open(..., "w")``, ``logging.FileHandler``) guarded only by a test of the local
+    rank (``hvd.local_rank() == 0``, ``LOCAL_RANK``, ``args.gpu == 0`` ...), or a checkpoint helper called only
+    under such a test. ``warn`` for checkpoints in programs meant for several nodes (a Horovod/MPI launch, or
+    code naming nodes); ``info`` otherwise and for logs.
 
-    Why it matters at scale: local rank 0 exists on every node, so on a multi-node job each node
-    writes the same file on the shared file system: N concurrent writers and a torn file (Horovod
-    usage step 6: save on rank 0 only, https://horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 6, https://github.com/argonne-lcf/sdl_ai_workshop).
+    Why it matters at scale: local rank 0 exists on every node, so on a multi-node job each node writes the same
+    file on the shared file system: N concurrent writers and a torn file (Horovod usage step 6: save on rank 0
+    only, https://horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 6,
+    https://github.com/argonne-lcf/sdl_ai_workshop).
     """
 
     id = "checkpoint-local-rank"
     title = "checkpoint or log file written once per node (local rank 0) on a multi-node job"
-    sources = ("https://horovod.readthedocs.io/en/v0.28.1/pytorch.html", "https://github.com/argonne-lcf/sdl_ai_workshop")
+    sources = (HOROVOD_USAGE, ALCF_TUTORIAL)
     mechanisms = ("a test of the global rank (hvd.rank() == 0, dist.get_rank() == 0, RANK)",
                   "level warn on Horovod/MPI launches and programs that name nodes (node_rank, nnodes, "
                   "ngpus_per_node, SLURM_PROCID, both RANK and LOCAL_RANK); info otherwise; log files "
                   "(open(..., 'w'), logging.FileHandler) are info")
     order = 85
-    fires_on = ("import torch\nimport horovod.torch as hvd\n\ndef main():\n    hvd.init()\n    model = torch.nn.Linear(2, 2)\n    if hvd.local_rank() == 0:\n        torch.save(model.state_dict(), 'model.pt')\n\nif __name__ == '__main__':\n    main()\n",)
-    quiet_on = ("import torch\nimport horovod.torch as hvd\n\ndef main():\n    hvd.init()\n    model = torch.nn.Linear(2, 2)\n    if hvd.rank() == 0:\n        torch.save(model.state_dict(), 'model.pt')\n\nif __name__ == '__main__':\n    main()\n",)
+    fires_on = (horovod_script(
+        'hvd.init()',
+        'model = torch.nn.Linear(2, 2)',
+        'if hvd.local_rank() == 0:',
+        "    torch.save(model.state_dict(), 'model.pt')"),)
+    quiet_on = (horovod_script(
+        'hvd.init()',
+        'model = torch.nn.Linear(2, 2)',
+        'if hvd.rank() == 0:',
+        "    torch.save(model.state_dict(), 'model.pt')"),)
 
     def applies(self, prog: Program) -> bool:
         """Programs that run as ranks (Horovod with hvd.init(), or torch.distributed)."""
@@ -65,5 +69,3 @@ class CheckpointLocalRank(Rule):
                          "the same file (Horovod usage step 6; ALCF tutorial step 6)" +
                          ("" if prog.multinode_job else "; nothing shows this program runs on several nodes"),
                          f"test the global rank instead: if {rank0}:", "warn" if prog.multinode_job else "info")
-
-

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import ast
-from typing import List, Optional, Set
 
-from envtool.checks.scan.astutil import const_str, dotted, kwarg, last_name, rank_kind
-from envtool.checks.scan.facts import CallSite
+from envtool.checks.scan.astutil import dotted, kwarg, last_name, rank_kind
 from envtool.checks.scan.program import Program
 from envtool.checks.scan.registry import rule
 from envtool.checks.scan.rule import Rule
+from envtool.checks.scan.rules._examples import ALCF_TUTORIAL, HOROVOD_USAGE, horovod_script
 
 #: samplers that do not split data between ranks.
 LOCAL_SAMPLERS = {"RandomSampler", "SequentialSampler", "SubsetRandomSampler", "WeightedRandomSampler"}
@@ -23,18 +22,19 @@ SHARD_KWARGS = {"num_replicas", "num_shards", "shard_count", "cur_shard", "shard
 
 @rule
 class DataNotSharded(Rule):
-    """The program's DataLoaders have no sampler (or only a single-process one) and nothing shards
-    the data by rank (DistributedSampler, ``Dataset.shard``, a rank-indexed slice, a reader given
-    the rank); or a Keras generator is seeded alike on every rank.
+    """The program's DataLoaders have no sampler (or only a single-process one) and nothing shards the data by rank
+    (DistributedSampler, ``Dataset.shard``, a rank-indexed slice, a reader given the rank); or a Keras generator
+    is seeded alike on every rank.
 
-    Why it matters at scale: every rank reads the whole dataset, so an epoch processes it once per
-    rank, N times the work for the same result (the DistributedSampler of Horovod's PyTorch
-    example, https://horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 7, https://github.com/argonne-lcf/sdl_ai_workshop).
+    Why it matters at scale: every rank reads the whole dataset, so an epoch processes it once per rank, N times
+    the work for the same result (the DistributedSampler of Horovod's PyTorch example,
+    https://horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 7,
+    https://github.com/argonne-lcf/sdl_ai_workshop).
     """
 
     id = "data-not-sharded"
     title = "every rank reads the whole dataset (no DistributedSampler or shard)"
-    sources = ("https://horovod.readthedocs.io/en/v0.28.1/pytorch.html", "https://github.com/argonne-lcf/sdl_ai_workshop")
+    sources = (HOROVOD_USAGE, ALCF_TUTORIAL)
     mechanisms = ("a sampler on a DataLoader (DistributedSampler, ElasticSampler or a custom one; not "
                   "RandomSampler/SequentialSampler/SubsetRandomSampler/WeightedRandomSampler)",
                   "Dataset.shard(...), datasets.distributed.split_dataset_by_node, Petastorm "
@@ -43,8 +43,16 @@ class DataNotSharded(Rule):
                   "steps divided by hvd.size() (each rank draws its share of shuffled data)",
                   "Lightning (adds a DistributedSampler itself)")
     order = 110
-    fires_on = ("import torch\nimport horovod.torch as hvd\n\ndef main():\n    hvd.init()\n    train_loader = torch.utils.data.DataLoader(range(10), batch_size=2)\n    return train_loader\n\nif __name__ == '__main__':\n    main()\n",)
-    quiet_on = ("import torch\nimport horovod.torch as hvd\n\ndef main():\n    hvd.init()\n    ds = range(10)\n    sampler = torch.utils.data.distributed.DistributedSampler(ds, num_replicas=hvd.size(), rank=hvd.rank())\n    train_loader = torch.utils.data.DataLoader(ds, batch_size=2, sampler=sampler)\n    return train_loader\n\nif __name__ == '__main__':\n    main()\n",)
+    fires_on = (horovod_script(
+        'hvd.init()',
+        'train_loader = torch.utils.data.DataLoader(range(10), batch_size=2)',
+        'return train_loader'),)
+    quiet_on = (horovod_script(
+        'hvd.init()',
+        'ds = range(10)',
+        'sampler = torch.utils.data.distributed.DistributedSampler(ds, num_replicas=hvd.size(), rank=hvd.rank())',
+        'train_loader = torch.utils.data.DataLoader(ds, batch_size=2, sampler=sampler)',
+        'return train_loader'),)
 
     def applies(self, prog: Program) -> bool:
         """Programs that run as ranks (Horovod with hvd.init(), or torch.distributed)."""

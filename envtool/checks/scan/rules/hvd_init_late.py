@@ -2,34 +2,36 @@
 from __future__ import annotations
 
 import ast
-from typing import List, Optional, Set
 
-from envtool.checks.scan.astutil import const_str, dotted, kwarg, last_name, rank_kind
-from envtool.checks.scan.facts import CallSite
 from envtool.checks.scan.program import Program
 from envtool.checks.scan.registry import rule
 from envtool.checks.scan.rule import Rule
+from envtool.checks.scan.rules._examples import ALCF_TUTORIAL, HOROVOD_USAGE, horovod_script
 from envtool.checks.scan.rules.hvd_init_missing import SRC, init_uses
-
 
 
 @rule
 class HvdInitLate(Rule):
-    """A Horovod call that needs initialisation runs before ``hvd.init()`` of the same function or
-    module level (or at module level of an imported module, when init happens in a function).
+    """A Horovod call that needs initialisation runs before ``hvd.init()`` of the same function or module level (or
+    at module level of an imported module, when init happens in a function).
 
-    Why it matters at scale: Horovod is not initialised yet and the call raises ValueError on
-    every rank (Horovod usage step 1, https://horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 1, https://github.com/argonne-lcf/sdl_ai_workshop).
+    Why it matters at scale: Horovod is not initialised yet and the call raises ValueError on every rank
+    (Horovod usage step 1, https://horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 1,
+    https://github.com/argonne-lcf/sdl_ai_workshop).
     """
 
     id = "hvd-init-late"
     title = "hvd.init() called after the first Horovod call that needs it"
-    sources = ("https://horovod.readthedocs.io/en/v0.28.1/pytorch.html", "https://github.com/argonne-lcf/sdl_ai_workshop")
+    sources = (HOROVOD_USAGE, ALCF_TUTORIAL)
     mechanisms = ("hvd.init() before the first hvd.rank()/size()/DistributedOptimizer/broadcast call of the "
                   "same function or module level",)
     order = 55
-    fires_on = ("import torch\nimport horovod.torch as hvd\n\ndef main():\n    print(hvd.rank())\n    hvd.init()\n\nif __name__ == '__main__':\n    main()\n",)
-    quiet_on = ("import torch\nimport horovod.torch as hvd\n\ndef main():\n    hvd.init()\n    print(hvd.rank())\n\nif __name__ == '__main__':\n    main()\n",)
+    fires_on = (horovod_script(
+        'print(hvd.rank())',
+        'hvd.init()'),)
+    quiet_on = (horovod_script(
+        'hvd.init()',
+        'print(hvd.rank())'),)
 
     def applies(self, prog: Program) -> bool:
         """Horovod programs."""

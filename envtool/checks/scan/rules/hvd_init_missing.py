@@ -3,13 +3,13 @@ precondition of the init rules (:func:`init_uses`)."""
 from __future__ import annotations
 
 import ast
-from typing import List, Optional, Set
+from typing import List
 
-from envtool.checks.scan.astutil import const_str, dotted, kwarg, last_name, rank_kind
 from envtool.checks.scan.facts import CallSite
 from envtool.checks.scan.program import Program
 from envtool.checks.scan.registry import rule
 from envtool.checks.scan.rule import Rule
+from envtool.checks.scan.rules._examples import ALCF_TUTORIAL, HOROVOD_USAGE, horovod_script
 
 #: Horovod calls that need hvd.init() first.
 NEEDS_INIT = {"rank", "local_rank", "size", "local_size", "cross_rank", "cross_size", "DistributedOptimizer",
@@ -28,22 +28,26 @@ def init_uses(prog: Program) -> List[CallSite]:
 
 @rule
 class HvdInitMissing(Rule):
-    """A Horovod call that needs initialisation (``hvd.rank()``, ``DistributedOptimizer``,
-    ``broadcast_parameters`` ...) and no ``hvd.init()`` reached from the entry point.
+    """A Horovod call that needs initialisation (``hvd.rank()``, ``DistributedOptimizer``, ``broadcast_parameters``
+    ...) and no ``hvd.init()`` reached from the entry point.
 
-    Why it matters at scale: the call raises, or, where it does not, every rank trains alone
-    (Horovod usage step 1, https://horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 1, https://github.com/argonne-lcf/sdl_ai_workshop).
+    Why it matters at scale: the call raises, or, where it does not, every rank trains alone (Horovod usage step
+    1, https://horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 1,
+    https://github.com/argonne-lcf/sdl_ai_workshop).
     """
 
     id = "hvd-init-missing"
     title = "Horovod used and hvd.init() never called"
-    sources = ("https://horovod.readthedocs.io/en/v0.28.1/pytorch.html", "https://github.com/argonne-lcf/sdl_ai_workshop")
+    sources = (HOROVOD_USAGE, ALCF_TUTORIAL)
     mechanisms = ("hvd.init() reached from the entry point (or @hvd.elastic.run / hvd.elastic.run)",
                   "Horovod Spark/Ray drivers, estimators and Lightning's Horovod strategy initialise "
                   "Horovod themselves")
     order = 50
-    fires_on = ("import torch\nimport horovod.torch as hvd\n\ndef main():\n    print(hvd.rank())\n\nif __name__ == '__main__':\n    main()\n",)
-    quiet_on = ("import torch\nimport horovod.torch as hvd\n\ndef main():\n    hvd.init()\n    print(hvd.rank())\n\nif __name__ == '__main__':\n    main()\n",)
+    fires_on = (horovod_script(
+        'print(hvd.rank())'),)
+    quiet_on = (horovod_script(
+        'hvd.init()',
+        'print(hvd.rank())'),)
 
     def applies(self, prog: Program) -> bool:
         """Horovod programs."""

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import ast
-from typing import List, Optional, Set
 
-from envtool.checks.scan.astutil import const_str, dotted, kwarg, last_name, rank_kind
+from envtool.checks.scan.astutil import dotted, kwarg, last_name
 from envtool.checks.scan.facts import CallSite, ModuleFacts
 from envtool.checks.scan.program import Program
 from envtool.checks.scan.registry import rule
 from envtool.checks.scan.rule import Rule
+from envtool.checks.scan.rules._examples import ALCF_TUTORIAL, HOROVOD_USAGE, horovod_script
 
 #: adaptive optimizers: linear LR scaling with the number of ranks is a judgement for them.
 ADAPTIVE = {"Adam", "AdamW", "Adamax", "NAdam", "Nadam", "RAdam", "SparseAdam", "Adagrad", "Adadelta", "RMSprop",
@@ -17,20 +17,20 @@ ADAPTIVE = {"Adam", "AdamW", "Adamax", "NAdam", "Nadam", "RAdam", "SparseAdam", 
 
 @rule
 class LrNotScaled(Rule):
-    """An optimizer's learning rate (or a OneCycleLR/CyclicLR ``max_lr``) that does not involve
-    ``hvd.size()``, followed through variables, functions and the arguments callers pass; one
-    scaled by ``hvd.local_size()`` (one node's ranks) is reported too. Adam-family optimizers give
-    ``info`` (a judgement); a value the scan cannot resolve gives ``info``.
+    """An optimizer's learning rate (or a OneCycleLR/CyclicLR ``max_lr``) that does not involve ``hvd.size()``,
+    followed through variables, functions and the arguments callers pass; one scaled by ``hvd.local_size()``
+    (one node's ranks) is reported too. Adam-family optimizers give ``info`` (a judgement); a value the scan
+    cannot resolve gives ``info``.
 
-    Why it matters at scale: the effective batch grows with the number of ranks, and the linear
-    scaling rule keeps the learning rate in step with it; left unscaled, training on N ranks
-    converges more slowly or to a worse model (Horovod usage step 3, https://horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 3,
-    https://github.com/argonne-lcf/sdl_ai_workshop; Goyal et al. 2017, arXiv:1706.02677).
+    Why it matters at scale: the effective batch grows with the number of ranks, and the linear scaling rule
+    keeps the learning rate in step with it; left unscaled, training on N ranks converges more slowly or to a
+    worse model (Horovod usage step 3, https://horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial
+    step 3, https://github.com/argonne-lcf/sdl_ai_workshop; Goyal et al. 2017, arXiv:1706.02677).
     """
 
     id = "lr-not-scaled"
     title = "learning rate not scaled by hvd.size()"
-    sources = ("https://horovod.readthedocs.io/en/v0.28.1/pytorch.html", "https://github.com/argonne-lcf/sdl_ai_workshop", "https://arxiv.org/abs/1706.02677")
+    sources = (HOROVOD_USAGE, ALCF_TUTORIAL, "https://arxiv.org/abs/1706.02677")
     mechanisms = (
         "hvd.size() in the value (hvd.local_size() is reported: it counts one node's ranks), in a variable or function it comes from, or in "
         "the argument a caller passes for a learning-rate parameter",
@@ -46,8 +46,14 @@ class LrNotScaled(Rule):
         "adaptive optimizers (Adam family, Adagrad, RMSprop, LAMB ...): reported as info, a judgement",
         "OneCycleLR/CyclicLR: their max_lr replaces the optimizer's learning rate and is judged instead")
     order = 60
-    fires_on = ("import torch\nimport horovod.torch as hvd\n\ndef main():\n    hvd.init()\n    model = torch.nn.Linear(2, 2)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n\nif __name__ == '__main__':\n    main()\n",)
-    quiet_on = ("import torch\nimport horovod.torch as hvd\n\ndef main():\n    hvd.init()\n    model = torch.nn.Linear(2, 2)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1 * hvd.size())\n\nif __name__ == '__main__':\n    main()\n",)
+    fires_on = (horovod_script(
+        'hvd.init()',
+        'model = torch.nn.Linear(2, 2)',
+        'opt = torch.optim.SGD(model.parameters(), lr=0.1)'),)
+    quiet_on = (horovod_script(
+        'hvd.init()',
+        'model = torch.nn.Linear(2, 2)',
+        'opt = torch.optim.SGD(model.parameters(), lr=0.1 * hvd.size())'),)
 
     def applies(self, prog: Program) -> bool:
         """Horovod programs."""

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import ast
-from typing import List, Optional, Set
 
-from envtool.checks.scan.astutil import const_str, dotted, kwarg, last_name, rank_kind
-from envtool.checks.scan.facts import CallSite
+from envtool.checks.scan.astutil import last_name
 from envtool.checks.scan.program import Program
 from envtool.checks.scan.registry import rule
 from envtool.checks.scan.rule import Rule
+from envtool.checks.scan.rules._examples import ALCF_TUTORIAL, HOROVOD_USAGE, horovod_script
 
 #: calls and callbacks that broadcast the initial state from rank 0.
 BROADCAST = {"broadcast_parameters", "broadcast_optimizer_state", "broadcast_variables",
@@ -20,18 +19,19 @@ ELASTIC_STATES = {"TorchState", "TensorFlowKerasState", "TensorFlowState", "Kera
 
 @rule
 class NoBroadcast(Rule):
-    """A Horovod program (``hvd.init()`` reached) in which nothing broadcasts the initial
-    model/optimizer state from rank 0 (no ``broadcast_parameters``/``broadcast_variables``, no
-    Keras broadcast callback, no elastic state, no Spark estimator). ``info`` when the gradients are
-    averaged by hand (the scan cannot tell how the ranks' initial state is made equal).
+    """A Horovod program (``hvd.init()`` reached) in which nothing broadcasts the initial model/optimizer state
+    from rank 0 (no ``broadcast_parameters``/``broadcast_variables``, no Keras broadcast callback, no elastic
+    state, no Spark estimator). ``info`` when the gradients are averaged by hand (the scan cannot tell how the
+    ranks' initial state is made equal).
 
-    Why it matters at scale: ranks start from different random weights and the averaged model
-    is a blend of N different starts (Horovod usage step 5, https://horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 5, https://github.com/argonne-lcf/sdl_ai_workshop).
+    Why it matters at scale: ranks start from different random weights and the averaged model is a blend of N
+    different starts (Horovod usage step 5, https://horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF
+    tutorial step 5, https://github.com/argonne-lcf/sdl_ai_workshop).
     """
 
     id = "no-broadcast"
     title = "no broadcast of the initial model/optimizer state"
-    sources = ("https://horovod.readthedocs.io/en/v0.28.1/pytorch.html", "https://github.com/argonne-lcf/sdl_ai_workshop", "horovod@v0.28.1:horovod/common/elastic.py")
+    sources = (HOROVOD_USAGE, ALCF_TUTORIAL, "horovod@v0.28.1:horovod/common/elastic.py")
     mechanisms = (
         "hvd.broadcast_parameters / broadcast_optimizer_state / broadcast_variables / "
         "broadcast_global_variables / broadcast_object",
@@ -44,8 +44,17 @@ class NoBroadcast(Rule):
         "horovod.spark estimators (KerasEstimator, TorchEstimator): their remote trainers broadcast "
         "(horovod@v0.28.1:horovod/spark/keras/remote.py, horovod/spark/torch/remote.py)")
     order = 70
-    fires_on = ("import torch\nimport horovod.torch as hvd\n\ndef main():\n    hvd.init()\n    model = torch.nn.Linear(2, 2)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1 * hvd.size())\n    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())\n\nif __name__ == '__main__':\n    main()\n",)
-    quiet_on = ("import torch\nimport horovod.torch as hvd\n\ndef main():\n    hvd.init()\n    model = torch.nn.Linear(2, 2)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1 * hvd.size())\n    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())\n    hvd.broadcast_parameters(model.state_dict(), root_rank=0)\n\nif __name__ == '__main__':\n    main()\n",)
+    fires_on = (horovod_script(
+        'hvd.init()',
+        'model = torch.nn.Linear(2, 2)',
+        'opt = torch.optim.SGD(model.parameters(), lr=0.1 * hvd.size())',
+        'opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())'),)
+    quiet_on = (horovod_script(
+        'hvd.init()',
+        'model = torch.nn.Linear(2, 2)',
+        'opt = torch.optim.SGD(model.parameters(), lr=0.1 * hvd.size())',
+        'opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())',
+        'hvd.broadcast_parameters(model.state_dict(), root_rank=0)'),)
 
     def applies(self, prog: Program) -> bool:
         """Horovod programs that reach hvd.init()."""

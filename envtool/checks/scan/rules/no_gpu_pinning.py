@@ -2,37 +2,45 @@
 from __future__ import annotations
 
 import ast
-from typing import List, Optional, Set
+from typing import Optional
 
 from envtool.checks.scan.astutil import const_str, dotted, kwarg, last_name, rank_kind
 from envtool.checks.scan.facts import CallSite
 from envtool.checks.scan.program import Program
 from envtool.checks.scan.registry import rule
 from envtool.checks.scan.rule import Rule
-
+from envtool.checks.scan.rules._examples import ALCF_TUTORIAL, HOROVOD_USAGE, horovod_script
 
 
 @rule
 class NoGpuPinning(Rule):
-    """A program that uses CUDA (``.cuda()``, ``.to("cuda")``, TensorFlow under Horovod) and never
-    pins a GPU to the local rank (``torch.cuda.set_device(hvd.local_rank())``, ``CUDA_VISIBLE_DEVICES``,
-    ``device_ids=``...), or pins it to the global rank.
+    """A program that uses CUDA (``.cuda()``, ``.to("cuda")``, TensorFlow under Horovod) and never pins a GPU to
+    the local rank (``torch.cuda.set_device(hvd.local_rank())``, ``CUDA_VISIBLE_DEVICES``, ``device_ids=``...),
+    or pins it to the global rank.
 
-    Why it matters at scale: every rank of a node then runs on GPU 0 (out of memory, or N times
-    slower), and a GPU chosen by the global rank does not exist on the second node (Horovod usage
-    step 2, https://horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF "Distributed Deep Learning" tutorial step 2, https://github.com/argonne-lcf/sdl_ai_workshop).
+    Why it matters at scale: every rank of a node then runs on GPU 0 (out of memory, or N times slower), and a
+    GPU chosen by the global rank does not exist on the second node (Horovod usage step 2,
+    https://horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF "Distributed Deep Learning" tutorial step 2,
+    https://github.com/argonne-lcf/sdl_ai_workshop).
     """
 
     id = "no-gpu-pinning"
     title = "CUDA used without pinning a GPU to the local rank"
-    sources = ("https://horovod.readthedocs.io/en/v0.28.1/pytorch.html", "https://github.com/argonne-lcf/sdl_ai_workshop")
+    sources = (HOROVOD_USAGE, ALCF_TUTORIAL)
     mechanisms = ("torch.cuda.set_device(...) / tf.config.experimental.set_visible_devices(...) / "
                   "config.gpu_options.visible_device_list / CUDA_VISIBLE_DEVICES",
                   ".cuda(i), .to(<local rank>), torch.device(f'cuda:{i}'), DistributedDataParallel(device_ids=)",
                   "Accelerate and Lightning's Horovod strategy pin themselves")
     order = 90
-    fires_on = ("import torch\nimport horovod.torch as hvd\n\ndef main():\n    hvd.init()\n    model = torch.nn.Linear(2, 2).cuda()\n    hvd.broadcast_parameters(model.state_dict(), root_rank=0)\n\nif __name__ == '__main__':\n    main()\n",)
-    quiet_on = ("import torch\nimport horovod.torch as hvd\n\ndef main():\n    hvd.init()\n    torch.cuda.set_device(hvd.local_rank())\n    model = torch.nn.Linear(2, 2).cuda()\n    hvd.broadcast_parameters(model.state_dict(), root_rank=0)\n\nif __name__ == '__main__':\n    main()\n",)
+    fires_on = (horovod_script(
+        'hvd.init()',
+        'model = torch.nn.Linear(2, 2).cuda()',
+        'hvd.broadcast_parameters(model.state_dict(), root_rank=0)'),)
+    quiet_on = (horovod_script(
+        'hvd.init()',
+        'torch.cuda.set_device(hvd.local_rank())',
+        'model = torch.nn.Linear(2, 2).cuda()',
+        'hvd.broadcast_parameters(model.state_dict(), root_rank=0)'),)
 
     def applies(self, prog: Program) -> bool:
         """Programs that run as ranks (Horovod with hvd.init(), or torch.distributed)."""

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import ast
-from typing import List, Optional, Set
 
-from envtool.checks.scan.astutil import const_str, dotted, kwarg, last_name, rank_kind
-from envtool.checks.scan.facts import CallSite
+from envtool.checks.scan.astutil import last_name
 from envtool.checks.scan.program import Program
 from envtool.checks.scan.registry import rule
 from envtool.checks.scan.rule import Rule
+from envtool.checks.scan.rules._examples import ALCF_TUTORIAL, HOROVOD_USAGE, horovod_script
 
 #: what averages gradients under Horovod (a wrapped optimizer/tape, or allreduce by hand).
 WRAPS = {"DistributedOptimizer", "DistributedGradientTape", "PartialDistributedGradientTape", "DistributedTrainer",
@@ -22,17 +21,17 @@ DDP_WRAPS = {"DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP
 @rule
 class OptimizerNotWrapped(Rule):
     """An optimizer is made and nothing in the program averages gradients across ranks: no
-    ``hvd.DistributedOptimizer``/``DistributedGradientTape``, no DistributedDataParallel/FSDP/DeepSpeed,
-    no allreduce by hand.
+    ``hvd.DistributedOptimizer``/``DistributedGradientTape``, no DistributedDataParallel/FSDP/DeepSpeed, no
+    allreduce by hand.
 
-    Why it matters at scale: every rank then trains its own model on its share of the data and
-    the job computes N unrelated models (Horovod usage step 4, https://horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 4,
-    https://github.com/argonne-lcf/sdl_ai_workshop).
+    Why it matters at scale: every rank then trains its own model on its share of the data and the job computes
+    N unrelated models (Horovod usage step 4, https://horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF
+    tutorial step 4, https://github.com/argonne-lcf/sdl_ai_workshop).
     """
 
     id = "optimizer-not-wrapped"
     title = "optimizer never wrapped: gradients are not averaged across ranks"
-    sources = ("https://horovod.readthedocs.io/en/v0.28.1/pytorch.html", "https://github.com/argonne-lcf/sdl_ai_workshop")
+    sources = (HOROVOD_USAGE, ALCF_TUTORIAL)
     mechanisms = ("hvd.DistributedOptimizer (torch, Keras, TensorFlow), hvd.DistributedGradientTape, "
                   "hvd.DistributedTrainer (MXNet)",
                   "gradients averaged by hand: hvd.allreduce / grouped_allreduce (and their _async forms)",
@@ -40,8 +39,17 @@ class OptimizerNotWrapped(Rule):
                   "Accelerate, dist.all_reduce",
                   "Lightning's Horovod strategy, horovod.spark estimators")
     order = 100
-    fires_on = ("import torch\nimport horovod.torch as hvd\n\ndef main():\n    hvd.init()\n    model = torch.nn.Linear(2, 2)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1 * hvd.size())\n    hvd.broadcast_parameters(model.state_dict(), root_rank=0)\n\nif __name__ == '__main__':\n    main()\n",)
-    quiet_on = ("import torch\nimport horovod.torch as hvd\n\ndef main():\n    hvd.init()\n    model = torch.nn.Linear(2, 2)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1 * hvd.size())\n    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())\n    hvd.broadcast_parameters(model.state_dict(), root_rank=0)\n\nif __name__ == '__main__':\n    main()\n",)
+    fires_on = (horovod_script(
+        'hvd.init()',
+        'model = torch.nn.Linear(2, 2)',
+        'opt = torch.optim.SGD(model.parameters(), lr=0.1 * hvd.size())',
+        'hvd.broadcast_parameters(model.state_dict(), root_rank=0)'),)
+    quiet_on = (horovod_script(
+        'hvd.init()',
+        'model = torch.nn.Linear(2, 2)',
+        'opt = torch.optim.SGD(model.parameters(), lr=0.1 * hvd.size())',
+        'opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())',
+        'hvd.broadcast_parameters(model.state_dict(), root_rank=0)'),)
 
     def applies(self, prog: Program) -> bool:
         """Programs that run as ranks (Horovod with hvd.init(), or torch.distributed)."""
