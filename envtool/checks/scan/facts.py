@@ -230,6 +230,7 @@ def collect(mod: ModuleFacts) -> None:
 
 
 def note_import(mod: ModuleFacts, name: str, bound: str, line: int, aliased: bool) -> None:
+    """Record ``import name [as bound]`` at ``line``: the alias, and whether it is Horovod (and which binding)."""
     mod.module_aliases[bound] = name if aliased else name.split(".")[0]
     if name == "horovod" or name.startswith("horovod."):
         if mod.hvd_import_line is None or line < mod.hvd_import_line:
@@ -243,6 +244,7 @@ def note_import(mod: ModuleFacts, name: str, bound: str, line: int, aliased: boo
 
 
 def note_from_import(mod: ModuleFacts, node: ast.ImportFrom) -> None:
+    """Record ``from module import name [as local]``: the local names, and Horovod names and bindings."""
     module = node.module or ""
     for a in node.names:
         local = a.asname or a.name

@@ -277,6 +277,8 @@ class Program:
         return f"{head}.{rest}" if rest else head
 
     def is_hvd_call(self, call: CallSite, names: Iterable[str]) -> bool:
+        """Whether ``call`` calls one of ``names`` of Horovod, through any alias its module binds
+        (``hvd.init()``, ``horovod.torch.init()``, ``from horovod.torch import init as i; i()``)."""
         f = call.node.func
         mod = call.module
         names = set(names)
@@ -291,6 +293,7 @@ class Program:
         return False
 
     def _lightning_horovod(self, call: CallSite) -> bool:
+        """Whether ``call`` selects PyTorch Lightning's Horovod strategy."""
         last = last_name(call.node.func)
         if last in ("HorovodStrategy", "HorovodPlugin"):
             return True
@@ -345,6 +348,8 @@ class Program:
         return self._size_funcs
 
     def mentions_size(self, node: ast.AST, mod: ModuleFacts, scaled: Set[str], size_funcs: Set[int]) -> bool:
+        """Whether ``node`` involves ``hvd.size()``: the call itself, a project function in ``size_funcs``
+        (ids) or a dotted name in ``scaled``."""
         for sub in ast.walk(node):
             if isinstance(sub, ast.Call):
                 c = CallSite(sub, mod, None, None, None)
@@ -509,10 +514,14 @@ class Program:
         return some[0] if some else None
 
     def spark_or_ray(self) -> bool:
+        """Whether the program drives Horovod through ``horovod.spark`` or ``horovod.ray`` (they
+        initialise the ranks themselves)."""
         return any(self.qualname(c).startswith(("horovod.spark", "horovod.ray")) for c in self.calls) or \
             any(m.hvd_binding_name.startswith(("horovod.spark", "horovod.ray")) for m in self.modules)
 
     def optimizer_name(self, c: CallSite) -> Optional[str]:
+        """The dotted name called when ``c`` makes an optimizer (``torch.optim.SGD``, ``Adam`` imported
+        from ``keras.optimizers`` ...), else None."""
         name = dotted(c.node.func) or ""
         if OPTIMIZER_RE.search(name):
             return name

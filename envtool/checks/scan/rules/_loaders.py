@@ -95,7 +95,10 @@ def workers_value(prog: Program, node: Optional[ast.AST], call: Optional[CallSit
     return "unknown", ast.unparse(node)
 
 
-def _judge_loader(prog: Program, c: CallSite, global_safe: bool, used_guards: Set[int]) -> Optional[LoaderVerdict]:
+def _judge_loader(prog: Program, c: CallSite, global_safe: bool,
+                  used_guards: Set[int]) -> Optional[LoaderVerdict]:
+    """The verdict on DataLoader call ``c`` (None: nothing to report); adds the dead guard it depends
+    on to ``used_guards``. ``global_safe``: spawn/forkserver is set for the whole program."""
     n = c.node
     workers_node = kwarg(n, "num_workers")
     if workers_node is None and len(n.args) > 5:

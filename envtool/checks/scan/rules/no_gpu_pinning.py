@@ -47,6 +47,7 @@ class NoGpuPinning(Rule):
         return prog.ranks
 
     def _cuda_use(self, prog: Program) -> Optional[CallSite]:
+        """The first call that shows the program uses CUDA (or TensorFlow's GPUs under Horovod), else None."""
         for c in prog.calls:
             n = c.node
             last = last_name(n.func)
