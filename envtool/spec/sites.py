@@ -811,7 +811,7 @@ def _validate(spath: str, raw) -> ValidateSection:
             for size, ref in by_size.items():
                 sfield = f"{nfield}.{size}"
                 nbytes = parse_size(size)
-                if nbytes not in REFERENCE_SIZES:
+                if nbytes is None or nbytes not in REFERENCE_SIZES:
                     raise SpecError(spath, sfield, "a size of the sweep: a power of two from 8B to 64MiB "
                                     "(8B, 1KiB, 64MiB …)", got=size, line=where(by_size, size))
                 ok = (isinstance(ref, list) and len(ref) == 4 and _number(ref[0]) and ref[0] > 0
@@ -917,7 +917,7 @@ def resolve_full(name: str, site: Optional[str] = None, site_file: Optional[str]
     variant = None
     if "/" not in name and not name.endswith((".yaml", ".yml")) and name not in catalog.available():
         variant = next((s for s in sf.variants() if s.key == name), None)
-    if variant is not None and variant.spec not in catalog.available():
+    if variant is not None and (variant.spec is None or variant.spec not in catalog.available()):
         raise SpecError(sf.path, f"stacks.{variant.key}.spec", "the name of a known spec", got=variant.spec,
                         line=variant.line, hint="see 'envtool specs'")
     spath = catalog.find(variant.spec if variant is not None else name)
