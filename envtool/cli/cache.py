@@ -7,6 +7,8 @@
 """
 from __future__ import annotations
 
+from typing import Dict
+
 from envtool.cli.common import add_json, path_arg, print_json
 
 
@@ -84,7 +86,8 @@ def usage() -> dict:
     from envtool.engines.installer import find_uv
 
     root = cache_root()
-    dirs, other = {}, {}
+    dirs: Dict[str, int] = {}
+    other: Dict[str, int] = {}
     try:
         names = sorted(os.listdir(root))
     except OSError:

@@ -2,6 +2,8 @@
 origins, the site detected, installers, caches with their real sizes, and where logs go."""
 from __future__ import annotations
 
+from typing import Dict
+
 from envtool.cli.common import add_json, print_json
 
 
@@ -68,14 +70,15 @@ def collect(sizes: bool = True) -> dict:
 
         found = sites.detect()
         site = {"name": found.name, "file": str(found.path), "reason": found.reason} if found else None
-        origin = next((s["from"] for s in settings.effective() if s["setting"] == "site"), "")
-        if site and found.reason == "$ENVTOOL_SITE" and not origin.startswith("environment"):
+        origin = next((s["from"] for s in settings.effective() if s["setting"] == "site"), None) or ""
+        if site and found is not None and found.reason == "$ENVTOOL_SITE" and not origin.startswith("environment"):
             site["reason"] = f"the site setting of {origin}"
     except EnvtoolError as exc:
         site = {"error": str(exc)}
     uv, uv_version = find_uv()
-    installers = {"uv": {"path": uv or None, "version": uv_version or None},
-                  "pip": {"path": shutil.which("pip") or shutil.which("pip3")}}
+    installers: Dict[str, Dict[str, object]] = {
+        "uv": {"path": uv or None, "version": uv_version or None},
+        "pip": {"path": shutil.which("pip") or shutil.which("pip3")}}
     for tool in ("conda", "mamba", "micromamba"):
         installers[tool] = {"path": shutil.which(tool)}
     try:

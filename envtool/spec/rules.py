@@ -126,7 +126,8 @@ def check(spec: Spec, raw: Optional[LineDict] = None) -> None:
         from envtool.core import frameworks
 
         for name in cb.frameworks:
-            if frameworks.by_label(name).name not in h.frameworks:
+            fw = frameworks.by_label(name)
+            if fw is not None and fw.name not in h.frameworks:
                 fail("expect.check_build.frameworks", f"{name} among horovod.frameworks when check-build "
                      f"is to show it", got=list(h.frameworks))
         for name in cb.controllers:
