@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Dict
 
-from envtool.cli.common import add_json, print_json
+from envtool.cli.common import add_no_size, print_json
 
 
 def register(sub) -> None:
@@ -15,8 +15,7 @@ def register(sub) -> None:
                                    "/etc/envtool/config.yaml) and each setting's effective value and origin; the "
                                    "site detected; the installers found; the caches envtool's runs fill (envtool's "
                                    "own, uv's, pip's) with their sizes on disk; where build logs go.")
-    p.add_argument("--no-size", action="store_true", help="do not measure the caches (faster)")
-    add_json(p)
+    add_no_size(p, "the caches")
     p.set_defaults(func=run)
 
 
