@@ -20,7 +20,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, TypedDict
 #: Bytes of each allreduce of the sweep: every power of two from 8 B to 64 MiB (as nccl-tests
 #: ``-b 8 -e 64M -f 2``).
 SIZES: Tuple[int, ...] = tuple(2 ** k for k in range(3, 27))
-MIN_SIZE, MAX_SIZE = SIZES[0], SIZES[-1]
+MAX_SIZE = SIZES[-1]
 
 
 def busbw(size_bytes: int, seconds: float, ranks: int) -> float:
