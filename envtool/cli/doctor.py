@@ -307,7 +307,7 @@ def run(args) -> int:
     else:
         print(format_text(findings, verbose=getattr(args, "verbose", False)))
         print(", ".join(f"{n} {s}" for s, n in counts.items()) + f" ({seconds:.1f} s)")
-        if gated:
+        if gated and gate is not None:
             print(f"doctor: {len(gated)} script finding(s) at level {gate} or above remain (--"
                   f"{'strict' if getattr(args, 'strict', False) and not getattr(args, 'fail_on', None) else 'fail-on ' + gate}"
                   "): exit status 1", file=sys.stderr)

@@ -56,6 +56,23 @@ def created_build_keys(prefix: Path) -> Dict[str, str]:
     return {"horovod": key} if key else {}
 
 
+def _archive(direct: Mapping[str, object]) -> Tuple[str, str]:
+    """``(url, sha256)`` of a distribution's parsed ``direct_url.json`` (PEP 610,
+    https://packaging.python.org/en/latest/specifications/direct-url-data-structure/): the
+    ``archive_info.hashes`` sha256, else the deprecated ``archive_info.hash`` ``sha256=...``;
+    ``""`` for what is missing or not of the specified type."""
+    url = direct.get("url")
+    info = direct.get("archive_info")
+    sha256 = ""
+    if isinstance(info, dict):
+        hashes = info.get("hashes")
+        if isinstance(hashes, dict) and isinstance(hashes.get("sha256"), str):
+            sha256 = hashes["sha256"]
+        elif isinstance(info.get("hash"), str) and info["hash"].startswith("sha256="):
+            sha256 = info["hash"].split("=", 1)[1]
+    return (url if isinstance(url, str) else ""), sha256
+
+
 def snapshot(prefix: Path, platform: str, lookup: bool = True, built_keys: Optional[Dict[str, str]] = None,
              python: Optional[str] = None, progress: Optional[Callable[[str], None]] = None,
              known: Optional[Mapping[Tuple[str, str], Tuple[str, str]]] = None) -> List[LockedPackage]:
@@ -99,14 +116,10 @@ def snapshot(prefix: Path, platform: str, lookup: bool = True, built_keys: Optio
     for name, version, direct, reqs, _ in dists:
         requires[name] = reqs
         # seeded by python -m venv (no direct_url.json) or by uv from the same wheel (a file URL, no hash)
-        if (name, version) in bundled and not ((direct or {}).get("archive_info") or {}).get("hashes"):
+        url, sha256 = _archive(direct)
+        if (name, version) in bundled and not sha256:
             whl = bundled[(name, version)]
-            direct = {"url": whl.as_uri(), "archive_info": {"hashes": {"sha256": hashlib.sha256(whl.read_bytes()).hexdigest()}}}
-        url = direct.get("url", "")
-        hashes = (direct.get("archive_info") or {}).get("hashes") or {}
-        sha256 = hashes.get("sha256", "")
-        if not sha256 and (direct.get("archive_info") or {}).get("hash", "").startswith("sha256="):
-            sha256 = direct["archive_info"]["hash"].split("=", 1)[1]
+            url, sha256 = whl.as_uri(), hashlib.sha256(whl.read_bytes()).hexdigest()
         if not (url and sha256) and known and (name, version) in known:
             url, sha256 = known[(name, version)]
         m = _CACHE_KEY_RE.search(url)

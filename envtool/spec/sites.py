@@ -905,7 +905,7 @@ def _validate(spath: str, raw) -> ValidateSection:
             for size, ref in by_size.items():
                 sfield = f"{nfield}.{size}"
                 nbytes = parse_size(size)
-                if nbytes not in REFERENCE_SIZES:
+                if nbytes is None or nbytes not in REFERENCE_SIZES:
                     raise SpecError(spath, sfield, "a size of the sweep: a power of two from 8B to 64MiB "
                                     "(8B, 1KiB, 64MiB …)", got=size, line=where(by_size, size))
                 ok = (isinstance(ref, list) and len(ref) == 4 and _number(ref[0]) and ref[0] > 0
@@ -1011,10 +1011,13 @@ def resolve_full(name: str, site: Optional[str] = None, site_file: Optional[str]
     variant = None
     if "/" not in name and not name.endswith((".yaml", ".yml")) and name not in catalog.available():
         variant = next((s for s in sf.variants() if s.key == name), None)
-    if variant is not None and variant.spec not in catalog.available():
-        raise SpecError(sf.path, f"stacks.{variant.key}.spec", "the name of a known spec", got=variant.spec,
-                        line=variant.line, hint="see 'envtool specs'")
-    spath = catalog.find(variant.spec if variant is not None else name)
+    spec_name = name
+    if variant is not None:
+        if variant.spec is None or variant.spec not in catalog.available():
+            raise SpecError(sf.path, f"stacks.{variant.key}.spec", "the name of a known spec", got=variant.spec,
+                            line=variant.line, hint="see 'envtool specs'")
+        spec_name = variant.spec
+    spath = catalog.find(spec_name)
     raw = load.resolve_raw(spath, catalog.find)
     if raw.get("abstract") is True:
         raise SpecError(spath, "abstract", "a concrete spec (this one is only a parent for 'extends')",

@@ -49,7 +49,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from envtool.core import procs
 from envtool.core.errors import CheckFailed, UsageError
@@ -176,7 +176,8 @@ def scan_venv(prefix: Path) -> Tuple[List[str], List[str]]:
     ``.envtool/``) are not counted.
     """
     needle = str(prefix).encode()
-    text, binary = [], []
+    text: List[str] = []
+    binary: List[str] = []
     for dirpath, dirnames, filenames in os.walk(prefix):
         dirnames.sort()
         for name in sorted(filenames):
@@ -359,7 +360,8 @@ def pack(prefix: Path, fmt: str, output: Optional[Path] = None, dest_prefix: Opt
         dest = os.path.normpath(dest_prefix) if dest_prefix else str(prefix)
         if not os.path.isabs(dest):
             raise UsageError(f"--dest-prefix {dest_prefix}: expected an absolute path (where the image is mounted)")
-    base, relocate = None, []
+    base: Optional[str] = None
+    relocate: List[str] = []
     if kind == "venv":
         progress(f"checking venv {prefix}")
         base, relocate = check_venv(prefix)
@@ -373,12 +375,13 @@ def pack(prefix: Path, fmt: str, output: Optional[Path] = None, dest_prefix: Opt
         sbom.write_text(render(build_bom(prefix)))
         from envtool import __version__
 
-        manifest = {"manifest_version": 1, "envtool": __version__, "kind": kind, "format": fmt,
-                    "source_prefix": str(prefix), "dest_prefix": dest, "lock": lock_name, "lock_sha256": lock_sha,
-                    "lock_source": lock_source, "sbom": SBOM, "base_python": base,
-                    "relocate": relocate if fmt == "tar" else [],
-                    "unpack": [], "unpacked_kib": unpacked_kib(prefix),
-                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        manifest: Dict[str, Any] = {"manifest_version": 1, "envtool": __version__, "kind": kind, "format": fmt,
+                                    "source_prefix": str(prefix), "dest_prefix": dest, "lock": lock_name,
+                                    "lock_sha256": lock_sha,
+                                    "lock_source": lock_source, "sbom": SBOM, "base_python": base,
+                                    "relocate": relocate if fmt == "tar" else [],
+                                    "unpack": [], "unpacked_kib": unpacked_kib(prefix),
+                                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         extra: Dict[str, Path] = {SBOM: sbom}
         if lock_source == "snapshot":
             extra[lock_name] = lock_file
@@ -554,8 +557,8 @@ def read_manifest(path: Path) -> dict:
             with tarfile.open(path, "r:*") as tar:
                 for member in tar:
                     if member.name.lstrip("./") == MANIFEST or member.name == MANIFEST:
-                        fh = tar.extractfile(member)
-                        text = fh.read(1 << 20).decode(errors="replace") if fh else None
+                        content = tar.extractfile(member)
+                        text = content.read(1 << 20).decode(errors="replace") if content else None
                         break
         except (tarfile.TarError, OSError, EOFError) as exc:
             raise UsageError(f"--stage {path}: not a tar archive or squashfs image ({exc})") from None
