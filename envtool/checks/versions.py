@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from envtool.checks.common import installed_pip
 from envtool.checks.registry import check, finding
@@ -110,7 +110,7 @@ def run(ctx):
             elif want and have:
                 ok_lines.append(f"{name}: {have} (lock)")
     summary_found = ", ".join(f"{k} {v}" for k, v in found.items() if v)
-    details = {"found": found, "matched": ok_lines}
+    details: Dict[str, Any] = {"found": found, "matched": ok_lines}
     fix = ""
     if items:
         name = ctx.spec.name if ctx.spec is not None else "SPEC"
@@ -120,7 +120,7 @@ def run(ctx):
             fix = (f"reinstall the failing package(s) with {shlex.quote(str(ctx.python))} -m pip install "
                    "--force-reinstall ...")
         return finding(ID, "fail", f"{len(items)} problem(s); found {summary_found}", fix, items=items, **details)
-    against = [f"spec {ctx.spec.name}"] if ctx.spec is not None else []
-    against += [f"lock {ctx.lock}"] if ctx.lock is not None else []
-    against = f" (match {' and '.join(against)})" if against else ""
+    matched = [f"spec {ctx.spec.name}"] if ctx.spec is not None else []
+    matched += [f"lock {ctx.lock}"] if ctx.lock is not None else []
+    against = f" (match {' and '.join(matched)})" if matched else ""
     return finding(ID, "ok", f"{summary_found}{against}", **details)
