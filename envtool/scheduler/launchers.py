@@ -46,7 +46,7 @@ class Srun:
                     mpi: Optional[str] = None) -> List[str]:
         """See :meth:`envtool.scheduler.model.LaunchProgram.launch_argv`."""
         argv = ["srun"]
-        plugin = mpi or req.site.batch.mpi  # type: ignore[attr-defined]  # site is a SiteFile (typed object in model)
+        plugin = mpi or req.site.batch.mpi
         if plugin:
             argv.append(f"--mpi={plugin}")
         if not whole_job:
@@ -80,7 +80,7 @@ class Jsrun:
             argv.append(f"-n{layout.nodes}")
         argv.append("-r1")
         if layout.gpus_per_rank:
-            if not site.gpus_per_node:  # type: ignore[attr-defined]  # site is a SiteFile
+            if not site.gpus_per_node:
                 raise missing(site, "gpus_per_node", "the GPUs of one node", "jsrun -g needs it")
             argv.append(f"-g{layout.gpus_per_node}")
         argv += [f"-a{layout.ranks_per_node}", f"-c{layout.cpus_per_rank * layout.ranks_per_node}",

@@ -5,7 +5,7 @@ template (``horovodrun -np {ranks} -H localhost:{ranks}`` for the ``local`` site
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from envtool.core.errors import UsageError
 from envtool.scheduler.model import JobRequest, JobState, output_error
@@ -23,7 +23,7 @@ def directives(req: JobRequest) -> List[Tuple[str, ...]]:
     Raises:
         UsageError: ``--nodes`` above 1 for a site without a scheduler.
     """
-    site: Any = req.site
+    site = req.site
     if req.layout.nodes != 1:
         raise UsageError(f"site {site.name} has no scheduler (scheduler: none in {site.path}): "
                          f"it runs on this machine only; use --nodes 1, not {req.layout.nodes}")

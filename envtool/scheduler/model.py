@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Literal, NamedTuple, Optional, Protocol, Tuple
 
 from envtool.core.errors import EnvtoolError, SpecError, UsageError
+from envtool.spec.sites import SiteFile
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ class JobRequest:
             value comes from (one line; control characters become ``?``).
     """
 
-    site: object
+    site: SiteFile
     layout: Layout
     steps: Tuple[LaunchStep, ...]
     seconds: Optional[int] = None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from envtool.scheduler.model import JobRequest, JobState, Phase, SchedulerOutputError, hms, output_error
 
@@ -33,8 +33,7 @@ FINISHED = ("F", "X")
 
 def directives(req: JobRequest) -> List[Tuple[str, ...]]:
     """``#PBS`` argument tuples: select (with ``batch.constraint``), walltime, queue, account, name, output."""
-    site: Any = req.site
-    b = site.batch
+    b = req.site.batch
     select = f"select={req.layout.nodes}" + (f":{b.constraint}" if b.constraint else "")
     out: List[Tuple[str, ...]] = [("-l", select)]
     if req.seconds:

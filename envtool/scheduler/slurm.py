@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from envtool.scheduler.model import JobRequest, JobState, Phase, SchedulerOutputError, hms, missing, output_error
 
@@ -47,7 +47,7 @@ def directives(req: JobRequest) -> List[Tuple[str, ...]]:
     Raises:
         SpecError: GPUs asked for a site whose ``gpus_per_node`` is 0.
     """
-    site: Any = req.site
+    site = req.site
     lay, b = req.layout, site.batch
     out: List[Tuple[str, ...]] = []
     if req.job_name:

@@ -865,9 +865,9 @@ def _batch(spath: str, raw, source_ids) -> BatchSection:
         cpus_per_node = b.int("cpus_per_node", 0)
     return BatchSection(interface=interface,
                         source=source, cpus_per_node=cpus_per_node, queue=b.str("queue"),
-                        queue_option=b.choice("queue_option", QUEUE_OPTIONS, default="partition", nullable=False),
+                        queue_option=b.choice("queue_option", QUEUE_OPTIONS, default="partition", nullable=False) or "partition",
                         constraint=b.str("constraint"),
-                        gpu_option=b.choice("gpu_option", GPU_OPTIONS, default="gpus-per-node", nullable=False),
+                        gpu_option=b.choice("gpu_option", GPU_OPTIONS, default="gpus-per-node", nullable=False) or "gpus-per-node",
                         mpi=mpi, account_required=b.bool("account_required", False),
                         directives=b.str_list("directives"), env=env, env_paths=env_paths,
                         module_use=b.str_list("module_use"), shell=b.str("shell") or "/bin/bash",
