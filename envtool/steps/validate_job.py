@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypedDict
 
 from envtool.core import procs
 from envtool.core.errors import CheckFailed, EnvtoolError, UsageError
-from envtool.scheduler.model import LaunchStep, Layout
+from envtool.scheduler.model import LaunchStep, Layout, SchedulerOutputError
 from envtool.steps.jobscript import Target, build_request, render
 from envtool.validate import ranks as rk
 from envtool.validate import sweep
@@ -580,7 +580,10 @@ def _submit(sched, script: Path) -> str:
                          f"module") from None
     except subprocess.TimeoutExpired:
         raise CheckFailed(f"{argv[0]} did not answer within 120 s") from None
-    job_id = sched.parse_job_id(proc.stdout + "\n" + proc.stderr) if proc.returncode == 0 else None
+    try:
+        job_id = sched.parse_submit(proc.stdout + "\n" + proc.stderr) if proc.returncode == 0 else None
+    except SchedulerOutputError:
+        job_id = None
     if not job_id:
         raise CheckFailed(f"{shlex.join(argv)} refused the job (exit {proc.returncode}): "
                           f"{(proc.stderr or proc.stdout).strip()[-500:]}")
