@@ -12,7 +12,7 @@ from pathlib import Path
 
 from envtool.cli.common import add_json, add_spec_site, load_spec, name_arg, path_arg, print_json
 from envtool.modules import registry
-from envtool.modules.packages import EXTENSIONS_CHOICES
+from envtool.modules.content import EXTENSIONS_CHOICES
 
 
 def register(sub) -> None:

@@ -15,9 +15,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from envtool.core.errors import SpecError, UsageError
 from envtool.modules.activation import activate_d_changes
-from envtool.modules.content import CONTROL_RE, VAR_RE, EnvChange, ModuleContent
+from envtool.modules.content import CONTROL_RE, EXTENSIONS_CHOICES, VAR_RE, EnvChange, ModuleContent
 from envtool.modules.naming import default_name
-from envtool.modules.packages import (EXT_RE, EXTENSIONS_CHOICES, KEY_PACKAGES, extension_names, installed_packages,
+from envtool.modules.packages import (EXT_RE, KEY_PACKAGES, extension_names, installed_packages,
                                       module_families, prefix_kind)
 from envtool.spec.model import Spec
 from envtool.spec.names import check_env_setting

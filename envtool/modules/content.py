@@ -95,3 +95,8 @@ class ModuleContent:
                             for c in self.changes],
                 "extensions": [f"{n}/{v}" for n, v in self.extensions], "notes": list(self.notes),
                 "warning": self.warning}
+
+
+#: ``--extensions`` choices: every installed package, the spec's own
+#: (:func:`envtool.modules.packages.extension_names`), or none.
+EXTENSIONS_CHOICES = ("all", "spec", "none")

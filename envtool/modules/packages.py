@@ -16,9 +16,6 @@ KEY_PACKAGES = ("python", "torch", "pytorch", "pytorch-base", "tensorflow", "ten
                 "openmpi", "mpich", "numpy")
 
 
-#: ``--extensions`` choices: every installed package, the spec's own (see
-#: :func:`extension_names`), or none.
-EXTENSIONS_CHOICES = ("all", "spec", "none")
 #: Package names (conda and pip) of the frameworks and Horovod, always listed under ``spec``.
 FRAMEWORK_NAMES = ("torch", "pytorch", "pytorch-base", "pytorch-cpu", "tensorflow", "tensorflow-gpu",
                    "tensorflow-cpu", "tensorflow-base", "mxnet", "horovod")
