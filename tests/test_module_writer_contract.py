@@ -19,7 +19,6 @@ Module systems: ``lmod`` (Debian's ``lmod``), ``envmodules`` (Environment Module
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap

@@ -17,8 +17,8 @@ from envtool.core.errors import SpecError, UsageError
 from envtool.modules.activation import activate_d_changes
 from envtool.modules.content import CONTROL_RE, EXTENSIONS_CHOICES, VAR_RE, EnvChange, ModuleContent
 from envtool.modules.naming import default_name
-from envtool.modules.packages import (EXT_RE, KEY_PACKAGES, extension_names, installed_packages,
-                                      module_families, prefix_kind)
+from envtool.modules.packages import EXT_RE, KEY_PACKAGES, extension_names, installed_packages, prefix_kind
+from envtool.modules.tree import module_families
 from envtool.spec.model import Spec
 from envtool.spec.names import check_env_setting
 

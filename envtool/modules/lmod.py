@@ -18,12 +18,16 @@ which is a long bracket ``[==[ … ]==]`` whose level is chosen so that the text
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from envtool import __version__
 from envtool.modules.content import ModuleContent
 from envtool.modules.writer import ModuleWriter, change_lines, check_names, comment_text, load_template
+
+#: ``family("x")`` in a Lua modulefile (Lmod ``docs/source/050_lua_modulefiles.rst``).
+_FAMILY_RE = re.compile(r"""^\s*family\s*\(\s*["']([^"']+)["']\s*\)""", re.M)
 
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -115,3 +119,8 @@ class LmodWriter(ModuleWriter):
         if link.is_symlink() and os.readlink(link) in (version, self.filename(version)):
             return [link]
         return []
+
+    def declared_family(self, text: str) -> Optional[str]:
+        """The ``family("x")`` call in Lua ``text``, read with a regular expression."""
+        match = _FAMILY_RE.search(text)
+        return match.group(1) if match else None

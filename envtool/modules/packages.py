@@ -1,12 +1,11 @@
 """What is installed in a prefix, as a modulefile lists it: the prefix's kind, its packages and
-versions, the names ``--extensions spec`` keeps, and the ``family`` of site modules.
+versions, and the names ``--extensions spec`` keeps.
 """
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from envtool.spec.model import Pin, Spec
 
@@ -19,9 +18,6 @@ KEY_PACKAGES = ("python", "torch", "pytorch", "pytorch-base", "tensorflow", "ten
 #: Package names (conda and pip) of the frameworks and Horovod, always listed under ``spec``.
 FRAMEWORK_NAMES = ("torch", "pytorch", "pytorch-base", "pytorch-cpu", "tensorflow", "tensorflow-gpu",
                    "tensorflow-cpu", "tensorflow-base", "mxnet", "horovod")
-#: ``family("x")`` in a Lua modulefile, ``family x`` / ``family "x"`` in a Tcl one (Lmod's
-#: ``050_lua_modulefiles.rst``; Environment Modules' modulefile(4)).
-_FAMILY_RE = re.compile(r"""^\s*family\s*(?:\(\s*["']([^"']+)["']\s*\)|\s"?([A-Za-z0-9_.+-]+)"?)""", re.M)
 
 
 #: Package names and versions listed in ``extensions(...)`` (a comma-separated list that Lmod
@@ -115,39 +111,3 @@ def extension_names(spec: Optional[Spec]) -> Set[str]:
             if name is not None:
                 names.add(canonicalize_name(name))
     return names
-
-
-def module_families(modules: Sequence[str], modulepath: Optional[str] = None) -> Dict[str, str]:
-    """The ``family`` that each of ``modules`` declares, found in the module tree.
-
-    Each ``name/version`` is looked up as ``<dir>/name/version.lua`` or ``<dir>/name/version``
-    in every directory of ``modulepath`` (``:``-separated; default ``$MODULEPATH``), first hit
-    wins; a bare ``name`` looks at every version under ``<dir>/name/``. The file's
-    ``family(...)`` line (Lua) or ``family ...`` command (Tcl) is read with a regular
-    expression; a family set dynamically is not seen.
-
-    Returns:
-        module → family, for the modules found that declare one.
-    """
-    if modulepath is None:
-        modulepath = os.environ.get("MODULEPATH", "")
-    found: Dict[str, str] = {}
-    for mod in modules:
-        name, _, version = mod.partition("/")
-        for d in (Path(p) for p in modulepath.split(":") if p):
-            if version:
-                candidates = [d / name / (version + ".lua"), d / name / version]
-            else:
-                candidates = sorted((d / name).glob("*")) if (d / name).is_dir() else []
-            hits = [c for c in candidates if c.is_file() and not c.name.startswith(".")]
-            for c in hits:
-                try:
-                    match = _FAMILY_RE.search(c.read_text(errors="replace"))
-                except OSError:
-                    continue
-                if match:
-                    found[mod] = match.group(1) or match.group(2)
-                    break
-            if hits:
-                break
-    return found

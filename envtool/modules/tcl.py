@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from envtool import __version__
 from envtool.core.atomic import write_text_atomic
@@ -40,6 +40,9 @@ from envtool.modules.writer import ModuleWriter, change_lines, check_names, comm
 
 #: ``set ModulesVersion "<version>"`` in a ``.version`` file (modulefile(4), "Locating Modulefiles").
 _MODULES_VERSION_RE = re.compile(r"^\s*set\s+ModulesVersion\s+\"?([^\"\s]+)\"?", re.M)
+
+#: ``family x`` / ``family "x"`` in a Tcl modulefile (Environment Modules' modulefile(4)).
+_FAMILY_RE = re.compile(r"""^\s*family\s+"?([A-Za-z0-9_.+-]+)"?""", re.M)
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _SPECIAL = set('\\"$[]{};')
@@ -130,3 +133,8 @@ class TclWriter(ModuleWriter):
             return []
         m = _MODULES_VERSION_RE.search(text)
         return [dot] if m and m.group(1) == version else []
+
+    def declared_family(self, text: str) -> Optional[str]:
+        """The ``family x`` command in Tcl ``text``, read with a regular expression."""
+        match = _FAMILY_RE.search(text)
+        return match.group(1) if match else None

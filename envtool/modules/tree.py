@@ -1,5 +1,5 @@
 """Modulefiles in a module tree (what users ``module use``): where a format's file goes, writing it,
-marking the default version, and finding the markers again.
+marking the default version, finding the markers again, and the ``family`` of modules already there.
 
 Every format fact comes from the writer that :mod:`envtool.modules.registry` holds for ``--format``.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from envtool.core.atomic import write_text_atomic
 from envtool.core.errors import UsageError
@@ -107,3 +107,41 @@ def write_modulefile(content: ModuleContent, root: Path, fmt: str = registry.DEF
     except OSError as exc:
         raise UsageError(f"--root: cannot write {path}: {exc.strerror or exc}") from None
     return path
+
+
+def module_families(modules: Sequence[str], modulepath: Optional[str] = None) -> Dict[str, str]:
+    """The ``family`` that each of ``modules`` declares, found in the module tree.
+
+    Each ``name/version`` is looked up as ``<dir>/name/<version><suffix>`` of every registered
+    format (``version.lua``, then ``version``) in every directory of ``modulepath``
+    (``:``-separated; default ``$MODULEPATH``), first hit wins; a bare ``name`` looks at every
+    version under ``<dir>/name/``. Each writer reads its own syntax
+    (:meth:`~envtool.modules.writer.ModuleWriter.declared_family`: ``family(...)`` in Lua,
+    ``family ...`` in Tcl), the first that finds one wins; a family set dynamically is not seen.
+
+    Returns:
+        module → family, for the modules found that declare one.
+    """
+    if modulepath is None:
+        modulepath = os.environ.get("MODULEPATH", "")
+    found: Dict[str, str] = {}
+    for mod in modules:
+        name, _, version = mod.partition("/")
+        for d in (Path(p) for p in modulepath.split(":") if p):
+            if version:
+                candidates = [d / name / w.filename(version) for w in registry.writers()]
+            else:
+                candidates = sorted((d / name).glob("*")) if (d / name).is_dir() else []
+            hits = [c for c in candidates if c.is_file() and not c.name.startswith(".")]
+            for c in hits:
+                try:
+                    text = c.read_text(errors="replace")
+                except OSError:
+                    continue
+                family = next((f for f in (w.declared_family(text) for w in registry.writers()) if f), None)
+                if family:
+                    found[mod] = family
+                    break
+            if hits:
+                break
+    return found

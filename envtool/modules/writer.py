@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 from pathlib import Path
 from string import Template
-from typing import Callable, ClassVar, List, Sequence, Tuple
+from typing import Callable, ClassVar, List, Optional, Sequence, Tuple
 
 from envtool.modules.content import CONTROL_RE, NAME_RE, VAR_RE, EnvChange, ModuleContent
 
@@ -70,6 +70,11 @@ class ModuleWriter(abc.ABC):
     def default_markers(self, directory: Path, version: str) -> List[Path]:
         """The markers of this format in ``directory`` that make ``version`` the default (empty
         when none does). Never follows a marker outside ``directory``; reads at most a bounded amount."""
+
+    def declared_family(self, text: str) -> Optional[str]:
+        """The Lmod ``family`` that modulefile ``text`` of this format declares statically, or None
+        (also when the format has no families: the default)."""
+        return None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} --format {self.name}>"
