@@ -84,7 +84,7 @@ def test_bad_options_are_usage_errors(tmp_path, args):
 
 def test_module_name_with_trailing_newline_is_refused(tmp_path):
     # ``$`` in a regex matches before a trailing newline; names are checked with fullmatch
-    from envtool.modules.base import parse_module_name
+    from envtool.modules import parse_module_name
 
     with pytest.raises(Exception) as info:
         parse_module_name("foo/1\n")

@@ -38,7 +38,7 @@ from conftest import run_envtool
 from dataclasses import replace
 
 from envtool.modules import build_content, write_modulefile
-from envtool.modules.base import EnvChange
+from envtool.modules import EnvChange
 from envtool.modules.lmod import lua_long_string, lua_string
 from envtool.modules.tcl import tcl_string
 

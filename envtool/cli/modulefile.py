@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 
 from envtool.cli.common import add_json, add_spec_site, load_spec, name_arg, path_arg, print_json
+from envtool.modules import registry
+from envtool.modules.content import EXTENSIONS_CHOICES
 
 
 def register(sub) -> None:
@@ -21,15 +23,14 @@ def register(sub) -> None:
                                    "lists the spec's packages as extensions for 'module spider'. An archived stack warns on load.")
     p.add_argument("spec", type=name_arg, nargs="?", help="the spec the environment was made from (optional)")
     p.add_argument("--prefix", type=path_arg, required=True, help="the environment's prefix")
-    p.add_argument("--format", default="lua", choices=("lua", "tcl"),
-                   help="lua (Lmod, default) or tcl (Environment Modules, also read by Lmod)")
+    p.add_argument("--format", default=registry.DEFAULT_FORMAT, choices=registry.names(), help=registry.format_help())
     p.add_argument("--root", type=path_arg, default=None, metavar="DIR",
                    help="module tree to write into (default ./modulefiles); users run 'module use DIR'")
     p.add_argument("--name", type=name_arg, metavar="NAME/VERSION",
                    help="module name (default: SPEC/<distribution version>, or <prefix dir>/<date made>)")
     p.add_argument("--default", action="store_true",
-                   help="mark this version the default (Lmod: a 'default' symlink; Tcl: a .version file)")
-    p.add_argument("--extensions", default="spec", choices=("all", "spec", "none"),
+                   help=f"mark this version the default ({registry.default_help()})")
+    p.add_argument("--extensions", default="spec", choices=EXTENSIONS_CHOICES,
                    help="packages listed for 'module spider': spec (default: the spec's named packages, "
                         "the frameworks and Horovod), all installed packages, or none")
     add_spec_site(p)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from envtool.cli.common import (add_json, add_lock_options, add_spec_site, load_spec, name_arg, path_arg,
                                 print_json)
+from envtool.modules import registry
+from envtool.modules.content import EXTENSIONS_CHOICES
 
 
 def register(sub) -> None:
@@ -29,8 +31,9 @@ def register(sub) -> None:
                    help="permissions taken from everyone (022: world-readable, default; 027: the group only)")
     p.add_argument("--default", action="store_true", help="make each published version the default of its name")
     p.add_argument("--force", action="store_true", help="rebuild and replace stacks already published")
-    p.add_argument("--format", default="lua", choices=("lua", "tcl"), help="modulefile format (default lua)")
-    p.add_argument("--extensions", default="spec", choices=("all", "spec", "none"),
+    p.add_argument("--format", default=registry.DEFAULT_FORMAT, choices=registry.names(),
+                   help=f"modulefile format (default {registry.DEFAULT_FORMAT})")
+    p.add_argument("--extensions", default="spec", choices=EXTENSIONS_CHOICES,
                    help="packages listed for 'module spider' (default: the spec's, the frameworks, Horovod)")
     add_lock_options(p)
     p.add_argument("--dry-run", action="store_true",
@@ -78,7 +81,7 @@ def run(args) -> int:
         print("dry run: nothing was changed")
         for c in result.changes:
             extra = " ".join(str(c[k]) for k in ("mode", "group") if k in c)
-            print(f"  {'would ' + c['change'] if c['change'] != 'keep' else 'keep':14} {c['kind']:16} {c['path']}"
+            print(f"  {'would ' + str(c['change']) if c['change'] != 'keep' else 'keep':14} {c['kind']:16} {c['path']}"
                   + (f"  {extra}" if extra else "") + (f"  ({c['note']})" if c.get("note") else ""))
         for s in result.stacks:
             print(f"{s.module}: {s.action if s.action == 'unchanged' else 'would be ' + s.action}")

@@ -19,9 +19,10 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from envtool.core.errors import EnvtoolError
+from envtool.modules.content import EnvChange
 
 #: A path entry no real directory has; marks "whatever the user had" in path-list variables.
 SENTINEL = "/__envtool_previous_value__"
@@ -47,9 +48,7 @@ def _parse_env0(blob: str) -> Dict[str, str]:
     return out
 
 
-def _diff(name: str, before: str, after: str, origin: str, replace: Tuple[str, str]):
-    from envtool.modules.base import EnvChange
-
+def _diff(name: str, before: str, after: str, origin: str, replace: Tuple[str, str]) -> List[EnvChange]:
     old, new = replace
     fix = (lambda s: s.replace(old, new)) if old != new else (lambda s: s)
     if before and after.endswith(":" + before):
@@ -67,7 +66,8 @@ def _diff(name: str, before: str, after: str, origin: str, replace: Tuple[str, s
     return [EnvChange("pushenv", name, fix(after), origin)]
 
 
-def activate_d_changes(prefix: Path, runtime_prefix: Path, timeout: float = 60.0):
+def activate_d_changes(prefix: Path, runtime_prefix: Path,
+                       timeout: float = 60.0) -> Tuple[List[EnvChange], List[str]]:
     """Run the activate.d scripts of ``prefix`` in a clean bash and return their effect.
 
     Args:
@@ -75,7 +75,7 @@ def activate_d_changes(prefix: Path, runtime_prefix: Path, timeout: float = 60.0
         runtime_prefix: the path users will see; ``prefix`` is replaced by it in every value.
         timeout: seconds the scripts may take together.
     Returns:
-        ``(changes, skipped)``: a list of :class:`envtool.modules.base.EnvChange` in script
+        ``(changes, skipped)``: a list of :class:`envtool.modules.content.EnvChange` in script
         order, and a list of lines naming what could not be applied reversibly.
     Raises:
         EnvtoolError: a script exits non-zero or times out (exit status 1), naming the script.
@@ -88,8 +88,9 @@ def activate_d_changes(prefix: Path, runtime_prefix: Path, timeout: float = 60.0
             "CONDA_DEFAULT_ENV": str(prefix), "PATH": f"{prefix / 'bin'}:/usr/bin:/bin"}
     for var in PATH_VARS:
         base[var] = SENTINEL
-    changes, skipped = [], []
-    before = None
+    changes: List[EnvChange] = []
+    skipped: List[str] = []
+    before: Optional[Dict[str, str]] = None
     for script in scripts:
         origin = f"etc/conda/activate.d/{script.name}"
         code = ('env -0; printf "\\0%s\\0" "$1"; . "$2" || exit $?; env -0')

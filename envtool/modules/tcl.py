@@ -1,4 +1,4 @@
-"""Render a :class:`~envtool.modules.base.ModuleContent` as a Tcl modulefile.
+"""Render a :class:`~envtool.modules.content.ModuleContent` as a Tcl modulefile.
 
 For Environment Modules (>= 5.1 for ``family``, ``pushenv``, ``depends-on``; Debian 12 ships
 5.2; commands from its ``modulefile(4)`` man page), also read by Lmod: ``#%Module1.0``,
@@ -20,17 +20,29 @@ Either way unload restores a value the user had set before, or unsets the variab
 An archived or deprecated stack prints its status on ``module load`` with ``puts stderr`` in
 load mode (Lmod turns it into a message; Environment Modules prints it).
 
+The default version is named in a ``.version`` file beside the versions, holding
+``set ModulesVersion "<version>"`` (modulefile(4), "Locating Modulefiles"; Lmod reads it too).
+
 Escaping: every string is a Tcl double-quoted word in which ``\\ " $ [ ] { }`` are
 backslash-escaped and control characters use ``\\n``/``\\t``/``\\uXXXX`` (:func:`tcl_string`),
 so no substitution or command can happen inside it.
 """
 from __future__ import annotations
 
-from envtool import __version__
-from envtool.modules.base import ModuleContent, change_lines, check_names, comment_text, load_template
+import re
+from pathlib import Path
+from typing import List, Optional
 
-#: File name suffix: Tcl modulefiles have none.
-SUFFIX = ""
+from envtool import __version__
+from envtool.core.atomic import write_text_atomic
+from envtool.modules.content import EnvChange, ModuleContent
+from envtool.modules.writer import ModuleWriter, change_lines, check_names, comment_text, load_template
+
+#: ``set ModulesVersion "<version>"`` in a ``.version`` file (modulefile(4), "Locating Modulefiles").
+_MODULES_VERSION_RE = re.compile(r"^\s*set\s+ModulesVersion\s+\"?([^\"\s]+)\"?", re.M)
+
+#: ``family x`` / ``family "x"`` in a Tcl modulefile (Environment Modules' modulefile(4)).
+_FAMILY_RE = re.compile(r"""^\s*family\s+"?([A-Za-z0-9_.+-]+)"?""", re.M)
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _SPECIAL = set('\\"$[]{};')
@@ -60,32 +72,69 @@ def tcl_string(text: str) -> str:
 _OPS = {"prepend_path": "prepend-path", "append_path": "append-path", "pushenv": "pushenv", "setenv": "setenv"}
 
 
-def _change(c) -> str:
+def _change(c: EnvChange) -> str:
     if c.op == "pushenv":
         # envtool_pushenv: see the module docstring (Lmod's Tcl pushenv).
         return f"envtool_pushenv {c.name} {tcl_string(c.value)}"
     return f"{_OPS[c.op]} {c.name} {tcl_string(c.value)}"
 
 
-def render(content: ModuleContent) -> str:
-    """The Tcl modulefile text for ``content`` (template ``templates/modulefile.tcl``).
+class TclWriter(ModuleWriter):
+    """Tcl modulefiles (Environment Modules, also read by Lmod): ``<root>/<name>/<version>``,
+    default marked by a ``.version`` file."""
 
-    Raises:
-        ValueError: an invalid module or variable name in ``content``.
-    """
-    check_names(content)
-    changes = change_lines(content.changes, "#", _change)
-    return load_template("modulefile.tcl").substitute(
-        full_name=content.full_name, name=content.name, envtool_version=__version__,
-        notes="\n".join(f"# note: {comment_text(n)}" for n in content.notes),
-        whatis="\n".join(f"module-whatis {tcl_string(w)}" for w in content.whatis),
-        help="\n".join(f"    puts stderr {tcl_string(line)}" for line in content.help.split("\n")),
-        family=f"family {tcl_string(content.family)}" if content.family else "",
-        conflicts="\n".join(f"conflict {tcl_string(c)}" for c in content.conflicts),
-        depends_on="\n".join(f"depends-on {tcl_string(m)}" for m in content.depends_on),
-        changes="\n".join(changes),
-        extensions=("extensions " + " ".join(tcl_string(f"{n}/{v}") for n, v in content.extensions))
-        if content.extensions else "",
-        warning=(f"if {{[module-info mode load]}} {{\n    puts stderr {tcl_string('WARNING: ' + content.warning)}\n}}"
-                 if content.warning else ""),
-    )
+    name = "tcl"
+    label = "Tcl"
+    summary = "Environment Modules, also read by Lmod"
+    suffix = ""
+    default_marker = ".version"
+    default_help = "Tcl: a .version file"
+    systems = ("envmodules", "lmod")
+
+    def render(self, content: ModuleContent) -> str:
+        """The Tcl modulefile text for ``content`` (template ``templates/modulefile.tcl``).
+
+        Raises:
+            ValueError: an invalid module or variable name in ``content``.
+        """
+        check_names(content)
+        changes = change_lines(content.changes, "#", _change)
+        return load_template("modulefile.tcl").substitute(
+            full_name=content.full_name, name=content.name, envtool_version=__version__,
+            notes="\n".join(f"# note: {comment_text(n)}" for n in content.notes),
+            whatis="\n".join(f"module-whatis {tcl_string(w)}" for w in content.whatis),
+            help="\n".join(f"    puts stderr {tcl_string(line)}" for line in content.help.split("\n")),
+            family=f"family {tcl_string(content.family)}" if content.family else "",
+            conflicts="\n".join(f"conflict {tcl_string(c)}" for c in content.conflicts),
+            depends_on="\n".join(f"depends-on {tcl_string(m)}" for m in content.depends_on),
+            changes="\n".join(changes),
+            extensions=("extensions " + " ".join(tcl_string(f"{n}/{v}") for n, v in content.extensions))
+            if content.extensions else "",
+            warning=(f"if {{[module-info mode load]}} {{\n    puts stderr {tcl_string('WARNING: ' + content.warning)}\n}}"
+                     if content.warning else ""),
+        )
+
+    def mark_default(self, directory: Path, version: str) -> Path:
+        """Write ``directory/.version`` holding ``set ModulesVersion "<version>"`` (atomically)."""
+        path = Path(directory) / self.default_marker
+        write_text_atomic(path, f"#%Module1.0\nset ModulesVersion {tcl_string(version)}\n")
+        return path
+
+    def default_markers(self, directory: Path, version: str) -> List[Path]:
+        """``directory/.version`` when it is a regular file whose ``ModulesVersion`` is ``version``
+        (the first 64 KiB are read)."""
+        dot = Path(directory) / self.default_marker
+        if not dot.is_file() or dot.is_symlink():
+            return []
+        try:
+            with open(dot, encoding="utf-8", errors="replace") as fh:
+                text = fh.read(65536)
+        except OSError:
+            return []
+        m = _MODULES_VERSION_RE.search(text)
+        return [dot] if m and m.group(1) == version else []
+
+    def declared_family(self, text: str) -> Optional[str]:
+        """The ``family x`` command in Tcl ``text``, read with a regular expression."""
+        match = _FAMILY_RE.search(text)
+        return match.group(1) if match else None

@@ -50,7 +50,7 @@ from envtool.core.errors import UsageError
 from envtool.spec.model import Spec
 from envtool.core.plan import PlanOptions
 from envtool.core.targets import check_replaceable
-from envtool.modules.base import ModuleContent
+from envtool.modules import DEFAULT_FORMAT, ModuleContent
 
 #: The marker of a published environment, inside it.
 MARKER = ".envtool/publish.json"
@@ -138,7 +138,7 @@ def group_id(group: Optional[str]) -> Optional[int]:
 def module_version(spec: Spec, now: Optional[float] = None) -> str:
     """The version a stack is published under: the spec's ``distribution.version``, else the
     day (UTC, ``YYYY.MM.DD``)."""
-    from envtool.modules.base import NAME_RE
+    from envtool.modules.content import NAME_RE
 
     version = spec.distribution.version or time.strftime("%Y.%m.%d", time.gmtime(now))
     if not NAME_RE.match(version) or version == "default":
@@ -340,13 +340,13 @@ def _prepare(spec: Spec, root: Path, modulefiles: Path, fmt: str, force: bool, c
     if not os.path.lexists(target) and os.path.lexists(modulefile) and not force:
         raise UsageError(f"{modulefile} exists but {target} does not: a modulefile publish did not write; move "
                          "it away, or pass --force to replace it")
-    from envtool.modules import other_format
+    from envtool.modules import other_format, other_format_message
 
-    other = other_format(modulefiles, stub, fmt)
-    if other is not None and not force:
-        raise UsageError(f"{other} already holds {spec.name}/{version} as a {'Tcl' if fmt == 'lua' else 'Lua'} "
-                         f"modulefile; one NAME/VERSION gets one format (Lmod would read only one of the two): "
-                         f"publish with --format {'tcl' if fmt == 'lua' else 'lua'}, or pass --force to replace it")
+    found = other_format(modulefiles, stub, fmt)
+    if found is not None and not force:
+        other, other_writer = found
+        raise UsageError(f"{other_format_message(other, other_writer, f'{spec.name}/{version}')}: publish with "
+                         f"--format {other_writer.name}, or pass --force to replace it")
     sbom = root / spec.name / f"{version}.cdx.json"
     if published and not force:
         return _Stack(spec, version, target, sbom, modulefile, "unchanged", None)
@@ -427,10 +427,13 @@ def _dry_run(stacks: List[_Stack], root: Path, modulefiles: Path, gid: Optional[
             dirs(st.modulefile.parent, mod_umask)
             change(st.modulefile, "write", "modulefile",
                    published_mode(False, False, gid is not None, mod_umask, True))
+            assert st.options is not None  # _prepare gives every stack it builds its options
             plan = make_plan(st.spec, replace(st.options, preview=True))
             steps = [f"{s.id}: {s.title}" for s in plan.steps]
         if default:
-            marker = st.modulefile.parent / ("default" if fmt == "lua" else ".version")
+            from envtool.modules.registry import get
+
+            marker = st.modulefile.parent / get(fmt).default_marker
             change(marker, "write", "default marker",
                    note=f"makes {st.module} the default of {st.spec.name}")
         result.stacks.append(Published(st.spec.name, st.module, st.target, st.modulefile, st.sbom,
@@ -460,7 +463,7 @@ def _refresh_spider(modulefiles: Path, say: Callable[[str], None]) -> List[str]:
 
 
 def publish(specs: List[Spec], root: Path, modulefiles: Path, group: Optional[str] = None, default: bool = False,
-            force: bool = False, fmt: str = "lua", extensions: str = "spec", umask: int = 0o022,
+            force: bool = False, fmt: str = DEFAULT_FORMAT, extensions: str = "spec", umask: int = 0o022,
             clone_site_base: bool = False, lock: Optional[Path] = None, resolve: bool = False,
             installer: str = "", dry_run: bool = False, verbose: bool = False, quiet: bool = False,
             progress: Optional[Callable[[str], None]] = None) -> PublishResult:
@@ -481,7 +484,8 @@ def publish(specs: List[Spec], root: Path, modulefiles: Path, group: Optional[st
         group: group name or gid that owns everything published, or None (the user's).
         default: mark each published version the default of its name.
         force: rebuild and replace stacks that are already published.
-        fmt: ``lua`` (Lmod) or ``tcl`` (Environment Modules).
+        fmt: a registered modulefile format (:mod:`envtool.modules.registry`: ``lua`` for Lmod,
+            ``tcl`` for Environment Modules).
         extensions: ``--extensions`` of the modulefile (``all``, ``spec``, ``none``).
         umask: bits taken away from everyone's permissions on what is created (``0o022``:
             world-readable; ``0o027``: the group only), as EasyBuild's ``--umask``.
@@ -500,12 +504,13 @@ def publish(specs: List[Spec], root: Path, modulefiles: Path, group: Optional[st
             unwritable trees, a lock that cannot install a spec (exit 2).
         EnvtoolError: a build failed (the tree holds only what was published before it).
     """
-    from envtool.modules import build_content, mark_default, renderer, write_modulefile
+    from envtool.modules import build_content, write_modulefile
+    from envtool.modules.registry import get
     from envtool.steps.create import create
 
     say = progress or ((lambda line: None) if quiet else (lambda line: print(line, flush=True)))
     gid = group_id(group)
-    renderer(fmt)
+    get(fmt)  # an unknown format: exit 2 before anything is touched
     root = Path(os.path.abspath(root))
     modulefiles = Path(os.path.abspath(modulefiles))
     names = [s.name for s in specs]
@@ -534,14 +539,16 @@ def publish(specs: List[Spec], root: Path, modulefiles: Path, group: Optional[st
                 result.stacks.append(Published(spec.name, st.module, target, st.modulefile, sbom,
                                                "unchanged", seconds=time.monotonic() - start))
                 continue
+            options = st.options
+            assert options is not None  # _prepare gives every stack it builds its options
             for d in make_dirs(target.parent, "--root"):
                 set_mode(d, gid, umask, read_only=False)
-            say(f"{st.module}: building {target}; packages: {st.options.lock_reason}")
+            say(f"{st.module}: building {target}; packages: {options.lock_reason}")
             existed = os.path.lexists(target)
             if existed:
                 make_writable(target)
             try:
-                created = create(spec, st.options, force=existed, verbose=verbose, quiet=quiet)
+                created = create(spec, options, force=existed, verbose=verbose, quiet=quiet)
             except BaseException:
                 if target.exists():
                     set_tree(target, gid, umask, read_only=True)
@@ -568,7 +575,7 @@ def publish(specs: List[Spec], root: Path, modulefiles: Path, group: Optional[st
                 "spec": spec.name, "spec_file": spec.path, "module": st.module,
                 "prefix": str(target), "modulefiles": str(modulefiles), "modulefile": str(path), "format": fmt,
                 "group": group, "published": time.time(), "by": getpass.getuser(), "sbom": str(sbom),
-                "lock": str(st.options.from_lock) if st.options.from_lock else None,
+                "lock": str(options.from_lock) if options.from_lock else None,
                 "status": spec.status.value}, gid, umask)
             say(f"{st.module}: {st.action}; module {content.full_name} at {path}; SBOM {sbom}")
             try:  # what 'envtool list' shows; a registry that cannot be written is no failure
@@ -639,32 +646,16 @@ class RetireResult:
 
 
 def default_markers(modulefiles: Path, name: str, version: str) -> List[Path]:
-    """The default markers in ``modulefiles/name`` that make ``version`` the default of ``name``:
-    the ``default`` symlink (Lmod, "Marking a version as default",
-    https://lmod.readthedocs.io/en/latest/060_locating.html#marking-a-version-as-default)
-    pointing at ``VERSION.lua`` or ``VERSION``, and a ``.version`` file whose ``ModulesVersion`` is ``VERSION`` (modulefile(4),
-    read by Lmod too) — the two :func:`envtool.modules.mark_default` writes.
+    """The default markers in ``modulefiles/name`` that make ``version`` the default of ``name``, of
+    every registered format (:func:`envtool.modules.default_markers`: Lmod's ``default`` symlink,
+    Tcl's ``.version`` file — what :func:`envtool.modules.mark_default` writes).
 
     Returns:
         the markers naming ``version`` (empty: it is not the marked default).
     """
-    import re
+    from envtool.modules import default_markers as markers
 
-    d = Path(modulefiles) / name
-    found: List[Path] = []
-    link = d / "default"
-    if link.is_symlink() and os.readlink(link) in (version, version + ".lua"):
-        found.append(link)
-    dot = d / ".version"
-    if dot.is_file() and not dot.is_symlink():
-        try:
-            text = dot.read_text(encoding="utf-8", errors="replace")[:65536]
-        except OSError:
-            text = ""
-        m = re.search(r"^\s*set\s+ModulesVersion\s+\"?([^\"\s]+)\"?", text, re.M)
-        if m and m.group(1) == version:
-            found.append(dot)
-    return found
+    return markers(modulefiles, name, version)
 
 
 def _read_marker(target: Path) -> Dict[str, object]:
@@ -771,7 +762,10 @@ def _retire_targets(name: str, version: str, root: Path, modulefiles: Optional[P
     if isinstance(recorded, str) and recorded != str(modulefiles):
         raise UsageError(f"--modulefiles: {name}/{version} was published with its modulefile under {recorded}, "
                          f"not {modulefiles}")
-    fmt = "tcl" if data.get("format") == "tcl" else "lua"
+    from envtool.modules.registry import DEFAULT_FORMAT, names
+
+    recorded_format = data.get("format")
+    fmt = recorded_format if isinstance(recorded_format, str) and recorded_format in names() else DEFAULT_FORMAT
     stub = ModuleContent(name=name, version=version, prefix=str(target), kind="prefix")
     modulefile = modulefile_path(modulefiles, stub, fmt)
     # the order of renaming: what users see first (default marker, modulefile), the environment
