@@ -10,7 +10,8 @@ import pytest
 from helpers.conda_channel import PackageDef, build_channel, python_package
 from envtool.core.errors import StepFailed
 from envtool.core.plan import PlanOptions
-from envtool.engines.conda import RattlerEngine, install_records, read_prefix_records, solve_records
+from envtool.engines.rattler import RattlerEngine
+from envtool.engines.rattler_api import install_records, read_prefix_records, solve_records
 from envtool.spec.catalog import load_spec
 from envtool.steps.runner import Runner
 

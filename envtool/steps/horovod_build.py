@@ -208,7 +208,7 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
         fix_env=tuple(fix_env), sdist_sha256=sdist_hash, no_deps=locked is not None,
         caches=tuple(c.root for c in caches), missing_tools=absent, fix=fix_lines,
         cache_group=spec.site.build_cache_group, wheel_sha256=wheel_hash)
-    from envtool.engines.conda import build_package_steps
+    from envtool.engines.rattler import build_package_steps
 
     before, after = build_package_steps(spec, Path(options.work_prefix), Path(options.prefix))
     return before + [Step(

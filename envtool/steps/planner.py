@@ -7,16 +7,17 @@ exactly the plan made for its temporary build prefix.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 import os
 import shlex
 from typing import List, Tuple
 
 from envtool.core.errors import EnvtoolError, UsageError
-from envtool.engines.base import get_engine
+from envtool.engines.registry import engine_for, engines
 from envtool.spec.model import Spec
 from envtool.steps import from_lock, horovod_build, lock_step, modulefile_step, validate
-from envtool.core.plan import Plan, PlanOptions, Step, redact
+from envtool.core.plan import Plan, PlanOptions, Step, StepContext, redact
 
 
 def module_steps(spec: Spec) -> List[Step]:
@@ -26,17 +27,24 @@ def module_steps(spec: Spec) -> List[Step]:
     return [Step(id="load-modules", title="Load site modules: " + " ".join(spec.site.modules),
                  commands=(("module", "load", *spec.site.modules),),
                  notes=("applied to envtool's environment with `$LMOD_CMD python load …`",),
-                 action=_load_modules, data={"modules": spec.site.modules})]
+                 action=_load_modules, data=ModulesData(tuple(spec.site.modules)))]
 
 
-def _load_modules(step: Step, runner) -> None:
+@dataclass(frozen=True)
+class ModulesData:
+    """Payload of ``load-modules``: the site's modules, in load order."""
+
+    modules: Tuple[str, ...]
+
+
+def _load_modules(step: Step, runner: StepContext) -> None:
     from envtool.core.errors import StepFailed
 
     lmod = os.environ.get("LMOD_CMD")
     if not lmod:
-        raise StepFailed(step.id, "the spec needs site modules (" + " ".join(step.data["modules"]) +
+        raise StepFailed(step.id, "the spec needs site modules (" + " ".join(step.data.modules) +
                          ") but Lmod is not initialised here ($LMOD_CMD is unset)", runner.log_path)
-    proc = runner.run([lmod, "python", "load", *step.data["modules"]])
+    proc = runner.run([lmod, "python", "load", *step.data.modules])
     exec(compile(proc.stdout, "<lmod>", "exec"), {"os": os})  # Lmod's own output for Python
 
 
@@ -106,7 +114,7 @@ def make_plan(spec: Spec, options: PlanOptions) -> Plan:
         UsageError: an option the spec's engine cannot honour (e.g. ``--clone`` with venv).
         SpecError: a build variable the Horovod version cannot take.
     """
-    engine = get_engine(options.engine or spec.engine)
+    engine = engine_for(spec.engine, options.engine)
     options = decide_installer(spec, options)
     steps: List[Step] = []
     steps += module_steps(spec)
@@ -116,7 +124,7 @@ def make_plan(spec: Spec, options: PlanOptions) -> Plan:
         steps += engine.clone_steps(spec, source, options)
     elif options.from_lock is not None:
         loaded = from_lock.load_checked(spec, options.from_lock)
-        steps += from_lock.plan_steps(spec, options, loaded)
+        steps += from_lock.plan_steps(spec, options, loaded, engine)
     else:
         steps += engine.create_steps(spec, options)
     steps += horovod_build.plan_steps(spec, options, locked=loaded.built("horovod") if loaded else None)
@@ -128,17 +136,22 @@ def make_plan(spec: Spec, options: PlanOptions) -> Plan:
     return Plan(spec=spec, options=options, steps=tuple(with_spec_env(spec, s) for s in steps))
 
 
-#: Steps that install packages: the spec's (and its site's) ``env`` applies to them, because
-#: package scripts read it — WML-CE's post-link scripts refuse to run without
-#: ``IBM_POWERAI_LICENSE_ACCEPT=yes`` (docs/reference/stacks.md, IBM WML-CE 1.6 docs).
-INSTALL_STEPS = frozenset({"conda-create", "conda-install-extra", "clone-external", "pip-install",
-                           "install-locked-conda", "install-locked-pip"})
+def install_step_ids() -> frozenset:
+    """Ids of the steps that install packages: what every registered engine declares
+    (:attr:`Engine.install_step_ids <envtool.engines.base.Engine.install_step_ids>`) plus the lock's
+    ``install-locked-pip``. The spec's (and its site's) ``env`` applies to them, because package
+    scripts read it — WML-CE's post-link scripts refuse to run without
+    ``IBM_POWERAI_LICENSE_ACCEPT=yes`` (docs/reference/stacks.md, IBM WML-CE 1.6 docs)."""
+    out = {from_lock.LOCKED_PIP_STEP}
+    for engine in engines():
+        out |= engine.install_step_ids
+    return frozenset(out)
 
 
 def with_spec_env(spec: Spec, step: Step) -> Step:
     """``step`` with ``spec.site.env`` and ``spec.env`` added to its env when it installs packages
-    (:data:`INSTALL_STEPS`); a variable the step sets itself wins. Other steps are returned as is."""
-    if step.id not in INSTALL_STEPS:
+    (:func:`install_step_ids`); a variable the step sets itself wins. Other steps are returned as is."""
+    if step.id not in install_step_ids():
         return step
     merged = dict(spec.site.env)
     merged.update(spec.env)
