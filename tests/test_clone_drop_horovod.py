@@ -42,7 +42,7 @@ def _step(prefix: Path):
     steps = RattlerEngine().clone_steps(spec, str(src), opts)
     step = next(s for s in steps if s.id == "conda-remove-horovod")
     # the step works on the build prefix (a temporary sibling in `create`); point it at ours
-    return dataclasses.replace(step, data={**step.data, "prefix": str(prefix), "final_prefix": str(prefix)})
+    return dataclasses.replace(step, data=dataclasses.replace(step.data, prefix=str(prefix), final_prefix=str(prefix)))
 
 
 def _run(step, tmp_path):

@@ -2,6 +2,7 @@
 (``--engine conda|mamba|micromamba``)."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -144,6 +145,5 @@ def _external_action(step: Step, runner: StepContext) -> dict:
 
 
 for _tool in ("conda", "mamba", "micromamba"):
-    register(lambda tool=_tool: ExternalCondaEngine(tool), name=_tool,
-             summary=f"an external {_tool} executable on PATH")
+    register(functools.partial(ExternalCondaEngine, _tool), name=_tool, summary=f"an external {_tool} executable on PATH")
 deprecate("conda-external", "conda")

@@ -215,7 +215,7 @@ def _extra_action(step: Step, runner: StepContext) -> None:
         return
     try:
         added = run_sync(rattler.solve(sources=list(d.channels), specs=[rattler.MatchSpec(s) for s in missing],
-                                   platforms=[d.platform, "noarch"], pinned_packages=have,
+                                   platforms=[rattler.Subdir(d.platform), rattler.Subdir("noarch")], pinned_packages=have,
                                    virtual_packages=parse_virtual_packages(d.virtual_packages, d.platform)))
         # py-rattler's install makes the prefix hold exactly the records given: pass the whole env
         merged = {r.name.normalized: r for r in have}
@@ -283,7 +283,7 @@ def _install_build_action(step: Step, runner: StepContext) -> dict:
         return {"added": []}
     try:
         solved = run_sync(rattler.solve(sources=list(d.channels), specs=[rattler.MatchSpec(s) for s in missing],
-                                    platforms=[d.platform, "noarch"], pinned_packages=have,
+                                    platforms=[rattler.Subdir(d.platform), rattler.Subdir("noarch")], pinned_packages=have,
                                     virtual_packages=parse_virtual_packages(d.virtual_packages, d.platform)))
         before = {r.name.normalized for r in have}
         merged = {r.name.normalized: r for r in have}

@@ -40,8 +40,10 @@ VirtualPackages = Union[Sequence[str], Mapping[str, str], None]
 
 def run_sync(coro_or_value: Any) -> Any:
     """Await a py-rattler coroutine from synchronous code (values pass through)."""
-    if asyncio.iscoroutine(coro_or_value) or isinstance(coro_or_value, asyncio.Future):
+    if asyncio.iscoroutine(coro_or_value):
         return asyncio.run(coro_or_value)
+    if isinstance(coro_or_value, asyncio.Future):
+        return asyncio.get_event_loop().run_until_complete(coro_or_value)
     return coro_or_value
 
 
@@ -133,10 +135,10 @@ def solve_records(channels: List[str], specs: List[str], platform: str,
         match_specs = [rattler.MatchSpec(s) for s in specs]
     except Exception as exc:
         raise UsageError(f"conda match spec: {exc}") from None
-    gateway = rattler.Gateway(cache_dir=str(cache_dir))
+    gateway = rattler.Gateway(cache_dir=Path(cache_dir))
     try:
         records = run_sync(rattler.solve(sources=list(channels), specs=match_specs, gateway=gateway,
-                                     platforms=[platform, "noarch"], virtual_packages=vps))
+                                     platforms=[rattler.Subdir(platform), rattler.Subdir("noarch")], virtual_packages=vps))
     except Exception as exc:
         raise EnvtoolError(f"cannot solve {' '.join(specs)} for {platform} from {', '.join(channels)}: "
                            f"{str(exc).strip()}") from None
@@ -170,31 +172,32 @@ def sort_records_topologically(records: Sequence[Any]) -> list:
 
 
 class _Progress:
-    """An ``InstallerReporter`` that turns py-rattler's callbacks into progress lines."""
+    """py-rattler's ``InstallerReporter`` protocol (structural: py-rattler 0.28 documents that no
+    subclass is needed, and calls only the methods a reporter has) turning its callbacks into
+    progress lines.
 
-    def __new__(cls, callback: Callable[[str], None]):
-        import rattler
+    Args:
+        callback: takes one progress line.
+    """
 
-        class Reporter(rattler.InstallerReporter):
-            def __init__(self):
-                self.total = 0
-                self.done = 0
-                self.downloads = 0
+    def __init__(self, callback: Callable[[str], None]) -> None:
+        self.callback = callback
+        self.total = 0
+        self.done = 0
+        self.downloads = 0
 
-            def on_transaction_start(self, total_operations: int) -> None:
-                self.total = total_operations
-                callback(f"linking {total_operations} packages")
+    def on_transaction_start(self, total_operations: int) -> None:
+        self.total = total_operations
+        self.callback(f"linking {total_operations} packages")
 
-            def on_download_start(self, cache_entry: int) -> int:
-                self.downloads += 1
-                return cache_entry
+    def on_download_start(self, cache_entry: int) -> int:
+        self.downloads += 1
+        return cache_entry
 
-            def on_transaction_operation_complete(self, operation: int) -> None:
-                self.done += 1
-                if self.total and (self.done == self.total or self.done % max(1, self.total // 10) == 0):
-                    callback(f"  {self.done}/{self.total} packages linked ({self.downloads} fetched)")
-
-        return Reporter()
+    def on_transaction_operation_complete(self, operation: int) -> None:
+        self.done += 1
+        if self.total and (self.done == self.total or self.done % max(1, self.total // 10) == 0):
+            self.callback(f"  {self.done}/{self.total} packages linked ({self.downloads} fetched)")
 
 
 def install_records(records: Sequence[Any], prefix: Path, cache_dir: Path, *,
@@ -230,7 +233,7 @@ def install_records(records: Sequence[Any], prefix: Path, cache_dir: Path, *,
     if platform:
         kwargs["platform"] = rattler.Subdir(platform)
     if read_only_caches:
-        kwargs["package_cache"] = rattler.PackageCache.new_layered([str(cache_dir)] + [str(p) for p in read_only_caches])
+        kwargs["package_cache"] = rattler.PackageCache.new_layered([Path(cache_dir), *(Path(p) for p in read_only_caches)])
     else:
         kwargs["cache_dir"] = str(cache_dir)
     if progress is not None:

@@ -72,14 +72,14 @@ def create_venv_step(spec: Spec, options: PlanOptions, notes: Tuple[str, ...] = 
 
     layered = spec.venv.system_site_packages
     # built in a temporary sibling: the prompt is the final prefix's name, not the build directory's
-    layer = ("--system-site-packages",) if layered else ()
+    layer: Tuple[str, ...] = ("--system-site-packages",) if layered else ()
     layer += ("--prompt", Path(options.prefix).name)
     base = find_interpreter(spec)
     prefix = str(options.work_prefix)
     inst = options.install_with
     seeds = bundled_seed_wheels(base) if inst is not None and inst.name == "uv" else []
     title = f"Create a venv at {options.prefix}" + (" over the base interpreter's packages" if layered else "")
-    if not seeds:
+    if inst is None or not seeds:
         return Step(id="create-venv", title=title, commands=((base, "-m", "venv", *layer, prefix),),
                     notes=tuple(notes))
     py = str(Path(prefix) / "bin" / "python")

@@ -140,7 +140,9 @@ def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built
             interpreter = probe_interpreter(str(python))
         except EnvtoolError:
             interpreter = None
-    name, digest, engine, sources, fields = "", "", "", (), ()
+    name, digest, engine = "", "", ""
+    sources: Tuple[str, ...] = ()
+    fields: Tuple[Tuple[str, str], ...] = ()
     if spec is not None:
         name, digest, engine = spec.name, spec_hash(spec), spec.engine
         site = site or spec.site.name

@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from packaging.version import Version
 
@@ -217,7 +217,7 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
         commands=(("#", "probe installed framework versions and the Python tag; look up the wheel cache"),
                   tuple(pip_wheel_argv(py, wheel_dir, source)),
                   (py, "-m", "pip", "install", "--disable-pip-version-check", *no_deps, f"{wheel_dir}/horovod-*.whl")),
-        env=tuple(display_env), notes=tuple(notes), action=_run_build, data={"build": decision},
+        env=tuple(display_env), notes=tuple(notes), action=_run_build, data=decision,
     )] + after
 
 
@@ -311,7 +311,7 @@ def _run_build(step: Step, runner) -> Dict:
     Raises:
         StepFailed: a requested framework is not installed, the build fails or makes no wheel.
     """
-    d: BuildDecision = step.data["build"]
+    d: BuildDecision = step.data
     info = probe_env(runner, d.python)
     installed = info["frameworks"]
     missing = [f for f in d.requested if f not in installed]
@@ -341,7 +341,7 @@ def _run_build(step: Step, runner) -> Dict:
     roots = d.caches or (wheel_cache.cache_root(),)
     caches = [wheel_cache.WheelCache(roots[0])] + [wheel_cache.WheelCache(r, read_only=True, group=d.cache_group)
                                                     for r in roots[1:]]
-    skipped: List[Tuple[object, str]] = []
+    skipped: List[Tuple[Any, str]] = []  # (wheel_cache.WheelCache, why it was skipped)
     wheel, hit = cached_wheel(caches, key, d.wheel_sha256, runner, skipped)
     result = {"cache_key": key.digest(), "cache_hit": wheel is not None, "locked_wheel_sha256": d.wheel_sha256 or None,
               "cache": None if hit is None else ("site" if hit.read_only else "user"),
@@ -491,7 +491,7 @@ def check_system_tools(steps) -> None:
     from envtool.core.errors import UsageError
 
     for step in steps:
-        d = step.data.get("build") if step.id == "build-horovod" else None
+        d = step.data if step.id == "build-horovod" else None
         if d is None or not d.missing_tools or could_hit(d):
             continue
         raise UsageError("building Horovod needs " + system_tools.describe(d.missing_tools)
