@@ -52,6 +52,8 @@ class PlanOptions:
         link_files: see :attr:`Installer.link` (False for ``publish``).
         install_with: the installer decided by the planner (:func:`envtool.engines.installer.decide`),
             or None before planning (the engines then install with pip).
+        machine: what planning needs to know about this machine, probed once before the steps are
+            composed (:func:`envtool.steps.machine.probe`), or None before that.
     """
 
     prefix: Path
@@ -67,11 +69,34 @@ class PlanOptions:
     installer: str = ""
     link_files: bool = True
     install_with: Optional["Installer"] = None
+    machine: Optional["MachineFacts"] = None
 
     @property
     def work_prefix(self) -> Path:
         """The prefix the steps act on."""
         return self.build_prefix or self.prefix
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    """What planning reads about this machine, probed once, up front (:func:`envtool.steps.machine.probe`),
+    so that composing the steps (the planner, the engines) does no I/O.
+
+    Attributes:
+        tools: ``(name, absolute path)`` of the executables the chosen engine drives (an external
+            ``conda``), as found on ``PATH`` (:meth:`Engine.probe_tools
+            <envtool.engines.base.Engine.probe_tools>`); a missing one is absent.
+        build: the Horovod build's probes (:class:`envtool.steps.machine.BuildProbe`: toolchain,
+            compiler and MPI version lines, missing system tools), or None when the spec does not
+            build Horovod with pip.
+    """
+
+    tools: Tuple[Tuple[str, str], ...] = ()
+    build: Any = None
+
+    def tool(self, name: str) -> Optional[str]:
+        """The absolute path of executable ``name`` when it was found, else None."""
+        return dict(self.tools).get(name)
 
 
 @dataclass(frozen=True)

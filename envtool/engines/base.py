@@ -1,9 +1,10 @@
 """The engine interface: what every engine (venv/pip, py-rattler, an external conda …) provides.
 
 An engine turns a spec into plan steps (plain data with an ``action``) and answers questions
-about an existing prefix. It does no I/O when planning: what planning needs to know about this
-machine is probed once, up front, into a :class:`~envtool.engines.machine.MachineFacts` the
-planner hands over in :attr:`PlanOptions.machine <envtool.core.plan.PlanOptions>`.
+about an existing prefix. It does no I/O when composing steps: what planning needs to know about
+this machine is probed once, up front (:meth:`Engine.probe_tools`, :func:`envtool.steps.machine.probe`),
+into the :class:`~envtool.core.plan.MachineFacts` the planner hands over in
+:attr:`PlanOptions.machine <envtool.core.plan.PlanOptions>`.
 
 An engine is one module: a subclass of :class:`Engine` and one call of
 :func:`envtool.engines.registry.register` at its end (the package imports the built-in engine
@@ -15,7 +16,7 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from envtool.core.errors import UsageError
 from envtool.core.plan import PlanOptions, Step
@@ -140,6 +141,12 @@ class Engine(ABC):
             UsageError: the spec pins a Python this machine lacks.
         """
         return None
+
+    def probe_tools(self) -> Dict[str, str]:
+        """The executables this engine drives, name → absolute path, as found on this machine now (a
+        missing one is left out). Called once before planning (:func:`envtool.steps.machine.probe`);
+        the steps read the result from ``options.machine``. Default: none."""
+        return {}
 
     def holds(self, prefix: Path) -> bool:
         """Whether ``prefix`` is an environment this engine's kind makes (reads the prefix; used when

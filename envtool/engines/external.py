@@ -57,6 +57,26 @@ class ExternalCondaEngine(Engine):
             raise UsageError(f"--engine {self.tool}: {self.tool} is not on PATH (use the default rattler engine)")
         return found
 
+    def probe_tools(self) -> Dict[str, str]:
+        """``{tool: path}`` when the tool is installed, else ``{}``."""
+        try:
+            return {self.tool: self.executable()}
+        except UsageError:
+            return {}
+
+    def _exe(self, options: PlanOptions) -> str:
+        """The tool's path as probed before planning (``options.machine``), else looked up now.
+
+        Raises:
+            UsageError: the tool is not installed.
+        """
+        if options.machine is not None:
+            found = options.machine.tool(self.tool)
+            if found is None:
+                raise UsageError(f"--engine {self.tool}: {self.tool} is not on PATH (use the default rattler engine)")
+            return found
+        return self.executable()
+
     def _env(self) -> Tuple[Tuple[str, str], ...]:
         return (("CONDA_PKGS_DIRS", str(package_cache())),)
 
@@ -66,7 +86,7 @@ class ExternalCondaEngine(Engine):
         Raises:
             UsageError: the tool is not installed.
         """
-        exe = self.executable()
+        exe = self._exe(options)
         specs = [p.value for p in spec.packages.conda]
         argv = [exe, "create", "--yes", "--json", "--prefix", str(options.work_prefix), "--override-channels"]
         for ch in spec.channels:
@@ -86,7 +106,7 @@ class ExternalCondaEngine(Engine):
         from envtool.engines import clone
 
         src = clone.resolve_source(source)
-        exe = self.executable()
+        exe = self._exe(options)
         argv = (exe, "create", "--yes", "--json", "--prefix", str(options.work_prefix), "--clone", str(src))
         steps = [Step(id="clone-external", title=f"{self.tool} create --clone {src}", commands=(argv,),
                       env=self._env(), action=_external_action, data=ToolData(self.tool),

@@ -1,8 +1,9 @@
 """Compose a spec and the user's options into an ordered :class:`Plan`.
 
 Order: load site modules → create (or clone, or install from a lock) → build Horovod →
-validate → lock → modulefile. Planning does no I/O beyond reading specs; ``create`` executes
-exactly the plan made for its temporary build prefix.
+validate → lock → modulefile. The machine is probed once, up front (:func:`envtool.steps.machine.probe`);
+composing the steps reads that value and does no other I/O beyond reading specs and the lock.
+``create`` executes exactly the plan made for its temporary build prefix.
 """
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ import os
 import shlex
 from typing import List, Tuple
 
-from envtool.core.errors import EnvtoolError, UsageError
 from envtool.engines.registry import engine_for, engines
 from envtool.spec.model import Spec
-from envtool.steps import from_lock, horovod_build, lock_step, modulefile_step, validate
+from envtool.steps import from_lock, horovod_build, lock_step, machine, modulefile_step, validate
+from envtool.steps.machine import clone_source, decide_installer  # noqa: F401  (part of this module's interface)
 from envtool.core.plan import Plan, PlanOptions, Step, StepContext, redact
 
 
@@ -48,65 +49,6 @@ def _load_modules(step: Step, runner: StepContext) -> None:
     exec(compile(proc.stdout, "<lmod>", "exec"), {"os": os})  # Lmod's own output for Python
 
 
-def clone_source(spec: Spec, options: PlanOptions) -> Tuple[str, str]:
-    """What ``--clone`` copies, and why: the SOURCE given, else the site's base env for the spec
-    (``site.base_env``), else ``""`` — the active environment, ``$CONDA_PREFIX`` (the one the site's
-    module activates; :func:`envtool.engines.clone.resolve_source`).
-
-    Returns:
-        ``(source, reason)``: the source string for the engine and a phrase for people.
-    """
-    if options.clone:
-        return options.clone, "given"
-    if spec.site.base_env:
-        return spec.site.base_env, f"the base env of site {spec.site.name} for {spec.name}"
-    active = os.environ.get("CONDA_PREFIX")
-    if active:
-        return "", f"the active environment $CONDA_PREFIX={active}"
-    return "", "no SOURCE, no site base env and $CONDA_PREFIX unset"
-
-
-def _layered(spec: Spec, options: PlanOptions) -> bool:
-    """Whether the environment sees packages it does not hold: a ``system_site_packages`` venv, or
-    a clone of a venv (made as a venv layered over it)."""
-    if spec.engine == "venv" and spec.venv.system_site_packages:
-        return True
-    if options.clone is None:
-        return False
-    from envtool.engines import clone
-
-    source, _ = clone_source(spec, options)
-    try:
-        return clone.source_kind(clone.resolve_source(source)) == "venv"
-    except (EnvtoolError, OSError):  # a source not on this machine (plan for a site)
-        return False
-
-
-def decide_installer(spec: Spec, options: PlanOptions) -> PlanOptions:
-    """``options`` with ``install_with`` decided (:func:`envtool.engines.installer.decide`) when the
-    plan may install pip packages and nothing decided it yet; otherwise ``options`` unchanged.
-
-    Raises:
-        UsageError: ``--installer`` was given for a plan that installs no pip package (exit 2).
-
-    pip's configuration is read with the base interpreter's pip
-    (:func:`envtool.engines.installer.base_python`): the files and ``PIP_*`` variables it reads are
-    those the new environment's pip reads (a new environment has no ``pip.conf`` of its own).
-    """
-    if options.install_with is not None:
-        return options
-    if not (spec.packages.pip or options.from_lock is not None or spec.horovod.install == "pip-build"):
-        if options.installer:
-            raise UsageError(f"--installer {options.installer}: spec {spec.name!r} installs no pip packages (no "
-                             "packages.pip, no lock, Horovod not built with pip), so there is nothing for an "
-                             "installer of pip packages to do; leave --installer out")
-        return options
-    from envtool.engines.installer import decide, requested
-
-    chosen = decide(requested(options.installer or None), layered=_layered(spec, options))
-    return dataclasses.replace(options, install_with=dataclasses.replace(chosen, link=options.link_files))
-
-
 def make_plan(spec: Spec, options: PlanOptions) -> Plan:
     """The ordered plan for ``spec`` at ``options.prefix``.
 
@@ -114,8 +56,8 @@ def make_plan(spec: Spec, options: PlanOptions) -> Plan:
         UsageError: an option the spec's engine cannot honour (e.g. ``--clone`` with venv).
         SpecError: a build variable the Horovod version cannot take.
     """
+    options = machine.probe(spec, options)  # the one look at the machine; what follows reads values
     engine = engine_for(spec.engine, options.engine)
-    options = decide_installer(spec, options)
     steps: List[Step] = []
     steps += module_steps(spec)
     loaded = None
