@@ -92,7 +92,7 @@ def build_source(work: Path, packages: int, files: int, size_mb: float, untracke
     """Channel → site cache → read-only source env. Returns (source prefix, site pkgs dir, records)."""
     from helpers.conda_channel import index_channel
 
-    from envtool.engines.conda import install_records, solve_records
+    from envtool.engines.rattler_api import install_records, solve_records
 
     channel = work / "channel"
     (channel / "noarch").mkdir(parents=True, exist_ok=True)
@@ -171,7 +171,7 @@ def main(argv=None) -> int:
             shutil.rmtree(work / old)
     try:
         if args.reuse and (work / "site" / "envs" / "base" / "conda-meta").is_dir():
-            from envtool.engines.conda import read_prefix_records
+            from envtool.engines.rattler_api import read_prefix_records
 
             src, site_pkgs = work / "site" / "envs" / "base", work / "site" / "pkgs"
             t_setup, records = 0.0, read_prefix_records(src)

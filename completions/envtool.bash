@@ -8,7 +8,7 @@
 _shtab_envtool_cache_subparsers=(list prune publish)
 _shtab_envtool_subparsers=(create plan check-build specs show diff-specs clone lock diff modulefile publish retire sbom pack doctor jobscript validate cache completion list remove info)
 
-_shtab_envtool_create_option_strings=(-h --help --prefix --force --clone --lock --from-lock --resolve --installer --engine --modulefile-root --jobs --site --site-file --platform-mismatch-ok --json -v --verbose -q --quiet)
+_shtab_envtool_create_option_strings=(-h --help --prefix --clone --lock --from-lock --resolve --installer --engine --modulefile-root --jobs --site --site-file --platform-mismatch-ok --json --force -v --verbose -q --quiet)
 _shtab_envtool_plan_option_strings=(-h --help --prefix --clone --lock --from-lock --resolve --installer --engine --modulefile-root --jobs --site --site-file --platform-mismatch-ok --json -v --verbose -q --quiet)
 _shtab_envtool_check_build_option_strings=(-h --help --prefix --from-file --spec --json -v --verbose -q --quiet)
 _shtab_envtool_specs_option_strings=(-h --help --distribution --has --sort --site --site-file --json -v --verbose -q --quiet)
@@ -111,8 +111,10 @@ _shtab_envtool_cache_publish___to_COMPGEN=_shtab_compgen_dirs
 _shtab_envtool_remove_pos_0_COMPGEN=_shtab_compgen_dirs
 
 _shtab_envtool_create___installer_choices=(uv pip)
+_shtab_envtool_create___engine_choices=(venv rattler conda mamba micromamba)
 _shtab_envtool_plan___installer_choices=(uv pip)
-_shtab_envtool_clone___engine_choices=(rattler conda mamba micromamba)
+_shtab_envtool_plan___engine_choices=(venv rattler conda mamba micromamba)
+_shtab_envtool_clone___engine_choices=(venv rattler conda mamba micromamba)
 _shtab_envtool_clone___mode_choices=(layer copy)
 _shtab_envtool_clone___verify_source_choices=(content stat)
 _shtab_envtool_modulefile___format_choices=(lua tcl)
@@ -132,11 +134,11 @@ _shtab_envtool_pos_0_choices=(create plan check-build specs show diff-specs clon
 
 _shtab_envtool_create__h_nargs=0
 _shtab_envtool_create___help_nargs=0
-_shtab_envtool_create___force_nargs=0
 _shtab_envtool_create___clone_nargs='?'
 _shtab_envtool_create___resolve_nargs=0
 _shtab_envtool_create___platform_mismatch_ok_nargs=0
 _shtab_envtool_create___json_nargs=0
+_shtab_envtool_create___force_nargs=0
 _shtab_envtool_create__v_nargs=0
 _shtab_envtool_create___verbose_nargs=0
 _shtab_envtool_create__q_nargs=0

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from helpers.conda_channel import PackageDef, build_channel, python_package
-from envtool.engines.conda import build_package_steps, install_records, read_prefix_records, solve_records
+from envtool.engines.rattler import build_package_steps
+from envtool.engines.rattler_api import install_records, read_prefix_records, solve_records
 from envtool.spec.catalog import load_spec
 from envtool.steps.runner import Runner
 

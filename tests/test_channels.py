@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from envtool.engines.conda import solve_records
+from envtool.engines.rattler_api import solve_records
 from envtool.spec import channels
 
 REPO = Path(__file__).resolve().parent.parent

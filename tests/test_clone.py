@@ -23,7 +23,7 @@ from helpers import wheels
 from helpers.conda_channel import BINARY_PLACEHOLDER, TEXT_PLACEHOLDER, PackageDef, build_channel, python_package
 
 from envtool.engines import clone as cl
-from envtool.engines.conda import install_records, read_prefix_records, record_key, solve_records
+from envtool.engines.rattler_api import install_records, read_prefix_records, record_key, solve_records
 from envtool.steps.clone import clone_env
 
 
@@ -185,7 +185,7 @@ def test_no_build_prefix_left_and_installed_view(cloned, world):
     t = cloned["target"]
     hits = subprocess.run(["grep", "-rl", "envtool-build", str(t)], capture_output=True, text=True).stdout
     assert hits == ""
-    from envtool.engines.conda import RattlerEngine
+    from envtool.engines.rattler import RattlerEngine
 
     got = sorted((p.name, p.manager) for p in RattlerEngine().installed(t))
     assert got == sorted([(r.name.normalized, "conda") for r in world["records"]] + [("userpkg", "pip")])

@@ -10,7 +10,8 @@ import pytest
 from helpers.conda_channel import PackageDef, build_channel, python_package
 from envtool.core.errors import StepFailed
 from envtool.core.plan import PlanOptions
-from envtool.engines.conda import RattlerEngine, install_records, read_prefix_records, solve_records
+from envtool.engines.rattler import RattlerEngine
+from envtool.engines.rattler_api import install_records, read_prefix_records, solve_records
 from envtool.spec.catalog import load_spec
 from envtool.steps.runner import Runner
 
@@ -41,7 +42,7 @@ def _step(prefix: Path):
     steps = RattlerEngine().clone_steps(spec, str(src), opts)
     step = next(s for s in steps if s.id == "conda-remove-horovod")
     # the step works on the build prefix (a temporary sibling in `create`); point it at ours
-    return dataclasses.replace(step, data={**step.data, "prefix": str(prefix), "final_prefix": str(prefix)})
+    return dataclasses.replace(step, data=dataclasses.replace(step.data, prefix=str(prefix), final_prefix=str(prefix)))
 
 
 def _run(step, tmp_path):

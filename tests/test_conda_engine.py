@@ -14,9 +14,10 @@ import pytest
 from conftest import run_envtool
 from helpers.conda_channel import BINARY_PLACEHOLDER, TEXT_PLACEHOLDER, PackageDef, build_channel, python_package
 
-from envtool.engines.base import get_engine
-from envtool.engines.conda import (ExternalCondaEngine, RattlerEngine, install_records, parse_virtual_packages,
-                                   read_prefix_records, solve_records)
+from envtool.engines.external import ExternalCondaEngine
+from envtool.engines.rattler import RattlerEngine
+from envtool.engines.rattler_api import install_records, parse_virtual_packages, read_prefix_records, solve_records
+from envtool.engines.registry import engine_for, get_engine
 from envtool.core.errors import EnvtoolError, UsageError
 
 
@@ -105,7 +106,12 @@ def test_install_failure_is_clear(tmp_path, channel):
 
 
 def test_get_engine_maps_names():
-    assert isinstance(get_engine("conda"), RattlerEngine) and isinstance(get_engine("rattler"), RattlerEngine)
+    # --engine conda is the external conda executable (one vocabulary with `clone --engine conda`);
+    # a spec's `engine: conda` is made by py-rattler unless --engine says otherwise
+    assert isinstance(get_engine("rattler"), RattlerEngine) and isinstance(engine_for("conda"), RattlerEngine)
+    conda = get_engine("conda")
+    assert isinstance(conda, ExternalCondaEngine) and conda.tool == "conda"
+    assert isinstance(engine_for("conda", "conda"), ExternalCondaEngine)
     ext = get_engine("micromamba")
     assert isinstance(ext, ExternalCondaEngine) and ext.tool == "micromamba"
 

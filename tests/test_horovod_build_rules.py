@@ -266,7 +266,7 @@ def test_build_step_carries_its_decision_and_run_time_probes_nothing(tmp_path, m
     monkeypatch.delenv("CXX", raising=False)
     spec = load_spec("cpu-horovod")
     (step,) = horovod_build.plan_steps(spec, PlanOptions(prefix=tmp_path / "env"))
-    decision = step.data["build"]
+    decision = step.data
     assert decision.toolchain.cxx_family == "gnu" and str(decision.toolchain.cxx_version) == "13.3.0"
     assert decision.rules == ("horovod-torch-cxx17", "horovod-gcc13-includes")
     assert dict(step.env)["CXXFLAGS"].startswith("-include cstdint")
@@ -293,7 +293,7 @@ def test_unpinned_framework_leaves_rules_to_the_run_and_plan_says_so(tmp_path, m
 
     monkeypatch.setenv("ENVTOOL_SPEC_PATH", str(specs))
     (step,) = horovod_build.plan_steps(load("loose"), PlanOptions(prefix=tmp_path / "env"))
-    d = step.data["build"]
+    d = step.data
     assert d.rules is None
     # decided from the installed version, with the planned toolchain: torch 2.0 needs no C++17 wrapper
     assert "horovod-torch-cxx17" not in [r.id for r in horovod_build.rules_for_run(d, {"pytorch": ["torch", "2.0.1"]})]
@@ -339,7 +339,7 @@ def test_the_build_sees_conda_prefix_as_the_build_prefix(tmp_path, monkeypatch):
         build_env=(("HOROVOD_NCCL_HOME", "${CONDA_PREFIX}"), ("HOROVOD_CUDA_HOME", "$PREFIX/cuda"),
                    ("HOROVOD_OTHER", "${HOME_NOT_EXPANDED}")),
         requested=(), toolchain=toolchain, compiler="c++ (test)", mpi="not used", platform="linux-64", rules=())
-    step = Step(id="build-horovod", title="build", action=horovod_build._run_build, data={"build": d})
+    step = Step(id="build-horovod", title="build", action=horovod_build._run_build, data=d)
     with Runner(log_path=tmp_path / "build.log") as runner:
         runner.current = step
         horovod_build._run_build(step, runner)

@@ -306,7 +306,7 @@ def test_create_from_conda_lock_then_drift(conda_spec, conda_lock, tmp_path):
     assert {(p.name, p.url) for p in own.packages} == {(n, u) for n, _, _, u in locked}
 
     # drift: one more conda package installed with py-rattler
-    from envtool.engines.conda import install_records, solve_records
+    from envtool.engines.rattler_api import install_records, solve_records
 
     records = solve_records([conda_spec["channel"]], ["foo 2.*", "bar", "baz"], "linux-64")
     install_records(records, prefix, tmp_path / "pkgs")
@@ -318,7 +318,7 @@ def test_create_from_conda_lock_then_drift(conda_spec, conda_lock, tmp_path):
 
 
 def test_snapshot_of_a_conda_env_lists_pip_installs_but_not_conda_python_packages(conda_spec, tmp_path):
-    from envtool.engines.conda import install_records, solve_records
+    from envtool.engines.rattler_api import install_records, solve_records
     from envtool.lock import snapshot
 
     prefix = tmp_path / "cenv"

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 
-from envtool.cli.common import add_json, name_arg, path_arg, print_json
+from envtool.cli.common import add_engine_option, add_json, name_arg, path_arg, print_json
 
 
 def register(sub) -> None:
@@ -15,8 +15,7 @@ def register(sub) -> None:
     p.add_argument("source", type=name_arg, nargs="?", default="",
                    help="env name (conda envs dirs, $CONDA_ENVS_PATH), prefix, or nothing for $CONDA_PREFIX")
     p.add_argument("--prefix", type=path_arg, required=True, help="the new environment's prefix")
-    p.add_argument("--engine", default="rattler", choices=("rattler", "conda", "mamba", "micromamba"),
-                   help="rattler (embedded, default) or an external tool's own --clone")
+    add_engine_option(p, default="rattler", what="clone")
     p.add_argument("--mode", default="layer", choices=("layer", "copy"),
                    help="for a venv-style source: a --system-site-packages layer (default) or a full copy")
     p.add_argument("--verify-source", default="content", choices=("content", "stat"),

@@ -353,6 +353,50 @@ def add_lock_options(parser) -> None:
                              "env's own pip (default from $ENVTOOL_INSTALLER)")
 
 
+def engine_arg(value: str) -> str:
+    """``--engine`` value: a registered engine name (:mod:`envtool.engines.registry`); a deprecated
+    spelling (``conda-external``) is taken with a warning on stderr and given as its new name."""
+    import argparse
+
+    from envtool.engines.registry import canonical
+    from envtool.core.errors import UsageError
+
+    try:
+        return canonical(value)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+
+
+def add_engine_option(parser, default: Optional[str] = None, what: str = "make the environment") -> None:
+    """``--engine NAME``: every registered engine is a choice, listed with its summary in ``--help``."""
+    from envtool.engines.registry import choices_help, names
+
+    parser.add_argument("--engine", type=engine_arg, choices=names(), default=default, metavar="{" + ",".join(names()) + "}",
+                        help=f"what to {what} with" + (f" (default: {default})" if default else
+                                                      " (default: the spec's engine: venv, or rattler for engine: conda)")
+                        + ": " + choices_help())
+
+
+def add_plan_options(parser) -> None:
+    """The options ``plan`` and ``create`` share (one block, so their help cannot drift): SPEC,
+    ``--prefix``, ``--clone``, the lock options, ``--engine``, ``--modulefile-root``, ``--jobs``,
+    ``--spec-dir``/``--site``, ``--platform-mismatch-ok`` and ``--json``."""
+    parser.add_argument("spec", type=name_arg, help="spec name (see 'envtool specs') or path to a spec file")
+    parser.add_argument("--prefix", type=path_arg, help="target prefix (default: for --clone the site's clone_prefix, "
+                                                        "else ./envs/SPEC)")
+    parser.add_argument("--clone", type=name_arg, nargs="?", const="", default=None, metavar="SOURCE",
+                        help="clone SOURCE (env name or prefix) instead of creating from scratch (default SOURCE: the "
+                             "site's base env for the spec, else the active environment $CONDA_PREFIX, e.g. the one a "
+                             "loaded module provides)")
+    add_lock_options(parser)
+    add_engine_option(parser)
+    parser.add_argument("--modulefile-root", type=path_arg, metavar="DIR", help="also write a modulefile under DIR")
+    parser.add_argument("--jobs", type=jobs_arg, default=None, help="parallel compile jobs (default: CPU count)")
+    add_spec_site(parser)
+    add_platform_mismatch(parser)
+    add_json(parser)
+
+
 def add_platform_mismatch(parser) -> None:
     """``--platform-mismatch-ok``: go on when the spec is for another platform than the machine
     (``plan``, ``create``) or than the site (``jobscript``, ``validate``)."""

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from envtool.cli.common import (add_json, add_platform_mismatch, add_lock_options, add_spec_site, jobs_arg, load_spec_site, name_arg,
-                                path_arg, print_json)
+from envtool.cli.common import add_plan_options, load_spec_site, print_json
 
 
 def register(sub) -> None:
@@ -12,22 +11,10 @@ def register(sub) -> None:
                        description="Create an environment from a spec: clone or create, install packages, build "
                                    "Horovod, validate (check-build, DataLoader start method), lock. The environment "
                                    "is built in a temporary sibling and moved into place only if everything passed.")
-    p.add_argument("spec", type=name_arg, help="spec name (see 'envtool specs') or path to a spec file")
-    p.add_argument("--prefix", type=path_arg, help="target prefix (default: for --clone the site's clone_prefix, "
-                                                   "else ./envs/SPEC)")
+    add_plan_options(p)
     p.add_argument("--force", action="store_true", help="replace the environment at the target (once the new one is complete); only an "
                         "environment is replaced, never another directory, a symlink, the current or home "
                         "directory or an envtool cache (exit 2)")
-    p.add_argument("--clone", type=name_arg, nargs="?", const="", default=None, metavar="SOURCE",
-                   help="clone SOURCE (env name or prefix; default: the site's base env for the spec, else the "
-                        "active environment $CONDA_PREFIX, e.g. the one a loaded module provides)")
-    add_lock_options(p)
-    p.add_argument("--engine", help="venv, rattler (conda, default for conda specs), conda, mamba, micromamba")
-    p.add_argument("--modulefile-root", type=path_arg, metavar="DIR", help="also write a modulefile under DIR")
-    p.add_argument("--jobs", type=jobs_arg, default=None, help="parallel compile jobs (default: CPU count)")
-    add_spec_site(p)
-    add_platform_mismatch(p)
-    add_json(p)
     p.set_defaults(func=run)
 
 

@@ -3,27 +3,14 @@ from __future__ import annotations
 
 import sys
 
-from envtool.cli.common import (add_json, add_platform_mismatch, add_lock_options, add_spec_site, default_prefix, jobs_arg, load_spec_site,
-                                name_arg, path_arg, print_json)
+from envtool.cli.common import add_plan_options, default_prefix, load_spec_site, print_json
 
 
 def register(sub) -> None:
     p = sub.add_parser("plan", help="show the ordered steps create would run (no side effects)",
                        description="Print the ordered steps (modules, create or clone, packages, Horovod build with "
                                    "its exact HOROVOD_* set and fix rules, validation, lock, modulefile).")
-    p.add_argument("spec", type=name_arg, help="spec name (see 'envtool specs') or path to a spec file")
-    p.add_argument("--prefix", type=path_arg, help="target prefix (default: for --clone the site's clone_prefix, "
-                                                   "else ./envs/SPEC)")
-    p.add_argument("--clone", type=name_arg, nargs="?", const="", default=None, metavar="SOURCE",
-                   help="clone SOURCE (default: the site's base env for the spec, else the active "
-                        "environment $CONDA_PREFIX) instead of creating from scratch")
-    add_lock_options(p)
-    p.add_argument("--engine", help="venv, rattler (conda, default for conda specs), conda, mamba, micromamba")
-    p.add_argument("--modulefile-root", type=path_arg, metavar="DIR", help="also write a modulefile under DIR")
-    p.add_argument("--jobs", type=jobs_arg, default=None, help="parallel compile jobs (default: CPU count)")
-    add_spec_site(p)
-    add_platform_mismatch(p)
-    add_json(p)
+    add_plan_options(p)
     p.set_defaults(func=run)
 
 

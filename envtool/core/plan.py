@@ -9,7 +9,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 if TYPE_CHECKING:  # the plan carries the spec it was made from; the core does not import the spec layer
     from envtool.spec.model import Spec
@@ -52,6 +52,8 @@ class PlanOptions:
         link_files: see :attr:`Installer.link` (False for ``publish``).
         install_with: the installer decided by the planner (:func:`envtool.engines.installer.decide`),
             or None before planning (the engines then install with pip).
+        machine: what planning needs to know about this machine, probed once before the steps are
+            composed (:func:`envtool.steps.machine.probe`), or None before that.
     """
 
     prefix: Path
@@ -67,11 +69,34 @@ class PlanOptions:
     installer: str = ""
     link_files: bool = True
     install_with: Optional["Installer"] = None
+    machine: Optional["MachineFacts"] = None
 
     @property
     def work_prefix(self) -> Path:
         """The prefix the steps act on."""
         return self.build_prefix or self.prefix
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    """What planning reads about this machine, probed once, up front (:func:`envtool.steps.machine.probe`),
+    so that composing the steps (the planner, the engines) does no I/O.
+
+    Attributes:
+        tools: ``(name, absolute path)`` of the executables the chosen engine drives (an external
+            ``conda``), as found on ``PATH`` (:meth:`Engine.probe_tools
+            <envtool.engines.base.Engine.probe_tools>`); a missing one is absent.
+        build: the Horovod build's probes (:class:`envtool.steps.machine.BuildProbe`: toolchain,
+            compiler and MPI version lines, missing system tools), or None when the spec does not
+            build Horovod with pip.
+    """
+
+    tools: Tuple[Tuple[str, str], ...] = ()
+    build: Any = None
+
+    def tool(self, name: str) -> Optional[str]:
+        """The absolute path of executable ``name`` when it was found, else None."""
+        return dict(self.tools).get(name)
 
 
 @dataclass(frozen=True)
@@ -112,6 +137,45 @@ class Installer:
                 "reason": redact(self.reason)}
 
 
+class StepContext(Protocol):
+    """What a step's ``action`` receives from whoever runs the plan (the steps layer's
+    :class:`envtool.steps.runner.Runner`): an engine's action talks to this interface and never
+    imports the runner (the layers flow down: steps → engines → core).
+
+    Attributes:
+        log_path: the build log every line of output is appended to (named in errors).
+        results: what earlier steps returned, by step id (read by later steps, e.g. ``verify-lock``
+            reads ``build-horovod``'s).
+    """
+
+    log_path: Path
+    results: Dict[str, Any]
+
+    def note(self, text: str) -> None:
+        """Write ``text`` to the build log (credentials in URLs redacted)."""
+
+    def progress(self, text: str) -> None:
+        """Show ``text`` as a progress line (stderr, unless quiet)."""
+
+    def run(self, argv: Sequence[str], env: Optional[Mapping[str, str]] = None, cwd: Optional[Path] = None,
+            timeout: Optional[float] = None, check: bool = True,
+            progress: Optional[str] = None, progress_kind: str = "build") -> Any:
+        """Run one command (output to the log) and return its ``subprocess.CompletedProcess``
+        (``stdout`` holds the output as text).
+
+        Raises:
+            StepFailed: ``check`` and a non-zero exit, or ``timeout`` (seconds) passed.
+        """
+
+    def run_commands(self, step: "Step", env: Optional[Mapping[str, str]] = None) -> None:
+        """Run ``step.commands`` in order (``#`` lines skipped)."""
+
+
+#: A step's action: runs the step with the runner's context; what it returns is the step's result
+#: (``envtool create --json`` shows it under ``results``), None for none.
+StepAction = Callable[["Step", StepContext], Any]
+
+
 @dataclass(frozen=True)
 class Step:
     """One step of a plan.
@@ -123,8 +187,10 @@ class Step:
             in-process (py-rattler) a readable description prefixed with ``#``.
         env: variables added to the environment of the commands, in display order.
         notes: facts worth showing (a fix rule applied, a cache key, why a step is there).
-        action: ``(step, runner) -> None`` that executes it; None runs ``commands`` in order.
-        data: parameters for ``action`` (not shown).
+        action: ``(step, context) -> result`` that executes it (:data:`StepAction`); None runs
+            ``commands`` in order.
+        data: parameters for ``action`` (not shown, not serialised): a payload dataclass of the
+            module that made the step.
         drop_env: variables removed from the inherited environment of the commands (the
             installer's :attr:`Installer.drop_env`).
         progress: per command, a label shown with the command's phase and elapsed time while it
@@ -136,8 +202,8 @@ class Step:
     commands: Tuple[Tuple[str, ...], ...] = ()
     env: Tuple[Tuple[str, str], ...] = ()
     notes: Tuple[str, ...] = ()
-    action: Optional[Callable[["Step", Any], None]] = field(default=None, compare=False, repr=False)
-    data: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    action: Optional[StepAction] = field(default=None, compare=False, repr=False)
+    data: Any = field(default=None, compare=False, repr=False)
     progress: Tuple[str, ...] = field(default=(), compare=False, repr=False)
     drop_env: Tuple[str, ...] = ()
 

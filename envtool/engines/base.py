@@ -1,7 +1,14 @@
-"""The engine interface shared by the venv/pip and conda engines.
+"""The engine interface: what every engine (venv/pip, py-rattler, an external conda …) provides.
 
 An engine turns a spec into plan steps (plain data with an ``action``) and answers questions
-about an existing prefix. It does no I/O when planning.
+about an existing prefix. It does no I/O when composing steps: what planning needs to know about
+this machine is probed once, up front (:meth:`Engine.probe_tools`, :func:`envtool.steps.machine.probe`),
+into the :class:`~envtool.core.plan.MachineFacts` the planner hands over in
+:attr:`PlanOptions.machine <envtool.core.plan.PlanOptions>`.
+
+An engine is one module: a subclass of :class:`Engine` and one call of
+:func:`envtool.engines.registry.register` at its end (the package imports the built-in engine
+modules once, :mod:`envtool.engines`). This module imports no engine.
 """
 from __future__ import annotations
 
@@ -9,10 +16,11 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
-from envtool.spec.model import Spec
+from envtool.core.errors import UsageError
 from envtool.core.plan import PlanOptions, Step
+from envtool.spec.model import Spec
 
 
 @dataclass(frozen=True)
@@ -36,25 +44,114 @@ class InstalledPackage:
     sha256: str = ""
 
 
-class Engine(ABC):
-    """What every engine provides."""
+@dataclass(frozen=True)
+class LockInstall:
+    """A lock, read and checked by the steps layer, that an engine installs exactly (no solve).
 
-    #: engine id as used by ``--engine`` and ``spec.engine``.
+    Attributes:
+        path: the lockfile.
+        entries: its package entries for :attr:`platform` (``envtool.lock.model.LockedPackage``:
+            ``manager``, ``name``, ``version``, ``url``, ``sha256``, ``built``).
+        channels: the lock's channels (highest priority first).
+        platform: this machine's platform, which the lock covers (``linux-64`` …).
+        notes: lines for the plan (hash match, interpreter).
+        lookup: ``(conda entries, channels, platform, progress) -> records``: finds the locked conda
+            records by URL in their channels (``envtool.lock.conda_resolve.records_for``; handed down
+            because the lock layer sits above the engines).
+    """
+
+    path: Path
+    entries: Tuple[Any, ...]
+    channels: Tuple[str, ...]
+    platform: str
+    notes: Tuple[str, ...] = ()
+    lookup: Optional[Callable[[Sequence[Any], Sequence[str], str, Callable[[str], None]], List[Any]]] = None
+
+    def managed(self, manager: str) -> Tuple[Any, ...]:
+        """The entries of ``manager`` (``conda`` or ``pip``)."""
+        return tuple(p for p in self.entries if p.manager == manager)
+        return tuple(p for p in self.entries if p.manager == manager and not p.built)
+
+
+@dataclass(frozen=True)
+class CloneSettings:
+    """How ``envtool clone`` clones (``create --clone`` takes the defaults).
+
+    Attributes:
+        mode: for a venv-style source: ``layer`` (``--system-site-packages``) or ``copy``.
+        verify_content: prove the source unchanged by sha256 of every file (True) or by ``stat``.
+        cache_dir: writable package cache, or None for ``<envtool cache>/pkgs``.
+        source_caches: read-only package caches to copy from, or None for the source's own.
+    """
+
+    mode: str = "layer"
+    verify_content: bool = True
+    cache_dir: Optional[Path] = None
+    source_caches: Optional[Tuple[Path, ...]] = None
+
+
+class Engine(ABC):
+    """What every engine provides.
+
+    Class attributes:
+        name: engine id, as ``--engine`` takes it.
+        summary: one line for ``--help`` (what the engine runs).
+        spec_engine: the spec ``engine:`` value it serves (``venv`` or ``conda``).
+        install_step_ids: ids of the steps it makes that install packages: the spec's ``env``
+            applies to them (package scripts read it; :func:`envtool.steps.planner.with_spec_env`).
+    """
+
     name: str = ""
+    summary: str = ""
+    spec_engine: str = "venv"
+    install_step_ids: FrozenSet[str] = frozenset()
 
     @abstractmethod
     def create_steps(self, spec: Spec, options: PlanOptions) -> List[Step]:
-        """Steps that create ``options.work_prefix`` and install the spec's packages."""
+        """Steps that create ``options.work_prefix`` and install the spec's packages.
 
-    def clone_steps(self, spec: Spec, source: str, options: PlanOptions) -> List[Step]:
-        """Steps that clone ``source`` into ``options.work_prefix`` (then install the spec's extras).
+        Raises:
+            UsageError: the spec asks for what this engine cannot make (exit 2).
+        """
+
+    def clone_steps(self, spec: Optional[Spec], source: str, options: PlanOptions,
+                    how: Optional[CloneSettings] = None) -> List[Step]:
+        """Steps that clone ``source`` into ``options.work_prefix`` (then install the spec's extras,
+        when ``spec`` is given: ``create --clone``; ``envtool clone`` passes None).
 
         Raises:
             UsageError: the engine cannot clone.
         """
-        from envtool.core.errors import UsageError
+        raise UsageError(f"the {self.name} engine cannot clone; use a conda spec or --engine rattler")
 
-        raise UsageError(f"the {self.name} engine cannot clone; use a conda spec or engine")
+    def locked_steps(self, spec: Spec, options: PlanOptions, lock: LockInstall) -> List[Step]:
+        """Steps that create ``options.work_prefix`` holding exactly the lock's packages this engine
+        manages (the pip entries are installed after them by the steps layer, for every engine).
+
+        Raises:
+            UsageError: the lock holds packages this engine cannot install (exit 2).
+        """
+        raise UsageError(f"{lock.path}: the {self.name} engine cannot install a lockfile; use --resolve")
+
+    def lock_python(self, spec: Spec) -> Optional[str]:
+        """The interpreter whose pip resolves the spec's pip packages for a lock of this machine
+        (``envtool lock``), or None when the engine's own solve provides Python (conda).
+
+        Raises:
+            UsageError: the spec pins a Python this machine lacks.
+        """
+        return None
+
+    def probe_tools(self) -> Dict[str, str]:
+        """The executables this engine drives, name → absolute path, as found on this machine now (a
+        missing one is left out). Called once before planning (:func:`envtool.steps.machine.probe`);
+        the steps read the result from ``options.machine``. Default: none."""
+        return {}
+
+    def holds(self, prefix: Path) -> bool:
+        """Whether ``prefix`` is an environment this engine's kind makes (reads the prefix; used when
+        a lock is made from a prefix without its spec)."""
+        return False
 
     @abstractmethod
     def installed(self, prefix: Path) -> List[InstalledPackage]:
@@ -64,29 +161,6 @@ class Engine(ABC):
     def python(prefix: Path) -> Path:
         """The environment's interpreter (``bin/python``)."""
         return Path(prefix) / "bin" / "python"
-
-
-def get_engine(name: str) -> Engine:
-    """The engine for ``name`` (``venv``; ``conda`` means py-rattler unless an external tool is named).
-
-    Raises:
-        UsageError: unknown engine name.
-    """
-    from envtool.core.errors import UsageError
-
-    if name == "venv":
-        from envtool.engines.venv import VenvEngine
-
-        return VenvEngine()
-    if name in ("conda", "rattler"):
-        from envtool.engines import conda as conda_engine
-
-        return conda_engine.RattlerEngine()
-    if name in ("conda-external", "mamba", "micromamba"):
-        from envtool.engines import conda as conda_engine
-
-        return conda_engine.ExternalCondaEngine(name if name != "conda-external" else "conda")
-    raise UsageError(f"unknown engine {name!r}: expected venv, rattler, conda, mamba or micromamba")
 
 
 def active_prefix() -> Optional[Path]:

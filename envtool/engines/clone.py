@@ -528,7 +528,7 @@ class VerifyReport:
 
 def compare_records(source_records: Sequence[Any], target_records: Sequence[Any]) -> List[str]:
     """Differences between two record lists (name, version, build, URL): ``- …`` only in source, ``+ …`` only in target."""
-    from envtool.engines.conda import record_key
+    from envtool.engines.rattler_api import record_key
 
     a = {record_key(r) for r in source_records}
     b = {record_key(r) for r in target_records}

@@ -355,12 +355,12 @@ def install_commands(installer: Optional[Installer], py: str, prefix: Path, reqs
         a tuple of two argv tuples: the install, then ``compileall``.
     """
     compile_cmd = compile_command(py, prefix, link=installer.link if installer is not None else True)
+    locked: Tuple[str, ...] = ()
     if installer is None or installer.name != "uv":
         locked = ("--force-reinstall", "--require-hashes", "--no-deps") if exact else ()
         return ((py, "-m", "pip", "install", "--disable-pip-version-check", "--no-compile", *locked, *reqs),
                 compile_cmd)
     args = installer.args
-    locked: Tuple[str, ...] = ()
     if exact:
         # uv refuses a constraint that is not ``==`` in --require-hashes mode; a lock fixes every
         # version, so the constraints are checked against it instead (constraint_check_command)

@@ -11,10 +11,12 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import List
+from typing import List, Optional, Tuple
 
 from envtool.core.prefix import PrefixData
-from envtool.engines.base import Engine, InstalledPackage
+from envtool.engines.base import Engine, InstalledPackage, LockInstall
+from envtool.engines.pip import pip_install_step
+from envtool.engines.registry import register
 from envtool.core.errors import UsageError
 from envtool.spec.model import Spec
 from envtool.core.plan import PlanOptions, Step
@@ -41,30 +43,6 @@ def find_interpreter(spec: Spec) -> str:
     return found
 
 
-def pip_install_step(step_id: str, title: str, py: str, prefix: Path, reqs: List[str], options: PlanOptions,
-                     exact: bool = False, **extra) -> Step:
-    """A step that installs ``reqs`` with ``options.install_with`` (uv or pip), its variables included.
-
-    Args:
-        step_id, title: the step's id and progress line (the installer is appended to the title).
-        py: the environment's interpreter.
-        prefix: the environment.
-        reqs: requirements and ``-r FILE`` options.
-        options: the plan's options (``install_with``; None: pip).
-        exact: install a lock exactly (:func:`envtool.engines.installer.install_commands`).
-        extra: further :class:`~envtool.core.plan.Step` fields (``notes``, ``action``, ``data``).
-    Returns:
-        the step.
-    """
-    from envtool.engines.installer import install_commands, install_env
-
-    inst = options.install_with
-    name = inst.name if inst is not None else "pip"
-    return Step(id=step_id, title=f"{title} with {name}", commands=install_commands(inst, py, prefix, reqs, exact=exact),
-                env=install_env(inst, exact=exact), drop_env=inst.drop_env if inst is not None and inst.name == "uv" else (),
-                progress=(f"installing with {name}", "compiling bytecode"), **extra)
-
-
 def bundled_seed_wheels(python: str) -> List[Path]:
     """The wheels ``python -m venv`` seeds a venv with: ``ensurepip/_bundled/*.whl`` of ``python``
     (CPython ``Lib/ensurepip``: pip, and setuptools before 3.12), when ``python`` is this
@@ -79,7 +57,7 @@ def bundled_seed_wheels(python: str) -> List[Path]:
     return sorted(Path(found.origin).parent.glob("_bundled/*.whl"))
 
 
-def create_venv_step(spec: Spec, options: PlanOptions, notes: tuple = ()) -> Step:
+def create_venv_step(spec: Spec, options: PlanOptions, notes: Tuple[str, ...] = ()) -> Step:
     """The ``create-venv`` step: ``python -m venv`` (``--system-site-packages`` when the spec layers
     over the base interpreter, ``venv.system_site_packages``) at ``options.work_prefix``.
 
@@ -94,14 +72,14 @@ def create_venv_step(spec: Spec, options: PlanOptions, notes: tuple = ()) -> Ste
 
     layered = spec.venv.system_site_packages
     # built in a temporary sibling: the prompt is the final prefix's name, not the build directory's
-    layer = ("--system-site-packages",) if layered else ()
+    layer: Tuple[str, ...] = ("--system-site-packages",) if layered else ()
     layer += ("--prompt", Path(options.prefix).name)
     base = find_interpreter(spec)
     prefix = str(options.work_prefix)
     inst = options.install_with
     seeds = bundled_seed_wheels(base) if inst is not None and inst.name == "uv" else []
     title = f"Create a venv at {options.prefix}" + (" over the base interpreter's packages" if layered else "")
-    if not seeds:
+    if inst is None or not seeds:
         return Step(id="create-venv", title=title, commands=((base, "-m", "venv", *layer, prefix),),
                     notes=tuple(notes))
     py = str(Path(prefix) / "bin" / "python")
@@ -116,6 +94,9 @@ class VenvEngine(Engine):
     """Creates a venv and installs ``packages.pip`` with the venv's own pip."""
 
     name = "venv"
+    summary = "python -m venv and pip (default for venv specs)"
+    spec_engine = "venv"
+    install_step_ids = frozenset({"pip-install"})
 
     def create_steps(self, spec: Spec, options: PlanOptions) -> List[Step]:
         prefix = options.work_prefix
@@ -133,7 +114,30 @@ class VenvEngine(Engine):
                                           py, prefix, pip_reqs, options))
         return steps
 
+    def locked_steps(self, spec: Spec, options: PlanOptions, lock: LockInstall) -> List[Step]:
+        """``create-venv`` (the lock's pip entries are installed after it).
+
+        Raises:
+            UsageError: the lock has conda packages (exit 2).
+        """
+        if lock.managed("conda"):
+            raise UsageError(f"{lock.path}: the lock has conda packages but spec {spec.name!r} uses the venv engine")
+        return [create_venv_step(spec, options, notes=lock.notes)]
+
+    def lock_python(self, spec: Spec) -> Optional[str]:
+        """The spec's base interpreter (:func:`find_interpreter`): its pip resolves the lock."""
+        return find_interpreter(spec)
+
+    def holds(self, prefix: Path) -> bool:
+        """A Python prefix without ``conda-meta/``."""
+        return not (Path(prefix) / "conda-meta").is_dir() and self.python(prefix).exists()
+
     def installed(self, prefix: Path) -> List[InstalledPackage]:
         """Every distribution in ``prefix``'s site-packages (:class:`~envtool.core.prefix.PrefixData`)."""
         return [InstalledPackage(name=d.name, version=d.version, manager="pip")
                 for d in PrefixData(prefix).distributions]
+
+
+register(VenvEngine, default_for="venv")
+
+__all__ = ["VenvEngine", "create_venv_step", "find_interpreter", "pip_install_step"]

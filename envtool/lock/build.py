@@ -59,6 +59,9 @@ def lock_spec(spec: Spec, platforms: Optional[Sequence[str]] = None, site: str =
     for p in platforms:
         if p not in spec.platforms:
             raise UsageError(f"spec {spec.name!r} supports {', '.join(spec.platforms)}; --platform {p} is not one of them")
+    from envtool.engines.registry import engine_for
+
+    engine = engine_for(spec.engine)
     here = conda_platform()
     packages: List[LockedPackage] = []
     hashes: Dict[str, str] = {}
@@ -67,13 +70,11 @@ def lock_spec(spec: Spec, platforms: Optional[Sequence[str]] = None, site: str =
         vp = conda_resolve.virtual_packages_for(spec, platform, virtual_overrides)
         hashes[platform] = platform_hash(spec, platform, vp if spec.engine == "conda" else None)
         pip_reqs, built = pip_requirements(spec), built_requirements(spec)
-        if spec.engine == "venv":
+        if engine.lock_python(spec) is not None:  # the engine's interpreter resolves pip (venv)
             if platform != here:
-                raise UsageError(f"spec {spec.name!r} uses the venv engine: its pip packages are resolved by this "
-                                 f"machine's interpreter, for {here} only (asked for {platform})")
-            from envtool.engines.venv import find_interpreter
-
-            python = find_interpreter(spec)
+                raise UsageError(f"spec {spec.name!r} uses the {engine.name} engine: its pip packages are resolved by "
+                                 f"this machine's interpreter, for {here} only (asked for {platform})")
+            python = str(engine.lock_python(spec))
             interpreter = probe_interpreter(python)
             if pip_reqs or built:  # a bare venv locks as no packages (pip refuses to resolve nothing)
                 packages += pip_resolve.resolve(pip_reqs, platform, python=python, built_requirements=built,
@@ -139,7 +140,9 @@ def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built
             interpreter = probe_interpreter(str(python))
         except EnvtoolError:
             interpreter = None
-    name, digest, engine, sources, fields = "", "", "", (), ()
+    name, digest, engine = "", "", ""
+    sources: Tuple[str, ...] = ()
+    fields: Tuple[Tuple[str, str], ...] = ()
     if spec is not None:
         name, digest, engine = spec.name, spec_hash(spec), spec.engine
         site = site or spec.site.name
@@ -163,7 +166,10 @@ def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built
                 name = json.loads((Path(prefix) / ".envtool" / "create.json").read_text()).get("spec", "")
             except (OSError, ValueError):
                 name = ""
-    engine = engine or ("conda" if (Path(prefix) / "conda-meta").is_dir() else "venv")
+    if not engine:
+        from envtool.engines.registry import spec_engine_of_prefix
+
+        engine = spec_engine_of_prefix(prefix)
     return LockData(packages=tuple(packages), platforms=(platform,), channels=snapshot.channels_of(packages),
                     content_hash=((platform, digest or "unknown"),), spec=name, spec_hash=digest, site=site,
                     kind="snapshot", engine=engine, sources=sources, interpreter=interpreter, spec_fields=fields)

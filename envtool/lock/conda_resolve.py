@@ -1,8 +1,8 @@
 """The conda part of a lock: py-rattler records, solved per platform, and back again.
 
-Solving uses :func:`envtool.engines.conda.solve_records`; this module turns its records into
+Solving uses :func:`envtool.engines.rattler_api.solve_records`; this module turns its records into
 :class:`~envtool.lock.model.LockedPackage` and locked entries back into py-rattler
-``RepoDataRecord`` objects for :func:`envtool.engines.conda.install_records`.
+``RepoDataRecord`` objects for :func:`envtool.engines.rattler_api.install_records`.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def record_to_package(record, platform: str) -> LockedPackage:
 def virtual_packages_for(spec: Spec, platform: str, overrides: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """The virtual packages a solve for ``platform`` assumes: name → ``version[=build]``.
 
-    The conda engine's defaults for the platform (:func:`envtool.engines.conda.default_virtual_packages`:
+    The conda engine's defaults for the platform (:func:`envtool.engines.rattler_api.default_virtual_packages`:
     ``__unix``, ``__linux``, ``__glibc`` 2.17, ``__archspec``), plus ``__cuda`` = the spec's
     CUDA version when it has one (the site's driver supports it), then ``overrides``.
 
@@ -55,7 +55,7 @@ def virtual_packages_for(spec: Spec, platform: str, overrides: Optional[Mapping[
     Returns:
         name → version (``{"__glibc": "2.17", "__cuda": "11.3", …}``).
     """
-    from envtool.engines.conda import spec_virtual_packages
+    from envtool.engines.rattler_api import spec_virtual_packages
 
     out: Dict[str, str] = dict(spec_virtual_packages(spec, platform))
     for k, v in (overrides or {}).items():
@@ -81,7 +81,7 @@ def solve(spec: Spec, platform: str, virtual_packages: Mapping[str, str],
         UsageError: no channels, or a malformed match spec / virtual package (from the engine).
         EnvtoolError: the solve failed (from the engine).
     """
-    from envtool.engines.conda import solve_records
+    from envtool.engines.rattler_api import solve_records
 
     specs = conda_specs(spec)
     if progress:

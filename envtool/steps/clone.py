@@ -1,8 +1,8 @@
 """``clone``: copy a (read-only) conda environment, or layer on a module's Python, atomically.
 
-The pieces (source lookup, package-cache seeding, untracked files, verification) live in
-:mod:`envtool.engines.clone` and :mod:`envtool.engines.conda`; this module composes them and
-runs them through the same build-then-rename as ``create``
+The steps come from the engine's clone path (:meth:`envtool.engines.base.Engine.clone_steps`,
+the same that ``create --clone`` plans; pieces in :mod:`envtool.engines.clone` and
+:mod:`envtool.engines.clone_steps`); this module runs them through the same build-then-rename as ``create``
 (:class:`envtool.steps.transaction.BuildTransaction`: lock, build beside the target, rename,
 one clean-up path for failures and signals, stale build directories swept).
 """
@@ -58,7 +58,8 @@ def clone_env(source: str, prefix: Path, engine: str = "rattler", mode: str = "l
     Args:
         source: env name, prefix, or ``""`` for ``$CONDA_PREFIX`` (:func:`resolve_source`).
         prefix: the target prefix.
-        engine: ``rattler`` (default), or ``conda``/``mamba``/``micromamba`` (the external tool).
+        engine: a registered engine name (:mod:`envtool.engines.registry`): ``rattler`` (default), or
+            ``conda``/``mamba``/``micromamba`` (the external tool's own ``--clone``).
         mode: for a venv-style source: ``layer`` or ``copy``.
         force: replace the environment at the target (once the clone is complete).
         verify_content: fingerprint the source by content (sha256) rather than by ``stat``.
@@ -75,13 +76,18 @@ def clone_env(source: str, prefix: Path, engine: str = "rattler", mode: str = "l
         EnvtoolError: a step failed (``exc.log`` names the build log, ``exc.outcome`` what was left).
         Interrupted: SIGINT/SIGTERM/SIGHUP, after clean-up (exit 130).
     """
-    from envtool.engines import conda as ce
+    from envtool.core.plan import PlanOptions
+    from envtool.engines.base import CloneSettings
+    from envtool.engines.registry import get_engine
     from envtool.steps.create import new_log_path
     from envtool.steps.relocate import rewrite_prefix
     from envtool.steps.runner import Runner
     from envtool.steps.transaction import BuildTransaction
 
     check_prefix(str(prefix))
+    chosen = get_engine(engine)
+    how = CloneSettings(mode=mode, verify_content=verify_content, cache_dir=cache_dir,
+                        source_caches=None if source_caches is None else tuple(Path(c) for c in source_caches))
     target = Path(os.path.abspath(prefix))
     src = resolve_source(source)
     check_outside_source(target, src)  # resolved paths: ALIAS/inner through a symlink to the source too
@@ -92,23 +98,13 @@ def clone_env(source: str, prefix: Path, engine: str = "rattler", mode: str = "l
     runner = Runner(log_path=log, verbose=verbose, quiet=quiet)
     try:
         with tx, runner:
-            if engine in ("conda", "mamba", "micromamba", "conda-external"):
-                from envtool.core.plan import PlanOptions
-
-                steps = ce.ExternalCondaEngine("conda" if engine == "conda-external" else engine).clone_steps(
-                    None, str(src), PlanOptions(prefix=target, build_prefix=build))
-            elif kind == "venv":
-                steps = [ce.clone_layer_step(src, build, target, mode)]
-            else:
-                steps = ce.clone_conda_steps(src, build, target, source_label=source or str(src),
-                                             verify_content=verify_content, cache_dir=cache_dir,
-                                             source_caches=source_caches)
+            steps = chosen.clone_steps(None, source, PlanOptions(prefix=target, build_prefix=build), how)
             runner.note(f"envtool clone {src} -> {target}; building in {build}")
             for p in tx.swept:
                 runner.note(f"removed stale build directory {p}")
             for i, step in enumerate(steps, 1):
                 runner.run_step(step, i, len(steps))
-            if kind != "conda" or engine != "rattler":
+            if kind != "conda" or chosen.name != "rattler":
                 # the rattler clone writes the final prefix itself (placeholders via py-rattler's
                 # alternative target prefix, untracked files by copy_untracked); others name the build prefix
                 reloc = rewrite_prefix(build, str(build), str(target))
@@ -132,9 +128,9 @@ def clone_env(source: str, prefix: Path, engine: str = "rattler", mode: str = "l
         raise
 
 
-def _with_clone_view(results):
+def _with_clone_view(results: Dict[str, Any]) -> Dict[str, Any]:
     """``results`` plus the ``clone`` entry that gathers the clone steps' results (``--json``)."""
-    from envtool.engines.conda import clone_view
+    from envtool.engines.clone_steps import clone_view
 
     out = dict(results)
     out["clone"] = clone_view(results)

@@ -100,7 +100,7 @@ def create(spec: Spec, options: PlanOptions, force: bool = False, verbose: bool 
                 runner.note(f"removed stale build directory {p}")
             runner.run_plan(plan)
             if options.clone is not None:
-                from envtool.engines.conda import clone_view
+                from envtool.engines.clone_steps import clone_view
 
                 runner.results["clone"] = clone_view(runner.results)
             report = rewrite_prefix(build, str(build), str(target))

@@ -12,7 +12,7 @@ Choosing (:func:`choose`, once, before planning):
    fields and the two ways on: ``envtool lock SPEC`` or ``create --resolve``.
 
 Installing (no solve): conda entries are looked up by URL in their channels (py-rattler) and
-installed with :func:`envtool.engines.conda.install_records`; pip entries with ``pip install
+installed by the engine (:meth:`envtool.engines.base.Engine.locked_steps`); pip entries with ``pip install
 --require-hashes --no-deps --force-reinstall`` of ``name==version --hash=sha256:…`` lines (with
 ``PYTHONNOUSERSITE=1``), through the installing machine's pip configuration
 (:mod:`envtool.lock.portable`), so a distribution that the base interpreter or the user site
@@ -26,11 +26,12 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from envtool.core.errors import StepFailed, UsageError
 from envtool.spec.model import Spec
-from envtool.core.plan import PlanOptions, Step
+from envtool.core.plan import PlanOptions, Step, StepContext
+from envtool.engines.base import Engine, LockInstall
 
 
 @dataclass(frozen=True)
@@ -71,14 +72,14 @@ class LoadedLock:
         return next((p for p in self.entries() if p.built and p.key[1] == name), None)
 
 
-def _interpreter_for(spec: Spec):
-    """The interpreter a venv spec's environment would get (probed; None for conda specs)."""
-    if spec.engine != "venv":
-        return None
-    from envtool.engines.venv import find_interpreter
+def _interpreter_for(spec: Spec) -> Any:
+    """The interpreter a spec's environment would get when its engine's interpreter resolves pip
+    (venv; probed), else None (conda: the lock's own python)."""
+    from envtool.engines.registry import engine_for
     from envtool.core.platforms import probe_interpreter
 
-    return probe_interpreter(find_interpreter(spec))
+    python = engine_for(spec.engine).lock_python(spec)
+    return None if python is None else probe_interpreter(python)
 
 
 def load_checked(spec: Spec, path: Path, lock=None) -> LoadedLock:
@@ -189,59 +190,95 @@ def requirements_lines(packages) -> List[str]:
     return lines
 
 
-def plan_steps(spec: Spec, options: PlanOptions, loaded: LoadedLock) -> List[Step]:
+#: The id of the step that installs a lock's pip entries (for every engine).
+LOCKED_PIP_STEP = "install-locked-pip"
+
+
+@dataclass(frozen=True)
+class LockedPipData:
+    """Payload of ``install-locked-pip``.
+
+    Attributes:
+        lines: ``name==version --hash=sha256:…`` requirement lines.
+        req_file: where they are written (inside the prefix's ``.envtool/``).
+        pins: ``name==version`` of every locked pip entry installed from its archive.
+        pins_file: where the pins are written for the constraint check.
+        check: uv's check of the pins against pip's configured constraints (argv), or ``()``.
+        check_env: the variables of that check.
+    """
+
+    lines: Tuple[str, ...]
+    req_file: str
+    pins: Tuple[str, ...]
+    pins_file: str
+    check: Tuple[str, ...]
+    check_env: Dict[str, str]
+
+
+@dataclass(frozen=True)
+class VerifyLockData:
+    """Payload of ``verify-lock``: the locked entries (``packages``, and ``built`` ones envtool
+    builds), the platform, the prefix and the lockfile."""
+
+    packages: Tuple[Any, ...]
+    built: Tuple[Any, ...]
+    platform: str
+    prefix: str
+    lock: str
+
+
+def plan_steps(spec: Spec, options: PlanOptions, loaded: LoadedLock, engine: Engine) -> List[Step]:
     """Steps that create ``options.work_prefix`` from the lock ``loaded``.
 
     Returns:
-        ``create-venv`` (venv specs) or ``install-locked-conda`` (conda specs), then
-        ``install-locked-pip`` when the lock has pip entries. :func:`verify_steps` comes after
-        the Horovod build.
+        the engine's steps for the lock (:meth:`Engine.locked_steps
+        <envtool.engines.base.Engine.locked_steps>`: ``create-venv`` for venv specs,
+        ``install-locked-conda`` for conda specs), then ``install-locked-pip`` when the lock has pip
+        entries. :func:`verify_steps` comes after the Horovod build.
     Raises:
         UsageError: a pip entry without SHA-256; conda entries in a lock for a venv spec.
     """
     from envtool.engines.installer import constraint_check_command, install_env
-    from envtool.engines.venv import create_venv_step, pip_install_step
+    from envtool.engines.pip import pip_install_step
 
-    path, lock, platform, notes = loaded.path, loaded.lock, loaded.platform, loaded.notes
     entries = loaded.entries()
-    conda = [p for p in entries if p.manager == "conda"]
     pip_lines = requirements_lines(entries)
     built = [p for p in entries if p.built]
     prefix = Path(options.work_prefix)
     py = str(prefix / "bin" / "python")
-    steps: List[Step] = []
-    if spec.engine == "venv" or not conda:
-        if conda:
-            raise UsageError(f"{path}: the lock has conda packages but spec {spec.name!r} uses the venv engine")
-        steps.append(create_venv_step(spec, options, notes=tuple(notes)))
-    else:
-        steps.append(Step(
-            id="install-locked-conda", title=f"Install {len(conda)} locked conda packages ({platform}) with py-rattler",
-            commands=(("#", f"look up the {len(conda)} locked records by URL in their channels (no solve)"),
-                      ("#", "py-rattler install into " + shlex.quote(str(prefix)))),
-            notes=tuple(notes), action=_install_conda,
-            data={"packages": tuple(conda), "channels": lock.channels, "platform": platform, "prefix": str(prefix),
-                  "target_prefix": str(options.prefix)}))
+    lock = LockInstall(path=loaded.path, entries=tuple(entries), channels=tuple(loaded.lock.channels),
+                       platform=loaded.platform, notes=tuple(loaded.notes), lookup=_lookup_records)
+    steps: List[Step] = list(engine.locked_steps(spec, options, lock))
     if pip_lines:
         req_file = prefix / ".envtool" / "locked-requirements.txt"
         pins_file = str(prefix / ".envtool" / "locked-pins.txt")
         name = options.install_with.name if options.install_with is not None else "pip"
         steps.append(pip_install_step(
-            "install-locked-pip",
+            LOCKED_PIP_STEP,
             f"Install {len(pip_lines)} locked pip packages (hashes required, no deps, nothing taken as installed)",
             py, prefix, ["-r", str(req_file)], options, exact=True,
             notes=tuple(f"{p.key[1]} {p.version} is built by the build-horovod step from its locked source archive"
                         for p in built) + (f"{name} finds each archive through this machine's pip configuration; "
                                            "an archive whose SHA-256 differs from the lock is refused",),
             action=_install_pip,
-            data={"lines": tuple(pip_lines), "req_file": str(req_file),
-                  "pins": tuple(f"{p.key[1]}=={p.version}" for p in entries if p.manager == "pip" and not p.built),
-                  "pins_file": pins_file,
-                  # pip applies them itself; uv checks the locked versions against them first, with
-                  # its whole share of pip's configuration (UV_CONSTRAINT included, unlike the exact install)
-                  "check": constraint_check_command(options.install_with, py, pins_file),
-                  "check_env": install_env(options.install_with)}))
+            data=LockedPipData(
+                lines=tuple(pip_lines), req_file=str(req_file),
+                pins=tuple(f"{p.key[1]}=={p.version}" for p in entries if p.manager == "pip" and not p.built),
+                pins_file=pins_file,
+                # pip applies them itself; uv checks the locked versions against them first, with
+                # its whole share of pip's configuration (UV_CONSTRAINT included, unlike the exact install)
+                check=tuple(constraint_check_command(options.install_with, py, pins_file) or ()),
+                check_env=dict(install_env(options.install_with)))))
     return steps
+
+
+def _lookup_records(packages: Sequence[Any], channels: Sequence[str], platform: str,
+                    progress: Callable[[str], None]) -> List[Any]:
+    """The locked conda records, looked up by URL in their channels
+    (:func:`envtool.lock.conda_resolve.records_for`)."""
+    from envtool.lock import conda_resolve
+
+    return list(conda_resolve.records_for(tuple(packages), tuple(channels), platform, progress=progress))
 
 
 def verify_steps(options: PlanOptions, loaded: LoadedLock) -> List[Step]:
@@ -254,64 +291,45 @@ def verify_steps(options: PlanOptions, loaded: LoadedLock) -> List[Step]:
     return [Step(id="verify-lock", title="Compare the prefix with the lock",
                  commands=(("#", "envtool diff --prefix " + shlex.quote(str(prefix)) + " --lock "
                             + shlex.quote(str(path)) + " (built packages excepted)"),),
-                 action=_verify, data={"packages": tuple(p for p in loaded.entries() if not p.built),
-                                       "built": tuple(p for p in loaded.entries() if p.built),
-                                       "platform": platform, "prefix": str(prefix), "lock": str(path)})]
+                 action=_verify, data=VerifyLockData(packages=tuple(p for p in loaded.entries() if not p.built),
+                                                     built=tuple(p for p in loaded.entries() if p.built),
+                                                     platform=platform, prefix=str(prefix), lock=str(path)))]
 
 
-def _install_conda(step: Step, runner) -> None:
-    from envtool.core.errors import EnvtoolError
-    from envtool.lock import conda_resolve
-
-    try:
-        from envtool.engines.conda import install_records
-    except ImportError as exc:
-        raise StepFailed(step.id, f"the conda engine is not available: {exc}", runner.log_path) from None
-    from envtool.core.paths import cache_dir
-
-    try:
-        records = conda_resolve.records_for(step.data["packages"], step.data["channels"], step.data["platform"],
-                                            progress=runner.note)
-        install_records(records, Path(step.data["prefix"]), cache_dir("pkgs"),
-                        target_prefix=Path(step.data["target_prefix"]), progress=runner.note)
-    except EnvtoolError as exc:
-        if isinstance(exc, StepFailed):
-            raise
-        raise StepFailed(step.id, str(exc), runner.log_path) from None
-
-
-def _install_pip(step: Step, runner) -> None:
-    req = Path(step.data["req_file"])
-    if step.data["check"]:
-        pins = Path(step.data["pins_file"])
+def _install_pip(step: Step, runner: StepContext) -> None:
+    d: LockedPipData = step.data
+    req = Path(d.req_file)
+    if d.check:
+        pins = Path(d.pins_file)
         pins.parent.mkdir(parents=True, exist_ok=True)
-        pins.write_text("\n".join(step.data["pins"]) + "\n")
+        pins.write_text("\n".join(d.pins) + "\n")
         runner.note("pip's configured constraints, checked against the locked versions (as pip would):")
-        proc = runner.run(step.data["check"], env=dict(step.data["check_env"], PYTHONNOUSERSITE="1"), check=False)
+        proc = runner.run(d.check, env=dict(d.check_env, PYTHONNOUSERSITE="1"), check=False)
         if proc.returncode != 0:
             tail = "\n".join("    " + line for line in proc.stdout.strip().splitlines()[-6:])
             raise StepFailed(step.id, "pip's configured constraints refuse the locked versions (as pip would):\n"
                              + tail, runner.log_path)
     req.parent.mkdir(parents=True, exist_ok=True)
-    req.write_text("\n".join(step.data["lines"]) + "\n")
+    req.write_text("\n".join(d.lines) + "\n")
     runner.run_commands(step, env={"PYTHONNOUSERSITE": "1"})
 
 
-def _verify(step: Step, runner) -> dict:
+def _verify(step: Step, runner: StepContext) -> Dict[str, Any]:
+    d: VerifyLockData = step.data
     from dataclasses import replace
 
     from envtool.lock import diff, snapshot
 
-    platform = step.data["platform"]
+    platform = d.platform
     build = runner.results.get("build-horovod") or {}
     keys = {"horovod": build["cache_key"]} if build.get("cache_key") else None
-    everything = snapshot.snapshot(Path(step.data["prefix"]), platform, lookup=False, built_keys=keys)
+    everything = snapshot.snapshot(Path(d.prefix), platform, lookup=False, built_keys=keys)
     installed = [p for p in everything if not p.built]
-    report = diff.compare(step.data["packages"], installed, platform,
-                          seeded=snapshot.seeded(Path(step.data["prefix"])))
+    report = diff.compare(d.packages, installed, platform,
+                          seeded=snapshot.seeded(Path(d.prefix)))
     by_key = {p.key: p for p in everything}
     extra = []
-    for locked in step.data.get("built", ()):
+    for locked in d.built:
         got = by_key.get(locked.key)
         if got is None or not (diff.is_wheel(locked.url) and locked.sha256):
             continue
@@ -325,7 +343,7 @@ def _verify(step: Step, runner) -> dict:
     if extra:
         report = replace(report, changed=report.changed + tuple(extra))
     if not report.ok:
-        text = diff.format_report(report, step.data["lock"], step.data["prefix"])
+        text = diff.format_report(report, d.lock, d.prefix)
         runner.note(text)
         raise StepFailed(step.id, "the environment does not match the lock:\n" + text, runner.log_path,
                          step_result=report.to_dict())

@@ -12,17 +12,15 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from packaging.version import Version
 
 from envtool.core import frameworks
 from envtool.core.errors import StepFailed
-from envtool.core.platforms import conda_platform
 from envtool.horovod import cache as wheel_cache
 from envtool.horovod import fixes
 from envtool.horovod import requirements as system_tools
@@ -31,28 +29,10 @@ from envtool.horovod.flags import build_env, cache_relevant, requirement
 from envtool.spec.model import Spec
 from envtool.spec.rules import horovod_version
 from envtool.core.plan import PlanOptions, Step
+from envtool.steps import machine
 
 #: Distribution names per framework, as ``importlib.metadata`` sees them.
 FRAMEWORK_DISTS = {f.name: f.pip_names for f in frameworks.FRAMEWORKS}
-
-
-def _first_line(argv: List[str]) -> Optional[str]:
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    text = (out.stdout or out.stderr).strip()
-    return text.splitlines()[0].strip() if out.returncode == 0 and text else None
-
-
-def mpi_version() -> str:
-    """First line of the MPI implementation's version (``mpirun (Open MPI) 4.1.4``), or ``none``."""
-    for argv in (["mpirun", "--version"], ["mpiexec", "--version"]):
-        if shutil.which(argv[0]):
-            line = _first_line(argv)
-            if line:
-                return line
-    return "none"
 
 
 def wrapper_dir() -> Path:
@@ -117,15 +97,11 @@ class BuildDecision:
         return str(self.prefix / "bin" / "python")
 
 
-def _real_cxx(env) -> str:
-    """The C++ compiler the build uses: ``CXX`` from the spec's build variables, ``$CXX``, else ``c++``."""
-    return dict(env).get("CXX") or os.environ.get("CXX") or "c++"
-
-
-def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
+def plan_steps(spec: Spec, options: PlanOptions, locked: Any = None) -> List[Step]:
     """The ``build-horovod`` step, or none when Horovod is not pip-built.
 
-    The toolchain (CMake, the real C++ compiler, MPI) is probed here, once; the fix rules are
+    The toolchain (CMake, the real C++ compiler, MPI) is read from ``options.machine`` (probed
+    once by :func:`envtool.steps.machine.probe`; probed here when the caller did not); the fix rules are
     decided here from the spec's pins when every requested framework is pinned to one version,
     else when the step runs (``plan`` says so). The step carries a :class:`BuildDecision`.
 
@@ -144,8 +120,11 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
     env = build_env(spec, cpu_count=options.cpu_count)
     version = horovod_version(spec)
     pinned = fixes.framework_versions_from_pins(spec.packages.pip + spec.packages.conda)
-    real_cxx = _real_cxx(env)
-    toolchain = fixes.probe_toolchain(options.work_prefix, cxx=real_cxx)
+    probed: Optional[machine.BuildProbe] = options.machine.build if options.machine is not None else None
+    probed = probed or machine.probe_build(spec, options)
+    if probed is None:  # not reached: horovod.install is pip-build here
+        return []
+    toolchain = probed.toolchain
     requested = tuple(f for f in h.frameworks if f in FRAMEWORK_DISTS)
     notes = []
     display_env = list(env)
@@ -171,7 +150,6 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
     if h.build_packages:
         notes.append("build-only packages (horovod.build_packages), installed by conda-install-build and removed "
                      "by conda-remove-build: " + ", ".join(p.value for p in h.build_packages))
-    uses_mpi = "mpi" in h.controllers
     caches = wheel_cache.chain(spec.site.build_caches, spec.site.build_cache_group)
     cache = caches[0]
     notes.append(f"built wheels are cached in {cache.dir} (key: Horovod version, HOROVOD_* set, framework "
@@ -195,7 +173,7 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
         notes.append("its dependencies come from the lock: the wheel is installed with --no-deps")
     source = ("-r", f"{wheel_dir}/requirements.txt", "--require-hashes") if sdist_hash else (req,)
     no_deps = ("--no-deps",) if locked is not None else ()
-    absent = system_tools.missing(system_tools.probe(h.controllers, cxx=real_cxx, prefix=Path(options.work_prefix)))
+    absent = tuple(probed.missing_tools)
     fix_lines = tuple(system_tools.fix_lines(absent, site_name=spec.site.name, build_modules=spec.site.build_modules))
     if absent:
         notes.append("a compile needs " + system_tools.describe(absent) + ": not found here; "
@@ -203,12 +181,11 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
     decision = BuildDecision(
         prefix=Path(options.work_prefix), requirement=req, version=str(version) if version else None,
         build_env=tuple(env), requested=requested, toolchain=toolchain,
-        compiler=_first_line([real_cxx, "--version"]) or real_cxx,
-        mpi=mpi_version() if uses_mpi else "not used", platform=conda_platform(), rules=rule_ids,
+        compiler=probed.compiler, mpi=probed.mpi, platform=probed.platform, rules=rule_ids,
         fix_env=tuple(fix_env), sdist_sha256=sdist_hash, no_deps=locked is not None,
         caches=tuple(c.root for c in caches), missing_tools=absent, fix=fix_lines,
         cache_group=spec.site.build_cache_group, wheel_sha256=wheel_hash)
-    from envtool.engines.conda import build_package_steps
+    from envtool.engines.rattler import build_package_steps
 
     before, after = build_package_steps(spec, Path(options.work_prefix), Path(options.prefix))
     return before + [Step(
@@ -217,7 +194,7 @@ def plan_steps(spec: Spec, options: PlanOptions, locked=None) -> List[Step]:
         commands=(("#", "probe installed framework versions and the Python tag; look up the wheel cache"),
                   tuple(pip_wheel_argv(py, wheel_dir, source)),
                   (py, "-m", "pip", "install", "--disable-pip-version-check", *no_deps, f"{wheel_dir}/horovod-*.whl")),
-        env=tuple(display_env), notes=tuple(notes), action=_run_build, data={"build": decision},
+        env=tuple(display_env), notes=tuple(notes), action=_run_build, data=decision,
     )] + after
 
 
@@ -311,7 +288,7 @@ def _run_build(step: Step, runner) -> Dict:
     Raises:
         StepFailed: a requested framework is not installed, the build fails or makes no wheel.
     """
-    d: BuildDecision = step.data["build"]
+    d: BuildDecision = step.data
     info = probe_env(runner, d.python)
     installed = info["frameworks"]
     missing = [f for f in d.requested if f not in installed]
@@ -341,7 +318,7 @@ def _run_build(step: Step, runner) -> Dict:
     roots = d.caches or (wheel_cache.cache_root(),)
     caches = [wheel_cache.WheelCache(roots[0])] + [wheel_cache.WheelCache(r, read_only=True, group=d.cache_group)
                                                     for r in roots[1:]]
-    skipped: List[Tuple[object, str]] = []
+    skipped: List[Tuple[Any, str]] = []  # (wheel_cache.WheelCache, why it was skipped)
     wheel, hit = cached_wheel(caches, key, d.wheel_sha256, runner, skipped)
     result = {"cache_key": key.digest(), "cache_hit": wheel is not None, "locked_wheel_sha256": d.wheel_sha256 or None,
               "cache": None if hit is None else ("site" if hit.read_only else "user"),
@@ -491,7 +468,7 @@ def check_system_tools(steps) -> None:
     from envtool.core.errors import UsageError
 
     for step in steps:
-        d = step.data.get("build") if step.id == "build-horovod" else None
+        d = step.data if step.id == "build-horovod" else None
         if d is None or not d.missing_tools or could_hit(d):
             continue
         raise UsageError("building Horovod needs " + system_tools.describe(d.missing_tools)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import List
+from dataclasses import dataclass
+from typing import Any, Dict, List
 
 from envtool.spec.model import Spec
-from envtool.core.plan import PlanOptions, Step
+from envtool.core.plan import PlanOptions, Step, StepContext
 
 #: The environment's own lock, relative to its prefix.
 LOCK_NAME = "conda-lock.yml"
@@ -26,12 +27,24 @@ def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
                  commands=(("#", f"snapshot conda-meta and pip dist-info of {shlex.quote(str(options.work_prefix))} into "
                                  f"{shlex.quote(str(target))} "
                                  "(conda-lock v1)"),),
-                 action=_run_lock, data={"spec": spec, "work_prefix": str(options.work_prefix),
-                                         "site": options.site or spec.site.name,
-                                         "from_lock": str(options.from_lock) if options.from_lock else ""})]
+                 action=_run_lock, data=LockStepData(spec=spec, work_prefix=str(options.work_prefix),
+                                                     site=options.site or spec.site.name,
+                                                     from_lock=str(options.from_lock) if options.from_lock else ""))]
 
 
-def _run_lock(step: Step, runner) -> dict:
+@dataclass(frozen=True)
+class LockStepData:
+    """Payload of ``lock``: the spec, the prefix snapshotted, the site, and the lock installed from
+    (``""`` when the packages were solved)."""
+
+    spec: Spec
+    work_prefix: str
+    site: str
+    from_lock: str
+
+
+def _run_lock(step: Step, runner: StepContext) -> Dict[str, Any]:
+    d: LockStepData = step.data
     from envtool.core.errors import EnvtoolError
 
     try:
@@ -40,19 +53,19 @@ def _run_lock(step: Step, runner) -> dict:
         runner.progress(f"      warning: no lock written (cannot import {exc.name or 'conda-lock'}: "
                         "pip install conda-lock); the environment is kept")
         return {"ok": False, "error": f"cannot import the lock writer: {exc}"}
-    prefix = Path(step.data["work_prefix"])
+    prefix = Path(d.work_prefix)
     keys = {}
     key = (runner.results.get("build-horovod") or {}).get("cache_key")
     if key:
         keys["horovod"] = key
     try:
         known = {}
-        if step.data.get("from_lock"):
+        if d.from_lock:
             # installed from that lock: its URLs and hashes are the archives pip checked
             known = {(p.key[1], p.version): (p.url, p.sha256)
-                     for p in lockio.read_lock(Path(step.data["from_lock"])).packages
+                     for p in lockio.read_lock(Path(d.from_lock)).packages
                      if p.manager == "pip" and p.sha256 and not p.built}
-        data = build.lock_prefix(prefix, spec=step.data["spec"], site=step.data["site"], built_keys=keys,
+        data = build.lock_prefix(prefix, spec=d.spec, site=d.site, built_keys=keys,
                                  progress=runner.note, known=known)
         lockio.write_lock(data, prefix / LOCK_NAME)
     except EnvtoolError as exc:

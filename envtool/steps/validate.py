@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
-from typing import Any, Dict, List
+from dataclasses import dataclass
+from typing import Any, Dict, List, Tuple
 
 from envtool.core import frameworks, procs
 from envtool.core.errors import CheckFailed, StepFailed
@@ -56,7 +57,18 @@ def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
     return [Step(id="validate", title="Validate: horovodrun --check-build, DataLoader start method"
                  + (", 2-rank allreduce" if run_allreduce else "") + (", clean imports" if modules else ""),
                  commands=tuple(commands), notes=tuple(notes), action=_run_validate,
-                 data={"spec": spec, "prefix": str(prefix), "allreduce": run_allreduce, "imports": modules})]
+                 data=ValidateData(spec=spec, prefix=str(prefix), allreduce=run_allreduce, imports=tuple(modules)))]
+
+
+@dataclass(frozen=True)
+class ValidateData:
+    """Payload of ``validate``: the spec (its ``expect``), the prefix, whether to run the 2-rank
+    allreduce, and the modules to import."""
+
+    spec: Spec
+    prefix: str
+    allreduce: bool
+    imports: Tuple[str, ...]
 
 
 def import_modules(spec: Spec) -> tuple:
@@ -101,18 +113,19 @@ def _run_validate(step: Step, runner) -> dict:
     """Run the probes concurrently (each is its own subprocess), then judge them in order."""
     from concurrent.futures import ThreadPoolExecutor
 
-    spec: Spec = step.data["spec"]
-    prefix = Path(step.data["prefix"])
+    d: ValidateData = step.data
+    spec: Spec = d.spec
+    prefix = Path(d.prefix)
     result: Dict[str, Any] = {"ok": True}   # the step's result, a JSON object (create --json)
     problems: List[str] = []
     method = spec.expect.dataloader_start_method
     expected = spec.expect.check_build
-    modules = step.data.get("imports") or ()
+    modules = d.imports
     with ThreadPoolExecutor(max_workers=4) as pool:
         python = PrefixData(prefix).python
         im_future = pool.submit(probes.import_modules, python, modules) if modules else None
         cb_future = pool.submit(_check_build, prefix) if expected is not None else None
-        ar_future = pool.submit(_allreduce, prefix) if step.data["allreduce"] else None
+        ar_future = pool.submit(_allreduce, prefix) if d.allreduce else None
         dl_future = pool.submit(probes.dataloader, python, method) if method else None
     if cb_future is not None and expected is not None:
         text, error = cb_future.result()

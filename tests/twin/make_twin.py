@@ -331,7 +331,7 @@ def build_channel(root: Path, wheels: List[Path], extra: List[Path] = ()) -> Tup
 
 
 def _install(url: str, specs: Tuple[str, ...], prefix: Path, cache: Path) -> None:
-    from envtool.engines.conda import install_records, solve_records
+    from envtool.engines.rattler_api import install_records, solve_records
 
     records = solve_records([url], list(specs), "linux-64", cache_dir=cache / "repodata")
     install_records(records, prefix, cache / "pkgs")
