@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tup
 from envtool.core.errors import UsageError
 from envtool.core.plan import PlanOptions, Step
 from envtool.spec.model import Spec
+from envtool.core.prefix import PrefixData
 
 
 @dataclass(frozen=True)
@@ -159,8 +160,8 @@ class Engine(ABC):
 
     @staticmethod
     def python(prefix: Path) -> Path:
-        """The environment's interpreter (``bin/python``)."""
-        return Path(prefix) / "bin" / "python"
+        """The environment's interpreter (:attr:`envtool.core.prefix.PrefixData.python`)."""
+        return PrefixData(Path(prefix)).python
 
 
 def active_prefix() -> Optional[Path]:

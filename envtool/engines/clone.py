@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from envtool.core.errors import EnvtoolError, UsageError
+from envtool.core.prefix import PrefixData
 
 _CHUNK = 1 << 20
 
@@ -89,7 +90,7 @@ def resolve_source(source: str) -> Path:
                                                     if os.environ.get("CONDA_EXE") else "")
             if root:
                 candidates.insert(0, Path(root))
-        found = [c for c in candidates if (c / "conda-meta").is_dir()]
+        found = [c for c in candidates if PrefixData(c).is_conda]
         if not found:
             raise UsageError(f"clone source {source!r}: no conda env of that name in "
                              + ", ".join(str(d) for d in envs_dirs())
@@ -105,12 +106,10 @@ def resolve_source(source: str) -> Path:
 
 def source_kind(prefix: Path) -> Optional[str]:
     """``conda`` (has ``conda-meta/``), ``venv`` (a Python prefix without it), or None."""
-    prefix = Path(prefix)
-    if (prefix / "conda-meta").is_dir():
+    data = PrefixData(Path(prefix))
+    if data.is_conda:
         return "conda"
-    if (prefix / "bin" / "python").exists() or (prefix / "bin" / "python3").exists():
-        return "venv"
-    return None
+    return "venv" if data.find_python() is not None else None
 
 
 # --------------------------------------------------------------------------- fingerprints

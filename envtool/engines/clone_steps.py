@@ -14,6 +14,7 @@ from envtool.core.errors import EnvtoolError, StepFailed
 from envtool.core.plan import PlanOptions, Step, StepContext
 from envtool.engines.base import CloneSettings
 from envtool.engines.rattler_api import install_records, package_cache, quote_path as _q, read_prefix_records
+from envtool.core.prefix import PrefixData
 
 
 @dataclass
@@ -225,7 +226,7 @@ def clone_layer_step(source: Path, prefix: Path, final_prefix: Path, mode: str =
         mode: ``layer`` (``python -m venv --system-site-packages``; the source stays in use) or
             ``copy`` (a full copy with the source prefix rewritten in text files).
     """
-    py = str(Path(source) / "bin" / ("python" if (Path(source) / "bin" / "python").exists() else "python3"))
+    py = str(PrefixData(Path(source)).find_python() or PrefixData(Path(source)).python)
     if mode == "layer":
         return Step(id="clone-layer", title=f"Layer a venv on {source} (--system-site-packages)",
                     commands=((py, "-m", "venv", "--system-site-packages", "--prompt", Path(final_prefix).name,
@@ -250,7 +251,7 @@ def _layer_action(step: Step, runner: StepContext) -> dict:
     d: LayerData = step.data
     runner.run(step.commands[0])
     src = Path(d.source)
-    if (src / "pyvenv.cfg").is_file():
+    if PrefixData(src).is_venv:
         src_sp, new_sp = PrefixData(src).site_packages, PrefixData(Path(d.prefix)).site_packages
         if src_sp and new_sp:
             (new_sp / "_envtool_layer.pth").write_text(str(src_sp) + "\n")

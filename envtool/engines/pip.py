@@ -7,6 +7,7 @@ from typing import Any, List
 
 from envtool.core.plan import PlanOptions, Step
 from envtool.spec.model import Spec
+from envtool.core.prefix import PrefixData
 
 
 def pip_install_step(step_id: str, title: str, py: str, prefix: Path, reqs: List[str], options: PlanOptions,
@@ -52,6 +53,6 @@ def spec_pip_steps(spec: Spec, prefix: Path, options: PlanOptions, title: str = 
         return []
     if spec.horovod.install == "pip-build":
         reqs = ["setuptools", "wheel"] + reqs
-    py = str(Path(prefix) / "bin" / "python")
+    py = str(PrefixData(Path(prefix)).python)
     return [pip_install_step("pip-install", title + " ".join(p.value for p in spec.packages.pip),
                              py, Path(prefix), reqs, options)]

@@ -22,6 +22,7 @@ from envtool.engines.rattler_api import (run_sync, install_records, package_cach
                                          quote_path as _q, read_prefix_records, solve_records, spec_virtual_packages)
 from envtool.spec.channels import expand
 from envtool.spec.model import Spec
+from envtool.core.prefix import PrefixData
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ class RattlerEngine(Engine):
 
     def holds(self, prefix: Path) -> bool:
         """A conda prefix: it has ``conda-meta/``."""
-        return (Path(prefix) / "conda-meta").is_dir()
+        return PrefixData(Path(prefix)).is_conda
 
     def installed(self, prefix: Path) -> List[InstalledPackage]:
         """conda records then the distributions pip installed (not conda's), as

@@ -82,7 +82,7 @@ def create_venv_step(spec: Spec, options: PlanOptions, notes: Tuple[str, ...] = 
     if inst is None or not seeds:
         return Step(id="create-venv", title=title, commands=((base, "-m", "venv", *layer, prefix),),
                     notes=tuple(notes))
-    py = str(Path(prefix) / "bin" / "python")
+    py = str(PrefixData(Path(prefix)).python)
     seed = (inst.program, "pip", "install", "--no-config", "--python", py, "--no-index", "--no-deps",
             *(str(w) for w in seeds))
     return Step(id="create-venv", title=title + " (seeded by uv from ensurepip's wheels)",
@@ -130,7 +130,8 @@ class VenvEngine(Engine):
 
     def holds(self, prefix: Path) -> bool:
         """A Python prefix without ``conda-meta/``."""
-        return not (Path(prefix) / "conda-meta").is_dir() and self.python(prefix).exists()
+        data = PrefixData(Path(prefix))
+        return not data.is_conda and data.python.exists()
 
     def installed(self, prefix: Path) -> List[InstalledPackage]:
         """Every distribution in ``prefix``'s site-packages (:class:`~envtool.core.prefix.PrefixData`)."""

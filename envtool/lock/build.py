@@ -8,6 +8,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from envtool.core.errors import EnvtoolError, UsageError
 from envtool.lock.model import LockData, LockedPackage
 from envtool.spec.model import Spec
+from envtool.core.prefix import PrefixData
 
 
 def pip_requirements(spec: Spec) -> List[str]:
@@ -133,7 +134,7 @@ def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built
                                  known=known)
     if lookup:
         packages, _ = make_portable(packages, progress=progress)
-    python = Path(prefix) / "bin" / "python"
+    python = PrefixData(Path(prefix)).python
     interpreter = None
     if python.exists():
         try:

@@ -25,13 +25,11 @@ FRAMEWORK_NAMES = ("torch", "pytorch", "pytorch-base", "pytorch-cpu", "tensorflo
 EXT_RE = re.compile(r"[A-Za-z0-9_.+!-]+")
 
 def prefix_kind(prefix: Path) -> str:
-    """``conda`` (``conda-meta/`` exists), ``venv`` (``pyvenv.cfg`` exists) or ``prefix``."""
-    prefix = Path(prefix)
-    if (prefix / "conda-meta").is_dir():
-        return "conda"
-    if (prefix / "pyvenv.cfg").is_file():
-        return "venv"
-    return "prefix"
+    """``conda`` (``conda-meta/`` exists), ``venv`` (``pyvenv.cfg`` exists) or ``prefix``
+    (:attr:`envtool.core.prefix.PrefixData.kind`)."""
+    from envtool.core.prefix import PrefixData
+
+    return PrefixData(Path(prefix)).kind
 
 
 def installed_packages(prefix: Path) -> List[Tuple[str, str]]:
@@ -47,13 +45,11 @@ def installed_packages(prefix: Path) -> List[Tuple[str, str]]:
 
     data = PrefixData(Path(prefix))
     found: Dict[str, str] = dict(data.conda_versions())
-    cfg = Path(prefix) / "pyvenv.cfg"
-    if cfg.is_file() and "python" not in found:
-        for line in cfg.read_text(errors="replace").splitlines():
-            key, sep, value = line.partition("=")
-            if sep and key.strip() in ("version", "version_info") and value.strip():
-                found["python"] = value.strip()
-                break
+    if "python" not in found:
+        cfg = data.venv_config()
+        version = cfg.get("version") or cfg.get("version_info")
+        if version:
+            found["python"] = version
     for name, version in data.versions().items():
         found.setdefault(name, version)
     return sorted(found.items())

@@ -32,6 +32,7 @@ from envtool.core.errors import StepFailed, UsageError
 from envtool.spec.model import Spec
 from envtool.core.plan import PlanOptions, Step, StepContext
 from envtool.engines.base import Engine, LockInstall
+from envtool.core.prefix import PrefixData
 
 
 @dataclass(frozen=True)
@@ -245,7 +246,7 @@ def plan_steps(spec: Spec, options: PlanOptions, loaded: LoadedLock, engine: Eng
     pip_lines = requirements_lines(entries)
     built = [p for p in entries if p.built]
     prefix = Path(options.work_prefix)
-    py = str(prefix / "bin" / "python")
+    py = str(PrefixData(prefix).python)
     lock = LockInstall(path=loaded.path, entries=tuple(entries), channels=tuple(loaded.lock.channels),
                        platform=loaded.platform, notes=tuple(loaded.notes), lookup=_lookup_records)
     steps: List[Step] = list(engine.locked_steps(spec, options, lock))

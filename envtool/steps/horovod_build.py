@@ -30,6 +30,7 @@ from envtool.spec.model import Spec
 from envtool.spec.rules import horovod_version
 from envtool.core.plan import PlanOptions, Step
 from envtool.steps import machine
+from envtool.core.prefix import PrefixData
 
 #: Distribution names per framework, as ``importlib.metadata`` sees them.
 FRAMEWORK_DISTS = {f.name: f.pip_names for f in frameworks.FRAMEWORKS}
@@ -94,7 +95,7 @@ class BuildDecision:
     @property
     def python(self) -> str:
         """The environment's interpreter."""
-        return str(self.prefix / "bin" / "python")
+        return str(PrefixData(self.prefix).python)
 
 
 def plan_steps(spec: Spec, options: PlanOptions, locked: Any = None) -> List[Step]:
@@ -116,7 +117,7 @@ def plan_steps(spec: Spec, options: PlanOptions, locked: Any = None) -> List[Ste
     h = spec.horovod
     if h.install != "pip-build":
         return []
-    py = str(Path(options.work_prefix) / "bin" / "python")
+    py = str(PrefixData(Path(options.work_prefix)).python)
     env = build_env(spec, cpu_count=options.cpu_count)
     version = horovod_version(spec)
     pinned = fixes.framework_versions_from_pins(spec.packages.pip + spec.packages.conda)
