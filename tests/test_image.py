@@ -1,0 +1,140 @@
+"""``envtool image`` (issue 29, item 1): a real image of the real ``cpu-horovod`` environment, built
+from its lockfile with Debian's mmdebstrap (Debian's archive; no image registry, nothing pulled),
+run with Charliecloud's ``ch-run``, its SBOM compared with the environment's.
+
+Needs root (mmdebstrap, chroot) and the tools tests/setup.d/image.sh installs. The Horovod wheel is
+the one ``envtool create`` stored in the wheel cache for the environment (under CI the session's
+``cpu_horovod_env`` fixture made it; when reusing ``ENVTOOL_TEST_CPU_ENV``, ``ENVTOOL_CACHE_PATH`` may
+name a published cache that holds it).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_envtool
+
+SETUP = REPO / "tests" / "setup.d" / "image.sh"
+TOOLS = ("mmdebstrap", "umoci", "mksquashfs", "unsquashfs", "ch-run")
+
+pytestmark = [pytest.mark.slow]
+
+
+def _tools() -> str:
+    """'' when the tools are here (tests/setup.d/image.sh installs them as root), else why not."""
+    if os.geteuid() != 0:
+        return "envtool image runs as root"
+    if not all(shutil.which(t) for t in TOOLS):
+        subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, timeout=900)
+    missing = [t for t in TOOLS if not shutil.which(t)]
+    return f"missing {', '.join(missing)} (tests/setup.d/image.sh installs them)" if missing else ""
+
+
+@pytest.fixture(scope="module")
+def tools():
+    why = _tools()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+def _components(sbom: dict) -> dict:
+    """name -> (version, purl, sorted hashes) of a CycloneDX SBOM's components."""
+    return {c["name"]: (c.get("version"), c.get("purl"), sorted((h["alg"], h["content"]) for h in c.get("hashes", [])))
+            for c in sbom["components"]}
+
+
+@pytest.fixture(scope="module")
+def image(tools, cpu_horovod_env, tmp_path_factory):
+    """``envtool image`` of the cpu-horovod environment, all three forms (built once)."""
+    out = tmp_path_factory.mktemp("image") / "cpu-horovod"
+    t0 = time.monotonic()
+    proc = run_envtool("image", cpu_horovod_env, "--output", out, "--json", timeout=3600)
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    res = json.loads(proc.stdout)
+    print(f"\nimage built in {took:.0f} s: " + ", ".join(f"{k} {v / 1e6:.0f} MB" for k, v in res["sizes"].items())
+          + f"; steps {res['step_seconds']}")
+    return out, res
+
+
+def test_image_forms_and_check_build_inside(image, cpu_horovod_env):
+    out, res = image
+    assert set(res["forms"]) == {"dir", "squashfs", "oci"}
+    assert res["libmpi"].startswith("libmpi.so.40 => "), res["libmpi"]
+    rootfs = out / "rootfs"
+    # nothing of the build is left next to the output
+    assert sorted(p.name for p in out.parent.iterdir()) == ["cpu-horovod"]
+    t0 = time.monotonic()
+    p = subprocess.run(["ch-run", str(rootfs), "--", "/opt/env/bin/horovodrun", "--check-build"],
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "USER": "root"})
+    print(f"ch-run horovodrun --check-build: {time.monotonic() - t0:.0f} s\n{p.stdout}")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "[X] PyTorch" in p.stdout and "[X] MPI" in p.stdout and "[X] Gloo" in p.stdout
+    # the interpreter inside is the image's (Debian's), at the fixed prefix
+    p = subprocess.run(["ch-run", str(rootfs), "--", "/opt/env/bin/python", "-c",
+                        "import sys, horovod.torch; print(sys.prefix, sys.base_prefix)"],
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "USER": "root"})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["/opt/env", "/usr"]
+
+
+def test_image_sbom_equals_the_environments(image, cpu_horovod_env, tmp_path):
+    out, res = image
+    in_image = json.loads((out / "rootfs/opt/env/share/envtool/sbom.cdx.json").read_text())
+    proc = run_envtool("sbom", "--prefix", cpu_horovod_env)
+    assert proc.returncode == 0, proc.stderr
+    env_sbom = json.loads(proc.stdout)
+    assert _components(in_image) == _components(env_sbom)
+    # and what is installed in the image lists the same (the SBOM of the image's /opt/env itself)
+    proc = run_envtool("sbom", "--prefix", out / "rootfs/opt/env")
+    assert proc.returncode == 0, proc.stderr
+    installed = {k: (v[0], v[1], v[2]) for k, v in _components(json.loads(proc.stdout)).items()}
+    assert installed == _components(env_sbom)
+    horovod = _components(env_sbom)["horovod"]
+    assert horovod[2], "the environment's Horovod records its wheel's hash"
+    # squashfs: the same file inside
+    p = subprocess.run(["unsquashfs", "-cat", str(out / "image.sqfs"), "opt/env/share/envtool/sbom.cdx.json"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert _components(json.loads(p.stdout)) == _components(env_sbom)
+    # OCI: the manifest's annotation and the config's label name the SBOM's path
+    oci = out / "oci"
+    index = json.loads((oci / "index.json").read_text())
+    (desc,) = [m for m in index["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == "env"]
+    blob = lambda d: json.loads((oci / "blobs" / "sha256" / d["digest"].split(":")[1]).read_text())  # noqa: E731
+    manifest = blob(desc)
+    assert manifest["annotations"]["org.envtool.sbom"] == "/opt/env/share/envtool/sbom.cdx.json"
+    config = blob(manifest["config"])
+    assert config["config"]["Labels"]["org.envtool.sbom"] == "/opt/env/share/envtool/sbom.cdx.json"
+
+
+def test_image_refuses_another_mpi_abi_and_leaves_nothing(tools, cpu_horovod_env, tmp_path):
+    """The environment's Horovod wheel links Open MPI: a site whose images carry MPICH's ABI needs
+    Horovod compiled in the image, which envtool does not do: exit 1, nothing left."""
+    site = tmp_path / "mpich.yaml"
+    site.write_text("name: mpich-site\nsources: {cce: https://cpe.ext.hpe.com/docs/}\n"
+                    "container: {runtime: charliecloud, source: cce, mpi_abi: mpich}\n")
+    work = tmp_path / "out"
+    work.mkdir()
+    proc = run_envtool("image", cpu_horovod_env, "--output", work / "img", "--site-file", site, "--json", timeout=1800)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    err = json.loads(proc.stdout)["error"]
+    assert "compiled inside the image" in err and "mpich" in err
+    assert [p.name for p in work.iterdir()] == ["img.envtool-image.log"]
+
+
+def test_image_bad_input_exit_2(tools, cpu_horovod_env, tmp_path):
+    (tmp_path / "taken").mkdir()
+    proc = run_envtool("image", cpu_horovod_env, "--output", tmp_path / "taken", "--json")
+    assert proc.returncode == 2 and "exists" in json.loads(proc.stdout)["error"]
+    proc = run_envtool("image", cpu_horovod_env, "--output", tmp_path / "x", "--format", "tar", "--json")
+    assert proc.returncode == 2 and "--format" in json.loads(proc.stdout)["error"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
