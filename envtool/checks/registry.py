@@ -12,7 +12,7 @@ from envtool.checks.model import Check, Finding
 
 #: Modules under ``envtool.checks`` that define checks, in the issue's order.
 MODULES = ("versions", "horovod_build", "start_method", "script", "launchers", "gpu", "hygiene", "runtime",
-           "site_notes")
+           "site_notes", "container")
 
 _CHECKS: Dict[str, Check] = {}
 

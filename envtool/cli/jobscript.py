@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from envtool.cli.common import add_json, path_arg, print_json
 
@@ -76,6 +77,12 @@ def register(sub) -> None:
     p.add_argument("--job-output", metavar="FILE", help="file the job's stdout and stderr go to")
     p.add_argument("--workdir", metavar="DIR", help="directory the job changes to first")
     p.add_argument("--output", "-o", metavar="FILE", help="write the script here (default: stdout)")
+    p.add_argument("--image", metavar="IMAGE",
+                   help="run the ranks in this image through the site's container runtime (the site file's "
+                        "container section: Shifter, podman-hpc, Apptainer or Charliecloud); no --prefix/--module: "
+                        "the image carries the environment (docs/reference/container-runtimes.md)")
+    p.add_argument("--bind", action="append", default=[], metavar="SRC[:DST]",
+                   help="with --image: also bind this host directory into the image (repeatable)")
     add_json(p)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                    help="what every rank runs (after --)")
@@ -98,11 +105,29 @@ def run(args) -> int:
         command = command[1:]
     if not command:
         raise UsageError("no command: end the options with -- COMMAND ...")
-    target = resolve(args)
     workdir = str(Path(args.workdir).absolute()) if args.workdir else None
-    req = jobscript.build_request(target, args.nodes, [LaunchStep(tuple(command))], args.ranks_per_node,
+    target: Any  # a steps.jobscript.Target; its site/launcher fields are typed ``object`` there
+    if args.image is not None:
+        from envtool.steps import container_run
+
+        if args.prefix or args.module or args.stage:
+            raise UsageError("--image runs the environment the image carries: give no --prefix, --module or --stage")
+        target, section = container_run.resolve_image_target(args.spec, args.site, args.site_file,
+                                                             retired_ok=args.retired_ok)
+        step = container_run.image_step(section, args.image, command, args.bind)
+    else:
+        if args.bind:
+            raise UsageError("--bind goes with --image (directories bound into the image)")
+        target = resolve(args)
+        step = LaunchStep(tuple(command))
+    req = jobscript.build_request(target, args.nodes, [step], args.ranks_per_node,
                                   args.gpus_per_rank, args.time, args.account, args.queue, args.job_name,
                                   args.job_output, workdir)
+    if args.image is not None:
+        import dataclasses
+
+        req = dataclasses.replace(req, comments=req.comments + (container_run.comment(target.site, section,
+                                                                                      args.image),))
     text = jobscript.render(req)
     if args.output:
         out = Path(args.output)
@@ -124,7 +149,11 @@ def run(args) -> int:
                     "layout": {"nodes": lay.nodes, "ranks_per_node": lay.ranks_per_node, "ranks": lay.ranks,
                                "gpus_per_rank": lay.gpus_per_rank, "cpus_per_rank": lay.cpus_per_rank},
                     "path": str(Path(args.output).absolute()) if args.output else None,
-                    "stage": stage_summary(target), "script": text})
+                    "stage": stage_summary(target),
+                    "image": None if args.image is None else {"image": args.image,
+                                                              "runtime": section.runtime,
+                                                              "run_line": text.rstrip("\n").splitlines()[-1]},
+                    "script": text})
     elif args.output:
         if not getattr(args, "quiet", False):
             print(f"jobscript: wrote {args.output} ({target.site.scheduler or 'no scheduler'}, "
