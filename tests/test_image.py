@@ -138,3 +138,41 @@ def test_image_bad_input_exit_2(tools, cpu_horovod_env, tmp_path):
     proc = run_envtool("image", cpu_horovod_env, "--output", tmp_path / "x", "--format", "tar", "--json")
     assert proc.returncode == 2 and "--format" in json.loads(proc.stdout)["error"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+@pytest.mark.multinode
+def test_validate_image_across_two_nodes_with_charliecloud(image, multinode_cluster, tmp_path):
+    """``validate --image``: check-build and the MPI allreduce (every rank under ``ch-run``) across
+    the two nodes of the test cluster, the ranks' Python the image's /opt/env."""
+    out, _ = image
+    site = tmp_path / "testcluster.yaml"
+    site.write_text(f"""name: testcluster
+summary: the multi-node Slurm the tests start, its ranks in Charliecloud images
+sources: {{ch: https://hpc.github.io/charliecloud/ch-run.html}}
+platforms: [linux-64]
+scheduler: slurm
+launcher: "srun -n {{ranks}}"
+gpus_per_node: 0
+batch:
+  cpus_per_node: {multinode_cluster.cpus}
+  mpi: pmix
+container: {{runtime: charliecloud, source: ch, mpi_abi: openmpi}}
+""")
+    import sys
+
+    t0 = time.monotonic()
+    proc = multinode_cluster.run(sys.executable, "-m", "envtool", "validate", "--image", out / "rootfs",
+                                 "--site-file", site, "--submit", "--nodes", "2", "--ranks-per-node", "1",
+                                 "--sweep-max", "1KiB", "--workdir", tmp_path / "run", "--timeout", "900", "--json",
+                                 cwd=str(REPO), env={"ENVTOOL_DEBUG": "", "USER": "root"}, timeout=1200)
+    took = time.monotonic() - t0
+    print(f"\nvalidate --image across 2 nodes: {took:.0f} s")
+    res = json.loads(proc.stdout)
+    assert proc.returncode == 0, json.dumps(res.get("problems"), indent=1) + proc.stderr
+    assert res["check_build"]["ok"], res["check_build"]
+    ranks = res["ranks"]
+    assert sorted(r["host"] for r in ranks) == ["node1", "node2"], ranks
+    assert all(r["ok"] for r in ranks), ranks
+    assert {r["import"]["prefix"] for r in ranks} == {"/opt/env"}, ranks  # the image's environment
+    script = (tmp_path / "run" / "job.sh").read_text()
+    assert "ch-run" in script and str(out / "rootfs") in script
