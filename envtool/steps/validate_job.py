@@ -292,7 +292,8 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
         job_steps += [LaunchStep(_in_image(section, image, [python, str(Path(python).parent / "horovodrun"),
                                                             "--check-build"], binds, run_dir),
                                  redirect=str(run_dir / "check-build.txt"), direct=True, may_fail=True),
-                      LaunchStep(_in_image(section, image, rk.probe_argv(python, probe, run_dir, "probe", method)
+                      LaunchStep(_in_image(section, image, rk.probe_argv(python, IMAGE_RUN_DIR / probe.name,
+                                                                          IMAGE_RUN_DIR, "probe", method)
                                            + sweep_args, binds, run_dir), mpi=section.mpi, may_fail=True)]
     elif not preflight_only:
         job_steps += [LaunchStep(tuple(([python, str(target.prefix / "bin" / "horovodrun")] if target.prefix
@@ -412,12 +413,19 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     return result
 
 
+#: Where ``validate --image`` binds the run directory inside the image: ``/mnt``, which the FHS
+#: defines for temporarily mounted file systems and Debian's base-files ships
+#: (https://refspecs.linuxfoundation.org/FHS_3.0/fhs/ch03s12.html). A runtime that runs an image
+#: read-only (Charliecloud's ``ch-run``) can bind only onto a directory the image has.
+IMAGE_RUN_DIR = Path("/mnt")
+
+
 def _in_image(section, image: str, argv: Sequence[str], binds: Sequence[str], run_dir: Path) -> Tuple[str, ...]:
-    """``argv`` run inside ``image`` by the site's container runtime, the run directory and
-    ``binds`` bound into it (:func:`envtool.scheduler.containers.wrap`)."""
+    """``argv`` run inside ``image`` by the site's container runtime, the run directory bound at
+    :data:`IMAGE_RUN_DIR` and ``binds`` after it (:func:`envtool.scheduler.containers.wrap`)."""
     from envtool.scheduler import containers
 
-    return tuple(containers.wrap(section, image, argv, [str(run_dir)] + list(binds)))
+    return tuple(containers.wrap(section, image, argv, [f"{run_dir}:{IMAGE_RUN_DIR}"] + list(binds)))
 
 
 def _lock(target: Target) -> Optional[str]:
