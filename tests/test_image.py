@@ -140,11 +140,21 @@ def test_image_bad_input_exit_2(tools, cpu_horovod_env, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
 
 
+@pytest.fixture(scope="module")
+def image_dir(request) -> Path:
+    """An image directory of cpu-horovod: ``ENVTOOL_TEST_IMAGE`` (an ``envtool image`` output, to
+    reuse one while developing, like ``ENVTOOL_TEST_CPU_ENV``), else the module's :func:`image`."""
+    reuse = os.environ.get("ENVTOOL_TEST_IMAGE")
+    if reuse and (Path(reuse) / "rootfs" / "opt" / "env" / "bin" / "python").exists() and not os.environ.get("CI"):
+        return Path(reuse)
+    return request.getfixturevalue("image")[0]
+
+
 @pytest.mark.multinode
-def test_validate_image_across_two_nodes_with_charliecloud(image, multinode_cluster, tmp_path):
+def test_validate_image_across_two_nodes_with_charliecloud(tools, image_dir, multinode_cluster, tmp_path):
     """``validate --image``: check-build and the MPI allreduce (every rank under ``ch-run``) across
     the two nodes of the test cluster, the ranks' Python the image's /opt/env."""
-    out, _ = image
+    out = image_dir
     site = tmp_path / "testcluster.yaml"
     site.write_text(f"""name: testcluster
 summary: the multi-node Slurm the tests start, its ranks in Charliecloud images
