@@ -186,3 +186,37 @@ container: {{runtime: charliecloud, source: ch, mpi_abi: openmpi}}
     assert {r["import"]["prefix"] for r in ranks} == {"/opt/env"}, ranks  # the image's environment
     script = (tmp_path / "run" / "job.sh").read_text()
     assert "ch-run" in script and str(out / "rootfs") in script
+
+
+def test_image_interrupted_leaves_nothing(tools, cpu_horovod_env, tmp_path):
+    """Ctrl-C while mmdebstrap makes the base: exit 130, no half-built image, no mount, no child left."""
+    import signal
+    import sys
+
+    work = tmp_path / "out"
+    work.mkdir()
+    env = dict(os.environ)
+    env.pop("ENVTOOL_DEBUG", None)
+    proc = subprocess.Popen([sys.executable, "-m", "envtool", "image", str(cpu_horovod_env), "--output",
+                             str(work / "img"), "--format", "dir"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 900
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if any(work.glob(".img.envtool-image-*/rootfs/usr")):  # mmdebstrap is writing the base
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert [p.name for p in work.iterdir()] == ["img.envtool-image.log"], list(work.iterdir())
+    with open("/proc/self/mountinfo") as fh:
+        assert str(work) not in fh.read()
+    left = subprocess.run(["pgrep", "-f", f"mmdebstrap.*{work}"], capture_output=True, text=True)
+    assert left.stdout == "", left.stdout
