@@ -478,11 +478,13 @@ def build_image(prefix: Path, output: Path, formats: Sequence[str], container: O
             root.rename(out_tmp / "rootfs")
         shutil.copy2(log, out_tmp / "build.log")
         out_tmp.rename(output)
-    except BaseException:
+    except BaseException as exc:
         try:
             if log.exists():
                 shutil.copy2(log, keep_log)
-                progress(f"build log: {keep_log}")
+                # envtool's main prints both (under --json too), also for an interrupt
+                setattr(exc, "log", keep_log)
+                setattr(exc, "outcome", f"nothing was left at {output}")
         finally:
             remove_tree(work)
         raise
