@@ -98,8 +98,13 @@ def load_scan(rev):
     if rev is None:
         from envtool.checks import scan
         return scan
-    text = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:envtool/checks/scan.py"], check=True,
-                          capture_output=True, text=True).stdout
+    got = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:envtool/checks/scan.py"],
+                         capture_output=True, text=True)
+    if got.returncode != 0:  # from issue 28 on the scan is a package (envtool/checks/scan/)
+        raise SystemExit(f"--compare {rev}: no envtool/checks/scan.py there (the scan became the package "
+                         "envtool/checks/scan/ in issue 28): give a revision from before it, or time that "
+                         "revision's own checkout with this script")
+    text = got.stdout
     path = Path(tempfile.mkdtemp()) / "scan_old.py"
     path.write_text(text)
     spec = importlib.util.spec_from_file_location("scan_old", path)

@@ -186,6 +186,21 @@ def test_container_mpi_wins_over_batch_mpi(tmp_path):
     assert words[:2] == ["srun", "--mpi=pmi2"]
 
 
+def test_container_mpi_on_a_site_without_srun_is_exit_2_naming_it(tmp_path):
+    site = tmp_path / "toy-local.yaml"
+    site.write_text("""name: toy-local
+summary: no scheduler; ranks through horovodrun
+sources: {rt: hpc/charliecloud@v0.31:doc/ch-run.rst}
+platforms: [linux-64]
+batch: {cpus_per_node: 2}
+container: {runtime: charliecloud, source: rt, mpi: pmi2}
+""")
+    proc = _jobscript("--site-file", site, "--image", "/i", "--nodes", "1", "--ranks-per-node", "1", "--",
+                      "true", expect=2)
+    assert "toy-local.yaml: container.mpi: expected no value: srun --mpi= is a Slurm srun option" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_site_without_container_section_is_exit_2_naming_it(tmp_path):
     proc = _jobscript("--site", "local", "--image", "/i", "--nodes", "1", "--ranks-per-node", "1", "--json",
                       "--", "true", expect=2)
@@ -423,3 +438,17 @@ container: {runtime: shifter, source: sh, modules: [mpich]}
     f = _doctor_json(ch4 + [str(ch_setup["img"]), "--", *doctor, "--site", "toyshifter"], env4)
     assert f["details"]["libraries"]["mpi"]["origin"] == "injected:mpich", f
     assert "should come from the host" not in f["summary"]
+
+
+@pytest.mark.slow  # needs the cpu-horovod environment
+def test_libmpi_found_is_the_one_the_horovod_extension_loads(cpu_horovod_env):
+    import re
+
+    exts = container_check.horovod_extensions(Path(cpu_horovod_env))
+    assert exts, f"no Horovod MPI extension under {cpu_horovod_env}"
+    hit = container_check.find_library("libmpi.so", {}, Path(cpu_horovod_env))
+    assert hit is not None and hit[1] == f"ldd {exts[0]}"
+    out = subprocess.run(["ldd", str(exts[0])], capture_output=True, text=True, timeout=60).stdout
+    m = re.search(r"^\s*libmpi\.so\.\d+ => (/\S+)", out, re.M)
+    assert m and os.path.realpath(m.group(1)) == hit[0]
+    assert container_check.origin(hit[0]) == "image"  # not under /opt/udiImage/modules, no site bind

@@ -146,7 +146,7 @@ def test_each_clean_entry_script_alone_has_no_findings(entry):
 
 
 def test_split_project_follows_imports_of_main():
-    proj = scan._load_project([CORPUS / "split" / "main.py"])
+    proj = scan.load_project([CORPUS / "split" / "main.py"])
     names = sorted(str(m.path.relative_to(CORPUS.resolve())) for m in proj.modules)
     assert names == ["split/main.py", "split/proj/__init__.py", "split/proj/ckpt.py", "split/proj/data.py",
                      "split/proj/model.py", "split/proj/train.py"]

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from envtool.core import frameworks
+from envtool.core.prefix import PrefixData
 
 #: Import name → spec framework name (``horovod.frameworks``) and check-build name.
 FRAMEWORK_OF_MODULE = {f.module: (f.name, f.label) for f in frameworks.FRAMEWORKS}
@@ -15,8 +16,6 @@ FRAMEWORK_OF_MODULE = {f.module: (f.name, f.label) for f in frameworks.FRAMEWORK
 def installed_pip(prefix: Path) -> Dict[str, str]:
     """``{canonical name: version}`` of the prefix's Python distributions
     (:class:`~envtool.core.prefix.PrefixData`)."""
-    from envtool.core.prefix import PrefixData
-
     return PrefixData(Path(prefix)).versions()
 
 
@@ -74,7 +73,7 @@ def rebuild_command(ctx, info) -> str:
         req = flags.requirement(spec)
     except Exception:  # a spec whose horovod section cannot be built from: keep the plain command
         env, req = [], "horovod"
-    python = Path(ctx.prefix) / "bin" / "python"
+    python = PrefixData(Path(ctx.prefix)).python
     cmd = " ".join(f"{k}={shlex.quote(v)}" for k, v in env)
     cmd += (" " if cmd else "") + (f"{shlex.quote(str(python))} -m pip install --no-build-isolation --no-cache-dir "
                                    f"--force-reinstall --no-deps {shlex.quote(req)}")

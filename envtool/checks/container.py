@@ -7,11 +7,12 @@ Which runtime (first match wins; each runtime's own documented marker):
   (``hpc/charliecloud@v0.31:doc/ch-run.rst``, "Environment variables").
 - Apptainer (and Singularity): ``$APPTAINER_CONTAINER`` / ``$SINGULARITY_CONTAINER``, the image
   path, set by the launcher under both prefixes
-  (``apptainer/apptainer@v1.3.6:internal/pkg/runtime/launch/launcher_linux.go``, ``SetProcessEnvWithPrefixes(…, "CONTAINER", …)``).
+  (``apptainer/apptainer@v1.3.6:internal/pkg/runtime/launch/launcher_linux.go``,
+  ``SetProcessEnvWithPrefixes(…, "CONTAINER", …)``).
 - Podman (podman-hpc runs podman): the file ``/run/.containerenv`` podman creates in each container
-  (``containers/podman@v4.3.1:docs/source/markdown/podman-run.1.md.in``, DESCRIPTION).
+  (``https://docs.podman.io/en/v4.2/_sources/markdown/podman-run.1.md.txt``, DESCRIPTION).
 - Shifter: ``$SHIFTER_RUNTIME`` (a ``siteEnv`` of ``udiRoot.conf``, set at NERSC,
-  ``NERSC/shifter@cb671bb42e9e:doc/config/udiRoot.conf.rst``) or the ``/opt/udiImage`` tree Shifter
+  ``NERSC/shifter@84b7d34911bb:doc/config/udiRoot.conf.rst``) or the ``/opt/udiImage`` tree Shifter
   mounts into every container (``NERSC/shifter@1378b5716e46:doc/modules.rst``).
 
 Host injection: Shifter modules put the host's libraries under ``/opt/udiImage/modules/<module>``
@@ -77,10 +78,11 @@ def detect(environ: Mapping[str, str], root: Path = Path("/")) -> Optional[Detec
             return Detected("apptainer", f"{var}={environ[var]}",
                             "apptainer/apptainer@v1.3.6:internal/pkg/runtime/launch/launcher_linux.go")
     if (root / "run" / ".containerenv").exists():
-        return Detected("podman", "/run/.containerenv", "containers/podman@v4.3.1:docs/source/markdown/podman-run.1.md.in")
+        return Detected("podman", "/run/.containerenv",
+                        "https://docs.podman.io/en/v4.2/_sources/markdown/podman-run.1.md.txt")
     if environ.get("SHIFTER_RUNTIME"):
         return Detected("shifter", f"SHIFTER_RUNTIME={environ['SHIFTER_RUNTIME']}",
-                        "NERSC/shifter@cb671bb42e9e:doc/config/udiRoot.conf.rst")
+                        "NERSC/shifter@84b7d34911bb:doc/config/udiRoot.conf.rst")
     if (root / "opt" / "udiImage").is_dir():
         return Detected("shifter", "/opt/udiImage", "NERSC/shifter@1378b5716e46:doc/modules.rst")
     return None
@@ -247,9 +249,10 @@ def run(ctx: Context) -> Finding:
         where = origin(hit[0], section.bind if section is not None else ())
         libraries[key] = {"path": hit[0], "found_by": hit[1], "origin": where}
         items.append(f"{stem}: {hit[0]} ({where}; found by {hit[1]})")
-    details: Dict[str, Any] = {"in_container": True, "runtime": found.runtime, "evidence": found.evidence, "source": found.source,
-               "site": site_name, "site_runtime": section.runtime if section is not None else None,
-               "libraries": libraries, "items": items}
+    details: Dict[str, Any] = {
+        "in_container": True, "runtime": found.runtime, "evidence": found.evidence, "source": found.source,
+        "site": site_name, "site_runtime": section.runtime if section is not None else None,
+        "libraries": libraries, "items": items}
     problems: List[str] = []
     if section is not None and found.runtime != section.runtime and not (
             found.runtime == "podman" and section.runtime == "podman-hpc"):

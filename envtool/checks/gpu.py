@@ -115,5 +115,4 @@ def run(ctx):
         return finding(ID, "fail", "; ".join(problems), "; ".join(fixes), items=items, **details)
     seen = (f"{cuda.get('device_count', 0)} CUDA device(s) seen by torch" if cuda
             else f"{len(smi)} GPU(s) by nvidia-smi; torch not installed")
-    return finding(ID, "ok", f"{seen}; NCCL {have or '-'}", items=items,
-                   **details)
+    return finding(ID, "ok", f"{seen}; NCCL {have or '-'}", "", items=items, **details)

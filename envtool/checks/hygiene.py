@@ -27,7 +27,7 @@ _SKIP = {"__pycache__", "_distutils_hack", "distutils-precedence.pth"}
 
 def top_level_names(site_dir: Path) -> Set[str]:
     """Importable top-level names in ``site_dir`` (packages, modules, extension modules)."""
-    out = set()
+    out: Set[str] = set()
     try:
         entries = list(Path(site_dir).iterdir())
     except OSError:

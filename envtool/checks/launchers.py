@@ -8,7 +8,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from envtool.checks.common import installed_pip
 from envtool.checks.registry import check, finding
@@ -57,7 +57,7 @@ def run(ctx):
     template = launch.template
     wanted = launch.program
     items = [f"{k}: {v}" for k, v in on_path.items()]
-    details = {"on_path": on_path, "site_launcher": template, "scheduler": launch.scheduler}
+    details: Dict[str, object] = {"on_path": on_path, "site_launcher": template, "scheduler": launch.scheduler}
     status = "ok"
     problems = []
     fixes = []
@@ -101,4 +101,4 @@ def run(ctx):
     if problems:
         return finding(ID, "fail", "; ".join(problems), "; ".join(fixes), items=items, **details)
     summary = ", ".join(on_path) or "no launcher on PATH"
-    return finding(ID, status, f"on PATH: {summary}; site launcher {wanted!r} found", items=items, **details)
+    return finding(ID, status, f"on PATH: {summary}; site launcher {wanted!r} found", "", items=items, **details)

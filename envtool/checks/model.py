@@ -79,7 +79,7 @@ class Context:
     """Inputs of one ``doctor`` run and the shared probe results.
 
     Attributes:
-        prefix: the environment examined.
+        prefix: the environment examined; None when doctor only scans scripts.
         spec: the spec it should match (resolved for ``site`` when given), or None.
         site: the site (from the spec or ``--site``), or None.
         lock: a lockfile to compare with, or None.
@@ -93,7 +93,7 @@ class Context:
             ``doctor`` before the checks run (so that a scan limit is an input error), or None.
     """
 
-    prefix: Path
+    prefix: Optional[Path]
     spec: Any = None
     site: Any = None
     lock: Optional[Path] = None
@@ -109,8 +109,16 @@ class Context:
 
     @property
     def python(self) -> Path:
-        """The environment's interpreter, ``<prefix>/bin/python``."""
-        return Path(self.prefix) / "bin" / "python"
+        """The environment's interpreter (:attr:`envtool.core.prefix.PrefixData.python`).
+
+        Raises:
+            ValueError: there is no environment (a script scan only); no check that needs one runs then.
+        """
+        from envtool.core.prefix import PrefixData
+
+        if self.prefix is None:
+            raise ValueError("doctor examines no environment here (no prefix): no interpreter to run")
+        return PrefixData(Path(self.prefix)).python
 
     def start(self, names: Iterable[str]) -> None:
         """Start the named probes in the background (idempotent)."""

@@ -45,4 +45,4 @@ def run(ctx):
     summary = (", ".join(f"{k}={v}" for k, v in values.items()) if values else "no HOROVOD_* runtime variable set")
     if "HOROVOD_TIMELINE" in values:
         summary += " (timeline on: rank 0 writes every tensor event; slows large jobs)"
-    return finding(ID, "ok", summary, items=items, **details)
+    return finding(ID, "ok", summary, "", items=items, **details)

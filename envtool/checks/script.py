@@ -10,12 +10,18 @@ check never fails: ``doctor --strict`` / ``--fail-on`` turns remaining issues in
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Dict
+
+from envtool.checks.model import Context, Finding
 from envtool.checks.registry import check, finding
+
+if TYPE_CHECKING:  # the scan is imported when a check runs (import time of the CLI)
+    from envtool.checks.scan import ScanReport
 
 ID = "script"
 
 
-def run_scan(ctx):
+def run_scan(ctx: Context) -> "ScanReport":
     """The :class:`envtool.checks.scan.ScanReport` of ``ctx.scripts`` (made once per context).
 
     Raises:
@@ -32,7 +38,8 @@ def run_scan(ctx):
 
 @check(ID, "Training script scan (--script)", order=40,
        fix="apply the change named on each line")
-def run(ctx):
+def run(ctx: Context) -> Finding:
+    """The ``script`` finding of ``ctx`` (``skipped`` without ``--script``, else ``ok`` or ``warn``)."""
     from envtool.checks import scan
 
     if not ctx.scripts:
@@ -48,7 +55,7 @@ def run(ctx):
     warns = [i for i in issues if i.level != "info"]
     mechanisms = {r: list(scan.MECHANISMS[r]) for r in sorted({i.rule for i in issues}) if r in scan.MECHANISMS}
     infos = len(issues) - len(warns)
-    details = dict(items=items, issues=[i.to_dict() for i in issues], files=files, mechanisms=mechanisms,
+    details: Dict[str, Any] = dict(items=items, issues=[i.to_dict() for i in issues], files=files, mechanisms=mechanisms,
                    programs=report.programs, suppressed=[i.to_dict() for i in report.suppressed],
                    omitted=report.omitted, source_files=report.files, source_bytes=report.bytes)
     sup = f"; {len(report.suppressed)} suppressed" if report.suppressed else ""

@@ -4,42 +4,40 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from envtool.checks.common import installed_pip
 from envtool.checks.registry import check, finding
+from envtool.spec.model import Spec
 
 ID = "versions"
 
 
-def _conda_records(prefix: Path):
+def _conda_records(prefix: Path) -> list:
     from envtool.core.prefix import PrefixData
 
     return PrefixData(Path(prefix)).conda_records
 
 
-def compare_pins(spec, prefix: Path, python_version: Optional[str]) -> Tuple[List[str], List[str]]:
-    """Compare the spec's pins with what ``prefix`` holds.
+def compare_pins(spec: Spec, prefix: Path, python_version: Optional[str]) -> Tuple[List[str], List[str]]:
+    """Compare the spec's pins with what ``prefix`` holds, through the values
+    :mod:`envtool.spec.load` parsed (:attr:`Pin.requirement`, :attr:`Pin.match_spec`,
+    :meth:`Pin.matches`); nothing is parsed again here.
 
     Returns:
         ``(ok_lines, problem_lines)``, each ``"name: want X, found Y"``.
     """
-    from packaging.requirements import InvalidRequirement, Requirement
-
     ok: List[str] = []
     bad: List[str] = []
     if spec.python is not None and python_version:
         line = f"python: want {spec.python.value}, found {python_version}"
         (ok if spec.python.matches(python_version) is not False else bad).append(line)
     pip = installed_pip(prefix)
-    from packaging.utils import canonicalize_name
-
     for pin in spec.packages.pip:
-        try:
-            req = Requirement(pin.value)
-        except InvalidRequirement:
+        req = pin.requirement  # parsed once by envtool.spec.load
+        if req is None or pin.name is None:
             continue
-        have = pip.get(canonicalize_name(req.name))
+        have = pip.get(pin.name)
         if have is None:
             bad.append(f"{req.name}: want {pin.value}, not installed")
         elif req.specifier and not req.specifier.contains(have, prereleases=True):
@@ -47,15 +45,12 @@ def compare_pins(spec, prefix: Path, python_version: Optional[str]) -> Tuple[Lis
         else:
             ok.append(f"{req.name}: {have}")
     if spec.packages.conda:
-        from rattler import MatchSpec
-
         records = _conda_records(prefix)
         for pin in spec.packages.conda:
-            try:
-                ms = MatchSpec(pin.value)
-            except Exception:
+            ms = pin.match_spec  # parsed once by envtool.spec.load
+            if ms is None:
                 continue
-            name = ms.name.normalized if ms.name else pin.value
+            name = pin.name or pin.value
             same = [r for r in records if r.name.normalized == name]
             if not same:
                 bad.append(f"{name}: want {pin.value}, not installed (conda-meta)")
@@ -115,7 +110,7 @@ def run(ctx):
             elif want and have:
                 ok_lines.append(f"{name}: {have} (lock)")
     summary_found = ", ".join(f"{k} {v}" for k, v in found.items() if v)
-    details = {"found": found, "matched": ok_lines}
+    details: Dict[str, Any] = {"found": found, "matched": ok_lines}
     fix = ""
     if items:
         name = ctx.spec.name if ctx.spec is not None else "SPEC"
@@ -125,7 +120,7 @@ def run(ctx):
             fix = (f"reinstall the failing package(s) with {shlex.quote(str(ctx.python))} -m pip install "
                    "--force-reinstall ...")
         return finding(ID, "fail", f"{len(items)} problem(s); found {summary_found}", fix, items=items, **details)
-    against = [f"spec {ctx.spec.name}"] if ctx.spec is not None else []
-    against += [f"lock {ctx.lock}"] if ctx.lock is not None else []
-    against = f" (match {' and '.join(against)})" if against else ""
+    matched = [f"spec {ctx.spec.name}"] if ctx.spec is not None else []
+    matched += [f"lock {ctx.lock}"] if ctx.lock is not None else []
+    against = f" (match {' and '.join(matched)})" if matched else ""
     return finding(ID, "ok", f"{summary_found}{against}", **details)

@@ -7,21 +7,13 @@
 """
 from __future__ import annotations
 
-from envtool.cli.common import add_json, path_arg, print_json
+from typing import Dict
+
+from envtool.cli.common import add_json, finite_number_arg, path_arg, print_json
 
 
-def _days_arg(text: str) -> float:
-    """argparse ``type`` for ``--older-than``: a finite number of days >= 0."""
-    import argparse
-    import math
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of days, got {text[:50]!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number of days >= 0, got {text[:50]!r}")
-    return value
+#: argparse ``type`` for ``--older-than``: a finite number of days >= 0.
+_days_arg = finite_number_arg("days", zero_ok=True)
 
 
 def register(sub) -> None:
@@ -84,7 +76,8 @@ def usage() -> dict:
     from envtool.engines.installer import find_uv
 
     root = cache_root()
-    dirs, other = {}, {}
+    dirs: Dict[str, int] = {}
+    other: Dict[str, int] = {}
     try:
         names = sorted(os.listdir(root))
     except OSError:

@@ -5,7 +5,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 
 def path_arg(text: str) -> str:
@@ -75,18 +75,30 @@ def name_arg(text: str) -> str:
     return text if text == "" else path_arg(text)
 
 
-def seconds_arg(text: str) -> float:
-    """argparse ``type`` for a duration: a finite number of seconds > 0 (``-1``, ``0``, ``nan``, ``inf`` are refused)."""
-    import argparse
-    import math
+def finite_number_arg(unit: str, zero_ok: bool) -> Callable[[str], float]:
+    """An argparse ``type`` for a finite number of ``unit`` (``seconds``, ``days``) that is > 0, or
+    >= 0 with ``zero_ok`` (negative numbers, ``nan`` and ``inf`` are refused; the error names
+    the unit and the bound)."""
 
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text[:50]!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds greater than 0, got {text[:50]!r}")
-    return value
+    def parse(text: str) -> float:
+        import argparse
+        import math
+
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number of {unit}, got {text[:50]!r}") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+            bound = ">= 0" if zero_ok else "greater than 0"
+            raise argparse.ArgumentTypeError(f"expected a finite number of {unit} {bound}, got {text[:50]!r}")
+        return value
+
+    parse.__name__ = f"{unit}_arg"
+    return parse
+
+
+#: argparse ``type`` for a duration: a finite number of seconds > 0 (``-1``, ``0``, ``nan``, ``inf`` are refused).
+seconds_arg = finite_number_arg("seconds", zero_ok=False)
 
 
 def jobs_arg(text: str) -> int:
@@ -142,6 +154,13 @@ def read_input(name: str, what: str, limit: int = MAX_INPUT) -> str:
 def add_json(parser) -> None:
     """Add ``--json`` (machine-readable output) to a reporting command."""
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+
+
+def add_no_size(parser, what: str) -> None:
+    """Add ``--no-size`` (skip measuring ``what``, e.g. ``the caches``) and ``--json`` to a listing
+    command."""
+    parser.add_argument("--no-size", action="store_true", help=f"do not measure {what} (faster)")
+    add_json(parser)
 
 
 #: While a ``--json`` command runs, the objects it hands to :func:`print_json`; :func:`emit_json`

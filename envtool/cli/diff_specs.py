@@ -4,9 +4,10 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from envtool.cli.common import name_arg, add_json, load_spec, path_arg, print_json
+from envtool.spec.model import Pin, Spec
 
 
-def register(sub) -> None:
+def register(sub: Any) -> None:
     p = sub.add_parser("diff-specs", help="show what changes between two specs",
                        description="Compare two resolved specs: distribution, Python, CUDA, platforms, channels, "
                                    "conda and pip packages (matched by package name), the Horovod section and its "
@@ -19,22 +20,13 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _package_name(value: str, kind: str) -> str:
-    if kind == "conda":
-        from rattler import MatchSpec
-
-        ms = MatchSpec(value)
-        return ms.name.normalized if ms.name is not None else value
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
-
-    try:
-        return canonicalize_name(Requirement(value).name)
-    except InvalidRequirement:
-        return value
+def _package_name(pin: Pin) -> str:
+    """The package name a loaded pin names (conda's normalized name, or PEP 503 normalized for
+    pip: :attr:`~envtool.spec.model.Pin.name`), else its text."""
+    return pin.name or pin.value
 
 
-def flatten(spec) -> Dict[str, Optional[str]]:
+def flatten(spec: Spec) -> Dict[str, Optional[str]]:
     """The comparable facts of a spec as ``field -> display string`` (packages keyed by name).
 
     Args:
@@ -54,7 +46,7 @@ def flatten(spec) -> Dict[str, Optional[str]]:
     }
     for kind in ("conda", "pip"):
         for pin in getattr(spec.packages, kind):
-            out[f"packages.{kind}.{_package_name(pin.value, kind)}"] = pin.value
+            out[f"packages.{kind}.{_package_name(pin)}"] = pin.value
     h = spec.horovod
     out.update({"horovod.version": h.version.value if h.version else None, "horovod.install": h.install,
                 "horovod.source": h.source})
@@ -77,7 +69,7 @@ def flatten(spec) -> Dict[str, Optional[str]]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def diff(a, b) -> List[Dict[str, Any]]:
+def diff(a: Spec, b: Spec) -> List[Dict[str, Any]]:
     """Changes from spec ``a`` to spec ``b``: ``[{field, change: changed|added|removed, a, b}, …]``
     in ``a``'s field order, then fields only ``b`` has."""
     fa, fb = flatten(a), flatten(b)
@@ -91,7 +83,7 @@ def diff(a, b) -> List[Dict[str, Any]]:
     return out
 
 
-def format_text(a, b, changes: List[Dict[str, Any]]) -> str:
+def format_text(a: Spec, b: Spec, changes: List[Dict[str, Any]]) -> str:
     """One line per change: ``  field: old -> new``, ``+ field: new``, ``- field: old``."""
     lines = [f"{a.name} -> {b.name}: {len(changes)} change(s)"]
     for c in changes:
@@ -104,7 +96,7 @@ def format_text(a, b, changes: List[Dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run(args) -> int:
+def run(args: Any) -> int:
     a = load_spec(args.a, args.site, args.site_file)
     b = load_spec(args.b, args.site, args.site_file)
     changes = diff(a, b)

@@ -128,7 +128,9 @@ def _resolve(args):
                          "or $VIRTUAL_ENV), or give --script PATH to scan a training script")
     if not prefix.is_dir():
         raise UsageError(f"--prefix {prefix}: no such directory")
-    if not (prefix / "bin" / "python").exists():
+    from envtool.core.prefix import PrefixData
+
+    if not PrefixData(prefix).python.exists():
         raise UsageError(f"--prefix {prefix}: not an environment (no bin/python)")
     spec = site = None
     recorded_spec, recorded_lock = _records(prefix)
@@ -305,7 +307,7 @@ def run(args) -> int:
     else:
         print(format_text(findings, verbose=getattr(args, "verbose", False)))
         print(", ".join(f"{n} {s}" for s, n in counts.items()) + f" ({seconds:.1f} s)")
-        if gated:
+        if gated and gate is not None:
             print(f"doctor: {len(gated)} script finding(s) at level {gate} or above remain (--"
                   f"{'strict' if getattr(args, 'strict', False) and not getattr(args, 'fail_on', None) else 'fail-on ' + gate}"
                   "): exit status 1", file=sys.stderr)

@@ -2,7 +2,9 @@
 origins, the site detected, installers, caches with their real sizes, and where logs go."""
 from __future__ import annotations
 
-from envtool.cli.common import add_json, print_json
+from typing import Dict
+
+from envtool.cli.common import add_no_size, print_json
 
 
 def register(sub) -> None:
@@ -13,8 +15,7 @@ def register(sub) -> None:
                                    "/etc/envtool/config.yaml) and each setting's effective value and origin; the "
                                    "site detected; the installers found; the caches envtool's runs fill (envtool's "
                                    "own, uv's, pip's) with their sizes on disk; where build logs go.")
-    p.add_argument("--no-size", action="store_true", help="do not measure the caches (faster)")
-    add_json(p)
+    add_no_size(p, "the caches")
     p.set_defaults(func=run)
 
 
@@ -68,14 +69,15 @@ def collect(sizes: bool = True) -> dict:
 
         found = sites.detect()
         site = {"name": found.name, "file": str(found.path), "reason": found.reason} if found else None
-        origin = next((s["from"] for s in settings.effective() if s["setting"] == "site"), "")
-        if site and found.reason == "$ENVTOOL_SITE" and not origin.startswith("environment"):
+        origin = next((s["from"] for s in settings.effective() if s["setting"] == "site"), None) or ""
+        if site and found is not None and found.reason == "$ENVTOOL_SITE" and not origin.startswith("environment"):
             site["reason"] = f"the site setting of {origin}"
     except EnvtoolError as exc:
         site = {"error": str(exc)}
     uv, uv_version = find_uv()
-    installers = {"uv": {"path": uv or None, "version": uv_version or None},
-                  "pip": {"path": shutil.which("pip") or shutil.which("pip3")}}
+    installers: Dict[str, Dict[str, object]] = {
+        "uv": {"path": uv or None, "version": uv_version or None},
+        "pip": {"path": shutil.which("pip") or shutil.which("pip3")}}
     for tool in ("conda", "mamba", "micromamba"):
         installers[tool] = {"path": shutil.which(tool)}
     try:

@@ -114,7 +114,7 @@ def run(args) -> int:
             raise UsageError("--image runs the environment the image carries: give no --prefix, --module or --stage")
         target, section = container_run.resolve_image_target(args.spec, args.site, args.site_file,
                                                              retired_ok=args.retired_ok)
-        step = container_run.image_step(section, args.image, command, args.bind)
+        step = container_run.image_step(target, section, args.image, command, args.bind)
     else:
         if args.bind:
             raise UsageError("--bind goes with --image (directories bound into the image)")

@@ -1,7 +1,7 @@
 """``envtool list``: the environments envtool made or published, with spec, size, date and status."""
 from __future__ import annotations
 
-from envtool.cli.common import add_json, print_json
+from envtool.cli.common import add_no_size, print_json
 
 
 def register(sub) -> None:
@@ -11,8 +11,7 @@ def register(sub) -> None:
                                    "create and publish, and those under ./envs/. Each is checked against its own "
                                    ".envtool/create.json: 'missing' when it is gone, \"not envtool's\" when "
                                    "something else is there now. Sizes count hard-linked files once.")
-    p.add_argument("--no-size", action="store_true", help="do not measure the environments (faster)")
-    add_json(p)
+    add_no_size(p, "the environments")
     p.set_defaults(func=run)
 
 

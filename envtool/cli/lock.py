@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Dict, List
 
 from envtool.cli.common import add_json, add_spec_site, load_spec, name_arg, path_arg, print_json
 
@@ -77,11 +78,13 @@ def run(args) -> int:
 
 
 def _summary(data, path: Path) -> dict:
-    per = {p: {"conda": 0, "pip": 0, "built": []} for p in data.platforms}
+    counts: Dict[str, Dict[str, int]] = {p: {"conda": 0, "pip": 0} for p in data.platforms}
+    built: Dict[str, List[str]] = {p: [] for p in data.platforms}
     for pkg in data.packages:
-        per[pkg.platform][pkg.manager] += 1
+        counts[pkg.platform][pkg.manager] += 1
         if pkg.built:
-            per[pkg.platform]["built"].append(pkg.key[1])
+            built[pkg.platform].append(pkg.key[1])
+    per = {p: {**counts[p], "built": built[p]} for p in data.platforms}
     return {"ok": True, "lock": str(path), "kind": data.kind, "spec": data.spec, "spec_hash": data.spec_hash,
             "site": data.site, "platforms": list(data.platforms), "channels": list(data.channels), "packages": per}
 

@@ -28,14 +28,15 @@ def _chain(path: Path) -> List[Tuple[str, Any]]:
     from envtool.spec.load import parent_path
     from envtool.spec.yamlload import load_yaml
 
-    out = []
+    out: List[Tuple[str, Any]] = []
     seen = set()
-    while path is not None and str(path) not in seen:
-        seen.add(str(path))
-        raw = load_yaml(path)
-        out.append((str(path), raw))
+    current: Optional[Path] = path
+    while current is not None and str(current) not in seen:
+        seen.add(str(current))
+        raw = load_yaml(current)
+        out.append((str(current), raw))
         parent = raw.get("extends")
-        path = parent_path(path, parent, raw.line_of("extends"), catalog.find) if parent else None
+        current = parent_path(current, parent, raw.line_of("extends"), catalog.find) if parent else None
     return out
 
 
@@ -83,7 +84,7 @@ def describe(name: str, site: Optional[str] = None, site_file: Optional[str] = N
         spec = resolved.spec
     else:
         spec = catalog.load_spec(name)
-    chain = _chain(Path(spec.path))
+    chain = _chain(Path(spec.path)) if spec.path else []
     overrides = resolved.mapping.overrides if resolved and resolved.mapping else None
     site_path = resolved.site.path if resolved else None
     sources = dict(spec.sources)

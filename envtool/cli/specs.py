@@ -70,7 +70,7 @@ def catalog_specs(site=None, site_file=None, errors=None):
             if errors is None or (site_path is not None and Path(exc.path).resolve() == site_path.resolve()):
                 raise
             errors.append(exc)
-    if site_path is not None:
+    if site_file_ is not None:
         # the site's variants (stack entries with ``spec:``, e.g. Summit's open-ce/1.1.3-py36-0)
         for variant in site_file_.variants():
             out.append(sites.resolve(variant.key, site=site, site_file=site_file))

@@ -85,7 +85,7 @@ def run(args) -> int:
     from envtool.spec.sites import REFERENCE_SIZES, parse_size
 
     sweep_max = parse_size(args.sweep_max)
-    if sweep_max != 0 and sweep_max not in REFERENCE_SIZES:
+    if sweep_max is None or (sweep_max != 0 and sweep_max not in REFERENCE_SIZES):
         raise UsageError(f"--sweep-max {args.sweep_max}: expected a power of two from 8B to 64MiB (8B, 1KiB, 64MiB), "
                          f"or 0 for no sweep")
     if args.ranks < 1 or args.steps < 1 or args.batch_size < 1:

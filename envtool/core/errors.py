@@ -10,7 +10,6 @@ import errno
 import os
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -243,9 +242,11 @@ def condition_message(exc: BaseException) -> Optional[str]:
     return None
 
 
-def os_fsdecode(name) -> str:
+def os_fsdecode(name: object) -> str:
     """A file name (``str`` or ``bytes``) as text; bytes that are not UTF-8 stay escaped."""
-    return os.fsdecode(name) if isinstance(name, (bytes, bytearray)) else str(name)
+    if isinstance(name, bytearray):
+        name = bytes(name)
+    return os.fsdecode(name) if isinstance(name, bytes) else str(name)
 
 
 @contextmanager
@@ -273,11 +274,3 @@ class ConditionError(EnvtoolError):
     def __init__(self, message: str, exit_status: int = EXIT_USAGE):
         self.exit_status = exit_status
         super().__init__(message)
-
-
-@dataclass(frozen=True)
-class Location:
-    """Where a value came from: file and 1-based line (None when unknown)."""
-
-    path: str
-    line: Optional[int] = None

@@ -77,11 +77,6 @@ def by_label(label: str) -> Optional[Framework]:
     return next((f for f in FRAMEWORKS if f.label == label), None)
 
 
-def by_module(module: str) -> Optional[Framework]:
-    """The framework whose import name is ``module`` (``torch``), or None."""
-    return next((f for f in FRAMEWORKS if f.module == module), None)
-
-
 def by_package(name: str) -> Optional[Framework]:
     """The framework a pip or conda package ``name`` belongs to (``pytorch-base`` → pytorch), or None."""
     return _BY_PACKAGE.get(name.lower())

@@ -1,13 +1,25 @@
-"""The one reader of an environment prefix (core layer), after conda's ``PrefixData``.
+"""The one reader of an environment prefix (core layer), after conda's ``PrefixData``
+(``conda/conda@26.7.1:conda/core/prefix_data.py``: one object per prefix that answers what the
+prefix is and what it holds).
 
-Every part of envtool that asks "what is installed in this prefix" asks a :class:`PrefixData`:
-conda package records (``conda-meta/*.json``, read with py-rattler's ``PrefixRecord``) and Python
+Every part of envtool that asks "what kind of prefix is this", "where is its interpreter" or
+"what is installed in it" asks a :class:`PrefixData`: the kind (:attr:`PrefixData.kind`), the
+interpreter (:attr:`PrefixData.python`), ``pyvenv.cfg`` (:meth:`PrefixData.venv_config`), conda
+package records (``conda-meta/*.json``, read with py-rattler's ``PrefixRecord``) and Python
 distributions (``site-packages/*.dist-info``, read with ``importlib.metadata``). It reads; it
 never writes, and it runs no subprocess.
 
 Facts it encodes:
-* a venv has ``pyvenv.cfg`` (PEP 405); a conda environment has ``conda-meta/`` (conda docs,
-  "Conda environments");
+* a venv has ``pyvenv.cfg`` at its root, ``key = value`` lines with ``home`` (the base
+  interpreter's directory) and, since Python 3.11, ``version`` and ``executable`` (PEP 405,
+  https://peps.python.org/pep-0405/; Python docs, ``venv``);
+* a conda environment has ``conda-meta/`` with one ``<name>-<version>-<build>.json`` record per
+  package and ``conda-meta/history`` (conda docs, "Conda environments"; conda's
+  ``PrefixData.is_environment`` tests ``conda-meta/history``:
+  ``conda/conda@26.7.1:conda/core/prefix_data.py``);
+* on POSIX both put the interpreter at ``bin/python`` (PEP 405's ``bin`` directory; conda's
+  ``python`` package installs ``bin/python``), and a venv's activation script is
+  ``bin/activate`` (Python docs, ``venv``, "How venvs work");
 * ``INSTALLER`` in a ``.dist-info`` names the tool that installed it (PyPA "Recording installed
   projects"): conda writes ``conda``, pip writes ``pip``;
 * ``python -m venv`` seeds ``pip`` (and, before Python 3.12, ``setuptools``) through ensurepip.
@@ -20,8 +32,12 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
+#: Where a prefix keeps its interpreter, relative to the prefix (POSIX layout; see the module docstring).
+PYTHON = "bin/python"
+#: Where conda keeps a prefix's package records and ``history``, relative to the prefix.
+CONDA_META = "conda-meta"
 #: Distributions ``python -m venv`` puts in every venv itself (ensurepip), not a package step.
 VENV_BOOTSTRAP = ("pip",)
 #: Also seeded by ``python -m venv`` before Python 3.12 (ensurepip bundles setuptools).
@@ -72,13 +88,28 @@ class PrefixData:
         prefix: the environment (it need not exist: then everything is empty).
     """
 
-    def __init__(self, prefix: Path):
+    def __init__(self, prefix: Union[str, "os.PathLike[str]"]):
         self.prefix = Path(prefix)
+
+    @property
+    def conda_meta(self) -> Path:
+        """``prefix/conda-meta``, where conda keeps the package records (it may not exist)."""
+        return self.prefix / CONDA_META
 
     @property
     def is_conda(self) -> bool:
         """True when ``conda-meta/`` exists."""
-        return (self.prefix / "conda-meta").is_dir()
+        return self.conda_meta.is_dir()
+
+    @property
+    def has_conda_records(self) -> bool:
+        """True when ``conda-meta/`` holds at least one package record (``*.json``)."""
+        return self.is_conda and any(self.conda_meta.glob("*.json"))
+
+    @property
+    def has_conda_history(self) -> bool:
+        """True when ``conda-meta/history`` exists (conda's own test of "is a conda environment")."""
+        return (self.conda_meta / "history").is_file()
 
     @property
     def is_venv(self) -> bool:
@@ -87,8 +118,60 @@ class PrefixData:
 
     @property
     def kind(self) -> str:
-        """``conda``, ``venv`` or ``prefix`` (anything else with a Python)."""
+        """``conda`` (``conda-meta/`` exists), ``venv`` (``pyvenv.cfg``, no ``conda-meta/``) or
+        ``prefix`` (anything else, e.g. a module's Python installation)."""
         return "conda" if self.is_conda else "venv" if self.is_venv else "prefix"
+
+    @property
+    def bin(self) -> Path:
+        """``prefix/bin``: the interpreter, console scripts and ``activate`` (POSIX layout)."""
+        return self.prefix / "bin"
+
+    @property
+    def python(self) -> Path:
+        """The prefix's interpreter, ``prefix/bin/python`` (:data:`PYTHON`; it need not exist: see
+        :meth:`find_python`)."""
+        return self.prefix / PYTHON
+
+    def find_python(self) -> Optional[Path]:
+        """The interpreter that exists: ``bin/python``, else ``bin/python3`` (a Python prefix that
+        only installs ``python3``), else None."""
+        for name in ("python", "python3"):
+            path = self.bin / name
+            if path.exists():
+                return path
+        return None
+
+    @property
+    def activate_script(self) -> Optional[Path]:
+        """``bin/activate`` when the prefix is activated by sourcing it (a venv's script, and no
+        ``conda-meta/``: a conda prefix is activated by ``conda activate``), else None."""
+        script = self.bin / "activate"
+        return script if script.is_file() and not self.is_conda else None
+
+    def venv_config(self) -> Dict[str, str]:
+        """``pyvenv.cfg`` as ``{key: value}`` (keys lower-cased, both stripped; PEP 405's
+        ``key = value`` lines); empty when there is none or it cannot be read."""
+        out: Dict[str, str] = {}
+        try:
+            text = (self.prefix / "pyvenv.cfg").read_text(errors="replace")
+        except OSError:
+            return out
+        for line in text.splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                out[key.strip().lower()] = value.strip()
+        return out
+
+    def environment_kind(self) -> Optional[str]:
+        """Why the prefix is a venv or conda environment, as a short phrase (``"a venv
+        (pyvenv.cfg)"``, ``"a conda environment (conda-meta/)"`` for ``conda-meta/history`` or a
+        package record), or None."""
+        if self.is_venv:
+            return "a venv (pyvenv.cfg)"
+        if self.has_conda_history or self.has_conda_records:
+            return "a conda environment (conda-meta/)"
+        return None
 
     @cached_property
     def site_packages(self) -> Optional[Path]:
@@ -106,7 +189,7 @@ class PrefixData:
         Raises:
             EnvtoolError: ``strict`` and a record file does not parse (names the file).
         """
-        meta = self.prefix / "conda-meta"
+        meta = self.conda_meta
         if not meta.is_dir():
             return []
         from rattler import PrefixRecord
@@ -114,7 +197,7 @@ class PrefixData:
         out = []
         for path in sorted(meta.glob("*.json")):
             try:
-                out.append(PrefixRecord.from_path(str(path)))
+                out.append(PrefixRecord.from_path(path))
             except Exception as exc:  # noqa: BLE001 - py-rattler raises its own parse errors
                 if strict:
                     from envtool.core.errors import EnvtoolError
@@ -137,7 +220,7 @@ class PrefixData:
         """Every ``conda-meta/*.json`` as its JSON object (sorted by file name), for readers that
         want fields as conda wrote them (``url``, ``channel``, ``md5``, ``sha256``); files that are
         not JSON objects with ``name`` and ``version`` are skipped."""
-        meta = self.prefix / "conda-meta"
+        meta = self.conda_meta
         out = []
         for path in sorted(meta.glob("*.json")) if meta.is_dir() else ():
             try:

@@ -75,7 +75,7 @@ def marked(value: str) -> List[int]:
     """PIDs of live processes (not zombies, not this one) whose environment has
     ``BUILD_MARKER=value`` (those of other users are unreadable unless root: skipped)."""
     needle = f"{BUILD_MARKER}={value}".encode()
-    out = []
+    out: List[int] = []
     try:
         entries = list(os.scandir("/proc"))
     except OSError:  # no /proc here: the death signal and the process groups still apply
@@ -130,7 +130,7 @@ while needles:
             pass
     time.sleep(0.05)
 """
-_guard: Optional[subprocess.Popen] = None
+_guard: Optional["subprocess.Popen[bytes]"] = None
 
 
 def watch(value: str) -> None:
@@ -147,10 +147,16 @@ def watch(value: str) -> None:
                                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL, start_new_session=True, env=env,
                                           close_fds=True)
-            _guard.stdin.write(b"+" + os.fsencode(value) + b"\n")
-            _guard.stdin.flush()
+            _tell_guard(_guard, b"+" + os.fsencode(value) + b"\n")
         except OSError:
             pass  # no guard: the death signal and the next run's sweep still apply
+
+
+def _tell_guard(guard: "subprocess.Popen[bytes]", line: bytes) -> None:
+    """Write one line to the guard (started with ``stdin=PIPE``, so it has one)."""
+    if guard.stdin is not None:
+        guard.stdin.write(line)
+        guard.stdin.flush()
 
 
 def unwatch(value: str) -> None:
@@ -158,8 +164,7 @@ def unwatch(value: str) -> None:
     with _lock:
         if _guard is not None and _guard.poll() is None:
             try:
-                _guard.stdin.write(b"-" + os.fsencode(value) + b"\n")
-                _guard.stdin.flush()
+                _tell_guard(_guard, b"-" + os.fsencode(value) + b"\n")
             except OSError:
                 pass
 
@@ -313,7 +318,8 @@ def stale_dirs(parent: Path, prefix: str) -> Tuple[List[Path], List[Path]]:
         ``(stale, live)``: paths whose PID is not running here, and paths whose PID is (another
         envtool at work, or a reused PID: left alone). Our own PID counts as live.
     """
-    stale, live = [], []
+    stale: List[Path] = []
+    live: List[Path] = []
     pattern = re.compile(re.escape(prefix) + r"(\d+)")
     try:
         entries = list(os.scandir(parent))

@@ -106,4 +106,10 @@ def entries() -> List[Dict[str, object]]:
             continue
         if isinstance(data, dict) and isinstance(data.get("prefix"), str) and os.path.isabs(data["prefix"]):
             out.append(data)
-    return sorted(out, key=lambda d: d.get("created") if isinstance(d.get("created"), (int, float)) else 0)
+    return sorted(out, key=_created)
+
+
+def _created(record: Dict[str, object]) -> float:
+    """A record's ``created`` (epoch seconds), 0 when it has none."""
+    created = record.get("created")
+    return created if isinstance(created, (int, float)) else 0

@@ -20,13 +20,13 @@ Facts it encodes:
 """
 from __future__ import annotations
 
-import glob
 import os
 from pathlib import Path
 from typing import List, Optional
 
 from envtool.core.errors import UsageError
 from envtool.core.paths import cache_root
+from envtool.core.prefix import PrefixData
 
 #: ``$ENVTOOL_CACHE_PATH``: site caches (``:``-separated), read by :mod:`envtool.horovod.cache` too.
 CACHE_PATH_VAR = "ENVTOOL_CACHE_PATH"
@@ -46,12 +46,7 @@ def is_environment(path: Path) -> Optional[str]:
         return None
     if (path / ".envtool" / "create.json").is_file():
         return "envtool recorded it (.envtool/create.json)"
-    if (path / "pyvenv.cfg").is_file():
-        return "a venv (pyvenv.cfg)"
-    meta = path / "conda-meta"
-    if (meta / "history").is_file() or glob.glob(glob.escape(str(meta)) + "/*.json"):
-        return "a conda environment (conda-meta/)"
-    return None
+    return PrefixData(path).environment_kind()
 
 
 def _real(path) -> str:

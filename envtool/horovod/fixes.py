@@ -269,10 +269,8 @@ def framework_versions_from_pins(pins) -> Dict[str, Version]:
     out: Dict[str, Version] = {}
     for pin in pins:
         key = _framework_of(pin.name or "")
-        if not key or pin.version is None or pin.wildcard:
+        # parsed_version: kept by envtool.spec.load; None for a conda version PEP 440 cannot read
+        if not key or pin.wildcard or pin.parsed_version is None:
             continue
-        try:
-            out.setdefault(key, Version(pin.version.split("+")[0]))
-        except Exception:  # noqa: BLE001 - a conda version PEP 440 cannot read is not a pin we can use
-            continue
+        out.setdefault(key, Version(pin.parsed_version.public))  # the local label (+cpu) left out
     return out

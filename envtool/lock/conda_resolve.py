@@ -138,7 +138,7 @@ def records_for(packages: Sequence[LockedPackage], channels: Sequence[str], plat
     repodata = cache_dir("repodata")
 
     async def query():
-        gateway = Gateway(cache_dir=str(repodata))
+        gateway = Gateway(cache_dir=repodata)
         found = {}
         for base, pkgs in by_channel.items():
             subdirs = sorted({p.url.rsplit("/", 2)[1] for p in pkgs})

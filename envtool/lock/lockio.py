@@ -231,21 +231,3 @@ def _check_complete(path: Path, packages: List[LockedPackage], stamp: str) -> No
                          f"{stamp.split(':')[-1][:12]} (metadata.custom_metadata.{META_PACKAGES}) but holds "
                          f"{len(packages)} with digest {now.split(':')[-1][:12]}: it is incomplete or was edited; "
                          "write it again with 'envtool lock'")
-
-
-def render_explicit(path: Path, platform: str, extras=()) -> List[str]:
-    """Lines of ``conda-lock render --kind explicit`` for ``platform`` (conda-lock's own renderer).
-
-    Args:
-        path: the lock.
-        platform: one of its platforms.
-        extras: extra categories to include (e.g. ``("envtool-build",)``).
-    Returns:
-        the lines (``URL#md5`` for conda packages, ``# pip name @ URL#sha256=…`` for pip ones).
-    """
-    from conda_lock.conda_lock import render_lockfile_for_platform
-    from conda_lock.lockfile import parse_conda_lock_file
-
-    return render_lockfile_for_platform(lockfile=parse_conda_lock_file(Path(path)), include_dev_dependencies=False,
-                                        extras=set(extras), kind="explicit", platform=platform,
-                                        suppress_warning_for_pip_and_explicit=True)

@@ -34,11 +34,8 @@ def ensurepip_wheels(prefix: Path) -> Dict[Tuple[str, str], Path]:
     """``(name, version)`` → the wheel ``python -m venv`` seeded ``prefix`` from: the base
     interpreter's ``ensurepip/_bundled`` (CPython ``Lib/ensurepip``), found through ``pyvenv.cfg``'s
     ``home``. Empty for a conda prefix or when the directory is not there."""
-    cfg = Path(prefix) / "pyvenv.cfg"
-    try:
-        home = next(line.split("=", 1)[1].strip() for line in cfg.read_text().splitlines()
-                    if line.split("=", 1)[0].strip() == "home")
-    except (OSError, StopIteration):
+    home = PrefixData(Path(prefix)).venv_config().get("home")
+    if not home:
         return {}
     out: Dict[Tuple[str, str], Path] = {}
     for whl in Path(home).parent.glob("lib/python*/ensurepip/_bundled/*.whl"):
@@ -57,6 +54,23 @@ def created_build_keys(prefix: Path) -> Dict[str, str]:
         return {}
     key = (results.get("build-horovod") or {}).get("cache_key")
     return {"horovod": key} if key else {}
+
+
+def _archive(direct: Mapping[str, object]) -> Tuple[str, str]:
+    """``(url, sha256)`` of a distribution's parsed ``direct_url.json`` (PEP 610,
+    https://packaging.python.org/en/latest/specifications/direct-url-data-structure/): the
+    ``archive_info.hashes`` sha256, else the deprecated ``archive_info.hash`` ``sha256=...``;
+    ``""`` for what is missing or not of the specified type."""
+    url = direct.get("url")
+    info = direct.get("archive_info")
+    sha256 = ""
+    if isinstance(info, dict):
+        hashes = info.get("hashes")
+        if isinstance(hashes, dict) and isinstance(hashes.get("sha256"), str):
+            sha256 = hashes["sha256"]
+        elif isinstance(info.get("hash"), str) and info["hash"].startswith("sha256="):
+            sha256 = info["hash"].split("=", 1)[1]
+    return (url if isinstance(url, str) else ""), sha256
 
 
 def snapshot(prefix: Path, platform: str, lookup: bool = True, built_keys: Optional[Dict[str, str]] = None,
@@ -102,14 +116,10 @@ def snapshot(prefix: Path, platform: str, lookup: bool = True, built_keys: Optio
     for name, version, direct, reqs, _ in dists:
         requires[name] = reqs
         # seeded by python -m venv (no direct_url.json) or by uv from the same wheel (a file URL, no hash)
-        if (name, version) in bundled and not ((direct or {}).get("archive_info") or {}).get("hashes"):
+        url, sha256 = _archive(direct)
+        if (name, version) in bundled and not sha256:
             whl = bundled[(name, version)]
-            direct = {"url": whl.as_uri(), "archive_info": {"hashes": {"sha256": hashlib.sha256(whl.read_bytes()).hexdigest()}}}
-        url = direct.get("url", "")
-        hashes = (direct.get("archive_info") or {}).get("hashes") or {}
-        sha256 = hashes.get("sha256", "")
-        if not sha256 and (direct.get("archive_info") or {}).get("hash", "").startswith("sha256="):
-            sha256 = direct["archive_info"]["hash"].split("=", 1)[1]
+            url, sha256 = whl.as_uri(), hashlib.sha256(whl.read_bytes()).hexdigest()
         if not (url and sha256) and known and (name, version) in known:
             url, sha256 = known[(name, version)]
         m = _CACHE_KEY_RE.search(url)
@@ -122,7 +132,7 @@ def snapshot(prefix: Path, platform: str, lookup: bool = True, built_keys: Optio
             missing.append(f"{name}=={version}")
     environment: Dict[str, str] = {}
     if missing and lookup:
-        py = python or str(prefix / "bin" / "python")
+        py = python or str(data.python)
         report = pip_resolve.run_report(py, missing, ["--no-deps"], progress=progress)
         environment = report.get("environment", {})
         for p in pip_resolve.packages_from_report(report, platform):

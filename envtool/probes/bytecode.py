@@ -44,6 +44,7 @@ import os
 import stat
 import sys
 import time
+from typing import List
 
 #: Line prefix of every record (the same in every probe and in ``envtool.probes.MARKER``).
 MARKER = "ENVTOOL-PROBE "
@@ -51,7 +52,7 @@ MARKER = "ENVTOOL-PROBE "
 
 def sources(root):
     """Every ``.py`` file under ``root`` (list of paths; ``__pycache__`` directories skipped)."""
-    out = []
+    out: List[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d != "__pycache__"]
         out.extend(os.path.join(dirpath, f) for f in filenames if f.endswith(".py"))

@@ -260,10 +260,10 @@ def cuda_info():
     import torch
     cuda = {"torch_cuda": getattr(getattr(torch, "version", None), "cuda", None)}
     try:
-        cuda["available"] = bool(torch.cuda.is_available())
-        cuda["device_count"] = int(torch.cuda.device_count())
-        if cuda["available"]:
-            cuda["devices"] = [torch.cuda.get_device_name(i) for i in range(cuda["device_count"])]
+        cuda["available"] = available = bool(torch.cuda.is_available())
+        cuda["device_count"] = count = int(torch.cuda.device_count())
+        if available:
+            cuda["devices"] = [torch.cuda.get_device_name(i) for i in range(count)]
             version = torch.cuda.nccl.version()
             cuda["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
     except Exception as exc:

@@ -51,28 +51,28 @@ def metadata_version():
     ``importlib.metadata.version`` (Python ≥ 3.8; ``PackageNotFoundError`` is a ``ModuleNotFoundError``,
     hence an ``ImportError``, not a ``LookupError``, so it is translated), else the
     ``importlib_metadata`` backport, else setuptools' ``pkg_resources`` (Python 3.6/3.7)."""
-    try:
-        from importlib import metadata
-    except ImportError:
+    import importlib
+
+    for name in ("importlib.metadata", "importlib_metadata"):
         try:
-            import importlib_metadata as metadata
+            metadata = importlib.import_module(name)
         except ImportError:
-            metadata = None
-    if metadata is not None:
-        def version(name):
+            continue
+
+        def by_metadata(dist):
             try:
-                return metadata.version(name)
+                return metadata.version(dist)
             except metadata.PackageNotFoundError:
-                raise LookupError(name)
-        return version
+                raise LookupError(dist)
+        return by_metadata
     import pkg_resources
 
-    def version(name):
+    def by_pkg_resources(dist):
         try:
-            return pkg_resources.get_distribution(name).version
+            return pkg_resources.get_distribution(dist).version
         except pkg_resources.DistributionNotFound:
-            raise LookupError(name)
-    return version
+            raise LookupError(dist)
+    return by_pkg_resources
 
 
 def main(argv=None):

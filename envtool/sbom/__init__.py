@@ -26,6 +26,7 @@ from typing import Dict, List, Optional, Tuple
 
 from envtool import __version__
 from envtool.core.errors import UsageError
+from envtool.core.prefix import PrefixData
 
 #: ``--format`` choices.
 FORMATS = ("cyclonedx-json",)
@@ -35,16 +36,12 @@ SPEC_VERSION = "1.6"
 
 def _conda_records(prefix: Path) -> List[Dict]:
     """The conda records of ``prefix`` as conda wrote them (:class:`~envtool.core.prefix.PrefixData`)."""
-    from envtool.core.prefix import PrefixData
-
     return [dict(d) for d in PrefixData(prefix).conda_record_dicts]
 
 
 def _pip_dists(prefix: Path) -> List[Tuple[str, str, Optional[Dict]]]:
     """``(canonical name, version, direct_url or None)`` of the distributions not installed by conda
     (a conda package's record is its component), from :class:`~envtool.core.prefix.PrefixData`."""
-    from envtool.core.prefix import PrefixData
-
     return [(d.name, d.version, d.direct or None) for d in PrefixData(prefix).distributions if d.installer != "conda"]
 
 
@@ -116,7 +113,7 @@ def first_unreadable(prefix: Path) -> Optional[Tuple[Path, str]]:
             return []
 
     todo: List[Tuple[Path, bool]] = [(prefix, True)]
-    meta = prefix / "conda-meta"
+    meta = PrefixData(prefix).conda_meta
     if meta.is_dir() or os.path.lexists(meta):
         todo.append((meta, True))
         todo += [(meta / n, False) for n in entries(meta) if n.endswith(".json")]
@@ -165,9 +162,7 @@ def build_bom(prefix: Path, name: Optional[str] = None, version: Optional[str] =
     if blocked is not None:
         raise UsageError(f"--prefix: cannot read {blocked[0]} ({blocked[1]}): an SBOM of {prefix} would leave out what "
                          "it holds; run as a user who can read the whole environment")
-    from envtool.core.prefix import PrefixData
-
-    if not (prefix / "conda-meta").is_dir() and PrefixData(prefix).site_packages is None:
+    if not PrefixData(prefix).is_conda and PrefixData(prefix).site_packages is None:
         raise UsageError(f"--prefix: {prefix} is not an environment (no conda-meta/ and no site-packages)")
 
     hvd = horovod_build(prefix)

@@ -1,33 +1,43 @@
 """Schedulers and launchers: job scripts for Slurm, LSF, PBS Pro, Cobalt/ALPS and plain local runs.
 
 One small module per scheduler (:mod:`.slurm`, :mod:`.lsf`, :mod:`.pbs`, :mod:`.cobalt`,
-:mod:`.local`), each giving its directives, its launcher line for a :class:`~.model.Layout`, and
-how to submit, watch and cancel a job. :mod:`.launcher` is the one place that knows how a site
-launches ranks (``doctor``'s launcher check, ``create``'s validation and job scripts use it);
-:mod:`.script` fills the job-script template (``templates/jobscript.sh``); :mod:`.jobs` submits
-and watches. This package imports only the core (:mod:`envtool.spec`, :mod:`envtool.core.errors`).
+:mod:`.local`), each implementing :class:`~.model.Scheduler` (directives, submit and status
+commands, pure parsers of their outputs). :mod:`.launchers` holds the registered launchers
+(:class:`~.model.LaunchProgram`: srun, jsrun, mpiexec, aprun, mpirun), chosen apart from the
+scheduler; :mod:`.launcher` is the one place that knows how a site launches ranks (``doctor``'s
+launcher check, ``create``'s validation and job scripts use it); :mod:`.script` fills the
+job-script template (``templates/jobscript.sh``). This package imports only the layers below
+(:mod:`envtool.spec`, :mod:`envtool.core`).
 
-The registry maps a site file's ``scheduler`` (None for ``none``) to its module.
+The names and modules are registered once, in :mod:`envtool.spec.registry` (the site-file
+reader checks names against the same table).
 """
 from __future__ import annotations
 
 import importlib
-from typing import Optional
+from typing import Optional, cast
 
-#: scheduler name (site file ``scheduler``; ``local`` for none) → module under envtool.scheduler.
-REGISTRY = {"slurm": "slurm", "lsf": "lsf", "pbs": "pbs", "cobalt": "cobalt", "local": "local"}
+from envtool.scheduler.model import LaunchProgram, Scheduler
+from envtool.spec import registry
 
 
-def get(name: Optional[str]):
-    """The module of scheduler ``name`` (``slurm``, ``lsf``, ``pbs``, ``cobalt``; None or ``none``
-    gives ``local``).
+def get(name: Optional[str]) -> Scheduler:
+    """The module of scheduler ``name`` (a registered name; None or ``none`` gives ``local``).
 
     Returns:
-        a module with ``NAME``, ``DIRECTIVE``, ``LAUNCHER``, ``directives(req)``,
-        ``launch_argv(req, layout, whole_job)``, ``submit_argv(script)``, ``parse_job_id(text)``,
-        ``state(job_id)`` and ``cancel_argv(job_id)``.
+        the module, which implements :class:`~envtool.scheduler.model.Scheduler`.
     Raises:
-        KeyError: an unknown name (site files are checked on load, so only a bug gets here).
+        KeyError: an unregistered name (site files are checked on load, so only a bug gets here).
     """
-    key = "local" if name in (None, "none") else name
-    return importlib.import_module(f"envtool.scheduler.{REGISTRY[key]}")
+    key = registry.NO_SCHEDULER if name in (None, registry.NONE) else str(name)
+    return cast(Scheduler, importlib.import_module(registry.SCHEDULERS[key]))
+
+
+def get_launcher(name: str) -> LaunchProgram:
+    """The registered launcher ``name`` (``srun``, ``jsrun``, ``mpiexec``, ``aprun``, ``mpirun`` …).
+
+    Raises:
+        KeyError: an unregistered name.
+    """
+    module, _, attr = registry.LAUNCHERS[name].partition(":")
+    return cast(LaunchProgram, getattr(importlib.import_module(module), attr))

@@ -13,16 +13,21 @@ from __future__ import annotations
 import math
 import re
 import subprocess
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
-from envtool.scheduler.model import missing
+from envtool.scheduler.model import JobRequest, JobState, SchedulerOutputError, output_error
 
 NAME = "cobalt"
 DIRECTIVE = "#COBALT"
-LAUNCHER = "aprun"
+#: the registered launcher job scripts use unless the site file names one (``batch.launcher``)
+DEFAULT_LAUNCHER: Optional[str] = "aprun"
+SUBMIT_STDIN = False
+#: qstat state words
+QUEUED = ("queued", "user_hold")
+RUNNING = ("running", "exiting", "starting")
 
 
-def directives(req) -> List[Tuple[str, ...]]:
+def directives(req: JobRequest) -> List[Tuple[str, ...]]:
     """``#COBALT`` argument tuples: -n nodes, -t minutes, -q, -A, -O."""
     out: List[Tuple[str, ...]] = [("-n", str(req.layout.nodes))]
     if req.seconds:
@@ -36,28 +41,45 @@ def directives(req) -> List[Tuple[str, ...]]:
     return out
 
 
-def launch_argv(req, layout, whole_job: bool = True) -> List[str]:
-    """``aprun -n T -N R --cc depth -d D``.
-
-    Raises:
-        SpecError: ``batch.cpus_per_node`` missing (``-d`` needs it).
-    """
-    if not layout.cpus_per_rank:
-        raise missing(req.site, "batch.cpus_per_node", "the cores a job may use on one node (an integer)",
-                      "aprun -d needs it")
-    return ["aprun", "-n", str(layout.ranks), "-N", str(layout.ranks_per_node), "--cc", "depth",
-            "-d", str(layout.cpus_per_rank)]
-
-
 def submit_argv(script: str) -> List[str]:
     """``qsub SCRIPT`` (Cobalt runs the script's ``#COBALT`` lines as options)."""
     return ["qsub", script]
 
 
-def parse_job_id(text: str) -> Optional[str]:
-    """The numeric job id Cobalt's ``qsub`` prints, or None."""
-    m = re.search(r"^\s*(\d+)\s*$", text, re.M)
-    return m.group(1) if m else None
+def parse_submit(stdout: str) -> str:
+    """The numeric job id Cobalt's ``qsub`` prints (a line holding only it).
+
+    Raises:
+        SchedulerOutputError: no such line.
+    """
+    m = re.search(r"^\s*(\d+)\s*$", stdout, re.M)
+    if not m:
+        raise output_error("qsub", "the numeric job id", stdout)
+    return m.group(1)
+
+
+def status_argv(job_id: str) -> List[str]:
+    """``qstat ID``."""
+    return ["qstat", str(job_id)]
+
+
+def parse_status(stdout: str) -> Dict[str, JobState]:
+    """Job id → :class:`JobState` of every ``qstat`` line that starts with a job id and holds a
+    state word (:data:`QUEUED`, :data:`RUNNING`); header and rule lines are skipped.
+
+    Raises:
+        SchedulerOutputError: a line starting with a job id but holding no state word.
+    """
+    out: Dict[str, JobState] = {}
+    for line in stdout.splitlines():
+        words = line.split()
+        if not words or not words[0].isdigit():
+            continue
+        st = next((w for w in words if w in QUEUED + RUNNING), None)
+        if st is None:
+            raise output_error("qstat", "job lines holding a state (queued, running, exiting …)", stdout)
+        out[words[0]] = JobState("queued" if st in QUEUED else "running", st)
+    return out
 
 
 def cancel_argv(job_id: str) -> List[str]:
@@ -65,15 +87,12 @@ def cancel_argv(job_id: str) -> List[str]:
     return ["qdel", str(job_id)]
 
 
-def state(job_id: str) -> Tuple[str, str, Optional[int]]:
-    """``(phase, state, None)`` from ``qstat ID`` (Cobalt forgets a finished job: then ``done``)."""
+def state(job_id: str) -> JobState:
+    """The :class:`JobState` of ``job_id`` from ``qstat ID`` (Cobalt forgets a finished job: then
+    ``done``, state ``gone``; ``unknown`` when qstat cannot be run or answers unreadably)."""
     try:
-        proc = subprocess.run(["qstat", str(job_id)], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown", "?", None
-    for line in proc.stdout.splitlines():
-        words = line.split()
-        if words and words[0] == str(job_id):
-            st = next((w for w in words if w in ("queued", "running", "exiting", "user_hold", "starting")), "?")
-            return ("queued" if st in ("queued", "user_hold") else "running"), st, None
-    return "done", "gone", None
+        proc = subprocess.run(status_argv(job_id), capture_output=True, text=True, timeout=30)
+        found = parse_status(proc.stdout)
+    except (OSError, subprocess.TimeoutExpired, SchedulerOutputError):
+        return JobState("unknown", "?")
+    return found.get(str(job_id), JobState("done", "gone"))

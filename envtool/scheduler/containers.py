@@ -12,7 +12,7 @@ registration each (:data:`REGISTRY`), all satisfying the :class:`Runtime` protoc
   module is a flag named by its ``cli_arg`` (``NERSC/podman-hpc@01b02d6e552f:etc/modules.d/mpich.yaml``
   gives ``--mpi``, ``etc/modules.d/gpu.yaml`` ``--gpu``; ``podman_hpc/siteconfig.py`` reads
   ``cli_arg``); ``--rm`` and ``--volume`` are podman's own ``run`` options, which podman-hpc passes
-  through (``containers/podman@v4.3.1:docs/source/markdown/podman-run.1.md.in``).
+  through (``https://docs.podman.io/en/v4.2/_sources/markdown/podman-run.1.md.txt``).
 - Apptainer: ``apptainer exec --bind SRC:DST IMAGE argv…``
   (https://apptainer.org/docs/user/1.2/bind_paths_and_mounts.html; ``--nv`` for NVIDIA GPUs,
   https://apptainer.org/docs/user/1.2/gpu.html).
@@ -86,7 +86,8 @@ class Shifter:
     is passed on. Sources: the tutorial's line
     (``hwang2006/distributed-training-with-horovod-on-perlmutter@db9db9a20292:README.md#L471``);
     ``--image`` and ``--volume`` (``NERSC/shifter@692d38cd6e35:doc/command/shifter.rst``); several
-    binds go in one ``--volume`` separated by ``;`` (https://docs.nersc.gov/development/containers/shifter/how-to-use/).
+    binds go in one ``--volume`` separated by ``;`` (``NERSC/shifter@84b7d34911bb:src/shifter.c``, its
+    usage text ``--volume=/path/to/bind:/mnt/in/image[;...]``).
     """
 
     name = "shifter"
@@ -113,12 +114,13 @@ class PodmanHPC:
     (``NERSC/podman-hpc@01b02d6e552f:etc/modules.d/*.yaml``: ``mpi`` (Cray MPICH), ``gpu``,
     ``nccl``, ``cuda-mpi``, ``openmpi-pmi2``, ``openmpi-pmix``, ``cfs``, ``cvmfs``, ``home``,
     ``scratch``, ``jupyter``); ``--rm`` and ``--volume`` are podman's ``run`` options
-    (``containers/podman@v4.3.1:docs/source/markdown/podman-run.1.md.in``).
+    (``https://docs.podman.io/en/v4.2/_sources/markdown/podman-run.1.md.txt``).
     """
 
     name = "podman-hpc"
     program = "podman-hpc"
-    source = "NERSC/podman-hpc@01b02d6e552f:etc/modules.d/mpich.yaml (cli_arg: mpi), etc/modules.d/gpu.yaml (cli_arg: gpu)"
+    source = ("NERSC/podman-hpc@01b02d6e552f:etc/modules.d/mpich.yaml (cli_arg: mpi), "
+              "etc/modules.d/gpu.yaml (cli_arg: gpu)")
     modules: Optional[Tuple[str, ...]] = ("mpi", "gpu", "nccl", "cuda-mpi", "openmpi-pmi2", "openmpi-pmix",
                                           "cfs", "cvmfs", "home", "scratch", "jupyter")
 

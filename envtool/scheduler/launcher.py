@@ -2,11 +2,16 @@
 launcher check, ``create``'s validation (``horovodrun`` on this machine) and job scripts.
 
 A site file gives a ``launcher`` template (``srun -n {ranks}``; a stack entry may replace it, as
-Bede's ``bede-ddlrun`` for WML-CE, ``N8-CIR-Bede/documentation@338157492d38:software/applications/wmlce.rst#L94-L95``) and a ``scheduler``. When the template's program is
-the scheduler's own launcher (``srun`` for Slurm, ``jsrun`` for LSF on Summit, ``mpiexec`` for PBS
-on Polaris, ``aprun`` for Cobalt), a job script's launcher line is built from the job's layout by
-the scheduler module; any other program (``bede-ddlrun``, ``horovodrun``, ``mpirun``) is used as
-its template says, with ``{ranks}`` filled in.
+Bede's ``bede-ddlrun`` for WML-CE, ``N8-CIR-Bede/documentation@338157492d38:software/applications/wmlce.rst#L94-L95``),
+a ``scheduler``, and optionally ``batch.launcher``, a registered launcher
+(:data:`envtool.spec.registry.LAUNCHERS`) chosen apart from the scheduler. Job-script launcher
+lines are built from the job's layout by a registered launcher (:mod:`envtool.scheduler.launchers`):
+
+- ``batch.launcher`` when the site file names one (and no stack entry gives its own template);
+- else the scheduler's ``DEFAULT_LAUNCHER`` (``srun`` for Slurm, ``jsrun`` for LSF on Summit,
+  ``mpiexec`` for PBS on Polaris, ``aprun`` for Cobalt) when the template's program is that one;
+- any other program (``bede-ddlrun``, ``horovodrun``) is used as its template says, with
+  ``{ranks}`` filled in.
 """
 from __future__ import annotations
 
@@ -17,13 +22,9 @@ from pathlib import Path
 from typing import List, Optional
 
 from envtool.core.errors import UsageError
+from envtool.scheduler import get as get_scheduler
+from envtool.scheduler import get_launcher
 
-#: Scheduler → the launcher it brings (sources: the KISTI Perlmutter tutorial's srun,
-#: ``hwang2006/distributed-training-with-horovod-on-perlmutter@db9db9a20292:README.md#L302-L313``;
-#: OLCF's jsrun, ``olcf/olcf-user-docs@6c07271c3d12:software/analytics/distributed-dl-env.rst#L120-L130``;
-#: the ALCF Polaris guide's mpiexec; ALCF's aprun,
-#: ``argonne-lcf/ALCF_Hands_on_HPC_Workshop@5b4beb1902b8:learningFrameworks/distributedDeepLearning/README.md#L199-L202``).
-NATIVE = {"slurm": "srun", "lsf": "jsrun", "pbs": "mpiexec", "cobalt": "aprun"}
 #: Launchers that start ranks through an MPI runtime found on PATH (``horovodrun --mpi`` calls mpirun).
 MPI_RUNTIME_LAUNCHERS = ("mpirun", "mpiexec", "horovodrun")
 #: What a site without a launcher uses.
@@ -38,8 +39,9 @@ class Launcher:
         program: the executable (first word of the template: ``srun``, ``jsrun``, ``bede-ddlrun``).
         template: the site's template (``{ranks}`` is replaced).
         scheduler: the site's scheduler (``slurm``, ``lsf``, ``pbs``, ``cobalt``) or None.
-        native: the program is the scheduler's own launcher, so job scripts build its flags
-            from the layout.
+        native: ``program`` is a registered launcher (:func:`envtool.scheduler.get_launcher`)
+            that job scripts build from the layout (the site's ``batch.launcher``, or the
+            scheduler's default launcher named by the template).
     """
 
     program: str
@@ -70,17 +72,10 @@ class Launcher:
         Raises:
             SpecError: the site file lacks a value a flag needs (names the field).
             UsageError: ``mpi`` given for a launcher other than Slurm's srun.
+            KeyError: ``native`` set for an unregistered program (a bug: :func:`for_site` sets it).
         """
         if self.native:
-            from envtool import scheduler
-
-            sched = scheduler.get(self.scheduler)
-            if mpi is not None:
-                if self.scheduler != "slurm":
-                    raise UsageError(f"a step with its own PMI plugin (--mpi={mpi}) is written for Slurm only, "
-                                     f"not {self.scheduler}")
-                return sched.launch_argv(req, layout, whole_job, mpi=mpi)
-            return sched.launch_argv(req, layout, whole_job)
+            return get_launcher(self.program).launch_argv(req, layout, whole_job, mpi=mpi)
         if mpi is not None:
             raise UsageError(f"a step with its own PMI plugin (--mpi={mpi}) needs the scheduler's own launcher "
                              f"(srun), not {self.program}")
@@ -92,20 +87,27 @@ def for_site(site, mapping=None) -> Launcher:
 
     Args:
         site: a :class:`envtool.spec.sites.SiteFile` or a resolved spec's
-            :class:`envtool.spec.model.Site` (both have ``launcher`` and ``scheduler``), or None
-            (this machine: ``horovodrun`` on localhost).
+            :class:`envtool.spec.model.Site` (both have ``launcher`` and ``scheduler``; a site
+            file's ``batch.launcher`` is read when there is one), or None (this machine:
+            ``horovodrun`` on localhost).
         mapping: the stack entry (:class:`envtool.spec.sites.StackMapping`) whose ``launcher``
             replaces the site's, or None.
     Returns:
         the :class:`Launcher`.
     """
-    template = (getattr(mapping, "launcher", None) or getattr(site, "launcher", None) or DEFAULT_TEMPLATE).strip()
+    own = getattr(mapping, "launcher", None)
+    template = (own or getattr(site, "launcher", None) or DEFAULT_TEMPLATE).strip()
     scheduler = getattr(site, "scheduler", None)
     scheduler = None if scheduler in (None, "none") else scheduler
     words = shlex.split(template) or ["horovodrun"]
     program = os.path.basename(words[0])
+    chosen = getattr(getattr(site, "batch", None), "launcher", None)
+    if chosen and not own:
+        # the site names its launcher apart from the scheduler (batch.launcher)
+        return Launcher(program=chosen, template=template, scheduler=scheduler, native=True)
+    default = get_scheduler(scheduler).DEFAULT_LAUNCHER if scheduler is not None else None
     return Launcher(program=program, template=template, scheduler=scheduler,
-                    native=scheduler is not None and NATIVE.get(scheduler) == program)
+                    native=default is not None and default == program)
 
 
 def horovodrun_argv(prefix: Path, ranks: int, controller: Optional[str] = "gloo",

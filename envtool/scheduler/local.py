@@ -5,32 +5,29 @@ template (``horovodrun -np {ranks} -H localhost:{ranks}`` for the ``local`` site
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from envtool.core.errors import UsageError
+from envtool.scheduler.model import JobRequest, JobState, output_error
 
 NAME = "local"
-DIRECTIVE = None
-LAUNCHER = "horovodrun"
+DIRECTIVE: Optional[str] = None
+#: None: job scripts use the site's ``launcher`` template as written (horovodrun on localhost)
+DEFAULT_LAUNCHER: Optional[str] = None
+SUBMIT_STDIN = False
 
 
-def directives(req) -> List[Tuple[str, ...]]:
+def directives(req: JobRequest) -> List[Tuple[str, ...]]:
     """None; refuses more than one node.
 
     Raises:
         UsageError: ``--nodes`` above 1 for a site without a scheduler.
     """
+    site = req.site
     if req.layout.nodes != 1:
-        raise UsageError(f"site {req.site.name} has no scheduler (scheduler: none in {req.site.path}): "
+        raise UsageError(f"site {site.name} has no scheduler (scheduler: none in {site.path}): "
                          f"it runs on this machine only; use --nodes 1, not {req.layout.nodes}")
     return []
-
-
-def launch_argv(req, layout, whole_job: bool = True) -> List[str]:
-    """The site's launcher template for ``layout.ranks`` ranks."""
-    from envtool.scheduler import launcher
-
-    return launcher.for_site(req.site).argv(layout.ranks)
 
 
 def submit_argv(script: str) -> List[str]:
@@ -38,9 +35,23 @@ def submit_argv(script: str) -> List[str]:
     return ["bash", script]
 
 
-def parse_job_id(text: str) -> Optional[str]:
-    """No job ids: None."""
-    return None
+def parse_submit(stdout: str) -> str:
+    """A local run has no job id.
+
+    Raises:
+        SchedulerOutputError: always (``validate --submit`` runs the script as a child instead).
+    """
+    raise output_error("bash SCRIPT", "nothing to parse: a run without a scheduler has no job id", stdout)
+
+
+def status_argv(job_id: str) -> List[str]:
+    """Nothing to call: []."""
+    return []
+
+
+def parse_status(stdout: str) -> Dict[str, JobState]:
+    """No queue to read: {}."""
+    return {}
 
 
 def cancel_argv(job_id: str) -> List[str]:
@@ -48,6 +59,6 @@ def cancel_argv(job_id: str) -> List[str]:
     return []
 
 
-def state(job_id: str) -> Tuple[str, str, Optional[int]]:
-    """Not queued anywhere: ``("unknown", "local", None)``."""
-    return "unknown", "local", None
+def state(job_id: str) -> JobState:
+    """Not queued anywhere: ``JobState("unknown", "local")``."""
+    return JobState("unknown", "local")

@@ -8,21 +8,31 @@ contiguous cores (``-bpacked:``). Without ``-n``, jsrun makes as many resource s
 allocation holds.
 
 Jobs (not runnable here; the commands are IBM's documented ones): ``bsub < SCRIPT`` prints
-``Job <ID> is submitted …``; ``bjobs -noheader -o stat ID`` gives PEND/RUN/DONE/EXIT; ``bkill ID``.
+``Job <ID> is submitted to queue <Q>.``; ``bjobs -o "jobid stat exit_code" ID`` prints a header
+line (``JOBID STAT EXIT_CODE``) and one line per job, or ``Job <ID> is not found`` /
+``No unfinished job found`` (IBM Spectrum LSF 10.1, bjobs -o:
+https://www.ibm.com/docs/en/SSWRJV_10.1.0/lsf_command_ref/bjobs.o.1.html, and
+LSB_BJOBS_CONSISTENT_EXIT_CODE: https://www.ibm.com/docs/en/spectrum-lsf/10.1.0?topic=lsfconf-lsb-bjobs-consistent-exit-code);
+``bkill ID``. Documented outputs are in ``tests/data/scheduler/lsf/``.
 """
 from __future__ import annotations
 
 import math
 import re
 import subprocess
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
-from envtool.scheduler.model import missing
+from envtool.scheduler.model import JobRequest, JobState, Phase, SchedulerOutputError, output_error
 
 NAME = "lsf"
 DIRECTIVE = "#BSUB"
-LAUNCHER = "jsrun"
+#: the registered launcher job scripts use unless the site file names one (``batch.launcher``)
+DEFAULT_LAUNCHER: Optional[str] = "jsrun"
 SUBMIT_STDIN = True
+#: bjobs STAT values (IBM, "Job states": https://www.ibm.com/docs/en/SSWRJV_10.1.0/lsf_users_guide/job_states.html)
+QUEUED = ("PEND", "PSUSP", "WAIT")
+RUNNING = ("RUN", "USUSP", "SSUSP", "PROV")
+FINISHED = ("DONE", "EXIT")
 
 
 def walltime(seconds: int) -> str:
@@ -31,7 +41,7 @@ def walltime(seconds: int) -> str:
     return f"{minutes // 60}:{minutes % 60:02d}"
 
 
-def directives(req) -> List[Tuple[str, ...]]:
+def directives(req: JobRequest) -> List[Tuple[str, ...]]:
     """``#BSUB`` argument tuples in OLCF's order (-P, -W, -nnodes, -q, -J, -o, -e)."""
     out: List[Tuple[str, ...]] = []
     if req.account:
@@ -49,30 +59,6 @@ def directives(req) -> List[Tuple[str, ...]]:
     return out
 
 
-def launch_argv(req, layout, whole_job: bool = True) -> List[str]:
-    """``jsrun -r1 -g{G} -a{R} -c{C} -bpacked:{C/R}`` (``-n{nodes}`` for a partial step).
-
-    Raises:
-        SpecError: ``batch.cpus_per_node`` missing (``-c`` and ``-bpacked`` need it), or GPUs
-            asked of a site with ``gpus_per_node`` 0.
-    """
-    site = req.site
-    if not layout.cpus_per_rank:
-        raise missing(site, "batch.cpus_per_node", "the cores a job may use on one node (an integer)",
-                      "jsrun -c and -bpacked need it")
-    argv = ["jsrun"]
-    if not whole_job:
-        argv.append(f"-n{layout.nodes}")
-    argv.append("-r1")
-    if layout.gpus_per_rank:
-        if not site.gpus_per_node:
-            raise missing(site, "gpus_per_node", "the GPUs of one node", "jsrun -g needs it")
-        argv.append(f"-g{layout.gpus_per_node}")
-    argv += [f"-a{layout.ranks_per_node}", f"-c{layout.cpus_per_rank * layout.ranks_per_node}",
-             f"-bpacked:{layout.cpus_per_rank}"]
-    return argv
-
-
 def per_node_argv(req) -> List[str]:
     """``jsrun -n NODES -r1 -a1 -c1``: one resource set on each host with one task and one core
     (``-n`` resource sets, ``-r`` of them per host, ``-a`` tasks and ``-c`` cores in each: OLCF's Summit
@@ -87,10 +73,65 @@ def submit_argv(script: str) -> List[str]:
     return ["bsub"]
 
 
-def parse_job_id(text: str) -> Optional[str]:
-    """The id from ``Job <123> is submitted to queue <batch>.``, or None."""
-    m = re.search(r"Job <(\d+)>", text)
-    return m.group(1) if m else None
+def parse_submit(stdout: str) -> str:
+    """The id from ``Job <123> is submitted to queue <batch>.``.
+
+    Raises:
+        SchedulerOutputError: no ``Job <ID> is submitted`` in ``stdout``.
+    """
+    m = re.search(r"^Job <(\d+)> is submitted", stdout, re.M)
+    if not m:
+        raise output_error("bsub", "'Job <ID> is submitted to queue <QUEUE>.'", stdout)
+    return m.group(1)
+
+
+def status_argv(job_id: str) -> List[str]:
+    """``bjobs -o "jobid stat exit_code" ID``."""
+    return ["bjobs", "-o", "jobid stat exit_code", str(job_id)]
+
+
+def _phase(stat: str) -> Phase:
+    if stat in QUEUED:
+        return "queued"
+    if stat in RUNNING:
+        return "running"
+    if stat in FINISHED:
+        return "done"
+    return "unknown"
+
+
+def parse_status(stdout: str) -> Dict[str, JobState]:
+    """Job id → :class:`JobState` from ``bjobs`` output with its header line (``-o "jobid stat
+    exit_code"``, or bjobs' default columns, which start ``JOBID USER STAT``). ``Job <ID> is not
+    found`` and ``No unfinished job found`` lines list nothing. A finished job's exit status is its
+    ``EXIT_CODE`` column where there is one, else 0 for ``DONE``.
+
+    Raises:
+        SchedulerOutputError: job lines without a header naming JOBID and STAT, or a job line
+            too short for them.
+    """
+    out: Dict[str, JobState] = {}
+    header: Optional[List[str]] = None
+    for line in stdout.splitlines():
+        words = line.split()
+        if not words or re.fullmatch(r"Job <\S+> is not found\.?|No unfinished job found\.?", line.strip()):
+            continue
+        if "JOBID" in words and "STAT" in words:
+            header = words
+            continue
+        if header is None or len(words) <= max(header.index("JOBID"), header.index("STAT")) \
+                or not words[header.index("JOBID")].isdigit():
+            raise output_error("bjobs", "a header line naming JOBID and STAT, then one line per job", stdout)
+        stat = words[header.index("STAT")]
+        code: Optional[int] = None
+        if "EXIT_CODE" in header and len(words) > header.index("EXIT_CODE") \
+                and words[header.index("EXIT_CODE")].isdigit():
+            code = int(words[header.index("EXIT_CODE")])
+        elif stat == "DONE":
+            code = 0
+        phase = _phase(stat)
+        out[words[header.index("JOBID")]] = JobState(phase, stat, code if phase == "done" else None)
+    return out
 
 
 def cancel_argv(job_id: str) -> List[str]:
@@ -98,20 +139,12 @@ def cancel_argv(job_id: str) -> List[str]:
     return ["bkill", str(job_id)]
 
 
-def state(job_id: str) -> Tuple[str, str, Optional[int]]:
-    """``(phase, LSF stat, exit status)`` from ``bjobs -noheader -o "stat exit_code" ID``."""
+def state(job_id: str) -> JobState:
+    """The :class:`JobState` of ``job_id`` from :func:`status_argv` (``unknown`` when bjobs cannot be
+    run, does not list the job, or answers unreadably)."""
     try:
-        proc = subprocess.run(["bjobs", "-noheader", "-o", "stat exit_code", str(job_id)], capture_output=True,
-                              text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown", "?", None
-    words = proc.stdout.split()
-    st = words[0] if words else "?"
-    if st in ("PEND", "PSUSP", "WAIT"):
-        return "queued", st, None
-    if st in ("RUN", "USUSP", "SSUSP", "PROV"):
-        return "running", st, None
-    if st in ("DONE", "EXIT"):
-        code = int(words[1]) if len(words) > 1 and words[1].isdigit() else (0 if st == "DONE" else None)
-        return "done", st, code
-    return "unknown", st, None
+        proc = subprocess.run(status_argv(job_id), capture_output=True, text=True, timeout=30)
+        found = parse_status(proc.stdout)
+    except (OSError, subprocess.TimeoutExpired, SchedulerOutputError):
+        return JobState("unknown", "?")
+    return found.get(str(job_id), JobState("unknown", "?"))

@@ -1,15 +1,27 @@
-"""What a job script is made of: the layout of ranks on nodes, and the request for one job.
+"""What a job script is made of, and what every scheduler and launcher provides.
 
-Plain data, no scheduler knowledge: each scheduler module (:mod:`envtool.scheduler.slurm` …)
-turns a :class:`JobRequest` into directives and launcher lines.
+Plain data (:class:`Layout`, :class:`LaunchStep`, :class:`JobRequest`, :class:`JobState`) and the
+two interfaces a plug-in implements: :class:`Scheduler` (one module per scheduler:
+:mod:`envtool.scheduler.slurm` …) and :class:`LaunchProgram` (one object per launcher:
+:mod:`envtool.scheduler.launchers`). Both are registered by name in :mod:`envtool.spec.registry`.
+
+The split follows ReFrame's: a scheduler back-end emits the preamble (directives), submits and
+polls (``reframe-hpc/reframe@v4.5.0:reframe/core/schedulers/__init__.py``, ``JobScheduler``:
+``emit_preamble``, ``submit``, ``poll``, ``cancel``), and a launcher is chosen apart from it and
+only builds the command words that start the ranks
+(``reframe-hpc/reframe@v4.5.0:reframe/core/launchers/__init__.py``, ``JobLauncher.command``).
+Unlike ReFrame, the parsing of a scheduler's answers is a pure function of the command's
+standard output (``parse_submit``, ``parse_status``), kept apart from the thin function that runs
+the command, so it is tested on captured real outputs (``tests/data/scheduler/``).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import Dict, List, Literal, NamedTuple, Optional, Protocol, Tuple
 
-from envtool.core.errors import SpecError, UsageError
+from envtool.core.errors import EnvtoolError, SpecError, UsageError
+from envtool.spec.sites import SiteFile
 
 
 @dataclass(frozen=True)
@@ -101,7 +113,7 @@ class JobRequest:
             value comes from (one line; control characters become ``?``).
     """
 
-    site: object
+    site: SiteFile
     layout: Layout
     steps: Tuple[LaunchStep, ...]
     seconds: Optional[int] = None
@@ -190,3 +202,120 @@ def hms(seconds: int) -> str:
     h, rest = divmod(int(seconds), 3600)
     m, s = divmod(rest, 60)
     return f"{h}:{m:02d}:{s:02d}"
+
+
+#: Where a job is, in the scheduler-independent terms envtool waits on: ``queued`` (waiting or
+#: held), ``running``, ``done`` (finished, failed or cancelled), ``unknown`` (the scheduler does
+#: not know the job, or its answer could not be read).
+Phase = Literal["queued", "running", "done", "unknown"]
+
+
+class JobState(NamedTuple):
+    """One job's state as a scheduler reported it.
+
+    Attributes:
+        phase: the :data:`Phase`.
+        state: the scheduler's own state name (``PENDING``, ``RUN``, ``F`` …), ``?`` when unknown.
+        exit_status: the batch script's exit status once done, else None (also when the
+            scheduler does not report it).
+    """
+
+    phase: Phase
+    state: str
+    exit_status: Optional[int] = None
+
+
+class SchedulerOutputError(EnvtoolError):
+    """A scheduler command's output could not be read (exit status 1: a check failed, not a bug).
+
+    The message names the command, what was expected and the start of what it printed
+    (control characters shown as ``?``, at most 200 characters).
+    """
+
+
+def output_error(command: str, expected: str, stdout: str) -> SchedulerOutputError:
+    """The :class:`SchedulerOutputError` for ``command``'s unreadable ``stdout``.
+
+    Args:
+        command: the command in words (``sbatch --parsable``).
+        expected: what its output should have been, in words.
+        stdout: what it printed.
+    Returns:
+        the error to raise.
+    """
+    shown = re.sub(r"[\x00-\x08\x0b-\x1f\x7f]", "?", stdout.strip())[:200].replace("\n", " | ")
+    return SchedulerOutputError(f"{command}: expected {expected}, got {shown!r}" if shown else
+                                f"{command}: expected {expected}, got no output")
+
+
+class Scheduler(Protocol):
+    """What a scheduler module provides (each one in ``envtool/scheduler/``, registered in
+    :data:`envtool.spec.registry.SCHEDULERS`; a module satisfies the protocol with module-level
+    names, as PEP 544 allows).
+
+    Attributes:
+        NAME: the registered name (``slurm``); a site file's ``scheduler``.
+        DIRECTIVE: the directive prefix of job-script lines (``#SBATCH``), or None (no scheduler).
+        DEFAULT_LAUNCHER: the registered launcher job scripts use when the site file names none
+            in ``batch.launcher`` (``srun``), or None: the site's ``launcher`` template as written.
+        SUBMIT_STDIN: the submit command reads the script on standard input (``bsub < SCRIPT``).
+    """
+
+    NAME: str
+    DIRECTIVE: Optional[str]
+    DEFAULT_LAUNCHER: Optional[str]
+    SUBMIT_STDIN: bool
+
+    def directives(self, req: JobRequest) -> List[Tuple[str, ...]]:
+        """Directive arguments (one tuple of words per ``DIRECTIVE`` line) for ``req``."""
+
+    def submit_argv(self, script: str) -> List[str]:
+        """The command that submits the job script at path ``script``."""
+
+    def parse_submit(self, stdout: str) -> str:
+        """The job id from the submit command's standard output.
+
+        Raises:
+            SchedulerOutputError: no job id in it.
+        """
+
+    def status_argv(self, job_id: str) -> List[str]:
+        """The command whose output :meth:`parse_status` reads for job ``job_id``."""
+
+    def parse_status(self, stdout: str) -> Dict[str, JobState]:
+        """Job id → :class:`JobState` for every job in the status command's output ({} when it lists none).
+
+        Raises:
+            SchedulerOutputError: the output is not the status command's.
+        """
+
+    def state(self, job_id: str) -> JobState:
+        """Run the status command(s) for ``job_id`` and parse them (the thin subprocess part)."""
+
+    def cancel_argv(self, job_id: str) -> List[str]:
+        """The command that cancels job ``job_id`` ([] when there is nothing to call)."""
+
+
+class LaunchProgram(Protocol):
+    """What a registered launcher provides (:data:`envtool.spec.registry.LAUNCHERS`): the words
+    that start a step's ranks, built from the layout, whatever the scheduler.
+
+    Attributes:
+        name: the registered name, also the program (``srun``).
+    """
+
+    name: str
+
+    def launch_argv(self, req: JobRequest, layout: Layout, whole_job: bool = True,
+                    mpi: Optional[str] = None) -> List[str]:
+        """The launcher words of one job-script line (without the command).
+
+        Args:
+            req: the job.
+            layout: the step's ranks.
+            whole_job: the step uses the job's whole layout.
+            mpi: the step's own PMI plugin (Slurm's ``srun --mpi=``), or None for the site's.
+        Raises:
+            SpecError: the site file lacks a value a flag needs (names the field).
+            UsageError: ``mpi`` given to a launcher that has no PMI plugin option.
+        """

@@ -7,23 +7,31 @@ Layout facts (argonne-lcf/user-guides, Polaris "Example Job Scripts" and the Get
 at depth 8 on Polaris's 32-core nodes.
 
 Jobs (not runnable here; OpenPBS's documented commands): ``qsub SCRIPT`` prints ``ID.server``;
-``qstat -x -f ID`` shows ``job_state`` (Q, H, W queued; R, E running; F finished) and
-``Exit_status``; ``qdel ID``.
+``qstat -x -f ID`` shows one ``Job Id: ID`` block per job with ``job_state = S`` (Q, H, W, T, S
+queued; R, E, B running; F, X finished) and ``Exit_status = N`` (qstat(1B) of OpenPBS,
+https://github.com/openpbs/openpbs/blob/master/doc/man1/qstat.1B; job states in the PBS
+Professional Reference Guide, "Job States"); ``qdel ID``. Public real outputs are in
+``tests/data/scheduler/pbs/``.
 """
 from __future__ import annotations
 
 import re
 import subprocess
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
-from envtool.scheduler.model import hms, missing
+from envtool.scheduler.model import JobRequest, JobState, Phase, SchedulerOutputError, hms, output_error
 
 NAME = "pbs"
 DIRECTIVE = "#PBS"
-LAUNCHER = "mpiexec"
+#: the registered launcher job scripts use unless the site file names one (``batch.launcher``)
+DEFAULT_LAUNCHER: Optional[str] = "mpiexec"
+SUBMIT_STDIN = False
+QUEUED = ("Q", "H", "W", "T", "S")
+RUNNING = ("R", "E", "B")
+FINISHED = ("F", "X")
 
 
-def directives(req) -> List[Tuple[str, ...]]:
+def directives(req: JobRequest) -> List[Tuple[str, ...]]:
     """``#PBS`` argument tuples: select (with ``batch.constraint``), walltime, queue, account, name, output."""
     b = req.site.batch
     select = f"select={req.layout.nodes}" + (f":{b.constraint}" if b.constraint else "")
@@ -42,19 +50,6 @@ def directives(req) -> List[Tuple[str, ...]]:
     return out
 
 
-def launch_argv(req, layout, whole_job: bool = True) -> List[str]:
-    """``mpiexec -n T --ppn R --depth=D --cpu-bind depth``.
-
-    Raises:
-        SpecError: ``batch.cpus_per_node`` missing (``--depth`` needs it).
-    """
-    if not layout.cpus_per_rank:
-        raise missing(req.site, "batch.cpus_per_node", "the cores a job may use on one node (an integer)",
-                      "mpiexec --depth needs it")
-    return ["mpiexec", "-n", str(layout.ranks), "--ppn", str(layout.ranks_per_node),
-            f"--depth={layout.cpus_per_rank}", "--cpu-bind", "depth"]
-
-
 def per_node_argv(req) -> List[str]:
     """``mpiexec -n NODES --ppn 1``: one process on each node (Cray PALS ``-n`` total and ``--ppn`` per
     node, as ALCF's Polaris example job scripts write them: https://docs.alcf.anl.gov/polaris/running-jobs/).
@@ -68,10 +63,55 @@ def submit_argv(script: str) -> List[str]:
     return ["qsub", script]
 
 
-def parse_job_id(text: str) -> Optional[str]:
-    """The id (``1234.polaris-pbs-01``) from ``qsub`` output, or None."""
-    m = re.search(r"^\s*(\d+(?:\.\S+)?)\s*$", text, re.M)
-    return m.group(1) if m else None
+def parse_submit(stdout: str) -> str:
+    """The id (``1234.polaris-pbs-01``) from ``qsub`` output: a line holding only the job id.
+
+    Raises:
+        SchedulerOutputError: no such line.
+    """
+    m = re.search(r"^\s*(\d+(?:\.[\w.-]+)?)\s*$", stdout, re.M)
+    if not m:
+        raise output_error("qsub", "the job id (1234.SERVER)", stdout)
+    return m.group(1)
+
+
+def status_argv(job_id: str) -> List[str]:
+    """``qstat -x -f ID`` (``-x``: finished jobs too)."""
+    return ["qstat", "-x", "-f", str(job_id)]
+
+
+def _phase(st: str) -> Phase:
+    if st in QUEUED:
+        return "queued"
+    if st in RUNNING:
+        return "running"
+    if st in FINISHED:
+        return "done"
+    return "unknown"
+
+
+def parse_status(stdout: str) -> Dict[str, JobState]:
+    """Job id → :class:`JobState` from ``qstat -f`` output: ``Job Id: ID`` blocks of indented
+    ``name = value`` lines (tab-indented lines continue the previous value). ``job_state`` gives
+    the state, ``Exit_status`` the exit status of a finished job.
+
+    Raises:
+        SchedulerOutputError: text that is not such blocks, or a block without ``job_state``.
+    """
+    out: Dict[str, JobState] = {}
+    blocks = re.split(r"^Job Id:[ \t]*", stdout, flags=re.M)
+    if blocks[0].strip():
+        raise output_error("qstat -f", "'Job Id: ID' blocks of 'name = value' lines", stdout)
+    for block in blocks[1:]:
+        lines = block.splitlines()
+        job_id = lines[0].strip() if lines else ""
+        st = re.search(r"^\s+job_state = (\S+)", block, re.M)
+        if not job_id or not st:
+            raise output_error("qstat -f", "a 'job_state = S' line in each 'Job Id: ID' block", stdout)
+        phase = _phase(st.group(1))
+        code = re.search(r"^\s+Exit_status = (-?\d+)", block, re.M)
+        out[job_id] = JobState(phase, st.group(1), int(code.group(1)) if code and phase == "done" else None)
+    return out
 
 
 def cancel_argv(job_id: str) -> List[str]:
@@ -79,19 +119,17 @@ def cancel_argv(job_id: str) -> List[str]:
     return ["qdel", str(job_id)]
 
 
-def state(job_id: str) -> Tuple[str, str, Optional[int]]:
-    """``(phase, job_state, Exit_status)`` from ``qstat -x -f ID``."""
+def state(job_id: str) -> JobState:
+    """The :class:`JobState` of ``job_id`` from :func:`status_argv` (``unknown`` when qstat cannot be
+    run, does not list the job, or answers unreadably)."""
     try:
-        proc = subprocess.run(["qstat", "-x", "-f", str(job_id)], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown", "?", None
-    m = re.search(r"job_state\s*=\s*(\S+)", proc.stdout)
-    st = m.group(1) if m else "?"
-    if st in ("Q", "H", "W", "T", "S"):
-        return "queued", st, None
-    if st in ("R", "E", "B"):
-        return "running", st, None
-    if st in ("F", "X"):
-        code = re.search(r"Exit_status\s*=\s*(-?\d+)", proc.stdout)
-        return "done", st, (int(code.group(1)) if code else None)
-    return "unknown", st, None
+        proc = subprocess.run(status_argv(job_id), capture_output=True, text=True, timeout=30)
+        found = parse_status(proc.stdout)
+    except (OSError, subprocess.TimeoutExpired, SchedulerOutputError):
+        return JobState("unknown", "?")
+    jid = str(job_id)
+    if jid in found:
+        return found[jid]
+    # qstat names the job by its full id (1234.server): match the sequence number too
+    same = [v for k, v in found.items() if k.split(".")[0] == jid.split(".")[0]]
+    return same[0] if len(same) == 1 else JobState("unknown", "?")

@@ -6,9 +6,14 @@ inside the allocation inherits the layout. Bede (``N8-CIR-Bede/documentation@338
 queues with ``-p gpu``. ``srun --mpi=pmix`` where the site's ``batch.mpi`` says so (the local test
 Slurm; Open MPI 4 initialises through PMIx).
 
-Jobs: ``sbatch --parsable`` prints ``JOBID[;CLUSTER]``; ``squeue -h -j ID -o %T`` gives the state
-while the job is known to the queue, ``scontrol -o show job ID`` the final ``JobState`` and
-``ExitCode`` afterwards (kept ``MinJobAge``, 300 s by default); ``scancel ID`` cancels.
+Jobs: ``sbatch --parsable`` prints ``JOBID[;CLUSTER]`` (sbatch(1), ``--parsable``:
+https://slurm.schedmd.com/sbatch.html#OPT_parsable); ``squeue -h -j ID -o "%i %T"`` gives the id and
+state while the job is known to the queue (squeue(1), ``%i``/``%T``:
+https://slurm.schedmd.com/squeue.html#OPT_format), ``scontrol -o show job ID`` the final
+``JobState`` and ``ExitCode`` (``status:signal``) afterwards (kept ``MinJobAge``, 300 s by default);
+``scancel ID`` cancels. ``sacct`` is not used: it needs Slurm's accounting storage, which the
+test Slurm (and many small sites) runs without (it then prints "Slurm accounting storage is
+disabled"). Real outputs of these commands are in ``tests/data/scheduler/slurm/``.
 
 Nodes: ``sinfo -N -n LIST -o "%N %T"`` prints a node's state with ``*`` appended when its slurmd
 does not respond (sinfo(1), NODE STATE CODES: https://slurm.schedmd.com/sinfo.html#SECTION_NODE-STATE-CODES);
@@ -19,13 +24,15 @@ from __future__ import annotations
 
 import re
 import subprocess
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
-from envtool.scheduler.model import hms, missing
+from envtool.scheduler.model import JobRequest, JobState, Phase, SchedulerOutputError, hms, missing, output_error
 
 NAME = "slurm"
 DIRECTIVE = "#SBATCH"
-LAUNCHER = "srun"
+#: the registered launcher job scripts use unless the site file names one (``batch.launcher``)
+DEFAULT_LAUNCHER: Optional[str] = "srun"
+SUBMIT_STDIN = False
 #: validation jobs start with the pre-flight (:mod:`envtool.validate.preflight`)
 PREFLIGHT = True
 #: Job states (``squeue %T``) that mean "waiting", "running", or finished.
@@ -34,13 +41,14 @@ QUEUED = ("PENDING", "CONFIGURING", "REQUEUED", "RESV_DEL_HOLD", "REQUEUE_HOLD",
 RUNNING = ("RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING")
 
 
-def directives(req) -> List[Tuple[str, ...]]:
+def directives(req: JobRequest) -> List[Tuple[str, ...]]:
     """Directive argument tuples (each line is ``#SBATCH`` + the quoted words), the tutorial's order.
 
     Raises:
         SpecError: GPUs asked for a site whose ``gpus_per_node`` is 0.
     """
-    site, lay, b = req.site, req.layout, req.site.batch
+    site = req.site
+    lay, b = req.layout, site.batch
     out: List[Tuple[str, ...]] = []
     if req.job_name:
         out.append(("-J", req.job_name))
@@ -67,20 +75,6 @@ def directives(req) -> List[Tuple[str, ...]]:
     return out
 
 
-def launch_argv(req, layout, whole_job: bool = True, mpi: Optional[str] = None) -> List[str]:
-    """``srun [--mpi=P]`` (+ ``-N n -n r`` for a step smaller than the job); ``mpi`` replaces the
-    site's ``batch.mpi`` for this step (``none``: no PMI set-up, srun(1))."""
-    argv = ["srun"]
-    plugin = mpi or req.site.batch.mpi
-    if plugin:
-        argv.append(f"--mpi={plugin}")
-    if not whole_job:
-        argv += ["-N", str(layout.nodes), "-n", str(layout.ranks)]
-        if layout.cpus_per_rank:
-            argv += ["-c", str(layout.cpus_per_rank)]
-    return argv
-
-
 def per_node_argv(req) -> List[str]:
     """``srun --mpi=none -N NODES -n NODES --ntasks-per-node=1``: one task on each node of the job
     (the pre-flight). ``-n`` is explicit because srun inside a batch job otherwise takes the job's
@@ -95,10 +89,79 @@ def submit_argv(script: str) -> List[str]:
     return ["sbatch", "--parsable", script]
 
 
-def parse_job_id(text: str) -> Optional[str]:
-    """The job id from ``sbatch --parsable`` output (``123`` or ``123;cluster``), or None."""
-    m = re.search(r"^\s*(\d+)(?:;\S+)?\s*$", text, re.M)
-    return m.group(1) if m else None
+_SUBMIT_RE = re.compile(r"^\s*(\d+)(?:;\S+)?\s*$", re.M)
+
+
+def parse_submit(stdout: str) -> str:
+    """The job id from ``sbatch --parsable`` output (``123`` or ``123;cluster``).
+
+    Raises:
+        SchedulerOutputError: no such line in ``stdout``.
+    """
+    m = _SUBMIT_RE.search(stdout)
+    if not m:
+        raise output_error("sbatch --parsable", "a job id (digits, optionally ';CLUSTER')", stdout)
+    return m.group(1)
+
+
+def _phase(state: str) -> Phase:
+    if state in QUEUED:
+        return "queued"
+    if state in RUNNING:
+        return "running"
+    return "done"
+
+
+def status_argv(job_id: str) -> List[str]:
+    """``squeue -h -j ID -o "%i %T"``: the job's id and state while the queue knows it."""
+    return ["squeue", "-h", "-j", str(job_id), "-o", "%i %T"]
+
+
+_SQUEUE_LINE = re.compile(r"(\S+) ([A-Z][A-Z_]*)")
+
+
+def parse_status(stdout: str) -> Dict[str, JobState]:
+    """Job id → :class:`JobState` from ``squeue -h -o "%i %T"`` lines ({} for none: the job left the queue).
+
+    Raises:
+        SchedulerOutputError: a line that is not ``ID STATE``.
+    """
+    out: Dict[str, JobState] = {}
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        m = _SQUEUE_LINE.fullmatch(line.strip())
+        if not m:
+            raise output_error('squeue -h -o "%i %T"', "lines of a job id and a state (1234 RUNNING)", stdout)
+        out[m.group(1)] = JobState(_phase(m.group(2)), m.group(2))
+    return out
+
+
+def final_status_argv(job_id: str) -> List[str]:
+    """``scontrol -o show job ID``: one line of ``Key=Value`` words per job, kept after it ends."""
+    return ["scontrol", "-o", "show", "job", str(job_id)]
+
+
+def parse_final_status(stdout: str) -> Dict[str, JobState]:
+    """Job id → :class:`JobState` from ``scontrol -o show job`` output (``JobId=``, ``JobState=`` and
+    ``ExitCode=STATUS:SIGNAL`` words; scontrol(1): https://slurm.schedmd.com/scontrol.html).
+
+    Raises:
+        SchedulerOutputError: a non-empty line without ``JobId=`` and ``JobState=``.
+    """
+    out: Dict[str, JobState] = {}
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        jid = re.search(r"(?:^|\s)JobId=(\S+)", line)
+        js = re.search(r"\sJobState=(\S+)", line)
+        if not jid or not js:
+            raise output_error("scontrol -o show job", "one line of JobId=… JobState=… words per job", stdout)
+        phase = _phase(js.group(1))
+        code = re.search(r"\sExitCode=(\d+):(\d+)", line)
+        out[jid.group(1)] = JobState(phase, js.group(1),
+                                     int(code.group(1)) if code and phase == "done" else None)
+    return out
 
 
 def cancel_argv(job_id: str) -> List[str]:
@@ -106,39 +169,44 @@ def cancel_argv(job_id: str) -> List[str]:
     return ["scancel", str(job_id)]
 
 
-def state(job_id: str) -> Tuple[str, str, Optional[int]]:
-    """Where job ``job_id`` is: ``(phase, scheduler state, exit status)``.
+def _run(argv: List[str]) -> Optional[str]:
+    """``argv``'s standard output, or None when it failed, could not run or took over 30 s."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def state(job_id: str) -> JobState:
+    """Where job ``job_id`` is: ``squeue`` while the queue knows it, then ``scontrol``.
 
     Returns:
-        phase ``queued``, ``running``, ``done`` or ``unknown``; the Slurm state name
-        (``PENDING``, ``RUNNING``, ``COMPLETED``, ``FAILED``, ``CANCELLED`` …); the batch script's
-        exit status once done (None before).
+        the :class:`JobState`: phase ``queued``, ``running``, ``done`` or ``unknown``; the Slurm
+        state name (``PENDING``, ``RUNNING``, ``COMPLETED``, ``FAILED``, ``CANCELLED`` …); the
+        batch script's exit status once done (None before). An unreadable answer reads as
+        ``unknown`` (the caller polls again).
     """
+    jid = str(job_id)
+    st = ""
+    text = _run(status_argv(jid))
+    if text is not None:
+        try:
+            found = parse_status(text)
+        except SchedulerOutputError:  # an unreadable answer: asked again at the next poll
+            found = {}
+        if jid in found:
+            st = found[jid].state
+            if found[jid].phase in ("queued", "running"):
+                return found[jid]
+    text = _run(final_status_argv(jid))
     try:
-        proc = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True,
-                              timeout=30)
-        st = proc.stdout.strip().split("\n")[0].strip() if proc.returncode == 0 else ""
-    except (OSError, subprocess.TimeoutExpired):
-        st = ""
-    if st in QUEUED:
-        return "queued", st, None
-    if st in RUNNING:
-        return "running", st, None
-    try:
-        proc = subprocess.run(["scontrol", "-o", "show", "job", str(job_id)], capture_output=True, text=True,
-                              timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown", st or "?", None
-    m = re.search(r"\bJobState=(\S+)", proc.stdout)
-    if not m:
-        return ("done", st, None) if st else ("unknown", "?", None)
-    js = m.group(1)
-    if js in QUEUED:
-        return "queued", js, None
-    if js in RUNNING:
-        return "running", js, None
-    code = re.search(r"\bExitCode=(\d+):(\d+)", proc.stdout)
-    return "done", js, (int(code.group(1)) if code else None)
+        final = parse_final_status(text) if text is not None else {}
+    except SchedulerOutputError:
+        final = {}
+    if jid in final:
+        return final[jid]
+    return JobState("done", st) if st else JobState("unknown", "?")
 
 
 def job_nodes(job_id: str) -> Optional[str]:

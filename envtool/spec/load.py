@@ -7,6 +7,7 @@ the cross-field rules of :mod:`envtool.spec.rules` run.
 """
 from __future__ import annotations
 
+import builtins
 import difflib
 import os
 import re
@@ -79,7 +80,8 @@ class _Reader:
     def get(self, key: str, default=None):
         return self.data.get(key, default)
 
-    def str(self, key: str, default: Optional[str] = None, optional: bool = True) -> Optional[str]:
+    def str(self, key: builtins.str, default: Optional[builtins.str] = None,
+            optional: bool = True) -> Optional[builtins.str]:
         value = self.data.get(key, default)
         if value is None:
             if not optional:
@@ -91,8 +93,8 @@ class _Reader:
             names.check_no_control(str(value), self.path, self.field(key), self.line_of(key))
         return str(value)
 
-    def choice(self, key: str, choices: Sequence[str], default: Optional[str] = None,
-               nullable: bool = True) -> Optional[str]:
+    def choice(self, key: builtins.str, choices: Sequence[builtins.str], default: Optional[builtins.str] = None,
+               nullable: bool = True) -> Optional[builtins.str]:
         value = self.data.get(key, default)
         if value is None and nullable:
             return None
@@ -100,7 +102,19 @@ class _Reader:
             return value.lower()
         raise self.error(key, "one of " + ", ".join(choices) + (" or null" if nullable else ""), got=value)
 
-    def choices(self, key: str, choices: Sequence[str]) -> Tuple[str, ...]:
+    def one_of(self, key: builtins.str, choices: Sequence[builtins.str],
+               default: Optional[builtins.str] = None) -> builtins.str:
+        """:meth:`choice` for a field that must have a value (``nullable=False``).
+
+        Raises:
+            SpecError: the value (or, when absent, ``default``) is not one of ``choices``.
+        """
+        value = self.choice(key, choices, default=default, nullable=False)
+        if value is None:  # choice() raises before this when nullable is False
+            raise self.error(key, "one of " + ", ".join(choices))
+        return value
+
+    def choices(self, key: builtins.str, choices: Sequence[builtins.str]) -> Tuple[builtins.str, ...]:
         values = self.data.get(key) or []
         if not isinstance(values, list):
             raise self.error(key, "a list drawn from " + ", ".join(choices), got=values)
@@ -112,7 +126,7 @@ class _Reader:
                 out.append(v.lower())
         return tuple(out)
 
-    def str_list(self, key: str) -> Tuple[str, ...]:
+    def str_list(self, key: builtins.str) -> Tuple[builtins.str, ...]:
         values = self.data.get(key) or []
         if not isinstance(values, list) or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
                                                    for v in values):
@@ -125,13 +139,13 @@ class _Reader:
                 names.check_no_control(v, self.path, self.field(key), self.line_of(key))
         return out
 
-    def str_map(self, key: str) -> Tuple[Tuple[str, str], ...]:
+    def str_map(self, key: builtins.str) -> Tuple[Tuple[builtins.str, builtins.str], ...]:
         values = self.data.get(key) or {}
         if not isinstance(values, dict):
             raise self.error(key, "a mapping of names to strings", got=values)
         return self._pairs(key, values)
 
-    def _pairs(self, key: str, values: Dict[Any, Any]) -> Tuple[Tuple[str, str], ...]:
+    def _pairs(self, key: builtins.str, values: Dict[Any, Any]) -> Tuple[Tuple[builtins.str, builtins.str], ...]:
         out = []
         env = key in ENV_MAP_KEYS
         for k, v in values.items():
@@ -148,8 +162,9 @@ class _Reader:
             out.append((k, str(v)))
         return tuple(out)
 
-    def env_map(self, key: str, paths: bool = True) -> Tuple[Tuple[Tuple[str, str], ...],
-                                                             Tuple[Tuple[str, str, str], ...]]:
+    def env_map(self, key: builtins.str, paths: bool = True) -> Tuple[Tuple[Tuple[builtins.str, builtins.str], ...],
+                                                                      Tuple[Tuple[builtins.str, builtins.str,
+                                                                                  builtins.str], ...]]:
         """An ``env`` mapping that sets variables: ``(plain, edits)``.
 
         ``plain`` holds ``(VAR, value)``; ``edits`` holds ``(VAR, op, entry)`` for the reversible
@@ -202,23 +217,49 @@ class _Reader:
             plain[k] = v
         return self._pairs(key, plain), tuple(edits)
 
-    def bool(self, key: str, default: bool = False) -> bool:
+    def bool(self, key: builtins.str, default: bool = False) -> bool:
         value = self.data.get(key, default)
         if not isinstance(value, bool):
             raise self.error(key, "true or false", got=value)
         return value
 
-    def int(self, key: str, default: int = 0) -> int:
+    def int(self, key: builtins.str, default: int = 0) -> int:
         value = self.data.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise self.error(key, "a non-negative integer", got=value)
         return value
 
-    def sub(self, key: str) -> "_Reader":
+    def sub(self, key: builtins.str) -> "_Reader":
         return _Reader(self.path, self.data.get(key), self.field(key), line=self.line_of(key))
 
 
-def check_pin_value(path: str, value: str, field: str, line: Optional[int], kind: Optional[str]) -> dict:
+def _kept_match_spec(text: str) -> Any:
+    """py-rattler's ``MatchSpec`` for ``text``; also makes ``MatchSpec`` objects copyable.
+
+    py-rattler 0.28's ``MatchSpec`` can be neither pickled nor deep-copied, and
+    ``dataclasses.asdict`` deep-copies what a :class:`~envtool.spec.model.Pin` keeps
+    (``envtool.lock.spec_hash`` applies it to the Horovod section). ``copyreg.pickle`` (the standard
+    library's way to teach pickle and ``copy`` an extension type) registers a reduction that
+    parses the match spec's text again.
+
+    Raises:
+        Exception: py-rattler's ``InvalidMatchSpecError`` when ``text`` is not a match spec.
+    """
+    import copyreg
+
+    from rattler import MatchSpec  # lazy: py-rattler is heavy
+
+    copyreg.pickle(MatchSpec, _reduce_match_spec)
+    return MatchSpec(text)
+
+
+def _reduce_match_spec(ms: Any) -> Tuple[Any, Tuple[str]]:
+    from rattler import MatchSpec
+
+    return MatchSpec, (str(ms),)
+
+
+def check_pin_value(path: str, value: str, field: str, line: Optional[int], kind: Optional[str]) -> Dict[str, Any]:
     """Parse a pinned value once: ``conda`` with py-rattler's ``MatchSpec``, ``pip`` with
     ``packaging``'s ``Requirement``, ``version`` with ``packaging``'s ``Version`` (a leading ``=``
     and a trailing ``.*`` are allowed: ``=3.8``, ``10.2.*``) or, for a range (``>=3.8,<3.11``),
@@ -226,21 +267,20 @@ def check_pin_value(path: str, value: str, field: str, line: Optional[int], kind
 
     Returns:
         the parsed fields of :class:`~envtool.spec.model.Pin`: ``kind``, ``name``, ``version``,
-        ``wildcard``.
+        ``wildcard``, and the parsed objects it keeps: ``requirement`` (pip), ``match_spec``
+        (conda), ``parsed_version`` (``packaging.version.Version`` of ``version`` when it is PEP 440).
     Raises:
         SpecError: the value does not parse (names file, line, field and the parser's reason).
     """
     if kind == "conda":
-        from rattler import MatchSpec  # lazy: py-rattler is heavy
-
         try:
-            ms = MatchSpec(value)
+            ms = _kept_match_spec(value)
         except Exception as exc:  # rattler raises its own InvalidMatchSpecError
             raise SpecError(path, field, "a conda match spec such as 'pytorch-base 1.7.1.*'", got=value,
                             line=line, hint=str(exc)) from None
         version, wildcard = m.one_version(str(ms.version) if ms.version is not None else None, fuzzy_equals=True)
         return {"kind": kind, "name": ms.name.normalized if ms.name else None, "version": version,
-                "wildcard": wildcard}
+                "wildcard": wildcard, "match_spec": ms, "parsed_version": m.parse_version(version)}
     if kind == "pip":
         from packaging.requirements import InvalidRequirement, Requirement
         from packaging.utils import canonicalize_name
@@ -254,7 +294,8 @@ def check_pin_value(path: str, value: str, field: str, line: Optional[int], kind
         version, wildcard = (None, False)
         if len(specs) == 1 and specs[0].operator in ("==", "==="):
             version, wildcard = m.one_version(specs[0].version)
-        return {"kind": kind, "name": str(canonicalize_name(req.name)), "version": version, "wildcard": wildcard}
+        return {"kind": kind, "name": str(canonicalize_name(req.name)), "version": version, "wildcard": wildcard,
+                "requirement": req, "parsed_version": m.parse_version(version)}
     if kind == "version":
         from packaging.version import InvalidVersion, Version
 
@@ -274,7 +315,8 @@ def check_pin_value(path: str, value: str, field: str, line: Optional[int], kind
         except InvalidVersion:
             raise SpecError(path, field, "a version such as 3.8 or 10.2.89", got=value, line=line) from None
         version, wildcard = m.one_version(value, fuzzy_equals=False)
-        return {"kind": kind, "name": None, "version": version, "wildcard": wildcard}
+        return {"kind": kind, "name": None, "version": version, "wildcard": wildcard,
+                "parsed_version": m.parse_version(version)}
     return {}
 
 
@@ -353,9 +395,9 @@ def check_file(path: str, raw: LineDict) -> None:
     Raises:
         SpecError: naming ``path``, the line and the field.
     """
-    if raw.get("name") is not None:
-        names.check_spec_name(raw.get("name") if isinstance(raw.get("name"), str) else repr(raw.get("name")),
-                              path, raw.line_of("name"))
+    raw_name = raw.get("name")
+    if raw_name is not None:
+        names.check_spec_name(raw_name if isinstance(raw_name, str) else repr(raw_name), path, raw.line_of("name"))
     build_spec(path, raw, name=str(raw.get("name") or Path(path).stem), partial=True)
 
 
@@ -402,10 +444,10 @@ def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False)
                   gpus_per_node=s.int("gpus_per_node", 0), env=site_env, env_paths=site_env_paths,
                   libraries=_libraries(s, source_ids))
 
-    p = r.sub("packages")
-    p.check_keys(PACKAGES_KEYS)
-    packages = m.Packages(conda=_pin_list(p, "conda", source_ids, kind="conda"),
-                          pip=_pin_list(p, "pip", source_ids, kind="pip"))
+    pk = r.sub("packages")
+    pk.check_keys(PACKAGES_KEYS)
+    packages = m.Packages(conda=_pin_list(pk, "conda", source_ids, kind="conda"),
+                          pip=_pin_list(pk, "pip", source_ids, kind="pip"))
 
     h = r.sub("horovod")
     h.check_keys(HOROVOD_KEYS)
@@ -413,11 +455,11 @@ def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False)
         if h.get("version") is not None else None
     gpu_ops_raw = h.sub("gpu_ops")
     gpu_ops_raw.check_keys(tuple(m.GPU_OP_CHOICES))
-    gpu_ops = tuple((op, gpu_ops_raw.choice(op, m.GPU_OP_CHOICES[op], nullable=False))
+    gpu_ops = tuple((op, gpu_ops_raw.one_of(op, m.GPU_OP_CHOICES[op]))
                     for op in m.GPU_OP_CHOICES if gpu_ops_raw.get(op) is not None)
     horovod = m.HorovodSpec(
         version=version,
-        install=h.choice("install", m.HOROVOD_INSTALLS, default="pip-build" if version else "none", nullable=False),
+        install=h.one_of("install", m.HOROVOD_INSTALLS, default="pip-build" if version else "none"),
         source=h.str("source"),
         frameworks=h.choices("frameworks", m.FRAMEWORKS),
         controllers=h.choices("controllers", m.CONTROLLERS),
@@ -467,7 +509,7 @@ def build_spec(path: str, raw: Dict[str, Any], name: str, partial: bool = False)
 
     return m.Spec(
         name=name, path=path, summary=r.str("summary") or "", distribution=dist, sources=sources,
-        platforms=platforms, engine=r.choice("engine", m.ENGINES, default="venv", nullable=False),
+        platforms=platforms, engine=r.one_of("engine", m.ENGINES, default="venv"),
         python=python, cuda=cuda, site=site, channels=r.str_list("channels"), packages=packages,
         horovod=horovod, expect=expect, env=env, notes=r.str("notes") or "",
         extends=r.str("extends"), venv=venv, status=status, env_paths=env_paths,
@@ -483,10 +525,10 @@ def _status(r: _Reader, source_ids: Sequence[str], partial: bool) -> m.Status:
     if raw is None:
         return m.Status()
     if isinstance(raw, str):
-        return m.Status(value=r.choice("status", m.STATUSES, nullable=False))
+        return m.Status(value=r.one_of("status", m.STATUSES))
     s = r.sub("status")
     s.check_keys(STATUS_KEYS)
-    value = s.choice("value", m.STATUSES, nullable=False)
+    value = s.one_of("value", m.STATUSES)
     since = s.get("since")
     if isinstance(since, datetime.date):  # YAML reads an unquoted 2020-11-10 as a date
         since = since.isoformat()

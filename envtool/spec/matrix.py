@@ -4,7 +4,8 @@ table, one column per stack there, one row per stack here).
 Columns (:data:`COLUMNS`): spec name, distribution and version, Python, TensorFlow, PyTorch,
 Horovod and its GPU backend (NCCL, DDL, MPI; the CPU controllers when no GPU operation is built),
 how Horovod is installed, CUDA, platforms, site and status (``active``, ``deprecated``, ``archived``). Versions are read from the spec's pins:
-conda match specs through py-rattler's ``MatchSpec``, pip requirements through ``packaging``.
+conda match specs as py-rattler's ``MatchSpec``, pip requirements as ``packaging``'s ``Requirement``, both
+parsed once when the spec was loaded (:class:`envtool.spec.model.Pin`).
 """
 from __future__ import annotations
 
@@ -73,21 +74,18 @@ def _clean(version: str) -> str:
 def package_version(spec: Spec, names: Iterable[str]) -> str:
     """The version part of the first pin (conda, then pip) whose package is one of ``names``, or ''.
 
-    Conda pins are parsed with py-rattler's ``MatchSpec``; pip pins with ``packaging``.
+    Reads what :mod:`envtool.spec.load` parsed: a conda pin's py-rattler ``MatchSpec``
+    (:attr:`~envtool.spec.model.Pin.match_spec`), a pip pin's ``packaging`` ``Requirement``
+    (:attr:`~envtool.spec.model.Pin.requirement`); pins without them are skipped.
     """
     wanted = set(names)
-    from rattler import MatchSpec  # lazy: heavy import
-
     for pin in spec.packages.conda:
-        ms = MatchSpec(pin.value)
-        if ms.name is not None and ms.name.normalized in wanted:
+        ms = pin.match_spec
+        if ms is not None and ms.name is not None and ms.name.normalized in wanted:
             return _clean(str(ms.version or ""))
     for pin in spec.packages.pip:
-        try:
-            req = Requirement(pin.value)
-        except InvalidRequirement:
-            continue
-        if req.name.lower() in wanted:
+        req = pin.requirement
+        if req is not None and req.name.lower() in wanted:
             return _clean(str(req.specifier))
     return ""
 

@@ -13,7 +13,13 @@ one of the spec's ``sources``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
+
+if TYPE_CHECKING:  # only for annotations: py-rattler and packaging are imported where values are parsed
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+    from rattler import MatchSpec
 
 #: Provenance marks and their meaning (``docs/reference/stacks.md``, "Marks").
 MARKS: Dict[str, str] = {
@@ -75,9 +81,25 @@ def one_version(text: Optional[str], fuzzy_equals: bool = False) -> Tuple[Option
     return (text or None), (wildcard and bool(text))
 
 
+def parse_version(text: Optional[str]) -> Optional["Version"]:
+    """``text`` as a pypa ``packaging.version.Version`` (PEP 440), or None when it is empty or not a
+    PEP 440 version (conda versions such as ``1.1.1k`` are valid conda but not PEP 440).
+
+    Source: PEP 440, "Version scheme" (https://peps.python.org/pep-0440/).
+    """
+    if not text:
+        return None
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
 @dataclass(frozen=True)
 class Pin:
-    """A pinned value with its provenance.
+    """A pinned value with its provenance, and the values parsed from it when the spec was loaded.
 
     Attributes:
         value: the pin as written: a pip requirement (``torch==2.13.0``), a conda match spec
@@ -95,6 +117,14 @@ class Pin:
             ``3.8``); None for a range (``>=3.8,<3.11``) or no version.
         wildcard: True when ``version`` is a prefix (``1.7.1.*``, conda's ``=3.8``): any version
             that starts with it matches.
+        requirement: a ``pip`` pin's ``packaging.requirements.Requirement`` (its
+            ``specifier`` is the ``SpecifierSet``), else None.
+        match_spec: a ``conda`` pin's py-rattler ``MatchSpec``, else None.
+        parsed_version: :attr:`version` as a ``packaging.version.Version``; None when the pin
+            names no single version or the version is not PEP 440 (conda's ``1.1.1k``).
+
+    The parsed values take no part in ``==`` and ``hash`` (``value`` and the fields above do):
+    py-rattler's ``MatchSpec`` compares by identity.
     """
 
     value: str
@@ -105,26 +135,59 @@ class Pin:
     name: Optional[str] = None
     version: Optional[str] = None
     wildcard: bool = False
+    requirement: Optional["Requirement"] = field(default=None, compare=False, repr=False)
+    match_spec: Optional["MatchSpec"] = field(default=None, compare=False, repr=False)
+    parsed_version: Optional["Version"] = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def bare(cls, value: str, **provenance) -> "Pin":
+    def bare(cls, value: str, **provenance: Any) -> "Pin":
         """A bare version pin made in memory (``0.28.1``, ``=3.8``, ``10.2.*``), parsed like a loaded one."""
         version, wildcard = one_version(value)
-        return cls(value=value, kind="version", version=version, wildcard=wildcard, **provenance)
+        return cls(value=value, kind="version", version=version, wildcard=wildcard,
+                   parsed_version=parse_version(version), **provenance)
+
+    @property
+    def specifier(self) -> Optional["SpecifierSet"]:
+        """A ``pip`` pin's ``packaging.specifiers.SpecifierSet`` (empty for a bare name), else None."""
+        return self.requirement.specifier if self.requirement is not None else None
 
     def matches(self, installed: str) -> Optional[bool]:
-        """Whether an installed version string fits :attr:`version` (leading release components
-        equal for a wildcard or a shorter pin: ``3.11`` fits ``3.11.7``; a local label such as
-        ``+cpu`` is ignored); None when the pin names no single version.
+        """Whether an installed version fits :attr:`version`; None when the pin names no single version.
+
+        Versions are compared as versions, never as text: with pypa ``packaging`` (PEP 440) when
+        both parse, so ``2.0`` fits ``2``, ``1.10`` does not fit ``1.9``, a pre-release
+        (``2.1.0rc1``) does not fit ``2.1.0``, and an installed local label (``2.1.0+cpu``) is
+        ignored unless the pin names one (then it must be equal: PEP 440 "Version matching").
+        A wildcard pin, or a pin with fewer release components than the installed version
+        (``3.11`` against ``3.11.7``), matches by prefix (PEP 440 ``==3.11.*``). A version pypa
+        cannot read (conda's ``1.1.1k``) is compared with py-rattler's conda ``Version``
+        (prefix match, local label ignored unless the pin has one).
 
         Args:
             installed: the installed version (``2.13.0+cpu``).
+        Returns:
+            True or False, or None when :attr:`version` is None.
         """
         if self.version is None:
             return None
-        want = [p for p in self.version.split("+")[0].split(".") if p]
-        have = installed.split("+")[0].split(".")
-        return have[:len(want)] == want
+        from packaging.specifiers import Specifier
+
+        want = self.parsed_version or parse_version(self.version)
+        have = parse_version(installed.strip())
+        if want is not None and have is not None:
+            exact_only = want.pre is not None or want.post is not None or want.dev is not None \
+                or want.local is not None
+            prefix = not exact_only and (self.wildcard or len(want.release) < len(have.release))
+            return Specifier(f"=={want.public}.*" if prefix else f"=={want}").contains(have, prereleases=True)
+        from rattler import Version as CondaVersion  # conda's version rules (rattler_conda_types)
+
+        try:
+            conda_want, conda_have = CondaVersion(self.version), CondaVersion(installed.strip())
+        except Exception:  # noqa: BLE001 - py-rattler raises its own InvalidVersionError
+            return False
+        if not conda_want.has_local:
+            conda_have = conda_have.strip_local()
+        return conda_have.starts_with(conda_want)
 
     def __str__(self) -> str:
         return self.value
@@ -357,7 +420,7 @@ class Spec:
     status: Status = field(default_factory=Status)
     env_paths: Tuple[Tuple[str, str, str], ...] = ()
 
-    def pins(self):
+    def pins(self) -> Iterator[Tuple[str, "Pin"]]:
         """Yield ``(field, Pin)`` for every pinned value, for provenance checks and ``show``."""
         if self.python is not None:
             yield "python", self.python

@@ -28,7 +28,6 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 #: Kinds a reference can be; these are primary, ``secondary`` is not.
 PRIMARY_KINDS = ("repo", "url", "project")
-SECONDARY_KINDS = ("secondary",)
 
 _DESC = r"(?:\s+\((?P<desc>.*)\))?\s*$"
 _LINES = r"(?:#?L?(?P<l1>\d+)(?:-L?(?P<l2>\d+))?)?"
@@ -166,12 +165,12 @@ def problems(name: str, sources: Iterable[Tuple[str, str]], pins: Iterable[Tuple
         mark = getattr(pin, "mark", None)
         if mark != "V":
             continue
-        sid = getattr(pin, "source", None)
+        cited = getattr(pin, "source", None)
         value = getattr(pin, "value", None) or ""
-        ref = parsed.get(sid or "")
-        if sid is None or sid not in parsed:
+        ref = parsed.get(cited or "")
+        if cited is None or cited not in parsed:
             out.append(f"{name}: {field} ({value}) is marked V but cites no source of the file")
         elif ref is not None and not ref.primary:
-            out.append(f"{name}: {field} ({value}) is marked V but cites {sid!r}, a secondary source "
+            out.append(f"{name}: {field} ({value}) is marked V but cites {cited!r}, a secondary source "
                        f"({ref.text}); cite where it can be read or mark it V2")
     return out

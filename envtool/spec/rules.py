@@ -32,7 +32,7 @@ def horovod_version(spec: Spec) -> Optional[Version]:
     try:
         if pin.version is None:
             raise InvalidVersion(pin.value)
-        return Version(pin.version)
+        return pin.parsed_version or Version(pin.version)  # parsed at load (envtool.spec.load)
     except InvalidVersion:
         raise SpecError(spec.path, "horovod.version", "a Horovod version such as 0.28.1", got=pin.value) from None
 
@@ -126,7 +126,8 @@ def check(spec: Spec, raw: Optional[LineDict] = None) -> None:
         from envtool.core import frameworks
 
         for name in cb.frameworks:
-            if frameworks.by_label(name).name not in h.frameworks:
+            fw = frameworks.by_label(name)  # a label of CHECK_BUILD_FRAMEWORKS: checked at load
+            if fw is None or fw.name not in h.frameworks:
                 fail("expect.check_build.frameworks", f"{name} among horovod.frameworks when check-build "
                      f"is to show it", got=list(h.frameworks))
         for name in cb.controllers:

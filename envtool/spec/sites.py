@@ -90,7 +90,7 @@ from typing import Dict, Mapping, Optional, Tuple
 
 from envtool.core.errors import SpecError
 from envtool.core.inputs import check_input
-from envtool.spec import catalog, load, rules
+from envtool.spec import catalog, load, registry, rules
 from envtool.spec import model as m
 from envtool.spec.yamlload import LineDict, load_yaml
 
@@ -113,12 +113,11 @@ CONTAINER_BASE_RE = re.compile(r"debian:[a-z]+|(?:oci-archive|dir):/[A-Za-z0-9_.
 NODE_LOCAL_PATH_RE = re.compile(r"/(?:[A-Za-z0-9_.+@%,=:/-]|\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\})*")
 DETECT_KEYS = ("env", "hostname", "source")
 BATCH_KEYS = ("source", "cpus_per_node", "queue", "queue_option", "constraint", "gpu_option", "mpi",
-              "account_required", "directives", "env", "module_use", "shell", "interface")
+              "account_required", "directives", "env", "module_use", "shell", "interface", "launcher")
 #: A network interface name as Linux allows it (IFNAMSIZ 16 with the NUL, no '/', ':' or space:
 #: dev_valid_name() in torvalds/linux@v6.6:net/core/dev.c), narrowed to the characters real NICs use.
 INTERFACE_RE = re.compile(r"[A-Za-z0-9_.@-]{1,15}")
 STACK_KEYS = ("spec", "modules", "base_env", "launcher", "env", "mark", "source", "note", "warning", "overrides")
-SCHEDULERS = ("slurm", "lsf", "pbs", "cobalt", "none")
 #: Slurm options a site's queue name goes to (``-q`` is ``--qos``, ``-p`` is ``--partition``).
 QUEUE_OPTIONS = ("partition", "qos")
 #: How a Slurm site wants GPUs asked for: ``--gpus-per-node=N`` or ``--gres=gpu:N``.
@@ -193,6 +192,9 @@ class BatchSection:
             job scripts export it to Horovod's Gloo (``HOROVOD_GLOO_IFACE``), torch.distributed's
             Gloo (``GLOO_SOCKET_IFNAME``), NCCL (``NCCL_SOCKET_IFNAME``) and Open MPI's TCP BTL
             (``OMPI_MCA_btl_tcp_if_include``), and the pre-flight checks it on every node.
+        launcher: the registered launcher (:func:`envtool.spec.registry.launcher_names`: ``srun``,
+            ``jsrun``, ``mpiexec``, ``aprun``, ``mpirun``) whose words job scripts build from the job's
+            layout, chosen apart from the scheduler; None: the scheduler's default launcher.
     """
 
     source: Optional[str] = None
@@ -209,6 +211,7 @@ class BatchSection:
     shell: str = "/bin/bash"
     env_paths: Tuple[Tuple[str, str, str], ...] = ()
     interface: Optional[str] = None
+    launcher: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -473,7 +476,8 @@ def load_site(path: Path) -> SiteFile:
     for p in platforms:
         if p not in m.PLATFORMS:
             raise r.error("platforms", "conda platforms drawn from " + ", ".join(m.PLATFORMS), got=p)
-    scheduler = r.choice("scheduler", SCHEDULERS)
+    # the names come from the one registry the scheduler modules are registered in (envtool.spec.registry)
+    scheduler = r.choice("scheduler", registry.site_scheduler_names())
     stacks_raw = r.get("stacks") or LineDict()
     if not isinstance(stacks_raw, dict):
         raise r.error("stacks", "a mapping of spec names (or globs) to stack entries", got=stacks_raw)
@@ -905,7 +909,7 @@ def _validate(spath: str, raw) -> ValidateSection:
             for size, ref in by_size.items():
                 sfield = f"{nfield}.{size}"
                 nbytes = parse_size(size)
-                if nbytes not in REFERENCE_SIZES:
+                if nbytes is None or nbytes not in REFERENCE_SIZES:
                     raise SpecError(spath, sfield, "a size of the sweep: a power of two from 8B to 64MiB "
                                     "(8B, 1KiB, 64MiB …)", got=size, line=where(by_size, size))
                 ok = (isinstance(ref, list) and len(ref) == 4 and _number(ref[0]) and ref[0] > 0
@@ -955,12 +959,13 @@ def _batch(spath: str, raw, source_ids) -> BatchSection:
         cpus_per_node = b.int("cpus_per_node", 0)
     return BatchSection(interface=interface,
                         source=source, cpus_per_node=cpus_per_node, queue=b.str("queue"),
-                        queue_option=b.choice("queue_option", QUEUE_OPTIONS, default="partition", nullable=False),
+                        queue_option=b.one_of("queue_option", QUEUE_OPTIONS, default="partition"),
                         constraint=b.str("constraint"),
-                        gpu_option=b.choice("gpu_option", GPU_OPTIONS, default="gpus-per-node", nullable=False),
+                        gpu_option=b.one_of("gpu_option", GPU_OPTIONS, default="gpus-per-node"),
                         mpi=mpi, account_required=b.bool("account_required", False),
                         directives=b.str_list("directives"), env=env, env_paths=env_paths,
-                        module_use=b.str_list("module_use"), shell=b.str("shell") or "/bin/bash")
+                        module_use=b.str_list("module_use"), shell=b.str("shell") or "/bin/bash",
+                        launcher=b.choice("launcher", registry.launcher_names()))
 
 
 def _merge_env(*parts: Tuple[Tuple[str, str], ...]) -> Tuple[Tuple[str, str], ...]:
@@ -1011,10 +1016,13 @@ def resolve_full(name: str, site: Optional[str] = None, site_file: Optional[str]
     variant = None
     if "/" not in name and not name.endswith((".yaml", ".yml")) and name not in catalog.available():
         variant = next((s for s in sf.variants() if s.key == name), None)
-    if variant is not None and variant.spec not in catalog.available():
-        raise SpecError(sf.path, f"stacks.{variant.key}.spec", "the name of a known spec", got=variant.spec,
-                        line=variant.line, hint="see 'envtool specs'")
-    spath = catalog.find(variant.spec if variant is not None else name)
+    spec_name = name
+    if variant is not None:
+        if variant.spec is None or variant.spec not in catalog.available():
+            raise SpecError(sf.path, f"stacks.{variant.key}.spec", "the name of a known spec", got=variant.spec,
+                            line=variant.line, hint="see 'envtool specs'")
+        spec_name = variant.spec
+    spath = catalog.find(spec_name)
     raw = load.resolve_raw(spath, catalog.find)
     if raw.get("abstract") is True:
         raise SpecError(spath, "abstract", "a concrete spec (this one is only a parent for 'extends')",

@@ -92,10 +92,12 @@ def resolve_image_target(spec: Optional[str] = None, site: Optional[str] = None,
     return target, section
 
 
-def image_step(section: ContainerSection, image: str, command: Sequence[str], binds: Sequence[str] = ()) -> LaunchStep:
+def image_step(target: Target, section: ContainerSection, image: str, command: Sequence[str],
+               binds: Sequence[str] = ()) -> LaunchStep:
     """The launcher step that runs ``command`` on every rank inside ``image``.
 
     Args:
+        target: the job's target (its site and launcher).
         section: the site's container section.
         image: the image as the runtime names it.
         command: the rank's command (words).
@@ -105,9 +107,17 @@ def image_step(section: ContainerSection, image: str, command: Sequence[str], bi
         command; its ``mpi`` is ``container.mpi`` (None: the site's ``batch.mpi``).
     Raises:
         UsageError: see :func:`envtool.scheduler.containers.wrap`.
+        SpecError: ``container.mpi`` on a site whose launcher is not Slurm's srun (``--mpi=`` is
+            an srun option, srun(1)); names the file and field.
     """
+    launcher = target.launcher
+    if section.mpi is not None and not (getattr(launcher, "native", False)
+                                        and getattr(launcher, "scheduler", None) == "slurm"):
+        site = target.site
+        raise SpecError(getattr(site, "path", None), "container.mpi",
+                        "no value: srun --mpi= is a Slurm srun option, and this site launches ranks with "
+                        f"{getattr(launcher, 'program', '?')}", got=section.mpi)
     return LaunchStep(tuple(containers.wrap(section, image, command, binds)), mpi=section.mpi)
-
 
 def comment(site, section: ContainerSection, image: str) -> str:
     """The job script's header line that says the ranks run in ``image`` and where the run line

@@ -15,12 +15,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple
 
 from envtool.core.errors import SpecError, UsageError
 from envtool.scheduler import launcher as launcher_mod
 from envtool.scheduler.model import INTERFACE_VARIABLES, JobRequest, LaunchStep, parse_time
 from envtool.scheduler.script import activation_lines, make_layout
+
+if TYPE_CHECKING:
+    from envtool.scheduler.launcher import Launcher
+    from envtool.scheduler.stage import Stage
+    from envtool.spec.model import Spec
+    from envtool.spec.sites import SiteFile
 
 
 @dataclass(frozen=True)
@@ -42,18 +48,18 @@ class Target:
         stage: the :class:`envtool.scheduler.stage.Stage` that puts ``prefix`` on each node, or None.
     """
 
-    site: object
-    spec: object
+    site: SiteFile
+    spec: Optional[Spec]
     prefix: Optional[Path]
     module: Optional[str]
     modules: Tuple[str, ...] = ()
     env: Tuple[Tuple[str, str], ...] = ()
-    launcher: object = None
+    launcher: Optional[Launcher] = None
     python: str = "python"
     notes: Tuple[str, ...] = field(default=())
     env_paths: Tuple[Tuple[str, str, str], ...] = ()
     kind: Optional[str] = None
-    stage: object = None
+    stage: Optional[Stage] = None
 
 
 def spec_of_prefix(prefix: Path) -> Optional[str]:
@@ -289,7 +295,8 @@ def build_request(target: Target, nodes: int, steps: Sequence[LaunchStep], ranks
                       env=tuple(env.items()), env_paths=target.env_paths, workdir=workdir,
                       launcher=target.launcher,
                       comments=tuple(comments), env_notes=tuple(notes.items()), stage=target.stage,
-                      extra_directives=tuple(site.node_local.directives) if target.stage is not None else ())
+                      extra_directives=tuple(site.node_local.directives)
+                      if target.stage is not None and site.node_local is not None else ())
 
 
 def render(req: JobRequest) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, TypedDict
 
 from envtool.core.errors import UsageError, echo
 
@@ -55,7 +55,49 @@ def _same_place(recorded: object, prefix: Path) -> bool:
     return os.path.abspath(recorded) in (os.path.abspath(prefix), os.path.realpath(prefix))
 
 
-def status_of(prefix: Path) -> Dict[str, object]:
+def _text(value: object) -> Optional[str]:
+    """A record's field when it is a string (what envtool writes there), else None."""
+    return value if isinstance(value, str) else None
+
+
+def _epoch(value: object) -> Optional[float]:
+    """A record's ``created`` when it is a number of seconds, else None."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+class EnvironmentStatus(TypedDict, total=False):
+    """What :func:`status_of` found (``status`` always; the others where envtool's record is)."""
+
+    status: str
+    spec: Optional[str]
+    created: Optional[float]
+    module: Optional[str]
+
+
+class EnvironmentRow(TypedDict):
+    """One environment of :func:`list_environments` (see there)."""
+
+    prefix: str
+    spec: Optional[str]
+    created: Optional[float]
+    status: str
+    module: Optional[str]
+    registered: bool
+    size: Optional[int]
+
+
+class Removal(TypedDict):
+    """What :func:`remove_environment` did (see there)."""
+
+    prefix: str
+    spec: Optional[str]
+    size: int
+    removed: bool
+    dry_run: bool
+    swept: List[str]
+
+
+def status_of(prefix: Path) -> EnvironmentStatus:
     """What is at ``prefix`` now, for ``envtool list``.
 
     Returns:
@@ -71,13 +113,13 @@ def status_of(prefix: Path) -> Dict[str, object]:
     if rec is None or not _same_place(rec.get("prefix"), prefix) or os.path.islink(prefix):
         return {"status": "not envtool's"}
     pub = read_record(prefix, PUBLISH_RECORD)
-    created = rec.get("created") if isinstance(rec.get("created"), (int, float)) else None
-    spec = rec.get("spec") or (f"clone of {rec['clone_of']}" if isinstance(rec.get("clone_of"), str) else None)
-    return {"status": "published" if pub else "ok", "spec": spec, "created": created,
-            "module": pub.get("module") if pub else None}
+    spec = _text(rec.get("spec")) or (f"clone of {rec['clone_of']}" if isinstance(rec.get("clone_of"), str)
+                                       else None)
+    return {"status": "published" if pub else "ok", "spec": spec, "created": _epoch(rec.get("created")),
+            "module": _text(pub.get("module")) if pub else None}
 
 
-def list_environments(sizes: bool = True, extra_dirs: Optional[List[Path]] = None) -> List[Dict[str, object]]:
+def list_environments(sizes: bool = True, extra_dirs: Optional[List[Path]] = None) -> List[EnvironmentRow]:
     """The environments envtool made, as far as the registry and ``./envs/`` tell.
 
     Args:
@@ -91,10 +133,13 @@ def list_environments(sizes: bool = True, extra_dirs: Optional[List[Path]] = Non
     from envtool.core import registry
     from envtool.core.sizes import tree_size
 
-    found: Dict[str, Dict[str, object]] = {}
-    for rec in registry.entries():
-        found[os.path.abspath(str(rec["prefix"]))] = {"spec": rec.get("spec"), "created": rec.get("created"),
-                                                      "module": rec.get("module"), "registered": True}
+    found: Dict[str, EnvironmentStatus] = {}   # prefix -> what the registry says of it
+    registered = set()
+    for entry in registry.entries():
+        registered.add(os.path.abspath(str(entry["prefix"])))
+        found[os.path.abspath(str(entry["prefix"]))] = {"spec": _text(entry.get("spec")),
+                                                        "created": _epoch(entry.get("created")),
+                                                        "module": _text(entry.get("module"))}
     for top in extra_dirs if extra_dirs is not None else [Path.cwd() / "envs"]:
         try:
             children = sorted(os.scandir(top), key=lambda e: e.name)
@@ -105,18 +150,18 @@ def list_environments(sizes: bool = True, extra_dirs: Optional[List[Path]] = Non
                 continue
             rec = read_record(Path(child.path))
             if rec is not None and _same_place(rec.get("prefix"), Path(child.path)):
-                found.setdefault(os.path.abspath(child.path), {"registered": False})
-    out = []
+                found.setdefault(os.path.abspath(child.path), {})
+    out: List[EnvironmentRow] = []
     for prefix, known in found.items():
         now = status_of(Path(prefix))
-        row = {"prefix": prefix, "spec": now.get("spec") or known.get("spec"),
-               "created": now.get("created") or known.get("created"), "status": now["status"],
-               "module": now.get("module") or known.get("module"), "registered": known.get("registered", False),
-               "size": None}
+        row: EnvironmentRow = {"prefix": prefix, "spec": now.get("spec") or known.get("spec"),
+                               "created": now.get("created") or known.get("created"), "status": now["status"],
+                               "module": now.get("module") or known.get("module"),
+                               "registered": prefix in registered, "size": None}
         if sizes and now["status"] in ("ok", "published"):
             row["size"] = tree_size(Path(prefix))
         out.append(row)
-    return sorted(out, key=lambda r: (r["created"] if isinstance(r["created"], (int, float)) else 0, r["prefix"]))
+    return sorted(out, key=lambda r: (r["created"] or 0, r["prefix"]))
 
 
 def check_removable(prefix: Path) -> Dict[str, object]:
@@ -176,7 +221,8 @@ def check_removable(prefix: Path) -> Dict[str, object]:
     return rec
 
 
-def remove_environment(prefix: Path, dry_run: bool = False, say=None) -> Dict[str, object]:
+def remove_environment(prefix: Path, dry_run: bool = False,
+                       say: Optional[Callable[[str], None]] = None) -> Removal:
     """Remove an environment envtool made (see the module docstring for how).
 
     Args:
@@ -197,8 +243,8 @@ def remove_environment(prefix: Path, dry_run: bool = False, say=None) -> Dict[st
     prefix = Path(os.path.abspath(prefix))
     rec = check_removable(prefix)
     size = tree_size(prefix)
-    result = {"prefix": str(prefix), "spec": rec.get("spec"), "size": size, "removed": False,
-              "dry_run": dry_run, "swept": []}
+    result: Removal = {"prefix": str(prefix), "spec": _text(rec.get("spec")), "size": size, "removed": False,
+                       "dry_run": dry_run, "swept": []}
     if dry_run:
         return result
     lock = PrefixLock(prefix)

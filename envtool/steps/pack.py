@@ -49,10 +49,11 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from envtool.core import procs
 from envtool.core.errors import CheckFailed, UsageError
+from envtool.core.prefix import PYTHON, PrefixData
 
 FORMATS = ("tar", "squashfs")
 #: where the manifest, the SBOM and the relocation script live inside a pack
@@ -121,16 +122,6 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _pyvenv(prefix: Path) -> Dict[str, str]:
-    """``pyvenv.cfg`` as ``key = value`` pairs (PEP 405's format)."""
-    out: Dict[str, str] = {}
-    for line in (prefix / "pyvenv.cfg").read_text(errors="replace").splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            out[key.strip().lower()] = value.strip()
-    return out
-
-
 def kind_of(prefix: Path) -> str:
     """``conda`` (``conda-meta/`` holds package records) or ``venv`` (``pyvenv.cfg`` without them).
 
@@ -140,10 +131,10 @@ def kind_of(prefix: Path) -> str:
     prefix = Path(prefix)
     if not prefix.is_dir():
         raise NotPackable(f"{prefix}: no such environment (not a directory)")
-    meta = prefix / "conda-meta"
-    if meta.is_dir() and any(meta.glob("*.json")):
+    data = PrefixData(prefix)
+    if data.has_conda_records:
         return "conda"
-    if (prefix / "pyvenv.cfg").is_file():
+    if data.is_venv:
         return "venv"
     raise NotPackable(f"{prefix}: not an environment envtool can pack: neither a conda environment "
                       f"(conda-meta/*.json) nor a venv (pyvenv.cfg)")
@@ -185,7 +176,8 @@ def scan_venv(prefix: Path) -> Tuple[List[str], List[str]]:
     ``.envtool/``) are not counted.
     """
     needle = str(prefix).encode()
-    text, binary = [], []
+    text: List[str] = []
+    binary: List[str] = []
     for dirpath, dirnames, filenames in os.walk(prefix):
         dirnames.sort()
         for name in sorted(filenames):
@@ -210,14 +202,14 @@ def check_venv(prefix: Path) -> Tuple[str, List[str]]:
     Raises:
         NotPackable: the reason (see the module docstring).
     """
-    cfg = _pyvenv(prefix)
+    cfg = PrefixData(prefix).venv_config()
     home = cfg.get("home")
     if not home:
         raise NotPackable(f"{prefix / 'pyvenv.cfg'}: no 'home' (the base interpreter's directory): not a venv "
                           f"envtool can pack")
     exe = cfg.get("executable") or ""
     candidates = [exe] if exe else []
-    link = prefix / "bin" / "python"
+    link = PrefixData(prefix).python
     if link.is_symlink():
         candidates.append(os.path.realpath(link))
     candidates += [os.path.join(home, n) for n in ("python3", "python")]
@@ -368,7 +360,8 @@ def pack(prefix: Path, fmt: str, output: Optional[Path] = None, dest_prefix: Opt
         dest = os.path.normpath(dest_prefix) if dest_prefix else str(prefix)
         if not os.path.isabs(dest):
             raise UsageError(f"--dest-prefix {dest_prefix}: expected an absolute path (where the image is mounted)")
-    base, relocate = None, []
+    base: Optional[str] = None
+    relocate: List[str] = []
     if kind == "venv":
         progress(f"checking venv {prefix}")
         base, relocate = check_venv(prefix)
@@ -382,23 +375,24 @@ def pack(prefix: Path, fmt: str, output: Optional[Path] = None, dest_prefix: Opt
         sbom.write_text(render(build_bom(prefix)))
         from envtool import __version__
 
-        manifest = {"manifest_version": 1, "envtool": __version__, "kind": kind, "format": fmt,
-                    "source_prefix": str(prefix), "dest_prefix": dest, "lock": lock_name, "lock_sha256": lock_sha,
-                    "lock_source": lock_source, "sbom": SBOM, "base_python": base,
-                    "relocate": relocate if fmt == "tar" else [],
-                    "unpack": [], "unpacked_kib": unpacked_kib(prefix),
-                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        manifest: Dict[str, Any] = {"manifest_version": 1, "envtool": __version__, "kind": kind, "format": fmt,
+                                    "source_prefix": str(prefix), "dest_prefix": dest, "lock": lock_name,
+                                    "lock_sha256": lock_sha,
+                                    "lock_source": lock_source, "sbom": SBOM, "base_python": base,
+                                    "relocate": relocate if fmt == "tar" else [],
+                                    "unpack": [], "unpacked_kib": unpacked_kib(prefix),
+                                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         extra: Dict[str, Path] = {SBOM: sbom}
         if lock_source == "snapshot":
             extra[lock_name] = lock_file
         built = work / f"pack.{fmt}"
         progress(f"packing {kind} environment {prefix} as {fmt}")
         if kind == "conda":
-            manifest["unpack"] = ["bin/python", "bin/conda-unpack"] if fmt == "tar" else []
+            manifest["unpack"] = [PYTHON, "bin/conda-unpack"] if fmt == "tar" else []
             _pack_conda(prefix, fmt, built, dest, manifest, extra, work)
         else:
             if fmt == "tar" and relocate:
-                manifest["unpack"] = ["bin/python", UNPACK_SCRIPT]
+                manifest["unpack"] = [PYTHON, UNPACK_SCRIPT]
             _pack_venv(prefix, fmt, built, dest, manifest, extra, relocate, work)
         os.chmod(built, 0o644 & ~_umask())
         os.replace(built, out)
@@ -563,8 +557,8 @@ def read_manifest(path: Path) -> dict:
             with tarfile.open(path, "r:*") as tar:
                 for member in tar:
                     if member.name.lstrip("./") == MANIFEST or member.name == MANIFEST:
-                        fh = tar.extractfile(member)
-                        text = fh.read(1 << 20).decode(errors="replace") if fh else None
+                        content = tar.extractfile(member)
+                        text = content.read(1 << 20).decode(errors="replace") if content else None
                         break
         except (tarfile.TarError, OSError, EOFError) as exc:
             raise UsageError(f"--stage {path}: not a tar archive or squashfs image ({exc})") from None

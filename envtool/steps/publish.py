@@ -300,6 +300,7 @@ class _Stack:
     sbom: Path
     modulefile: Path
     action: str
+    #: how ``create`` builds it; None when ``action`` is ``unchanged`` (nothing is built)
     options: Optional[PlanOptions]
 
     @property
@@ -415,7 +416,7 @@ def _dry_run(stacks: List[_Stack], root: Path, modulefiles: Path, gid: Optional[
     result = PublishResult(dry_run=True)
     for st in stacks:
         steps: List[str] = []
-        if st.action != "unchanged":
+        if st.options is not None:   # None: unchanged, nothing is built
             dirs(st.target.parent, umask)
             ro_dir = stat.filemode(stat.S_IFDIR | published_mode(True, True, gid is not None, umask, True))
             ro_file = stat.filemode(stat.S_IFREG | published_mode(False, False, gid is not None, umask, True))
@@ -526,7 +527,7 @@ def publish(specs: List[Spec], root: Path, modulefiles: Path, group: Optional[st
         for st in stacks:
             spec, version, target, sbom = st.spec, st.version, st.target, st.sbom
             start = time.monotonic()
-            if st.action == "unchanged":
+            if st.options is None:   # unchanged
                 if default:
                     _mark_default(st, modulefiles, fmt, gid, mod_umask)
                 say(f"{st.module}: already published at {target} (unchanged; --force rebuilds it)")
@@ -770,7 +771,7 @@ def _retire_targets(name: str, version: str, root: Path, modulefiles: Optional[P
     if isinstance(recorded, str) and recorded != str(modulefiles):
         raise UsageError(f"--modulefiles: {name}/{version} was published with its modulefile under {recorded}, "
                          f"not {modulefiles}")
-    fmt = data.get("format") if data.get("format") in ("lua", "tcl") else "lua"
+    fmt = "tcl" if data.get("format") == "tcl" else "lua"
     stub = ModuleContent(name=name, version=version, prefix=str(target), kind="prefix")
     modulefile = modulefile_path(modulefiles, stub, fmt)
     # the order of renaming: what users see first (default marker, modulefile), the environment

@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, List, Literal, Optional, Tuple, Union
 
 from envtool.core import procs
 from envtool.core.plan import redact
@@ -392,11 +392,13 @@ class BuildTransaction:
         self.replace: Optional[Tuple[int, int]] = None
         self.swept: List[Path] = []
         self._lock = PrefixLock(self.target)
-        self._previous = {}
+        #: signal number -> the handler in place before the build's (restored afterwards)
+        self._previous: Dict[int, Union[Callable[[int, Any], Any], int, None]] = {}
         self._cleaning = False
         self._signalled: Optional[int] = None
-        self._scratch = []
-        self._environ = {}
+        self._scratch: List[ContextManager[Path]] = []
+        #: variable -> its value before the build set it (None: unset)
+        self._environ: Dict[str, Optional[str]] = {}
         self.committed = False
 
     # ------------------------------------------------------------------ set-up
@@ -464,11 +466,6 @@ class BuildTransaction:
         raise Interrupted(signum)
 
     # ------------------------------------------------------------------ the rename
-    @property
-    def replaced_existing(self) -> bool:
-        """Whether ``--force`` found an environment at the target when the build began."""
-        return self.replace is not None
-
     def commit(self) -> None:
         """Remove a root ``CACHEDIR.TAG`` and move the build into place (see :func:`move_into_place`)."""
         remove_cachedir_tag(self.build)
@@ -477,7 +474,7 @@ class BuildTransaction:
         self.committed = True
 
     # ------------------------------------------------------------------ clean-up
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         self._cleaning = True
         try:
             if exc is None:

@@ -14,10 +14,11 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
-from typing import List
+from typing import Any, Dict, List
 
 from envtool.core import frameworks, procs
 from envtool.core.errors import CheckFailed, StepFailed
+from envtool.core.prefix import PrefixData
 from envtool.horovod import checkbuild
 from envtool.probes import probe_path
 from envtool.spec.model import Spec
@@ -42,13 +43,14 @@ def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
     if run_allreduce:
         commands.append(tuple(probes.allreduce_command(prefix, 2, "gloo")))
     if expect.dataloader_start_method:
-        commands.append((str(prefix / "bin" / "python"), str(probe_path("dataloader")), expect.dataloader_start_method))
+        commands.append((str(PrefixData(prefix).python), str(probe_path("dataloader")),
+                         expect.dataloader_start_method))
         notes.append(f"a DataLoader with 2 workers must run under start method {expect.dataloader_start_method!r}")
     if not commands:
         return []
     modules = import_modules(spec)
     if modules:
-        commands.append((str(prefix / "bin" / "python"), str(probe_path("imports")), *modules))
+        commands.append((str(PrefixData(prefix).python), str(probe_path("imports")), *modules))
         notes.append("importing " + ", ".join(modules) + " must print no warning"
                      + (" but those matching expect.import_warnings" if spec.expect.import_warnings else ""))
     return [Step(id="validate", title="Validate: horovodrun --check-build, DataLoader start method"
@@ -88,7 +90,9 @@ def _allreduce(prefix: Path):
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env,
                               preexec_fn=procs.die_with_parent)
     except subprocess.TimeoutExpired as exc:
-        return False, f"timed out after 300 s: {exc.stdout or ''}"
+        # bytes even under text=True (https://docs.python.org/3/library/subprocess.html#subprocess.TimeoutExpired)
+        said = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        return False, f"timed out after 300 s: {said}"
     output = proc.stdout + proc.stderr
     return proc.returncode == 0 and probes.parse_allreduce(proc.stdout, 2), output
 
@@ -99,16 +103,18 @@ def _run_validate(step: Step, runner) -> dict:
 
     spec: Spec = step.data["spec"]
     prefix = Path(step.data["prefix"])
-    result = {"ok": True}
-    problems = []
+    result: Dict[str, Any] = {"ok": True}   # the step's result, a JSON object (create --json)
+    problems: List[str] = []
     method = spec.expect.dataloader_start_method
+    expected = spec.expect.check_build
     modules = step.data.get("imports") or ()
     with ThreadPoolExecutor(max_workers=4) as pool:
-        im_future = pool.submit(probes.import_modules, prefix / "bin" / "python", modules) if modules else None
-        cb_future = pool.submit(_check_build, prefix) if spec.expect.check_build is not None else None
+        python = PrefixData(prefix).python
+        im_future = pool.submit(probes.import_modules, python, modules) if modules else None
+        cb_future = pool.submit(_check_build, prefix) if expected is not None else None
         ar_future = pool.submit(_allreduce, prefix) if step.data["allreduce"] else None
-        dl_future = pool.submit(probes.dataloader, prefix / "bin" / "python", method) if method else None
-    if cb_future is not None:
+        dl_future = pool.submit(probes.dataloader, python, method) if method else None
+    if cb_future is not None and expected is not None:
         text, error = cb_future.result()
         if error:
             raise StepFailed(step.id, error, runner.log_path)
@@ -117,7 +123,7 @@ def _run_validate(step: Step, runner) -> dict:
             found = checkbuild.parse(text)
         except checkbuild.CheckBuildParseError as exc:
             raise StepFailed(step.id, str(exc), runner.log_path) from None
-        comparison = checkbuild.compare(found, spec.expect.check_build)
+        comparison = checkbuild.compare(found, expected)
         result["check_build"] = {"found": found.to_dict(), "comparison": comparison.to_dict()}
         result["table"] = checkbuild.format_table(comparison)
         if not comparison.ok:

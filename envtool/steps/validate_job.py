@@ -22,12 +22,13 @@ import socket
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypedDict
 
 from envtool.core import procs
 from envtool.core.errors import CheckFailed, EnvtoolError, UsageError
-from envtool.scheduler.model import LaunchStep, Layout
+from envtool.scheduler.model import LaunchStep, Layout, SchedulerOutputError
 from envtool.steps.jobscript import Target, build_request, render
 from envtool.validate import ranks as rk
 from envtool.validate import sweep
@@ -38,13 +39,47 @@ RENDEZVOUS_SECONDS = 900
 CONTROLLER_PHASES = (("mpi", "probe"), ("gloo", "probe-gloo"), ("torch", "probe-torch"))
 
 Progress = Callable[[str], None]
+#: A result as ``--json`` prints it: one JSON object whose keys each function's docstring lists
+#: (some only on some paths, e.g. ``preflight`` with a pre-flight, ``benchmark`` with ``--benchmark``).
+Result = Dict[str, Any]
 
 
-def _check_build(target: Target, text: Optional[str]) -> Dict[str, object]:
+class CheckBuildResult(TypedDict, total=False):
+    """What :func:`_check_build` found: ``ok``, and ``error`` (no or unreadable output) or ``found``
+    (:meth:`envtool.horovod.checkbuild.CheckBuild.to_dict`), ``controllers`` (built ones' names),
+    and where the spec expects a build ``table`` (text) and ``missing`` (``"NAME (section)"``)."""
+
+    ok: bool
+    error: str
+    found: Dict[str, object]
+    controllers: List[str]
+    table: str
+    missing: List[str]
+
+
+@dataclass
+class JobWatch:
+    """What :func:`_wait` saw of a job while it ran.
+
+    Attributes:
+        output: the job's output file, read into ``output_at_timeout`` before a cancel.
+        nodes: the job's node list, a hostlist such as ``node[1-2]`` (once it runs, on schedulers
+            with ``unresponsive_nodes``), else None.
+        lost: ``(node, state)`` of the nodes that stopped responding.
+        output_at_timeout: the output's text when ``--timeout`` ran out, or None.
+    """
+
+    output: Optional[Path] = None
+    nodes: Optional[str] = None
+    lost: List[Tuple[str, str]] = field(default_factory=list)
+    output_at_timeout: Optional[str] = None
+
+
+def _check_build(target: Target, text: Optional[str]) -> CheckBuildResult:
     """Parse check-build output and compare it with the spec (when it expects one)."""
     from envtool.horovod import checkbuild
 
-    out: Dict[str, object] = {"ok": True}
+    out: CheckBuildResult = {"ok": True}
     if not text:
         return {"ok": False, "error": "no horovodrun --check-build output"}
     try:
@@ -65,13 +100,13 @@ def _method(target: Target) -> Optional[str]:
     return target.spec.expect.dataloader_start_method if target.spec is not None else None
 
 
-def _run_horovodrun(target: Target, ranks: int, controller: Optional[str], argv: List[str], timeout: float,
-                    log) -> int:
+def _run_horovodrun(target: Target, prefix: Path, ranks: int, controller: Optional[str], argv: List[str],
+                    timeout: float, log) -> int:
     from envtool.scheduler import launcher
 
-    cmd = launcher.horovodrun_argv(target.prefix, ranks, controller) + argv
+    cmd = launcher.horovodrun_argv(prefix, ranks, controller) + argv
     env = dict(os.environ, PYTHONUNBUFFERED="1",
-               PATH=f"{target.prefix / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+               PATH=f"{prefix / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     for k, v in target.env:
         env[k] = v
     for k, op, entry in target.env_paths:  # env: {VAR: {prepend|append: DIR}}, as the job script does
@@ -90,7 +125,7 @@ def _run_horovodrun(target: Target, ranks: int, controller: Optional[str], argv:
 
 def run_here(target: Target, ranks: int = 2, benchmark: bool = False, steps: int = 20, batch_size: int = 32,
              timeout: float = 600.0, progress: Progress = lambda s: None, import_time: bool = False,
-             slow_seconds: float = rk.SLOW_IMPORT_SECONDS) -> Dict[str, object]:
+             slow_seconds: float = rk.SLOW_IMPORT_SECONDS) -> Result:
     """Validate ``target.prefix`` on this machine (see the module docstring).
 
     Args:
@@ -115,17 +150,18 @@ def run_here(target: Target, ranks: int = 2, benchmark: bool = False, steps: int
     """
     from envtool.validate import probes
 
-    if target.prefix is None:
+    prefix = target.prefix
+    if prefix is None:
         raise UsageError("--module needs --submit (the module is loaded in the job); give --prefix to validate here")
     run_dir = Path(tempfile.mkdtemp(prefix="envtool-validate-"))
     probe = rk.install_probe(run_dir)
     log_path = run_dir / "validate.log"
-    result: Dict[str, object] = {"run_dir": str(run_dir), "log": str(log_path), "where": "here"}
+    result: Result = {"run_dir": str(run_dir), "log": str(log_path), "where": "here"}
     problems: List[str] = []
     with open(log_path, "w") as log:
         progress("horovodrun --check-build ...")
         try:
-            text = probes.check_build_output(target.prefix)
+            text = probes.check_build_output(prefix)
         except FileNotFoundError:
             shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: nothing to keep
             raise UsageError(f"--prefix {target.prefix}: no bin/horovodrun (is Horovod installed there?)") from None
@@ -142,14 +178,15 @@ def run_here(target: Target, ranks: int = 2, benchmark: bool = False, steps: int
             progress(f"{ranks}-rank probe with the {controller} controller ...")
             phase = f"probe-{controller}"
             trace = import_time and not runs
-            rc = _run_horovodrun(target, ranks, controller, rk.probe_argv(target.python, probe, run_dir, phase,
+            rc = _run_horovodrun(target, prefix, ranks, controller, rk.probe_argv(target.python, probe, run_dir, phase,
                                                                           _method(target), import_trace=trace),
                                  timeout, log)
             recs = rk.gather(run_dir, phase)
             if not runs:
-                result["import_time"] = rk.import_summary(recs, slow_seconds)
-                if result["import_time"] is not None:
-                    result["import_time"]["controller"] = controller
+                summary = rk.import_summary(recs, slow_seconds)
+                if summary is not None:
+                    summary["controller"] = controller
+                result["import_time"] = summary
             runs[controller] = recs
             problems += [f"{controller}: {p}" for p in rk.judge(recs, ranks, _expected_warnings(target))]
             if rc != 0 and not rk.judge(recs, ranks, _expected_warnings(target)):
@@ -163,12 +200,13 @@ def run_here(target: Target, ranks: int = 2, benchmark: bool = False, steps: int
             for n in (1, ranks):
                 progress(f"benchmark at {n} rank(s) ...")
                 phase = f"bench-{n}"
-                _run_horovodrun(target, n, controller, rk.probe_argv(target.python, probe, run_dir, phase,
+                _run_horovodrun(target, prefix, n, controller, rk.probe_argv(target.python, probe, run_dir, phase,
                                                                      batch_size=batch_size, steps=steps), timeout, log)
                 points[n] = rk.gather(run_dir, phase)
                 problems += [f"benchmark at {n}: {p}" for p in rk.judge(points[n], n)]
-            result["benchmark"] = rk.scaling(points[1], points[ranks])
-            result["benchmark"]["controller"] = controller
+            scaling = rk.scaling(points[1], points[ranks])
+            scaling["controller"] = controller
+            result["benchmark"] = scaling
     result["problems"] = problems
     result["ok"] = not problems
     if result["ok"]:
@@ -189,7 +227,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
             timeout: Optional[float] = None, progress: Progress = lambda s: None,
             preflight_only: bool = False, slow_seconds: float = rk.SLOW_IMPORT_SECONDS,
             sweep_max: int = sweep.MAX_SIZE, image: Optional[str] = None,
-            binds: Sequence[str] = ()) -> Dict[str, object]:
+            binds: Sequence[str] = ()) -> Result:
     """Run the validation as a batch job through the site's scheduler (see the module docstring).
 
     Args:
@@ -340,11 +378,11 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     script = run_dir / "job.sh"
     script.write_text(text)
     script.chmod(0o755)
-    result: Dict[str, object] = {"run_dir": str(run_dir), "script": str(script), "output": str(run_dir / "job.out"),
+    result: Result = {"run_dir": str(run_dir), "script": str(script), "output": str(run_dir / "job.out"),
                                  "scheduler": sched.NAME, "layout": {"nodes": lay.nodes, "ranks": lay.ranks,
                                                                      "ranks_per_node": lay.ranks_per_node}}
     old_term = signal.signal(signal.SIGTERM, _raise_terminated) if _main_thread() else None
-    watch: Dict[str, object] = {"lost": [], "output": run_dir / "job.out"}
+    watch = JobWatch(output=run_dir / "job.out")
     try:
         if sched.NAME == "local":
             state, code = _run_local_script(script, run_dir, progress, timeout)
@@ -362,7 +400,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     if state == TIMED_OUT:
         problems.append(f"job {result.get('job_id')} did not finish within {timeout:.0f} s; it was cancelled; the "
                         f"last line each rank printed: "
-                        f"{_last_lines(watch.get('output_at_timeout'), run_dir / 'job.out', lay.ranks)}")
+                        f"{_last_lines(watch.output_at_timeout, run_dir / 'job.out', lay.ranks)}")
     if with_preflight:
         pf_recs = pf.gather(run_dir)
         pf_warnings: List[str] = list(pmi_result.notes) if pmi_result else []
@@ -451,13 +489,13 @@ def _stage_failed(stage, output: Path) -> str:
             + (": " + " | ".join(said) if said else "") + f"; see {output}")
 
 
-def _lost_nodes(sched, job_id, watch: Dict[str, object], run_dir: Path, script: Path) -> List[str]:
+def _lost_nodes(sched, job_id, watch: JobWatch, run_dir: Path, script: Path) -> List[str]:
     """Problems naming the nodes of the job whose slurmd stopped responding, or where srun could
     not start a step (from the job output), each with a fix line; [] for other schedulers."""
     if job_id is None or not hasattr(sched, "unresponsive_nodes"):
         return []
-    nodes = watch.get("nodes") or sched.job_nodes(job_id)
-    lost = dict(watch.get("lost") or [])
+    nodes = watch.nodes or sched.job_nodes(job_id)
+    lost = dict(watch.lost)
     if nodes and not lost:
         lost = dict(sched.unresponsive_nodes(nodes))
     try:
@@ -576,7 +614,10 @@ def _submit(sched, script: Path) -> str:
                          f"module") from None
     except subprocess.TimeoutExpired:
         raise CheckFailed(f"{argv[0]} did not answer within 120 s") from None
-    job_id = sched.parse_job_id(proc.stdout + "\n" + proc.stderr) if proc.returncode == 0 else None
+    try:
+        job_id = sched.parse_submit(proc.stdout + "\n" + proc.stderr) if proc.returncode == 0 else None
+    except SchedulerOutputError:
+        job_id = None
     if not job_id:
         raise CheckFailed(f"{shlex.join(argv)} refused the job (exit {proc.returncode}): "
                           f"{(proc.stderr or proc.stdout).strip()[-500:]}")
@@ -590,16 +631,14 @@ NODE_LOST = "NODE_NOT_RESPONDING (cancelled by envtool)"
 
 
 def _wait(sched, job_id: str, progress: Progress, timeout: Optional[float],
-          watch: Optional[Dict[str, object]] = None):
+          watch: Optional[JobWatch] = None):
     """Poll until the job is done; cancel it on KeyboardInterrupt/SIGTERM, after ``timeout``
     (state :data:`TIMED_OUT`), or when a node of the job stops responding (state :data:`NODE_LOST`;
-    schedulers with ``unresponsive_nodes``). ``watch`` gets ``nodes`` (the job's node list) and
-    ``lost`` (``[(node, state)]``)."""
+    schedulers with ``unresponsive_nodes``), filling in ``watch``."""
     started = time.monotonic()
     last = None
     interval = 0.5
-    watch = {} if watch is None else watch
-    watch.setdefault("lost", [])
+    watch = JobWatch() if watch is None else watch
     try:
         while True:
             phase, state, code = sched.state(job_id)
@@ -607,10 +646,10 @@ def _wait(sched, job_id: str, progress: Progress, timeout: Optional[float],
                 progress(f"job {job_id} {phase} ({state})")
                 last = (phase, state)
             if phase == "running" and hasattr(sched, "unresponsive_nodes"):
-                watch["nodes"] = watch.get("nodes") or sched.job_nodes(job_id)
-                lost = sched.unresponsive_nodes(watch["nodes"]) if watch["nodes"] else []
+                watch.nodes = watch.nodes or sched.job_nodes(job_id)
+                lost = sched.unresponsive_nodes(watch.nodes) if watch.nodes else []
                 if lost:
-                    watch["lost"] = lost
+                    watch.lost = list(lost)
                     progress(f"job {job_id}: {', '.join(n for n, _ in lost)} stopped responding "
                              f"({', '.join(st for _, st in lost)})")
                     _cancel(sched, job_id, progress)
@@ -618,9 +657,9 @@ def _wait(sched, job_id: str, progress: Progress, timeout: Optional[float],
             if phase == "done":
                 return state, code
             if timeout is not None and time.monotonic() - started > timeout:
-                if watch.get("output"):   # what the ranks printed, before scancel adds its own lines
+                if watch.output is not None:   # what the ranks printed, before scancel adds its own lines
                     try:
-                        watch["output_at_timeout"] = Path(watch["output"]).read_text(errors="replace")
+                        watch.output_at_timeout = watch.output.read_text(errors="replace")
                     except OSError:
                         pass
                 _cancel(sched, job_id, progress)
@@ -684,7 +723,7 @@ def _expected_warnings(target) -> tuple:
 def export_reframe(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_rank: Optional[int] = None,
                    time_limit: Optional[str] = None, account: Optional[str] = None, queue: Optional[str] = None,
                    output: str = "envtool_validate_rfm.py", settings_path: Optional[str] = None,
-                   scheduler: str = "slurm") -> Dict[str, object]:
+                   scheduler: str = "slurm") -> Result:
     """Write the validation as a ReFrame test and the site's ReFrame settings
     (:mod:`envtool.validate.reframe`).
 

@@ -174,7 +174,7 @@ def _links(exe: Path, libmpi: Path) -> bool:
     ldd = shutil.which("ldd")
     out = _run([ldd, str(exe)], timeout=30) if ldd else None
     m = re.search(r"^\s*libmpi\.so\S*\s+=>\s+(\S+)", out or "", re.M)
-    return bool(m) and Path(m.group(1)).resolve() == libmpi.resolve()
+    return m is not None and Path(m.group(1)).resolve() == libmpi.resolve()
 
 
 def check(prefix: Optional[Path], plugin: Optional[str], site_path: str, host: str) -> PmiResult:
@@ -202,7 +202,7 @@ def check(prefix: Optional[Path], plugin: Optional[str], site_path: str, host: s
     if prefix is not None and libmpi is None:
         notes.append("Horovod in the environment links no libmpi: the PMI was not compared with an MPI")
     elif libmpi is not None:
-        for cand in (libmpi.parent.parent / "bin" / "ompi_info", Path(prefix) / "bin" / "ompi_info",
+        for cand in (libmpi.parent.parent / "bin" / "ompi_info", prefix / "bin" / "ompi_info" if prefix else None,
                      shutil.which("ompi_info")):
             if cand and Path(cand).is_file() and _links(Path(cand), libmpi):
                 text = _run([str(cand), "--parsable"])

@@ -45,6 +45,8 @@ import shutil
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from envtool.core.prefix import PrefixData
+
 SCRIPT = Path(__file__).with_name("preflight.sh")
 LOCK_NAMES = ("conda-lock.yml", ".envtool/conda-lock.yml")
 #: the directory of the reports inside a run directory
@@ -333,7 +335,7 @@ def _judge_nccl(records: List[Dict[str, str]], prefix: Optional[Path], run_dir: 
         libs = nccl_libraries(text)
         if len(libs) > 1:
             pip_one = [x for x in libs if "/site-packages/nvidia/nccl/" in x]
-            python = str(Path(prefix) / "bin" / "python") if prefix is not None else "python"
+            python = str(PrefixData(Path(prefix)).python) if prefix is not None else "python"
             fix = (shlex.join([python, "-m", "pip", "show", "-f", "nvidia-nccl-cu12", "nvidia-nccl-cu11"]) +
                    " (and remove the copy that does not match the CUDA build of torch and Horovod)") if pip_one \
                 else shlex.join(["ls", "-l"] + libs)

@@ -49,6 +49,7 @@ import tempfile
 import time
 import traceback
 import warnings
+from typing import Dict, Optional, Tuple
 
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "PMI_RANK", "JSM_NAMESPACE_RANK", "PALS_RANKID",
              "ALPS_APP_PE", "HOROVOD_RANK")
@@ -270,8 +271,8 @@ def count_metadata_calls(lines, prefix):
     """
     roots = [os.path.normpath(p) for p in ([prefix] if isinstance(prefix, str) else prefix)]
     calls = failed = fd_stat = unplaced = 0
-    by_syscall = {}
-    pending = {}  # pid -> counted call waiting for its result
+    by_syscall: Dict[str, int] = {}
+    pending: Dict[str, bool] = {}  # pid -> counted call waiting for its result
     for raw in lines:
         line = raw.rstrip("\n")
         m = _LINE.match(line)
@@ -329,7 +330,7 @@ def mount_of(path, mountinfo_lines):
     Returns:
         ``(mount_point, fs_type)``, or ``(None, None)`` when no line parses.
     """
-    best = (None, None)
+    best: Tuple[Optional[str], Optional[str]] = (None, None)
     for line in mountinfo_lines:
         parts = line.split()
         if len(parts) < 7 or "-" not in parts[6:]:
@@ -529,18 +530,17 @@ def torch_probe(rec, method, sweep_max):
 def main(argv):
     """Run PHASE, write this rank's record, exit 1 when a check failed (see the module docstring)."""
     out_dir, phase = argv[1], argv[2]
-    opts = {"--method": None, "--batch-size": "32", "--steps": "20", "--import-trace": "no", "--controller": None,
+    opts = {"--method": "", "--batch-size": "32", "--steps": "20", "--import-trace": "no", "--controller": "",
             "--sweep": "0"}
     rest = argv[3:]
     for i in range(0, len(rest) - 1, 2):
         if rest[i] in opts:
             opts[rest[i]] = rest[i + 1]
     method = opts["--method"] or os.environ.get("ENVTOOL_START_METHOD") or None
-    controller = opts["--controller"]
+    controller = opts["--controller"] or None
     sweep_max = int(opts["--sweep"])
     rec = {"phase": phase, "host": socket.gethostname(), "pid": os.getpid(), "launcher_rank": _first(RANK_VARS),
            "launcher_local_rank": _first(LOCAL_RANK_VARS), "ok": False, "checks": {}}
-    hvd = None
     try:
         if controller == "torch":
             torch_probe(rec, method, sweep_max)

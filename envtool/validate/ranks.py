@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple, TypedDict, Union
 
 PROBE_FILE = Path(__file__).with_name("rank_probe.py")
 RENDEZVOUS_FILE = Path(__file__).with_name("rendezvous.py")
@@ -159,7 +159,7 @@ def table(records: List[dict]) -> str:
         status = "ok" if r.get("ok") else ("FAILED: " + (r.get("error") or "a check failed"))[:80]
         rank = r.get("rank", r.get("launcher_rank"))
         local = r.get("local_rank", r.get("launcher_local_rank"))
-        imp = ()
+        imp: Tuple[str, ...] = ()
         if timed:
             secs = ((r.get("import") or {}).get("seconds") or {}).get("total")
             meta = (r.get("import") or {}).get("metadata") or {}
@@ -174,7 +174,29 @@ def table(records: List[dict]) -> str:
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row[:-1], widths)) + "  " + row[-1] for row in rows)
 
 
-def scaling(one: List[dict], many: List[dict]) -> Dict[str, object]:
+class ScalingPoint(TypedDict):
+    """One point of :func:`scaling`: ranks that reported, samples/s (per rank and total), the
+    per-rank batch size and the device (``cpu``/``cuda``; None where the probe did not say)."""
+
+    ranks: int
+    samples_per_sec_per_rank: float
+    samples_per_sec_total: float
+    batch_size: int
+    device: Optional[str]
+
+
+class _ScalingBase(TypedDict):
+    points: List[ScalingPoint]
+    efficiency: Optional[float]
+
+
+class Scaling(_ScalingBase, total=False):
+    """What :func:`scaling` returns; ``controller`` is added by the caller that ran it."""
+
+    controller: str
+
+
+def scaling(one: List[dict], many: List[dict]) -> Scaling:
     """Samples/s per rank at 1 rank and at N ranks, and the scaling efficiency.
 
     Efficiency = (mean samples/s per rank at N) / (samples/s at 1 rank): 1.0 is perfect weak
@@ -184,7 +206,7 @@ def scaling(one: List[dict], many: List[dict]) -> Dict[str, object]:
         ``{"points": [{"ranks", "samples_per_sec_per_rank", "samples_per_sec_total"}], "efficiency"}``
         (efficiency None when a point is missing).
     """
-    points = []
+    points: List[ScalingPoint] = []
     for recs in (one, many):
         rates = [r["checks"]["benchmark"]["samples_per_sec"] for r in recs
                  if r.get("ok") and (r.get("checks") or {}).get("benchmark")]
@@ -200,7 +222,7 @@ def scaling(one: List[dict], many: List[dict]) -> Dict[str, object]:
     return {"points": points, "efficiency": eff}
 
 
-def format_scaling(result: Dict[str, object]) -> str:
+def format_scaling(result: Scaling) -> str:
     """``ranks  samples/s per rank  total  efficiency`` lines."""
     lines = [f"{'ranks':>5}  {'samples/s per rank':>18}  {'samples/s total':>15}  efficiency"]
     base = result["points"][0]["samples_per_sec_per_rank"] if result["points"] else None
@@ -211,7 +233,7 @@ def format_scaling(result: Dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-def plot(result: Dict[str, object], path: Path) -> Path:
+def plot(result: Scaling, path: Path) -> Path:
     """Draw samples/s (total and per rank) and efficiency against ranks into a PNG.
 
     matplotlib is imported here only (``--plot``), with the non-interactive Agg backend.
@@ -271,13 +293,46 @@ def percentile(values: Sequence[float], q: float) -> Optional[float]:
     return v[max(0, math.ceil(q / 100.0 * len(v)) - 1)]
 
 
-def _stats(values: Sequence[float]) -> Optional[Dict[str, float]]:
-    if not values:
+class Stats(TypedDict):
+    """p50, p99 (nearest rank, :func:`percentile`) and maximum of some values."""
+
+    p50: float
+    p99: float
+    max: float
+
+
+def _stats(values: Sequence[float]) -> Optional[Stats]:
+    p50, p99 = percentile(values, 50), percentile(values, 99)
+    if p50 is None or p99 is None:
         return None
-    return {"p50": percentile(values, 50), "p99": percentile(values, 99), "max": max(values)}
+    return {"p50": p50, "p99": p99, "max": max(values)}
 
 
-def import_summary(records: List[dict], slow_seconds: float = SLOW_IMPORT_SECONDS) -> Optional[Dict[str, object]]:
+class _ImportSummaryBase(TypedDict):
+    ranks: int
+    hosts: List[str]
+    seconds: Stats
+    torch_seconds: Optional[Stats]
+    metadata_calls: Optional[Stats]
+    metadata_failed: Optional[Stats]
+    untraced: List[str]
+    prefix: Union[str, List[str]]
+    fs_types: List[str]
+    mounts: List[str]
+    slow_seconds: float
+    shared_fs: List[str]
+    slow: bool
+    fix: List[str]
+
+
+class ImportSummary(_ImportSummaryBase, total=False):
+    """What :func:`import_summary` returns (see there); ``controller`` is added by the caller
+    whose run it summarises."""
+
+    controller: str
+
+
+def import_summary(records: List[dict], slow_seconds: float = SLOW_IMPORT_SECONDS) -> Optional[ImportSummary]:
     """Import time and metadata calls over the ranks that recorded them (``rank_probe`` field
     ``import``), and the staging fix when the import is slow on a shared file system.
 
@@ -304,10 +359,15 @@ def import_summary(records: List[dict], slow_seconds: float = SLOW_IMPORT_SECOND
             untraced.append(f"rank {rank if rank is not None else '?'} on {r.get('host', '?')}: {err}")
     prefixes = sorted({r["import"].get("prefix") for r in timed if r["import"].get("prefix")})
     fs_types = sorted({r["import"].get("fs_type") for r in timed if r["import"].get("fs_type")})
-    out: Dict[str, object] = {
+    seconds = _stats([r["import"]["seconds"]["total"] for r in timed])
+    if seconds is None:  # every record in ``timed`` has a total
+        return None
+    shared = [t for t in fs_types if t in NETWORK_FS_TYPES]
+    slow = bool(shared) and seconds["p99"] > slow_seconds
+    return {
         "ranks": len(timed),
         "hosts": sorted({str(r.get("host", "?")) for r in timed}),
-        "seconds": _stats([r["import"]["seconds"]["total"] for r in timed]),
+        "seconds": seconds,
         "torch_seconds": _stats([r["import"]["seconds"].get("torch") for r in timed
                                  if r["import"]["seconds"].get("torch") is not None]),
         "metadata_calls": _stats([r["import"]["metadata"]["calls"] for r in traced]),
@@ -317,12 +377,10 @@ def import_summary(records: List[dict], slow_seconds: float = SLOW_IMPORT_SECOND
         "fs_types": fs_types,
         "mounts": sorted({r["import"].get("mount") for r in timed if r["import"].get("mount")}),
         "slow_seconds": slow_seconds,
+        "shared_fs": shared,
+        "slow": slow,
+        "fix": staging_fix(prefixes[0]) if slow and len(prefixes) == 1 else [],
     }
-    shared = [t for t in fs_types if t in NETWORK_FS_TYPES]
-    out["shared_fs"] = shared
-    out["slow"] = bool(shared) and out["seconds"]["p99"] > slow_seconds
-    out["fix"] = staging_fix(prefixes[0]) if out["slow"] and len(prefixes) == 1 else []
-    return out
 
 
 def staging_fix(prefix: str) -> List[str]:
@@ -337,7 +395,7 @@ def staging_fix(prefix: str) -> List[str]:
             shlex.join(["envtool", "validate", "--prefix", str(prefix), "--submit", "--stage", packed])]
 
 
-def format_import(summary: Dict[str, object]) -> str:
+def format_import(summary: ImportSummary) -> str:
     """Lines for the import summary: times and metadata calls (p50/p99/max), ranks whose calls
     could not be counted, and the staging fix when the import is slow on a shared file system."""
     s = summary["seconds"]
@@ -347,7 +405,7 @@ def format_import(summary: Dict[str, object]) -> str:
              f"p50 {s['p50']:.2f} s, p99 {s['p99']:.2f} s, max {s['max']:.2f} s"]
     m = summary.get("metadata_calls")
     if m:
-        f = summary.get("metadata_failed") or {}
+        f = summary.get("metadata_failed")
         lines.append(f"metadata calls under the prefix per rank: p50 {m['p50']}, p99 {m['p99']}, max {m['max']}"
                      + (f" (failed lookups p50 {f['p50']})" if f else ""))
     for u in summary.get("untraced") or ():

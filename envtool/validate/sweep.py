@@ -15,12 +15,12 @@ number comparable with the hardware's link bandwidth whatever the rank count.
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, TypedDict
 
 #: Bytes of each allreduce of the sweep: every power of two from 8 B to 64 MiB (as nccl-tests
 #: ``-b 8 -e 64M -f 2``).
 SIZES: Tuple[int, ...] = tuple(2 ** k for k in range(3, 27))
-MIN_SIZE, MAX_SIZE = SIZES[0], SIZES[-1]
+MAX_SIZE = SIZES[-1]
 
 
 def busbw(size_bytes: int, seconds: float, ranks: int) -> float:
@@ -69,7 +69,16 @@ def transport_name(raw: str) -> str:
     return low
 
 
-def nccl_transports(lines: Iterable[str]) -> Dict[str, object]:
+class NcclTransports(TypedDict):
+    """What :func:`nccl_transports` found (see there)."""
+
+    network: Optional[str]
+    initialised: List[str]
+    channels: List[str]
+    interfaces: List[str]
+
+
+def nccl_transports(lines: Iterable[str]) -> NcclTransports:
     """What NCCL used, from its ``NCCL_DEBUG=INFO`` lines (a pure parser; lines from any rank).
 
     Recognised: ``NET/Socket : Using [0]eth0:…`` and ``NET/IB : Using [0]mlx5_0:1/IB …`` (the
