@@ -6,7 +6,7 @@
 # See also: https://github.com/scop/bash-completion/blob/main/doc/configuration.md
 
 _shtab_envtool_cache_subparsers=(list prune publish)
-_shtab_envtool_subparsers=(create plan check-build specs show diff-specs clone lock diff modulefile publish retire sbom pack doctor jobscript validate cache completion list remove info)
+_shtab_envtool_subparsers=(create plan check-build specs show diff-specs clone lock diff modulefile publish retire sbom pack image doctor jobscript validate cache completion list remove info)
 
 _shtab_envtool_create_option_strings=(-h --help --prefix --clone --lock --from-lock --resolve --installer --engine --modulefile-root --jobs --site --site-file --platform-mismatch-ok --json --force -v --verbose -q --quiet)
 _shtab_envtool_plan_option_strings=(-h --help --prefix --clone --lock --from-lock --resolve --installer --engine --modulefile-root --jobs --site --site-file --platform-mismatch-ok --json -v --verbose -q --quiet)
@@ -22,9 +22,10 @@ _shtab_envtool_publish_option_strings=(-h --help --root --modulefiles --group --
 _shtab_envtool_retire_option_strings=(-h --help --root --modulefiles --force-default --dry-run --json -v --verbose -q --quiet)
 _shtab_envtool_sbom_option_strings=(-h --help --prefix --format --output -o --name --json -v --verbose -q --quiet)
 _shtab_envtool_pack_option_strings=(-h --help --format -o --output --dest-prefix --force --json -v --verbose -q --quiet)
+_shtab_envtool_image_option_strings=(-h --help --output -o --site --site-file --format --json -v --verbose -q --quiet)
 _shtab_envtool_doctor_option_strings=(-h --help --prefix --spec --site --lock --script --entry --launch --strict --fail-on --max-source-mb --max-files --only --list --timeout --json -v --verbose -q --quiet)
 _shtab_envtool_jobscript_option_strings=(-h --help --prefix --module --spec --site --site-file --stage --retired-ok --platform-mismatch-ok --nodes --ranks-per-node --gpus-per-rank --time --account --queue --job-name --job-output --workdir --output -o --image --bind --json -v --verbose -q --quiet)
-_shtab_envtool_validate_option_strings=(-h --help --prefix --module --spec --site --site-file --stage --retired-ok --platform-mismatch-ok --submit --preflight --nodes --ranks-per-node --gpus-per-rank --time --account --queue --sweep-max --ranks --import-time --slow-import --benchmark --steps --batch-size --plot --workdir --timeout --export --output -o --settings --reframe-scheduler --json -v --verbose -q --quiet)
+_shtab_envtool_validate_option_strings=(-h --help --prefix --module --spec --site --site-file --stage --retired-ok --platform-mismatch-ok --submit --preflight --nodes --ranks-per-node --gpus-per-rank --time --account --queue --sweep-max --ranks --import-time --slow-import --benchmark --steps --batch-size --plot --workdir --timeout --export --output -o --settings --reframe-scheduler --image --bind --json -v --verbose -q --quiet)
 _shtab_envtool_cache_list_option_strings=(-h --help --json -v --verbose -q --quiet)
 _shtab_envtool_cache_prune_option_strings=(-h --help --older-than --json -v --verbose -q --quiet)
 _shtab_envtool_cache_publish_option_strings=(-h --help --to --key --json -v --verbose -q --quiet)
@@ -90,6 +91,10 @@ _shtab_envtool_sbom___output_COMPGEN=_shtab_compgen_files
 _shtab_envtool_sbom__o_COMPGEN=_shtab_compgen_files
 _shtab_envtool_pack__o_COMPGEN=_shtab_compgen_files
 _shtab_envtool_pack___output_COMPGEN=_shtab_compgen_files
+_shtab_envtool_image___output_COMPGEN=_shtab_compgen_files
+_shtab_envtool_image__o_COMPGEN=_shtab_compgen_files
+_shtab_envtool_image___site_COMPGEN=_envtool_sites
+_shtab_envtool_image___site_file_COMPGEN=_shtab_compgen_files
 _shtab_envtool_doctor___prefix_COMPGEN=_shtab_compgen_dirs
 _shtab_envtool_doctor___spec_COMPGEN=_envtool_specs
 _shtab_envtool_doctor___site_COMPGEN=_envtool_sites
@@ -130,7 +135,7 @@ _shtab_envtool_validate___export_choices=(reframe)
 _shtab_envtool_validate___reframe_scheduler_choices=(slurm squeue)
 _shtab_envtool_cache_pos_0_choices=(list prune publish)
 _shtab_envtool_completion_pos_0_choices=(bash zsh)
-_shtab_envtool_pos_0_choices=(create plan check-build specs show diff-specs clone lock diff modulefile publish retire sbom pack doctor jobscript validate cache completion list remove info)
+_shtab_envtool_pos_0_choices=(create plan check-build specs show diff-specs clone lock diff modulefile publish retire sbom pack image doctor jobscript validate cache completion list remove info)
 
 _shtab_envtool_create__h_nargs=0
 _shtab_envtool_create___help_nargs=0
@@ -251,6 +256,13 @@ _shtab_envtool_pack__v_nargs=0
 _shtab_envtool_pack___verbose_nargs=0
 _shtab_envtool_pack__q_nargs=0
 _shtab_envtool_pack___quiet_nargs=0
+_shtab_envtool_image__h_nargs=0
+_shtab_envtool_image___help_nargs=0
+_shtab_envtool_image___json_nargs=0
+_shtab_envtool_image__v_nargs=0
+_shtab_envtool_image___verbose_nargs=0
+_shtab_envtool_image__q_nargs=0
+_shtab_envtool_image___quiet_nargs=0
 _shtab_envtool_doctor__h_nargs=0
 _shtab_envtool_doctor___help_nargs=0
 _shtab_envtool_doctor___script_nargs=+

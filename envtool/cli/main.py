@@ -19,7 +19,7 @@ from envtool.core.errors import EXIT_INTERRUPTED
 #: Command modules under ``envtool.cli``, in ``--help`` order. A module that is not there yet is
 #: skipped (each issue adds its own).
 COMMANDS = ("create", "plan", "check_build", "specs", "show", "diff_specs", "clone", "lock", "diff",
-            "modulefile", "publish", "retire", "sbom", "pack", "doctor", "jobscript", "validate", "cache", "completion",
+            "modulefile", "publish", "retire", "sbom", "pack", "image", "doctor", "jobscript", "validate", "cache", "completion",
             "list", "remove", "info")
 
 

@@ -54,6 +54,11 @@ def register(sub) -> None:
     p.add_argument("--reframe-scheduler", choices=("slurm", "squeue"),
                    help="with --export: ReFrame's Slurm scheduler: slurm (polls with sacct; default) or squeue "
                         "(for a Slurm without accounting)")
+    p.add_argument("--image", metavar="IMAGE",
+                   help="with --submit: run check-build and every rank of the allreduce inside this image (made "
+                        "by envtool image) through the site file's container runtime; no --prefix/--module")
+    p.add_argument("--bind", action="append", default=[], metavar="SRC[:DST]",
+                   help="with --image: also bind this host directory into the image (repeatable)")
     add_json(p)
     p.set_defaults(func=run)
 
@@ -114,14 +119,19 @@ def run(args) -> int:
     slow = rk.SLOW_IMPORT_SECONDS if args.slow_import is None else args.slow_import
     if args.stage and not args.submit:
         raise UsageError("--stage stages the environment in a batch job: add --submit")
-    target = resolve(args)
+    if args.image is not None:
+        target = _image_target(args)
+    else:
+        if args.bind:
+            raise UsageError("--bind goes with --image (directories bound into the image)")
+        target = resolve(args)
     with status:
         if args.submit:
             result = validate_job.run_job(target, args.nodes, args.ranks_per_node, args.gpus_per_rank, args.time,
                                           args.account, args.queue, benchmark=args.benchmark, steps=args.steps,
                                           batch_size=args.batch_size, workdir=args.workdir, timeout=args.timeout,
                                           progress=progress, preflight_only=args.preflight, slow_seconds=slow,
-                                          sweep_max=sweep_max)
+                                          sweep_max=sweep_max, image=args.image, binds=args.bind)
             records = result["ranks"]
         else:
             result = validate_job.run_here(target, ranks=args.ranks, benchmark=args.benchmark, steps=args.steps,
@@ -187,6 +197,18 @@ def run(args) -> int:
         if where and not result["ok"]:
             print(f"validate: log: {where}", file=sys.stderr)
     return 0 if result["ok"] else 1
+
+
+def _image_target(args):
+    """The target of ``validate --image``: the site's, with no prefix (the image carries the environment)."""
+    from envtool.core.errors import UsageError
+    from envtool.steps import container_run
+
+    if not args.submit:
+        raise UsageError("--image runs the ranks in the image through the site's scheduler: add --submit")
+    if args.prefix or args.module or args.stage:
+        raise UsageError("--image validates the environment the image carries: give no --prefix, --module or --stage")
+    return container_run.resolve_image_target(args.spec, args.site, args.site_file)[0]
 
 
 def _export(args) -> int:

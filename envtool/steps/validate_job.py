@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypedDict
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypedDict
 
 from envtool.core import procs
 from envtool.core.errors import CheckFailed, EnvtoolError, UsageError
@@ -226,7 +226,8 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
             benchmark: bool = False, steps: int = 20, batch_size: int = 32, workdir: Optional[str] = None,
             timeout: Optional[float] = None, progress: Progress = lambda s: None,
             preflight_only: bool = False, slow_seconds: float = rk.SLOW_IMPORT_SECONDS,
-            sweep_max: int = sweep.MAX_SIZE) -> Result:
+            sweep_max: int = sweep.MAX_SIZE, image: Optional[str] = None,
+            binds: Sequence[str] = ()) -> Result:
     """Run the validation as a batch job through the site's scheduler (see the module docstring).
 
     Args:
@@ -262,6 +263,11 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     task per node, before the environment is activated, and a gate that stops the script before
     the main step when a node cannot run it.
 
+    With ``image`` (``validate --image``; ``target`` from
+    :func:`envtool.steps.container_run.resolve_image_target`) check-build and every rank of the MPI
+    step run inside the image through the site's container runtime (:func:`_in_image`), the run
+    directory bound into it; the pre-flight and the Gloo and torch.distributed steps are not run.
+
     Returns:
         ``{"ok", "problems", "job_id", "state", "exit_status", "preflight", "check_build",
         "ranks": [records of the MPI step], "import_time", "controllers": {name: {"phase", "ranks", "sweep",
@@ -277,7 +283,10 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     from envtool.validate import preflight as pf
 
     sched = scheduler.get(target.site.scheduler)
-    with_preflight = getattr(sched, "PREFLIGHT", False)
+    with_preflight = getattr(sched, "PREFLIGHT", False) and image is None
+    if image is not None and preflight_only:
+        raise UsageError("--preflight checks the environment's prefix on every node; with --image the image "
+                         "carries the environment: drop --preflight")
     if preflight_only and not with_preflight:
         raise UsageError(f"--preflight: the pre-flight is written for Slurm sites so far; site {target.site.name} "
                          f"({target.site.path}) uses scheduler {target.site.scheduler or 'none'}")
@@ -314,7 +323,17 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
                     "problems": list(pmi_result.problems) + ["the job was not submitted: its launcher and MPI "
                                                              "do not match"], "ok": False}
     sweep_args = ["--sweep", str(sweep_max)] if sweep_max else []
-    if not preflight_only:
+    if image is not None:
+        from envtool.steps.container_run import container_of
+
+        section = container_of(target.site)
+        job_steps += [LaunchStep(_in_image(section, image, [python, str(Path(python).parent / "horovodrun"),
+                                                            "--check-build"], binds, run_dir),
+                                 redirect=str(run_dir / "check-build.txt"), direct=True, may_fail=True),
+                      LaunchStep(_in_image(section, image, rk.probe_argv(python, IMAGE_RUN_DIR / probe.name,
+                                                                          IMAGE_RUN_DIR, "probe", method)
+                                           + sweep_args, binds, run_dir), mpi=section.mpi, may_fail=True)]
+    elif not preflight_only:
         job_steps += [LaunchStep(tuple(([python, str(target.prefix / "bin" / "horovodrun")] if target.prefix
                                         else ["horovodrun"]) + ["--check-build"]),
                                  redirect=str(run_dir / "check-build.txt"), direct=True, may_fail=True),
@@ -430,6 +449,21 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     result["problems"] = problems
     result["ok"] = not problems
     return result
+
+
+#: Where ``validate --image`` binds the run directory inside the image: ``/mnt``, which the FHS
+#: defines for temporarily mounted file systems and Debian's base-files ships
+#: (https://refspecs.linuxfoundation.org/FHS_3.0/fhs/ch03s12.html). A runtime that runs an image
+#: read-only (Charliecloud's ``ch-run``) can bind only onto a directory the image has.
+IMAGE_RUN_DIR = Path("/mnt")
+
+
+def _in_image(section, image: str, argv: Sequence[str], binds: Sequence[str], run_dir: Path) -> Tuple[str, ...]:
+    """``argv`` run inside ``image`` by the site's container runtime, the run directory bound at
+    :data:`IMAGE_RUN_DIR` and ``binds`` after it (:func:`envtool.scheduler.containers.wrap`)."""
+    from envtool.scheduler import containers
+
+    return tuple(containers.wrap(section, image, argv, [f"{run_dir}:{IMAGE_RUN_DIR}"] + list(binds)))
 
 
 def _lock(target: Target) -> Optional[str]:

@@ -1,0 +1,76 @@
+"""``envtool image SPEC|PREFIX --output DIR [--site S|--site-file F] [--format dir,squashfs,oci] [--json]``:
+a container image of an environment, built from its lockfile (:mod:`envtool.steps.image`).
+
+Prints each form's path and size, the build time and the ``libmpi`` Horovod links inside the image;
+``--json``: ``{"ok", "error", "exit", "output", "forms", "sizes", "seconds", "libmpi", ...}``.
+"""
+from __future__ import annotations
+
+from envtool.cli.common import add_json, path_arg, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("image", help="build a container image (directory, squashfs, OCI) of an environment from its lock",
+                       description="Build a container image of an environment from the environment's lockfile (the "
+                                   "same hashes as create): a Debian root file system made with mmdebstrap (or the "
+                                   "site file's container.base), the environment at /opt/env, the Horovod wheel "
+                                   "envtool built for it when the image's MPI has the ABI the site's "
+                                   "container.mpi_abi names, and the environment's SBOM at "
+                                   "/opt/env/share/envtool/sbom.cdx.json. Forms: dir (ch-run DIR/rootfs), squashfs "
+                                   "(DIR/image.sqfs) and oci (DIR/oci, an OCI image layout, tag env). Runs as root. "
+                                   "See docs/guides/containers.md.")
+    p.add_argument("env", type=path_arg, metavar="SPEC|PREFIX",
+                   help="the environment's prefix, or a spec name (its default prefix ./envs/SPEC)")
+    p.add_argument("--output", "-o", required=True, type=path_arg, metavar="DIR",
+                   help="the directory to create (must not exist)")
+    p.add_argument("--site", help="a bundled site whose container section to use")
+    p.add_argument("--site-file", type=path_arg, help="a site file whose container section to use (wins over --site)")
+    p.add_argument("--format", default="dir,squashfs,oci", metavar="FORMS",
+                   help="comma-separated forms: dir, squashfs, oci (default all three)")
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import os
+    import sys
+    from pathlib import Path
+
+    from envtool.cli.common import default_prefix
+    from envtool.core.errors import UsageError
+    from envtool.spec import sites
+    from envtool.steps import image
+
+    prefix = Path(args.env)
+    if not prefix.is_dir():
+        if os.sep in args.env or args.env.startswith("."):
+            raise UsageError(f"PREFIX {args.env}: no such environment (not a directory)")
+        prefix = default_prefix(args.env)
+        if not prefix.is_dir():
+            raise UsageError(f"{args.env}: neither an environment directory nor a spec with an environment at "
+                             f"its default prefix {prefix} (envtool create {args.env})")
+    site = None
+    if args.site_file:
+        site = sites.load_site(Path(args.site_file))
+    elif args.site:
+        site = sites.load_site(sites.find(args.site))
+    formats = [f.strip() for f in args.format.split(",") if f.strip()]
+    quiet = args.quiet or args.json
+
+    def say(text: str) -> None:
+        if not quiet:
+            print(f"image: {text}", file=sys.stderr, flush=True)
+
+    result = image.build_image(prefix, Path(args.output), formats, site.container if site else None,
+                               site_caches=site.build_caches if site else (),
+                               cache_group=site.build_cache_group if site else None, progress=say)
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    print(result.output)
+    for form, path in result.forms.items():
+        print(f"  {form:8} {path}  {result.sizes[form] / 1e6:.1f} MB")
+    print(f"  from {result.lock}, base {result.base}, MPI ABI {result.mpi_abi}"
+          + (f" (Horovod links {result.libmpi})" if result.libmpi else ""))
+    print(f"  SBOM {image.SBOM_PATH} ({result.components} components), built in {result.seconds:.0f} s")
+    return 0
