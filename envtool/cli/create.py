@@ -96,8 +96,11 @@ def activation_hint(prefix, modulefile=None):
         lines += [f"module use {shlex.quote(str(modulefile['root']))}",
                   f"module load {shlex.quote(str(modulefile['module']))}"]
         return lines
-    if (p / "bin" / "activate").is_file() and not (p / "conda-meta").is_dir():
-        return [f"source {shlex.quote(str(p / 'bin' / 'activate'))}"]
+    from envtool.core.prefix import PrefixData
+
+    script = PrefixData(p).activate_script
+    if script is not None:
+        return [f"source {shlex.quote(str(script))}"]
     tool = next((t for t in ("conda", "mamba", "micromamba") if shutil.which(t)), None)
     if tool:
         return [f"{tool} activate {shlex.quote(str(p))}"]

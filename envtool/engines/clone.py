@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from envtool.core.errors import EnvtoolError, UsageError
-from envtool.core.prefix import PrefixData
+from envtool.core.prefix import CONDA_META, PrefixData
 
 _CHUNK = 1 << 20
 
@@ -412,7 +412,7 @@ def copy_untracked(source: Path, target: Path, new_prefix: Path, tracked: Set[st
     report = CopyReport()
     for dirpath, dirnames, filenames in os.walk(source):
         rel_dir = os.path.relpath(dirpath, source)
-        if rel_dir == "conda-meta" or rel_dir.startswith("conda-meta" + os.sep):
+        if rel_dir == CONDA_META or rel_dir.startswith(CONDA_META + os.sep):
             dirnames[:] = []
             continue
         for name in sorted(filenames) + sorted(d for d in dirnames if os.path.islink(os.path.join(dirpath, d))):
@@ -459,7 +459,7 @@ def copy_untracked(source: Path, target: Path, new_prefix: Path, tracked: Set[st
     # directories users added (empty ones too)
     for dirpath, dirnames, _ in os.walk(source):
         rel_dir = os.path.relpath(dirpath, source)
-        if rel_dir.split(os.sep)[0] == "conda-meta":
+        if rel_dir.split(os.sep)[0] == CONDA_META:
             dirnames[:] = []
             continue
         (target / rel_dir).mkdir(parents=True, exist_ok=True)
@@ -485,7 +485,7 @@ def carry_meta(source: Path, target: Path, source_label: str, new_prefix: Path, 
     The history entry follows conda's format (``==> YYYY-MM-DD HH:MM:SS <==`` then ``# cmd:``
     lines; conda/history.py).
     """
-    smeta, tmeta = Path(source) / "conda-meta", Path(target) / "conda-meta"
+    smeta, tmeta = PrefixData(Path(source)).conda_meta, PrefixData(Path(target)).conda_meta
     tmeta.mkdir(parents=True, exist_ok=True)
     if (smeta / "pinned").is_file():
         shutil.copyfile(smeta / "pinned", tmeta / "pinned")

@@ -86,8 +86,11 @@ def activation_lines(prefix: Path, kind: Optional[str] = None) -> Tuple[str, ...
     """
     p = Path(prefix)
     q = shlex.quote(str(p))
-    if kind == "venv" or (kind is None and (p / "bin" / "activate").is_file() and not (p / "conda-meta").is_dir()):
-        return (f"source {shlex.quote(str(p / 'bin' / 'activate'))}",)
+    from envtool.core.prefix import PrefixData
+
+    script = PrefixData(p).activate_script
+    if kind == "venv" or (kind is None and script is not None):
+        return (f"source {shlex.quote(str(PrefixData(p).bin / 'activate'))}",)
     return (f"export CONDA_PREFIX={q}",
             f'export PATH={shlex.quote(str(p / "bin"))}:"$PATH"',
             f"for f in {shlex.quote(str(p / 'etc' / 'conda' / 'activate.d'))}/*.sh; do "

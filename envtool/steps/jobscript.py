@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple
 
 from envtool.core.errors import SpecError, UsageError
+from envtool.core.prefix import PYTHON, PrefixData
 from envtool.scheduler import launcher as launcher_mod
 from envtool.scheduler.model import INTERFACE_VARIABLES, JobRequest, LaunchStep, parse_time
 from envtool.scheduler.script import activation_lines, make_layout
@@ -103,7 +104,7 @@ def resolve_target(prefix: Optional[str] = None, module: Optional[str] = None, s
     pfx = None
     if prefix:
         pfx = Path(prefix).expanduser().absolute()
-        if here and not (pfx / "bin" / "python").exists():
+        if here and not PrefixData(pfx).python.exists():
             raise UsageError(f"--prefix {prefix}: not an environment (no bin/python)")
     spec_name = spec or (spec_of_prefix(pfx) if pfx else None)
     resolved_spec = None
@@ -166,7 +167,7 @@ def resolve_target(prefix: Optional[str] = None, module: Optional[str] = None, s
         + sf.batch.env_paths + (resolved_spec.env_paths if resolved_spec is not None else ())
     return Target(site=sf, spec=resolved_spec, prefix=pfx, module=module, modules=tuple(modules),
                   env=tuple(env.items()), env_paths=env_paths, launcher=launcher_mod.for_site(sf, mapping),
-                  python=str(pfx / "bin" / "python") if pfx else "python")
+                  python=str(PrefixData(pfx).python) if pfx else "python")
 
 
 def resolve_staged(stage_file: str, prefix: Optional[str] = None, spec: Optional[str] = None,
@@ -248,7 +249,7 @@ def resolve_staged(stage_file: str, prefix: Optional[str] = None, spec: Optional
                   lock_sha256=lock, unpacked_kib=int(manifest.get("unpacked_kib") or 0), node_local=nl.path,
                   source=f"{nl.source}: {src.split()[0] if '://' in src.split()[0] else ' '.join(src.split())[:80]}"
                   if src.split() else nl.source)
-    return dataclasses.replace(target, prefix=Path(staged), python=f"{staged}/bin/python", kind=stage.kind,
+    return dataclasses.replace(target, prefix=Path(staged), python=f"{staged}/{PYTHON}", kind=stage.kind,
                                stage=stage)
 
 

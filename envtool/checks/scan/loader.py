@@ -11,6 +11,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 from envtool.checks.scan.facts import ModuleFacts, parse_source
 from envtool.checks.scan.model import Limits
 from envtool.checks.scan.project import Project
+from envtool.core.prefix import PrefixData
 
 #: directories never entered when a directory is scanned (caches, version control, environments).
 SKIP_DIRS = {"__pycache__", "site-packages", "node_modules", ".git", ".hg", ".svn", ".tox", ".venv", "venv"}
@@ -78,8 +79,7 @@ def iter_dir(d: Path) -> Iterator[Path]:
     directories and Python environments (``pyvenv.cfg``, ``conda-meta``)."""
     for dirpath, dirnames, filenames in os.walk(d):
         dirnames[:] = sorted(n for n in dirnames if n not in SKIP_DIRS and not n.startswith(".")
-                             and not (Path(dirpath, n, "pyvenv.cfg").exists()
-                                      or Path(dirpath, n, "conda-meta").is_dir()))
+                             and PrefixData(Path(dirpath, n)).kind == "prefix")
         for n in sorted(filenames):
             if n.endswith(".py") and os.path.isfile(os.path.join(dirpath, n)):  # not a FIFO or a device
                 yield Path(dirpath, n)
