@@ -333,6 +333,27 @@ def default_prefix(spec_name: str) -> Path:
     return Path(os.getcwd()) / "envs" / spec_name
 
 
+def environment_arg(text: str) -> Path:
+    """The environment a ``SPEC|PREFIX`` argument names: the directory itself, else the spec's
+    environment at its default prefix (:func:`default_prefix`).
+
+    Raises:
+        UsageError: neither exists (exit 2).
+    """
+    from envtool.core.errors import UsageError
+
+    prefix = Path(text)
+    if prefix.is_dir():
+        return prefix
+    if os.sep in text or text.startswith("."):
+        raise UsageError(f"PREFIX {text}: no such environment (not a directory)")
+    prefix = default_prefix(text)
+    if not prefix.is_dir():
+        raise UsageError(f"{text}: neither an environment directory nor a spec with an environment at "
+                         f"its default prefix {prefix} (envtool create {text})")
+    return prefix
+
+
 def add_spec_site(parser) -> None:
     """``--site NAME`` and ``--site-file FILE`` (site overlays)."""
     parser.add_argument("--site", type=name_arg, help="resolve the spec for this site (bundled: summit, perlmutter, "

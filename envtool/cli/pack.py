@@ -30,22 +30,13 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    import os
     import sys
     from pathlib import Path
 
-    from envtool.cli.common import default_prefix
-    from envtool.core.errors import UsageError
+    from envtool.cli.common import environment_arg
     from envtool.steps import pack
 
-    prefix = Path(args.env)
-    if not prefix.is_dir():
-        if os.sep in args.env or args.env.startswith("."):
-            raise UsageError(f"PREFIX {args.env}: no such environment (not a directory)")
-        prefix = default_prefix(args.env)
-        if not prefix.is_dir():
-            raise UsageError(f"{args.env}: neither an environment directory nor a spec with an environment at "
-                             f"its default prefix {prefix} (envtool create {args.env})")
+    prefix = environment_arg(args.env)
     quiet = args.quiet or args.json
 
     def say(text: str) -> None:

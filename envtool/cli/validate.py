@@ -65,7 +65,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from envtool.core.errors import UsageError
-    from envtool.steps import jobscript, validate_job
+    from envtool.steps import validate_job
     from envtool.validate import ranks as rk
     from envtool.cli.common import check_generated_inputs
 

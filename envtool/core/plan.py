@@ -9,7 +9,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Protocol, Sequence, Tuple
 
 if TYPE_CHECKING:  # the plan carries the spec it was made from; the core does not import the spec layer
     from envtool.spec.model import Spec

@@ -19,7 +19,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from envtool.core.errors import EnvtoolError, UsageError
 from envtool.spec.channels import expand

@@ -22,7 +22,7 @@ import re
 import subprocess
 from typing import Dict, List, Optional, Tuple
 
-from envtool.scheduler.model import JobRequest, JobState, Phase, SchedulerOutputError, output_error
+from envtool.scheduler.model import JobRequest, JobState, SchedulerOutputError, phase_of, output_error
 
 NAME = "lsf"
 DIRECTIVE = "#BSUB"
@@ -90,15 +90,6 @@ def status_argv(job_id: str) -> List[str]:
     return ["bjobs", "-o", "jobid stat exit_code", str(job_id)]
 
 
-def _phase(stat: str) -> Phase:
-    if stat in QUEUED:
-        return "queued"
-    if stat in RUNNING:
-        return "running"
-    if stat in FINISHED:
-        return "done"
-    return "unknown"
-
 
 def parse_status(stdout: str) -> Dict[str, JobState]:
     """Job id → :class:`JobState` from ``bjobs`` output with its header line (``-o "jobid stat
@@ -129,7 +120,7 @@ def parse_status(stdout: str) -> Dict[str, JobState]:
             code = int(words[header.index("EXIT_CODE")])
         elif stat == "DONE":
             code = 0
-        phase = _phase(stat)
+        phase = phase_of(stat, QUEUED, RUNNING, FINISHED)
         out[words[header.index("JOBID")]] = JobState(phase, stat, code if phase == "done" else None)
     return out
 

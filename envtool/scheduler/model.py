@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Literal, NamedTuple, Optional, Protocol, Tuple
+from typing import Dict, List, Literal, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 from envtool.core.errors import EnvtoolError, SpecError, UsageError
 from envtool.spec.sites import SiteFile
@@ -231,6 +231,27 @@ class SchedulerOutputError(EnvtoolError):
     The message names the command, what was expected and the start of what it printed
     (control characters shown as ``?``, at most 200 characters).
     """
+
+
+def phase_of(state: str, queued: Sequence[str], running: Sequence[str],
+             finished: Optional[Sequence[str]] = None) -> Phase:
+    """The :data:`Phase` of a scheduler's job state.
+
+    Args:
+        state: the state as the scheduler prints it (``PEND``, ``R``, ``COMPLETED``).
+        queued: the states of a job still waiting; running: of a job running.
+        finished: the states of a job that ended, or None when every other state means ended.
+    Returns:
+        ``queued``, ``running``, ``done``, or ``unknown`` (a state in none of the lists when
+        ``finished`` is given).
+    """
+    if state in queued:
+        return "queued"
+    if state in running:
+        return "running"
+    if finished is None or state in finished:
+        return "done"
+    return "unknown"
 
 
 def output_error(command: str, expected: str, stdout: str) -> SchedulerOutputError:

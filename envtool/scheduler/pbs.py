@@ -19,7 +19,7 @@ import re
 import subprocess
 from typing import Dict, List, Optional, Tuple
 
-from envtool.scheduler.model import JobRequest, JobState, Phase, SchedulerOutputError, hms, output_error
+from envtool.scheduler.model import JobRequest, JobState, SchedulerOutputError, phase_of, hms, output_error
 
 NAME = "pbs"
 DIRECTIVE = "#PBS"
@@ -80,15 +80,6 @@ def status_argv(job_id: str) -> List[str]:
     return ["qstat", "-x", "-f", str(job_id)]
 
 
-def _phase(st: str) -> Phase:
-    if st in QUEUED:
-        return "queued"
-    if st in RUNNING:
-        return "running"
-    if st in FINISHED:
-        return "done"
-    return "unknown"
-
 
 def parse_status(stdout: str) -> Dict[str, JobState]:
     """Job id → :class:`JobState` from ``qstat -f`` output: ``Job Id: ID`` blocks of indented
@@ -108,7 +99,7 @@ def parse_status(stdout: str) -> Dict[str, JobState]:
         st = re.search(r"^\s+job_state = (\S+)", block, re.M)
         if not job_id or not st:
             raise output_error("qstat -f", "a 'job_state = S' line in each 'Job Id: ID' block", stdout)
-        phase = _phase(st.group(1))
+        phase = phase_of(st.group(1), QUEUED, RUNNING, FINISHED)
         code = re.search(r"^\s+Exit_status = (-?\d+)", block, re.M)
         out[job_id] = JobState(phase, st.group(1), int(code.group(1)) if code and phase == "done" else None)
     return out

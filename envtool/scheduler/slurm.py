@@ -26,7 +26,7 @@ import re
 import subprocess
 from typing import Dict, List, Optional, Tuple
 
-from envtool.scheduler.model import JobRequest, JobState, Phase, SchedulerOutputError, hms, missing, output_error
+from envtool.scheduler.model import JobRequest, JobState, SchedulerOutputError, phase_of, hms, missing, output_error
 
 NAME = "slurm"
 DIRECTIVE = "#SBATCH"
@@ -104,13 +104,6 @@ def parse_submit(stdout: str) -> str:
     return m.group(1)
 
 
-def _phase(state: str) -> Phase:
-    if state in QUEUED:
-        return "queued"
-    if state in RUNNING:
-        return "running"
-    return "done"
-
 
 def status_argv(job_id: str) -> List[str]:
     """``squeue -h -j ID -o "%i %T"``: the job's id and state while the queue knows it."""
@@ -133,7 +126,7 @@ def parse_status(stdout: str) -> Dict[str, JobState]:
         m = _SQUEUE_LINE.fullmatch(line.strip())
         if not m:
             raise output_error('squeue -h -o "%i %T"', "lines of a job id and a state (1234 RUNNING)", stdout)
-        out[m.group(1)] = JobState(_phase(m.group(2)), m.group(2))
+        out[m.group(1)] = JobState(phase_of(m.group(2), QUEUED, RUNNING), m.group(2))
     return out
 
 
@@ -157,7 +150,7 @@ def parse_final_status(stdout: str) -> Dict[str, JobState]:
         js = re.search(r"\sJobState=(\S+)", line)
         if not jid or not js:
             raise output_error("scontrol -o show job", "one line of JobId=… JobState=… words per job", stdout)
-        phase = _phase(js.group(1))
+        phase = phase_of(js.group(1), QUEUED, RUNNING)
         code = re.search(r"\sExitCode=(\d+):(\d+)", line)
         out[jid.group(1)] = JobState(phase, js.group(1),
                                      int(code.group(1)) if code and phase == "done" else None)

@@ -9,7 +9,6 @@ in seconds.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import tempfile

@@ -693,7 +693,6 @@ def _read_marker(target: Path) -> Dict[str, object]:
 
 def _sweep_retired(*dirs: Path) -> List[Path]:
     """Remove what an interrupted retire left (``.X.envtool-retire-PID`` whose process is gone)."""
-    import shutil
 
     swept = []
     for d in dirs:

@@ -49,7 +49,7 @@ from typing import Any, Callable, ContextManager, Dict, List, Literal, Optional,
 from envtool.core import procs
 from envtool.core.plan import redact
 from envtool.core.targets import check_replaceable
-from envtool.core.errors import EnvtoolError, Interrupted, TargetExists, UsageError, condition_message, naming
+from envtool.core.errors import Interrupted, TargetExists, UsageError, condition_message, naming
 from envtool.spec.names import check_prefix
 
 #: Signals turned into a clean-up (then exit 130): those a terminal, a batch system or ``kill`` sends

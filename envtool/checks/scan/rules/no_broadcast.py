@@ -1,7 +1,6 @@
 """Rule ``no-broadcast``: nothing broadcasts the initial model/optimizer state."""
 from __future__ import annotations
 
-import ast
 
 from envtool.checks.scan.astutil import last_name
 from envtool.checks.scan.program import Program

@@ -1,7 +1,6 @@
 """Rule ``optimizer-not-wrapped``: nothing averages the gradients across ranks."""
 from __future__ import annotations
 
-import ast
 
 from envtool.checks.scan.astutil import last_name
 from envtool.checks.scan.program import Program
