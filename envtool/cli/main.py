@@ -112,6 +112,11 @@ def install_signal_handlers() -> dict:
         the handlers replaced, by signal (for :func:`main` to put back when it returns).
     """
     global _stopping
+    # What the handler uses is imported before the handler is installed: a signal arriving while
+    # a module it needs is half imported would otherwise fail inside the handler (AttributeError
+    # on the partly initialised module) instead of ending the command with exit 130.
+    from envtool.core import errors, procs  # noqa: F401
+
     _stopping = False
     previous = {}
     for sig in STOP_SIGNALS:
