@@ -214,7 +214,9 @@ def test_unknown_runtime_module_is_exit_2(tmp_path):
     site = _toy_site(tmp_path, "apptainer", ("gpu",))
     proc = _jobscript("--site-file", site, "--image", "/i.sif", "--nodes", "1", "--ranks-per-node", "1",
                       "--", "true", expect=2)
-    assert "container.modules: gpu is not a module of apptainer" in proc.stderr
+    # the site file and the field are named, with what the runtime takes
+    assert f"{site}: container.modules: expected modules of apptainer: some of nv, rocm, nvccli" in proc.stderr
+    assert "got 'gpu'" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_image_with_prefix_or_bind_without_image_is_exit_2(tmp_path):
@@ -452,3 +454,45 @@ def test_libmpi_found_is_the_one_the_horovod_extension_loads(cpu_horovod_env):
     m = re.search(r"^\s*libmpi\.so\.\d+ => (/\S+)", out, re.M)
     assert m and os.path.realpath(m.group(1)) == hit[0]
     assert container_check.origin(hit[0]) == "image"  # not under /opt/udiImage/modules, no site bind
+
+
+def test_validate_image_refuses_benchmark_and_a_missing_image_before_writing(tmp_path):
+    """``validate --image``: ``--benchmark`` would run on the host (exit 2), and a Charliecloud image
+    is a path: a relative one is made absolute, a missing one is exit 2 naming ``--image``; neither
+    writes the run directory."""
+    site = _toy_site(tmp_path, "charliecloud")
+    run = tmp_path / "run"
+    bench = run_envtool("validate", "--image", "/", "--site-file", site, "--submit", "--nodes", "1",
+                        "--ranks-per-node", "1", "--benchmark", "--workdir", run, "--json")
+    assert bench.returncode == 2 and "--benchmark" in json.loads(bench.stdout)["error"], bench.stdout + bench.stderr
+    missing = run_envtool("validate", "--image", "imgs/rootfs", "--site-file", site, "--submit", "--nodes", "1",
+                          "--ranks-per-node", "1", "--workdir", run, "--json", cwd=tmp_path)
+    assert missing.returncode == 2, missing.stdout + missing.stderr
+    assert json.loads(missing.stdout)["error"].startswith("--image: imgs/rootfs: no such image here")
+    assert not run.exists()
+
+
+def test_image_path_is_absolute_for_path_runtimes_only(tmp_path, monkeypatch):
+    from envtool.steps.container_run import image_path
+
+    monkeypatch.chdir(tmp_path)
+    ch = ContainerSection(runtime="charliecloud", source="s")
+    assert image_path(ch, "imgs/rootfs") == str(tmp_path / "imgs" / "rootfs")
+    shifter = ContainerSection(runtime="shifter", source="s")
+    assert image_path(shifter, "docker:repo/img:tag") == "docker:repo/img:tag"
+    with pytest.raises(UsageError, match="--image"):
+        image_path(ch, "imgs/rootfs", must_exist=True)
+
+
+def test_image_for_a_site_without_container_section_or_retired_is_exit_2(tmp_path):
+    """``envtool image --site S`` takes the site's MPI ABI and base from its container section: a
+    site without one is exit 2 naming ``container`` (no invented default); a retired site needs
+    ``--retired-ok``."""
+    env = tmp_path / "env"
+    env.mkdir()
+    polaris = run_envtool("image", env, "--output", tmp_path / "o", "--site", "polaris", "--json")
+    assert polaris.returncode == 2, polaris.stdout + polaris.stderr
+    assert "polaris.yaml: container: expected a container section" in json.loads(polaris.stdout)["error"]
+    summit = run_envtool("image", env, "--output", tmp_path / "o", "--site", "summit", "--json")
+    assert summit.returncode == 2 and "--retired-ok" in json.loads(summit.stdout)["error"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["env"]

@@ -220,3 +220,27 @@ def test_image_interrupted_leaves_nothing(tools, cpu_horovod_env, tmp_path):
         assert str(work) not in fh.read()
     left = subprocess.run(["pgrep", "-f", f"mmdebstrap.*{work}"], capture_output=True, text=True)
     assert left.stdout == "", left.stdout
+
+
+def test_failed_build_keeps_its_log_without_following_a_planted_link(tools, tmp_path):
+    """A failed build keeps its log next to the output; a symbolic link another user put at the
+    log's name is neither followed nor replaced (the log gets a new name), and ``--json`` names it.
+    The build fails at its first step: pip may not reach an index (PIP_NO_INDEX) and has no cache."""
+    env = tmp_path / "env"
+    env.mkdir()
+    shutil.copy2(REPO / "lockfiles" / "cpu-horovod.conda-lock.yml", env / "conda-lock.yml")
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (out / "img.envtool-image.log").symlink_to(victim)
+    proc = run_envtool("image", env, "--output", out / "img", "--format", "dir", "--json",
+                       env={"PIP_NO_INDEX": "1", "PIP_CACHE_DIR": str(tmp_path / "pip-cache")}, timeout=600)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    assert victim.read_text() == "precious\n"
+    log = Path(data["log"])
+    assert log.parent == out and log.name != "img.envtool-image.log" and not log.is_symlink()
+    assert "pip" in log.read_text() and oct(log.stat().st_mode & 0o777) == "0o600"
+    assert data["outcome"] == f"nothing was left at {out / 'img'}"
+    assert sorted(p.name for p in out.iterdir()) == sorted(["img.envtool-image.log", log.name])

@@ -173,6 +173,27 @@ def test_validate_submit_runs_ranks_on_both_nodes(multinode_cluster, site, cpu_h
     print(f"validate across 2 nodes: {time.monotonic() - t0:.0f} s")
 
 
+@pytest.mark.slow  # needs the cpu-horovod environment
+def test_validate_submit_on_a_site_whose_job_scripts_use_mpirun(multinode_cluster, site, cpu_horovod_env, tmp_path):
+    """``batch.launcher: mpirun`` names what job scripts use; validation's steps need srun's own
+    ``--mpi=`` (``none`` for Gloo and torch.distributed), so ``validate --submit`` starts its ranks
+    with srun and says so, instead of refusing the site (exit 2)."""
+    text = site.read_text().replace("batch:\n", "batch:\n  launcher: mpirun\n")
+    site.write_text(text)
+    assert "launcher: mpirun" in text
+    run = tmp_path / "run"
+    proc = envtool(multinode_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", site, "--submit",
+                   "--nodes", "2", "--ranks-per-node", "1", "--sweep-max", "8", "--workdir", run, "--json",
+                   "--timeout", "480", timeout=600)
+    assert proc.returncode == 0, proc.stderr + proc.stdout + multinode_cluster.logs()
+    data = json.loads(proc.stdout)
+    assert data["state"] == "COMPLETED" and sorted(r["host"] for r in data["ranks"]) == ["node1", "node2"]
+    assert data["launcher_note"].startswith("ranks are started with srun (the site's launcher mpirun")
+    script = (run / "job.sh").read_text()
+    assert "srun --mpi=none" in script and "mpirun" not in script
+    assert multinode_cluster.wait_queue_empty() == ""
+
+
 def test_preflight_alone_passes_on_two_nodes(multinode_cluster, site, venv_prefix, tmp_path):
     t0 = time.monotonic()
     proc = envtool(multinode_cluster, "validate", "--prefix", venv_prefix, "--site-file", site, "--submit",

@@ -18,7 +18,7 @@ Which runtime (first match wins; each runtime's own documented marker):
 Host injection: Shifter modules put the host's libraries under ``/opt/udiImage/modules/<module>``
 and prepend them to ``LD_LIBRARY_PATH`` (``NERSC/shifter@1378b5716e46:doc/modules.rst``, the mpich
 module); podman-hpc's ``--mpi`` and ``--nccl`` do the same under ``/opt/udiImage/modules/mpich`` and
-``/opt/udiImage/modules/nccl-plugin`` (``NERSC/podman-hpc@01b02d6e552f:etc/modules.d/mpich.yaml``,
+``/opt/udiImage/modules/nccl-2.15`` (``NERSC/podman-hpc@01b02d6e552f:etc/modules.d/mpich.yaml``,
 ``etc/modules.d/nccl.yaml``). For Apptainer and Charliecloud a site binds host directories
 (the site file's ``container.bind``). The library a rank would load is found as the dynamic loader
 finds it: the Horovod extension's ``ldd`` where Horovod is installed, else ``LD_LIBRARY_PATH``, the

@@ -178,6 +178,11 @@ def collect_json() -> None:
     _pending = []
 
 
+def collecting_json() -> bool:
+    """Whether :func:`collect_json` is holding output for :func:`emit_json` (the command runs under ``--json``)."""
+    return _pending is not None
+
+
 def print_json(obj: Any) -> None:
     """Write ``obj`` as indented JSON to stdout (paths and other objects as strings); under
     :func:`collect_json`, keep it for :func:`emit_json`."""

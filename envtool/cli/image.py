@@ -25,6 +25,8 @@ def register(sub) -> None:
                    help="the directory to create (must not exist)")
     p.add_argument("--site", help="a bundled site whose container section to use")
     p.add_argument("--site-file", type=path_arg, help="a site file whose container section to use (wins over --site)")
+    p.add_argument("--retired-ok", action="store_true",
+                   help="build for a site whose file says it is decommissioned (retired)")
     p.add_argument("--format", default="dir,squashfs,oci", metavar="FORMS",
                    help="comma-separated forms: dir, squashfs, oci (default all three)")
     add_json(p)
@@ -36,6 +38,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from envtool.cli.common import environment_arg
+    from envtool.core.errors import UsageError
     from envtool.spec import sites
     from envtool.steps import image
 
@@ -52,7 +55,14 @@ def run(args) -> int:
         if not quiet:
             print(f"image: {text}", file=sys.stderr, flush=True)
 
-    result = image.build_image(prefix, Path(args.output), formats, site.container if site else None,
+    container = None
+    if site is not None:  # a named site must say how it runs images (its MPI ABI, its base)
+        from envtool.steps.container_run import container_of
+
+        if site.retired is not None and not args.retired_ok:
+            raise UsageError(f"site {site.name}: {site.retired.describe()}; an image for it needs --retired-ok")
+        container = container_of(site)
+    result = image.build_image(prefix, Path(args.output), formats, container,
                                site_caches=site.build_caches if site else (),
                                cache_group=site.build_cache_group if site else None, progress=say)
     if args.json:

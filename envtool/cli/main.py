@@ -244,6 +244,10 @@ def _run(argv: List[str]):
             print(f"envtool: {exc.outcome}", file=sys.stderr)
         if exc.log:
             print(f"envtool: build log: {exc.log}", file=sys.stderr)
+        from envtool.cli.common import collecting_json, print_json
+
+        if (exc.log or exc.outcome) and collecting_json():  # under --json the same facts, as keys
+            print_json({k: str(v) for k, v in (("log", exc.log), ("outcome", exc.outcome)) if v})
         return exc.exit_status, message
     except KeyboardInterrupt as exc:
         return _interrupted(exc)

@@ -12,6 +12,7 @@ the container; podman-hpc passes what its modules name).
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -28,7 +29,8 @@ def container_of(site) -> ContainerSection:
     """The ``container`` section of ``site`` (a :class:`envtool.spec.sites.SiteFile`).
 
     Raises:
-        SpecError: the site file has none (exit 2; names the file and the field ``container``).
+        SpecError: the site file has none, or its ``container.modules`` names a module the runtime
+            has no flag for (exit 2; names the file and the field).
     """
     section = getattr(site, "container", None)
     if section is None:
@@ -36,6 +38,12 @@ def container_of(site) -> ContainerSection:
                         "charliecloud, source: ID) saying how the site runs images",
                         hint=f"site {site.name} does not say how its ranks run an image, so --image cannot "
                              "write its run line")
+    rt = containers.runtime(section.runtime)
+    if rt.modules is not None:
+        unknown = [m for m in section.modules if m not in rt.modules]
+        if unknown:
+            raise SpecError(site.path, "container.modules", f"modules of {rt.name}: some of "
+                            + ", ".join(rt.modules) + f" ({rt.source})", got=", ".join(unknown))
     return section
 
 
@@ -92,6 +100,27 @@ def resolve_image_target(spec: Optional[str] = None, site: Optional[str] = None,
     return target, section
 
 
+#: runtimes whose image is a path on the host (a directory, SquashFS or SIF file), not a name
+PATH_IMAGE_RUNTIMES = ("charliecloud", "apptainer")
+
+
+def image_path(section: ContainerSection, image: str, must_exist: bool = False) -> str:
+    """``image`` as the job sees it: for a runtime that runs a path (:data:`PATH_IMAGE_RUNTIMES`)
+    the absolute path (a job script changes directory before its steps), else the name as given
+    (Shifter and podman-hpc name images from their own stores).
+
+    Raises:
+        UsageError: ``must_exist`` and the path does not exist here (exit 2, names ``--image``).
+    """
+    if section.runtime not in PATH_IMAGE_RUNTIMES or not image or image.startswith("-"):
+        return image
+    path = os.path.abspath(os.path.expanduser(image))
+    if must_exist and not os.path.exists(path):
+        raise UsageError(f"--image: {image}: no such image here (a {section.runtime} image is a directory or "
+                         "file: envtool image ... --output DIR makes DIR/rootfs and DIR/image.sqfs)")
+    return path
+
+
 def image_step(target: Target, section: ContainerSection, image: str, command: Sequence[str],
                binds: Sequence[str] = ()) -> LaunchStep:
     """The launcher step that runs ``command`` on every rank inside ``image``.
@@ -111,13 +140,12 @@ def image_step(target: Target, section: ContainerSection, image: str, command: S
             an srun option, srun(1)); names the file and field.
     """
     launcher = target.launcher
-    if section.mpi is not None and not (getattr(launcher, "native", False)
-                                        and getattr(launcher, "scheduler", None) == "slurm"):
+    if section.mpi is not None and getattr(launcher, "program", None) != "srun":
         site = target.site
         raise SpecError(getattr(site, "path", None), "container.mpi",
                         "no value: srun --mpi= is a Slurm srun option, and this site launches ranks with "
                         f"{getattr(launcher, 'program', '?')}", got=section.mpi)
-    return LaunchStep(tuple(containers.wrap(section, image, command, binds)), mpi=section.mpi)
+    return LaunchStep(tuple(containers.wrap(section, image_path(section, image), command, binds)), mpi=section.mpi)
 
 def comment(site, section: ContainerSection, image: str) -> str:
     """The job script's header line that says the ranks run in ``image`` and where the run line

@@ -107,6 +107,28 @@ class ImageResult:
         return asdict(self)
 
 
+def _keep_log(log: Path, want: Path) -> Path:
+    """Copy the build ``log`` next to the output as ``want``, or under a new unique name when
+    ``want`` exists: the file is created (``O_EXCL``, never through a symbolic link) so nothing
+    another user put in the output's directory is followed or replaced.
+
+    Returns:
+        the path written (mode 0600).
+    Raises:
+        OSError: the directory cannot be written.
+    """
+    data = log.read_bytes()
+    try:
+        fd = os.open(want, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        path = want
+    except FileExistsError:
+        fd, name = tempfile.mkstemp(dir=want.parent, prefix=want.name.replace(".log", "-"), suffix=".log")
+        path = Path(name)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    return path
+
+
 def _tree_size(path: Path) -> int:
     """Bytes of the regular files under ``path`` (or of ``path`` itself), hard links counted once."""
     if path.is_file():
@@ -202,7 +224,7 @@ class _Steps:
         took = time.monotonic() - start
         self.seconds[step] = self.seconds.get(step, 0.0) + took
         if proc.returncode != 0:
-            raise ImageError(f"{title}: {shlex.join(argv[:3])}… exited with {proc.returncode} (see {self.log})")
+            raise ImageError(f"{title}: {shlex.join(argv[:3])}… exited with {proc.returncode}")
         if told:
             self.progress(f"{title}: done in {took:.0f} s")
         return text
@@ -323,6 +345,10 @@ def build_image(prefix: Path, output: Path, formats: Sequence[str], container: O
         raise UsageError(f"--output: {output} exists; give a new directory")
     if not output.parent.is_dir():
         raise UsageError(f"--output: {output.parent} is not a directory")
+    if section.base.startswith("oci-archive:"):
+        raise UsageError(f"container.base: {section.base}: only debian:<suite> and dir:/path are built so far")
+    if section.base.startswith("dir:") and not (Path(section.base.split(":", 1)[1]) / "bin").exists():
+        raise UsageError(f"container.base: {section.base.split(':', 1)[1]} is not a root file system (no bin/)")
     lock = read_lock(lock_path)
     if lock.engine != "venv":
         raise UsageError(f"{lock_path}: engine {lock.engine or 'unknown'}: envtool image builds venv environments only "
@@ -481,9 +507,9 @@ def build_image(prefix: Path, output: Path, formats: Sequence[str], container: O
     except BaseException as exc:
         try:
             if log.exists():
-                shutil.copy2(log, keep_log)
+                kept = _keep_log(log, keep_log)
                 # envtool's main prints both (under --json too), also for an interrupt
-                setattr(exc, "log", keep_log)
+                setattr(exc, "log", kept)
                 setattr(exc, "outcome", f"nothing was left at {output}")
         finally:
             remove_tree(work)

@@ -283,6 +283,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     from envtool.validate import preflight as pf
 
     sched = scheduler.get(target.site.scheduler)
+    launcher_note: Optional[str] = None
     with_preflight = getattr(sched, "PREFLIGHT", False) and image is None
     if image is not None and preflight_only:
         raise UsageError("--preflight checks the environment's prefix on every node; with --image the image "
@@ -292,6 +293,26 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
                          f"({target.site.path}) uses scheduler {target.site.scheduler or 'none'}")
     if preflight_only and benchmark:
         raise UsageError("--preflight runs the pre-flight alone: drop --benchmark")
+    if image is not None and benchmark:
+        raise UsageError("--benchmark runs on the host's environment: with --image drop --benchmark (the image's "
+                         "ranks are validated by check-build and the allreduce)")
+    if sched.NAME == "slurm" and target.launcher is not None and target.launcher.program != "srun":
+        # validation steps start ranks with their own PMI plugin (--mpi=none for Gloo and
+        # torch.distributed), which only srun takes; the site's batch.launcher stays for job scripts
+        import dataclasses
+
+        from envtool.scheduler.launcher import Launcher
+
+        chosen = target.launcher.program
+        launcher_note = (f"ranks are started with srun (the site's launcher {chosen} is for job scripts; "
+                         "the validation's steps need srun --mpi=)")
+        progress(f"validate: {launcher_note}")
+        target = dataclasses.replace(target, launcher=Launcher(program="srun", template="srun",
+                                                               scheduler="slurm", native=True))
+    if image is not None:  # checked before anything is written
+        from envtool.steps.container_run import container_of, image_path
+
+        image = image_path(container_of(target.site), image, must_exist=True)
     run_dir = Path(workdir).absolute() if workdir else Path.cwd() / time.strftime("envtool-validate-%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
     probe = rk.install_probe(run_dir)
@@ -324,8 +345,6 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
                                                              "do not match"], "ok": False}
     sweep_args = ["--sweep", str(sweep_max)] if sweep_max else []
     if image is not None:
-        from envtool.steps.container_run import container_of
-
         section = container_of(target.site)
         job_steps += [LaunchStep(_in_image(section, image, [python, str(Path(python).parent / "horovodrun"),
                                                             "--check-build"], binds, run_dir),
@@ -381,6 +400,8 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     result: Result = {"run_dir": str(run_dir), "script": str(script), "output": str(run_dir / "job.out"),
                                  "scheduler": sched.NAME, "layout": {"nodes": lay.nodes, "ranks": lay.ranks,
                                                                      "ranks_per_node": lay.ranks_per_node}}
+    if launcher_note:
+        result["launcher_note"] = launcher_note
     old_term = signal.signal(signal.SIGTERM, _raise_terminated) if _main_thread() else None
     watch = JobWatch(output=run_dir / "job.out")
     try:
