@@ -107,6 +107,13 @@ class ImageResult:
         return asdict(self)
 
 
+#: mksquashfs's compressor for the squashfs form: zstd at level 3 wrote torch's 447 MB ``lib/``
+#: 14x faster than mksquashfs's default (gzip level 9) at the same size here (2.3 s vs 34 s, 121 vs
+#: 122 MB, squashfs-tools 4.5.1); squashfuse (which ``ch-run`` uses) and Linux >= 4.14 read zstd
+#: (https://github.com/vasi/squashfuse, "zstd"; torvalds/linux@v4.14:fs/squashfs/zstd_wrapper.c).
+SQUASHFS_COMPRESSION = ("-comp", "zstd", "-Xcompression-level", "3")
+
+
 def _keep_log(log: Path, want: Path) -> Path:
     """Copy the build ``log`` next to the output as ``want``, or under a new unique name when
     ``want`` exists: the file is created (``O_EXCL``, never through a symbolic link) so nothing
@@ -488,7 +495,8 @@ def build_image(prefix: Path, output: Path, formats: Sequence[str], container: O
         out_tmp.mkdir()
         if "squashfs" in formats:
             steps.run("squashfs", "Write the squashfs image",
-                      ["mksquashfs", str(root), str(out_tmp / "image.sqfs"), "-noappend", "-quiet", "-no-progress"])
+                      ["mksquashfs", str(root), str(out_tmp / "image.sqfs"), "-noappend", "-quiet", "-no-progress",
+                       *SQUASHFS_COMPRESSION])
         if "oci" in formats:
             oci = out_tmp / "oci"
             label = f"{SBOM_LABEL}={SBOM_PATH}"
