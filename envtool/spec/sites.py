@@ -539,16 +539,30 @@ def load_site(path: Path) -> SiteFile:
                     container=_container(spath, raw, source_ids))
 
 
-def _container(spath: str, raw, source_ids) -> Optional[ContainerSection]:
-    """Parse the ``container`` section (SpecError naming ``container.<field>`` on a bad value)."""
-    data = raw.get("container")
+def _section(spath: str, raw, key: str, keys, expected: str):
+    """A ``load._Reader`` over the mapping section ``key`` of a site file (checked against
+    ``keys``), or None when the file has no such section.
+
+    Raises:
+        SpecError: the section is not a mapping (``expected`` says what it should be) or has an
+            unknown key; names the file, line and field.
+    """
+    data = raw.get(key)
     if data is None:
         return None
-    line = raw.line_of("container") if isinstance(raw, LineDict) else None
+    line = raw.line_of(key) if isinstance(raw, LineDict) else None
     if not isinstance(data, dict):
-        raise SpecError(spath, "container", "a mapping with runtime: NAME and source: ID", got=data, line=line)
-    r = load._Reader(spath, data, "container", line=line)
-    r.check_keys(CONTAINER_KEYS)
+        raise SpecError(spath, key, expected, got=data, line=line)
+    r = load._Reader(spath, data, key, line=line)
+    r.check_keys(keys)
+    return r
+
+
+def _container(spath: str, raw, source_ids) -> Optional[ContainerSection]:
+    """Parse the ``container`` section (SpecError naming ``container.<field>`` on a bad value)."""
+    r = _section(spath, raw, "container", CONTAINER_KEYS, "a mapping with runtime: NAME and source: ID")
+    if r is None:
+        return None
     runtime = r.choice("runtime", CONTAINER_RUNTIMES, nullable=False)
     assert runtime is not None  # choice() raises on a missing value when not nullable
     source = r.str("source")
@@ -580,14 +594,9 @@ def _container(spath: str, raw, source_ids) -> Optional[ContainerSection]:
 
 def _node_local(spath: str, raw, source_ids) -> Optional[NodeLocal]:
     """Parse the ``node_local`` section (SpecError naming ``node_local.<field>`` on a bad value)."""
-    data = raw.get("node_local")
-    if data is None:
+    r = _section(spath, raw, "node_local", NODE_LOCAL_KEYS, "a mapping with path: DIR and source: ID")
+    if r is None:
         return None
-    line = raw.line_of("node_local") if isinstance(raw, LineDict) else None
-    if not isinstance(data, dict):
-        raise SpecError(spath, "node_local", "a mapping with path: DIR and source: ID", got=data, line=line)
-    r = load._Reader(spath, data, "node_local", line=line)
-    r.check_keys(NODE_LOCAL_KEYS)
     path = r.str("path")
     if path is None:
         raise r.error("path", "the absolute directory of each compute node's local storage (/tmp, /mnt/bb/$USER)")
