@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 from envtool.core.errors import SpecError, UsageError
 from envtool.core.inputs import check_input
@@ -22,7 +22,7 @@ from envtool.scheduler import containers
 from envtool.scheduler import launcher as launcher_mod
 from envtool.scheduler.model import LaunchStep
 from envtool.spec.sites import ContainerSection
-from envtool.steps.jobscript import Target
+from envtool.steps.jobscript import Target, job_env
 
 
 def container_of(site) -> ContainerSection:
@@ -83,18 +83,8 @@ def resolve_image_target(spec: Optional[str] = None, site: Optional[str] = None,
     if spec:
         res = sites.resolve_full(spec, site_file=str(sf.path))
         resolved_spec, mapping = res.spec, res.mapping
-    env: Dict[str, str] = {}
-    for k, v in sf.env:
-        env[k] = v
-    for k, v in sf.batch.env:
-        env[k] = v
-    if resolved_spec is not None:
-        for k, v in resolved_spec.env:
-            env[k] = v
-        if resolved_spec.expect.dataloader_start_method:
-            env["ENVTOOL_START_METHOD"] = resolved_spec.expect.dataloader_start_method
-    env_paths = sf.batch.env_paths + (resolved_spec.env_paths if resolved_spec is not None else ())
-    target = Target(site=sf, spec=resolved_spec, prefix=None, module=None, modules=(), env=tuple(env.items()),
+    env, env_paths = job_env(sf, resolved_spec, sf.env, ())
+    target = Target(site=sf, spec=resolved_spec, prefix=None, module=None, modules=(), env=env,
                     env_paths=env_paths, launcher=launcher_mod.for_site(sf, mapping),
                     python=f"{containers.IMAGE_ENV_PREFIX}/bin/python")
     return target, section

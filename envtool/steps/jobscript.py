@@ -153,21 +153,35 @@ def resolve_target(prefix: Optional[str] = None, module: Optional[str] = None, s
         if module.startswith("-") or not module.strip():
             raise UsageError(f"--module {module!r}: expected NAME/VERSION")
         modules.append(module)
-    env: Dict[str, str] = {}
-    for k, v in (resolved_spec.site.env if resolved_spec is not None and not mismatch else sf.env):
-        env[k] = v
-    for k, v in sf.batch.env:
-        env[k] = v
+    spec_site = resolved_spec.site if resolved_spec is not None and not mismatch else None
+    env, env_paths = job_env(sf, resolved_spec, spec_site.env if spec_site is not None else sf.env,
+                             spec_site.env_paths if spec_site is not None else sf.env_paths)
+    return Target(site=sf, spec=resolved_spec, prefix=pfx, module=module, modules=tuple(modules),
+                  env=env, env_paths=env_paths, launcher=launcher_mod.for_site(sf, mapping),
+                  python=str(PrefixData(pfx).python) if pfx else "python")
+
+
+def job_env(sf, resolved_spec, site_env, site_env_paths):
+    """What a job exports, in order: the site's (or the spec's own site's) variables, then the
+    site file's ``batch.env``, then the spec's ``env`` and its DataLoader start method
+    (``ENVTOOL_START_METHOD``); and the search-path entries in the same order.
+
+    Args:
+        sf: the :class:`~envtool.spec.sites.SiteFile`.
+        resolved_spec: the resolved spec, or None.
+        site_env: ``(VAR, value)`` pairs of the site; site_env_paths: its ``(VAR, how, entry)``.
+    Returns:
+        ``((VAR, value), ...)`` (later wins) and ``((VAR, "prepend"|"append", entry), ...)``.
+    """
+    env: Dict[str, str] = dict(site_env)
+    env.update(sf.batch.env)
     if resolved_spec is not None:
-        for k, v in resolved_spec.env:
-            env[k] = v
+        env.update(resolved_spec.env)
         if resolved_spec.expect.dataloader_start_method:
             env["ENVTOOL_START_METHOD"] = resolved_spec.expect.dataloader_start_method
-    env_paths = (resolved_spec.site.env_paths if resolved_spec is not None and not mismatch else sf.env_paths) \
-        + sf.batch.env_paths + (resolved_spec.env_paths if resolved_spec is not None else ())
-    return Target(site=sf, spec=resolved_spec, prefix=pfx, module=module, modules=tuple(modules),
-                  env=tuple(env.items()), env_paths=env_paths, launcher=launcher_mod.for_site(sf, mapping),
-                  python=str(PrefixData(pfx).python) if pfx else "python")
+    env_paths = tuple(site_env_paths) + sf.batch.env_paths + (resolved_spec.env_paths if resolved_spec is not None
+                                                              else ())
+    return tuple(env.items()), env_paths
 
 
 def resolve_staged(stage_file: str, prefix: Optional[str] = None, spec: Optional[str] = None,
