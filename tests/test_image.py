@@ -116,19 +116,94 @@ def test_image_sbom_equals_the_environments(image, cpu_horovod_env, tmp_path):
     assert config["config"]["Labels"]["org.envtool.sbom"] == "/opt/env/share/envtool/sbom.cdx.json"
 
 
-def test_image_refuses_another_mpi_abi_and_leaves_nothing(tools, cpu_horovod_env, tmp_path):
-    """The environment's Horovod wheel links Open MPI: a site whose images carry MPICH's ABI needs
-    Horovod compiled in the image, which envtool does not do: exit 1, nothing left."""
-    site = tmp_path / "mpich.yaml"
-    site.write_text("name: mpich-site\nsources: {cce: https://cpe.ext.hpe.com/docs/}\n"
-                    "container: {runtime: charliecloud, source: cce, mpi_abi: mpich}\n")
-    work = tmp_path / "out"
-    work.mkdir()
-    proc = run_envtool("image", cpu_horovod_env, "--output", work / "img", "--site-file", site, "--json", timeout=1800)
+MPICH_SITE = ("name: mpich-site\nsources: {cce: https://cpe.ext.hpe.com/docs/}\n"
+              "container: {runtime: charliecloud, source: cce, mpi_abi: mpich}\n")
+
+
+@pytest.fixture(scope="module")
+def mpich_image(tools, cpu_horovod_env, tmp_path_factory):
+    """The cpu-horovod environment's image for a site whose images carry the MPICH ABI (Cray MPICH's):
+    the environment's wheel links Open MPI, so Horovod is compiled inside (the dir form only)."""
+    base = tmp_path_factory.mktemp("mpich-image")
+    site = base / "mpich.yaml"
+    site.write_text(MPICH_SITE)
+    out = base / "img"
+    t0 = time.monotonic()
+    proc = run_envtool("image", cpu_horovod_env, "--output", out, "--site-file", site, "--format", "dir", "--json",
+                       timeout=3600)
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    res = json.loads(proc.stdout)
+    print(f"\nMPICH image (Horovod compiled inside) built in {took:.0f} s: "
+          + ", ".join(f"{k} {v / 1e6:.0f} MB" for k, v in res["sizes"].items()) + f"; steps {res['step_seconds']}")
+    return out, res
+
+
+def test_image_for_the_mpich_abi_compiles_horovod_inside(mpich_image, cpu_horovod_env):
+    """Horovod compiled in a build root against Debian's MPICH (``libmpich.so.12``, the MPICH ABI) with
+    the environment's HOROVOD_* variables; check-build and a two-rank MPI allreduce inside the image
+    (MPICH's own mpiexec); the image's lock and SBOM name the compiled wheel."""
+    from envtool.horovod.cache import file_sha256
+    from envtool.lock.lockio import read_lock
+
+    out, res = mpich_image
+    hc = res["horovod_compiled"]
+    assert hc["mpi"].startswith("MPICH "), hc
+    assert "Open MPI" in hc["why"] and "mpich" in hc["why"], hc["why"]
+    assert hc["build_env"]["HOROVOD_WITH_MPI"] == "1" and hc["build_env"]["HOROVOD_WITH_GLOO"] == "1", hc
+    assert res["libmpi"].startswith("libmpich.so.12 => "), res["libmpi"]
+    # nothing of the build is left next to the output; the image holds no compiler
+    assert sorted(p.name for p in out.parent.iterdir()) == ["img", "mpich.yaml"]
+    rootfs = out / "rootfs"
+    assert not (rootfs / "usr/bin/cmake").exists() and not (rootfs / "usr/bin/g++").exists()
+    env = {**os.environ, "USER": "root"}
+    p = subprocess.run(["ch-run", str(rootfs), "--", "/opt/env/bin/horovodrun", "--check-build"],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "[X] PyTorch" in p.stdout and "[X] MPI" in p.stdout and "[X] Gloo" in p.stdout, p.stdout
+    code = ("import torch, horovod.torch as hvd; hvd.init(); "
+            "t = hvd.allreduce(torch.tensor([hvd.rank() + 1.0]), op=hvd.Sum); "
+            "print('rank', hvd.rank(), 'of', hvd.size(), 'sum', t.item(), 'mpi', hvd.mpi_enabled(), flush=True)")
+    p = subprocess.run(["ch-run", str(rootfs), "--", "mpiexec", "-n", "2", "/opt/env/bin/python", "-c", code],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    said = sorted(ln for ln in p.stdout.splitlines() if ln.startswith("rank "))
+    assert said == ["rank 0 of 2 sum 3.0 mpi True", "rank 1 of 2 sum 3.0 mpi True"], p.stdout + p.stderr
+    # the image's lock names the compiled wheel, which is in the image with that hash
+    image_env = rootfs / "opt/env"
+    (hvd,) = [e for e in read_lock(image_env / "conda-lock.yml").packages if e.name == "horovod"]
+    assert hvd.sha256 == hc["sha256"]
+    assert file_sha256(image_env / "share/envtool" / hc["wheel"]) == hc["sha256"]
+    # the SBOM in the image: the environment's components; Horovod the same version with its own hash
+    in_image = _components(json.loads((image_env / "share/envtool/sbom.cdx.json").read_text()))
+    proc = run_envtool("sbom", "--prefix", cpu_horovod_env)
+    assert proc.returncode == 0, proc.stderr
+    env_components = _components(json.loads(proc.stdout))
+    hvd_env, hvd_image = env_components.pop("horovod"), in_image.pop("horovod")
+    assert in_image == env_components
+    assert hvd_image[0] == hvd_env[0] and ("SHA-256", hc["sha256"]) in hvd_image[2], (hvd_env, hvd_image)
+
+
+def test_image_without_the_locked_wheel_names_compile_horovod(tools, cpu_horovod_env, tmp_path):
+    """A lock whose Horovod wheel no cache holds: exit 1 before anything is downloaded, naming
+    ``--compile-horovod``; only the log is left."""
+    from envtool.lock.lockio import read_lock
+
+    env = tmp_path / "env"
+    (env / ".envtool").mkdir(parents=True)
+    text = (cpu_horovod_env / "conda-lock.yml").read_text()
+    (hvd,) = [e for e in read_lock(cpu_horovod_env / "conda-lock.yml").packages if e.name == "horovod"]
+    (env / "conda-lock.yml").write_text(text.replace(hvd.sha256, "0" * 64))
+    shutil.copy2(cpu_horovod_env / ".envtool" / "create.json", env / ".envtool" / "create.json")
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_envtool("image", env, "--output", out / "img", "--format", "dir", "--json", timeout=600)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    err = json.loads(proc.stdout)["error"]
-    assert "compiled inside the image" in err and "mpich" in err
-    assert [p.name for p in work.iterdir()] == ["img.envtool-image.log"]
+    data = json.loads(proc.stdout)
+    assert "--compile-horovod" in data["error"] and "0" * 64 in data["error"], data
+    assert [p.name for p in out.iterdir()] == ["img.envtool-image.log"]
+    log = Path(data["log"]).read_text()
+    assert "0" * 64 in log and "pip download" not in log, log  # nothing was downloaded first
 
 
 def test_image_bad_input_exit_2(tools, cpu_horovod_env, tmp_path):
@@ -150,11 +225,8 @@ def image_dir(request) -> Path:
     return request.getfixturevalue("image")[0]
 
 
-@pytest.mark.multinode
-def test_validate_image_across_two_nodes_with_charliecloud(tools, image_dir, multinode_cluster, tmp_path):
-    """``validate --image``: check-build and the MPI allreduce (every rank under ``ch-run``) across
-    the two nodes of the test cluster, the ranks' Python the image's /opt/env."""
-    out = image_dir
+def _cluster_site(tmp_path: Path, cluster, container: str) -> Path:
+    """A site file for the test cluster whose ranks run in Charliecloud images (``container`` section)."""
     site = tmp_path / "testcluster.yaml"
     site.write_text(f"""name: testcluster
 summary: the multi-node Slurm the tests start, its ranks in Charliecloud images
@@ -164,19 +236,23 @@ scheduler: slurm
 launcher: "srun -n {{ranks}}"
 gpus_per_node: 0
 batch:
-  cpus_per_node: {multinode_cluster.cpus}
+  cpus_per_node: {cluster.cpus}
   mpi: pmix
-container: {{runtime: charliecloud, source: ch, mpi_abi: openmpi}}
+container: {container}
 """)
+    return site
+
+
+def _validate_image_on_two_nodes(cluster, rootfs: Path, site: Path, run: Path) -> dict:
+    """``validate --image ROOTFS --submit`` on both nodes of the test cluster; its JSON result."""
     import sys
 
     t0 = time.monotonic()
-    proc = multinode_cluster.run(sys.executable, "-m", "envtool", "validate", "--image", out / "rootfs",
-                                 "--site-file", site, "--submit", "--nodes", "2", "--ranks-per-node", "1",
-                                 "--sweep-max", "1KiB", "--workdir", tmp_path / "run", "--timeout", "900", "--json",
-                                 cwd=str(REPO), env={"ENVTOOL_DEBUG": "", "USER": "root"}, timeout=1200)
-    took = time.monotonic() - t0
-    print(f"\nvalidate --image across 2 nodes: {took:.0f} s")
+    proc = cluster.run(sys.executable, "-m", "envtool", "validate", "--image", rootfs,
+                       "--site-file", site, "--submit", "--nodes", "2", "--ranks-per-node", "1",
+                       "--sweep-max", "1KiB", "--workdir", run, "--timeout", "900", "--json",
+                       cwd=str(REPO), env={"ENVTOOL_DEBUG": "", "USER": "root"}, timeout=1200)
+    print(f"\nvalidate --image across 2 nodes: {time.monotonic() - t0:.0f} s")
     res = json.loads(proc.stdout)
     assert proc.returncode == 0, json.dumps(res.get("problems"), indent=1) + proc.stderr
     assert res["check_build"]["ok"], res["check_build"]
@@ -184,8 +260,29 @@ container: {{runtime: charliecloud, source: ch, mpi_abi: openmpi}}
     assert sorted(r["host"] for r in ranks) == ["node1", "node2"], ranks
     assert all(r["ok"] for r in ranks), ranks
     assert {r["import"]["prefix"] for r in ranks} == {"/opt/env"}, ranks  # the image's environment
+    return res
+
+
+@pytest.mark.multinode
+def test_validate_image_across_two_nodes_with_charliecloud(tools, image_dir, multinode_cluster, tmp_path):
+    """``validate --image``: check-build and the MPI allreduce (every rank under ``ch-run``) across
+    the two nodes of the test cluster, the ranks' Python the image's /opt/env."""
+    site = _cluster_site(tmp_path, multinode_cluster, "{runtime: charliecloud, source: ch, mpi_abi: openmpi}")
+    _validate_image_on_two_nodes(multinode_cluster, image_dir / "rootfs", site, tmp_path / "run")
     script = (tmp_path / "run" / "job.sh").read_text()
-    assert "ch-run" in script and str(out / "rootfs") in script
+    assert "ch-run" in script and str(image_dir / "rootfs") in script
+
+
+@pytest.mark.multinode
+def test_validate_mpich_image_across_two_nodes_through_pmi2(tools, mpich_image, multinode_cluster, tmp_path):
+    """The image whose Horovod was compiled against MPICH: its ranks start through Slurm's PMI-2
+    (``srun --mpi=pmi2``, as Perlmutter starts Shifter images) on both nodes, and the allreduce passes."""
+    out, _res = mpich_image
+    site = _cluster_site(tmp_path, multinode_cluster,
+                         "{runtime: charliecloud, source: ch, mpi_abi: mpich, mpi: pmi2}")
+    _validate_image_on_two_nodes(multinode_cluster, out / "rootfs", site, tmp_path / "run")
+    script = (tmp_path / "run" / "job.sh").read_text()
+    assert "--mpi=pmi2" in script and "ch-run" in script, script
 
 
 def test_image_interrupted_leaves_nothing(tools, cpu_horovod_env, tmp_path):
@@ -225,7 +322,8 @@ def test_image_interrupted_leaves_nothing(tools, cpu_horovod_env, tmp_path):
 def test_failed_build_keeps_its_log_without_following_a_planted_link(tools, tmp_path):
     """A failed build keeps its log next to the output; a symbolic link another user put at the
     log's name is neither followed nor replaced (the log gets a new name), and ``--json`` names it.
-    The build fails at its first step: pip may not reach an index (PIP_NO_INDEX) and has no cache."""
+    The build fails at its first step: no wheel cache holds the lock's Horovod wheel (and pip may not
+    reach an index: PIP_NO_INDEX, no cache)."""
     env = tmp_path / "env"
     env.mkdir()
     shutil.copy2(REPO / "lockfiles" / "cpu-horovod.conda-lock.yml", env / "conda-lock.yml")
@@ -241,6 +339,6 @@ def test_failed_build_keeps_its_log_without_following_a_planted_link(tools, tmp_
     assert victim.read_text() == "precious\n"
     log = Path(data["log"])
     assert log.parent == out and log.name != "img.envtool-image.log" and not log.is_symlink()
-    assert "pip" in log.read_text() and oct(log.stat().st_mode & 0o777) == "0o600"
+    assert "Horovod wheel" in log.read_text() and oct(log.stat().st_mode & 0o777) == "0o600"
     assert data["outcome"] == f"nothing was left at {out / 'img'}"
     assert sorted(p.name for p in out.iterdir()) == sorted(["img.envtool-image.log", log.name])

@@ -46,6 +46,9 @@ INJECTION_ROOT = "/opt/udiImage/modules"
 
 #: Library stems looked for: MPI (``libmpi.so.12`` MPICH ABI, ``libmpi.so.40`` Open MPI) and NCCL.
 LIBRARIES = {"mpi": "libmpi.so", "nccl": "libnccl.so"}
+#: Other names a stem's library has: Debian's MPICH ships the MPICH ABI library as
+#: ``libmpich.so.12`` only (https://packages.debian.org/bookworm/amd64/libmpich12/filelist).
+ALIASES = {"libmpi.so": ("libmpi.so", "libmpich.so")}
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,8 @@ def horovod_extensions(prefix: Optional[Path]) -> List[Path]:
 
 def find_library(stem: str, environ: Mapping[str, str], prefix: Optional[Path], timeout: float = 20.0
                  ) -> Optional[Tuple[str, str]]:
-    """The file a rank would load for ``stem`` (``libmpi.so``) and how it was found, or None.
+    """The file a rank would load for ``stem`` (``libmpi.so``; also its :data:`ALIASES`) and how it
+    was found, or None.
 
     Order: what the Horovod extension resolves it to (``ldd``), then ``LD_LIBRARY_PATH``'s
     directories, the environment's ``lib``, then the ``ldconfig`` cache (ld.so(8)'s search order).
@@ -148,20 +152,21 @@ def find_library(stem: str, environ: Mapping[str, str], prefix: Optional[Path], 
         ``(path, how)``: the resolved path (symbolic links followed) and ``ldd EXT``,
         ``LD_LIBRARY_PATH``, ``PREFIX/lib`` or ``ldconfig -p``.
     """
+    stems = ALIASES.get(stem, (stem,))
     for ext in horovod_extensions(prefix):
         for soname, path in _ldd(ext, timeout).items():
-            if _matches(soname, stem):
+            if any(_matches(soname, s) for s in stems):
                 return os.path.realpath(path), f"ldd {ext}"
     dirs = [(d, "LD_LIBRARY_PATH") for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d]
     if prefix is not None:
         dirs.append((str(Path(prefix) / "lib"), "PREFIX/lib"))
     for d, how in dirs:
-        hits = sorted(glob.glob(os.path.join(glob.escape(d), stem + "*")))
-        hits = [h for h in hits if _matches(os.path.basename(h), stem)]
+        hits = sorted(h for s in stems for h in glob.glob(os.path.join(glob.escape(d), s + "*")))
+        hits = [h for h in hits if any(_matches(os.path.basename(h), s) for s in stems)]
         if hits:
             return os.path.realpath(hits[0]), how
     for soname, path in _ldconfig(timeout).items():
-        if _matches(soname, stem):
+        if any(_matches(soname, s) for s in stems):
             return os.path.realpath(path), "ldconfig -p"
     return None
 

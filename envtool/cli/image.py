@@ -29,6 +29,10 @@ def register(sub) -> None:
                    help="build for a site whose file says it is decommissioned (retired)")
     p.add_argument("--format", default="dir,squashfs,oci", metavar="FORMS",
                    help="comma-separated forms: dir, squashfs, oci (default all three)")
+    p.add_argument("--compile-horovod", action="store_true",
+                   help="compile Horovod inside the image (against the image's MPI of the site's ABI) even when the "
+                        "environment's wheel could be reused; it is compiled anyway when that wheel's MPI is of "
+                        "another ABI than the site's container.mpi_abi")
     add_json(p)
     p.set_defaults(func=run)
 
@@ -64,7 +68,8 @@ def run(args) -> int:
         container = container_of(site)
     result = image.build_image(prefix, Path(args.output), formats, container,
                                site_caches=site.build_caches if site else (),
-                               cache_group=site.build_cache_group if site else None, progress=say)
+                               cache_group=site.build_cache_group if site else None, progress=say,
+                               compile_horovod=args.compile_horovod)
     if args.json:
         print_json(result.to_dict())
         return 0
@@ -73,5 +78,9 @@ def run(args) -> int:
         print(f"  {form:8} {path}  {result.sizes[form] / 1e6:.1f} MB")
     print(f"  from {result.lock}, base {result.base}, MPI ABI {result.mpi_abi}"
           + (f" (Horovod links {result.libmpi})" if result.libmpi else ""))
+    if result.horovod_compiled:
+        hc = result.horovod_compiled
+        print(f"  Horovod compiled in the image: {hc['wheel']} (SHA-256 {hc['sha256'][:12]}…) against {hc['mpi']}, "
+              f"{hc['toolchain']}; from {hc['sdist']} (SHA-256 {hc['sdist_sha256'][:12]}…)")
     print(f"  SBOM {image.SBOM_PATH} ({result.components} components), built in {result.seconds:.0f} s")
     return 0

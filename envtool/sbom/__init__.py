@@ -136,13 +136,16 @@ def first_unreadable(prefix: Path) -> Optional[Tuple[Path, str]]:
     return None
 
 
-def build_bom(prefix: Path, name: Optional[str] = None, version: Optional[str] = None):
+def build_bom(prefix: Path, name: Optional[str] = None, version: Optional[str] = None,
+              label_prefix: Optional[str] = None):
     """The CycloneDX :class:`~cyclonedx.model.bom.Bom` of the environment at ``prefix``.
 
     Args:
         prefix: an environment prefix (conda env or venv).
         name, version: the metadata component's name and version (default: the prefix's
             directory name, and no version).
+        label_prefix: the path the SBOM names as the environment's (``envtool:prefix``) when it
+            differs from where it is read: ``/opt/env`` for an image's root read from the host.
     Returns:
         a ``cyclonedx.model.bom.Bom``.
     Raises:
@@ -224,9 +227,10 @@ def build_bom(prefix: Path, name: Optional[str] = None, version: Optional[str] =
         components.append(Component(name=dname, version=dversion, type=ComponentType.LIBRARY, purl=purl,
                                     bom_ref=ref, hashes=hashes, properties=props))
 
-    root = Component(name=name or prefix.name, version=version, type=ComponentType.APPLICATION,
-                     bom_ref=f"envtool-environment:{prefix}",
-                     properties=[Property(name="envtool:prefix", value=str(prefix))])
+    said = label_prefix or str(prefix)
+    root = Component(name=name or Path(said).name, version=version, type=ComponentType.APPLICATION,
+                     bom_ref=f"envtool-environment:{said}",
+                     properties=[Property(name="envtool:prefix", value=said)])
     bom = Bom(components=components)
     bom.metadata.component = root
     bom.metadata.tools.components.add(Component(name="envtool", version=__version__, type=ComponentType.APPLICATION))
@@ -247,12 +251,15 @@ def render(bom, fmt: str = "cyclonedx-json") -> str:
     return JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
 
 
-def write_sbom(prefix: Path, path: Path, name: Optional[str] = None, version: Optional[str] = None) -> Path:
-    """Write the SBOM of ``prefix`` to ``path`` (atomically: a temporary file, then rename).
+def write_sbom(prefix: Path, path: Path, name: Optional[str] = None, version: Optional[str] = None,
+               label_prefix: Optional[str] = None) -> Path:
+    """Write the SBOM of ``prefix`` to ``path`` (atomically: a temporary file, then rename);
+    ``label_prefix`` as :func:`build_bom` takes it.
 
     Returns:
         ``path``.
     """
     from envtool.core.atomic import write_text_atomic
 
-    return write_text_atomic(Path(path), render(build_bom(prefix, name=name, version=version)))
+    return write_text_atomic(Path(path), render(build_bom(prefix, name=name, version=version,
+                                                          label_prefix=label_prefix)))

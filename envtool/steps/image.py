@@ -11,20 +11,24 @@ a failure or an interrupt removes it (nothing half-built is left). Steps:
    registry). The wheels that seeded the venv (pip, from ``PREFIX/.envtool/create.json``) are added
    with their SHA-256. Horovod is the wheel envtool built for the environment: the wheel-cache entry
    the lock names (``envtool.built.horovod``), proven by :meth:`envtool.horovod.cache.WheelCache.find`
-   and required to have the lock's SHA-256.
+   and required to have the lock's SHA-256 — when that wheel links an MPI of the site's ABI.
+   Otherwise (or with ``--compile-horovod``) Horovod is compiled in a build root of the same base
+   with the environment's own ``HOROVOD_*`` variables (:mod:`envtool.steps.image_horovod`).
 3. **Base root file system.** ``debian:<suite>``: Debian's ``mmdebstrap`` (minbase, plus
    ``python3``, ``python3-venv`` and the MPI of the site's ``container.mpi_abi``: Debian's Open MPI
-   ``libopenmpi3`` (``libmpi.so.40``) or MPICH ``libmpich12`` (``libmpi.so.12``, the MPICH ABI:
+   ``libopenmpi3`` (``libmpi.so.40``) or MPICH ``libmpich12`` (``libmpich.so.12``, Debian's name for the MPICH ABI's ``libmpi.so.12``:
    https://www.mpich.org/abi/)), from Debian's archive; ``dir:/path``: a copy of that root file system.
 4. **The environment at /opt/env.** ``python3 -m venv --without-pip /opt/env`` inside the root
    (``chroot``), then pip, run from its own wheel (pip's documented ``python pip.whl/pip``), installs
    the wheelhouse with ``--no-index --no-deps --require-hashes``: the same hashes as ``create``.
+   When Horovod was compiled in the image, the image's copy of the lock names that wheel (kept at
+   ``/opt/env/share/envtool/``) and its ``create.json`` records the compile.
 5. **MPI ABI check.** Horovod's MPI extension must link the image's ``libmpi`` of the site's ABI
-   (``ldd`` inside the root). Otherwise Horovod would have to be compiled inside the image, which
-   envtool does not do yet: the build stops (exit 1) saying so.
+   (``ldd`` inside the root); otherwise the build stops (exit 1).
 6. **SBOM.** The SBOM of the installed ``/opt/env`` must list the same components (name, version,
-   hashes) as the environment's; the environment's SBOM is written to
-   ``/opt/env/share/envtool/sbom.cdx.json``.
+   hashes) as the environment's (a Horovod compiled in the image: the same version, its own
+   hashes); the environment's SBOM (with a compiled Horovod: the SBOM of the image's ``/opt/env``) is
+   written to ``/opt/env/share/envtool/sbom.cdx.json``.
 7. **Forms.** ``dir`` (``OUTPUT/rootfs``, for ``ch-run OUTPUT/rootfs``), ``squashfs``
    (``OUTPUT/image.sqfs``, ``mksquashfs``; ``ch-run`` mounts it with squashfuse), ``oci`` (``OUTPUT/oci``,
    an OCI image layout made with ``umoci``, tag ``env``; the manifest annotation and config label
@@ -39,7 +43,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,31 +50,27 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from envtool.core.errors import EnvtoolError, UsageError
+from envtool.core.errors import UsageError
 from envtool.spec.sites import ContainerSection
+from envtool.steps.image_root import (IMAGE_PREFIX, PROGRESS_AFTER, WHEELHOUSE, ImageError, Steps, in_root,
+                                      install_env, make_base, remove_tree)
 
-#: Where the environment lives inside the image.
-IMAGE_PREFIX = "/opt/env"
+__all__ = ["IMAGE_PREFIX", "PROGRESS_AFTER", "ImageError", "ImageResult", "build_image", "compare_sbom",
+           "remove_tree", "FORMATS", "SBOM_PATH", "SBOM_LABEL", "MPI_PACKAGES"]
 #: The SBOM's path inside the image.
 SBOM_PATH = IMAGE_PREFIX + "/share/envtool/sbom.cdx.json"
 #: OCI manifest annotation / config label naming the SBOM's path in the image.
 SBOM_LABEL = "org.envtool.sbom"
 #: Image forms ``--format`` takes.
 FORMATS = ("dir", "squashfs", "oci")
-#: Debian packages of each MPI ABI and the ``libmpi`` soname they provide (Debian bookworm:
-#: https://packages.debian.org/bookworm/libopenmpi3, https://packages.debian.org/bookworm/libmpich12).
-MPI_PACKAGES: Dict[str, Tuple[Tuple[str, ...], str]] = {
-    "openmpi": (("libopenmpi3", "openmpi-bin"), "libmpi.so.40"),
-    "mpich": (("libmpich12", "mpich"), "libmpi.so.12"),
+#: Debian packages of each MPI ABI and the sonames of ``libmpi`` they provide (Debian bookworm:
+#: https://packages.debian.org/bookworm/amd64/libopenmpi3/filelist ``libmpi.so.40``;
+#: https://packages.debian.org/bookworm/amd64/libmpich12/filelist ``libmpich.so.12``, the MPICH ABI
+#: library that upstream MPICH installs as ``libmpi.so.12``: https://www.mpich.org/abi/).
+MPI_PACKAGES: Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {
+    "openmpi": (("libopenmpi3", "openmpi-bin"), ("libmpi.so.40",)),
+    "mpich": (("libmpich12", "mpich"), ("libmpi.so.12", "libmpich.so.12")),
 }
-#: A step taking longer than this (seconds) gets a progress line.
-PROGRESS_AFTER = 2.0
-
-
-class ImageError(EnvtoolError):
-    """The image could not be built (exit 1): a tool failed, or a check of the result failed."""
-
-
 @dataclass
 class ImageResult:
     """What :func:`build_image` made.
@@ -88,6 +87,9 @@ class ImageResult:
         components: components in the SBOM.
         seconds: wall time of the whole build.
         step_seconds: step id → seconds.
+        horovod_compiled: when Horovod was compiled inside the image, what
+            :class:`envtool.steps.image_horovod.InImageResult` says (wheel, SHA-256, source archive and
+            its SHA-256, MPI, toolchain, fix rules, variables, why); empty when the wheel was reused.
     """
 
     output: str
@@ -101,6 +103,7 @@ class ImageResult:
     components: int = 0
     seconds: float = 0.0
     step_seconds: Dict[str, float] = field(default_factory=dict)
+    horovod_compiled: Dict = field(default_factory=dict)
 
     def to_dict(self) -> Dict:
         """A JSON-ready mapping of the fields."""
@@ -155,96 +158,6 @@ def _tree_size(path: Path) -> int:
     return total
 
 
-def _mounts_below(path: Path) -> List[str]:
-    """Mount points at or below ``path`` (``/proc/self/mountinfo``, field 5), deepest first."""
-    base = str(path.resolve())
-    found = []
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8") as fh:
-            for line in fh:
-                point = line.split()[4].replace("\\040", " ")
-                if point == base or point.startswith(base + "/"):
-                    found.append(point)
-    except OSError:
-        pass
-    return sorted(found, key=len, reverse=True)
-
-
-def remove_tree(path: Path) -> None:
-    """Remove a directory envtool made, after unmounting anything a tool left mounted in it (so the
-    removal never reaches into a bound ``/dev`` or ``/proc``); a tree with a mount that will not go
-    is left alone and named in an error."""
-    if not os.path.lexists(path):
-        return
-    for point in _mounts_below(path):
-        subprocess.run(["umount", "-l", point], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    left = _mounts_below(path)
-    if left:
-        raise ImageError(f"{path}: still mounted at {', '.join(left)}; not removed (unmount it, then delete it)")
-    shutil.rmtree(path, ignore_errors=True)
-
-
-class _Steps:
-    """Runs the build's commands, with progress lines for long steps and a log file."""
-
-    def __init__(self, log: Path, progress: Callable[[str], None]):
-        self.log = log
-        self.progress = progress
-        self.seconds: Dict[str, float] = {}
-
-    def run(self, step: str, title: str, argv: Sequence[str], env: Optional[Dict[str, str]] = None,
-            cwd: Optional[Path] = None) -> str:
-        """Run ``argv`` (its output goes to the log); returns its stdout.
-
-        Raises:
-            ImageError: the command is missing or exits non-zero (the message names the log).
-        """
-        import shlex
-
-        start = time.monotonic()
-        with open(self.log, "a", encoding="utf-8") as fh:
-            fh.write(f"\n$ {shlex.join(argv)}\n")
-            fh.flush()
-            try:
-                proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=fh, env=env, cwd=cwd,
-                                        text=True, errors="replace")
-            except OSError as exc:
-                raise ImageError(f"{title}: cannot run {argv[0]}: {exc.strerror or exc} (see {self.log})") from exc
-            told = False
-            out_parts: List[str] = []
-            try:
-                while True:
-                    try:
-                        out, _ = proc.communicate(timeout=PROGRESS_AFTER)
-                        out_parts.append(out or "")
-                        break
-                    except subprocess.TimeoutExpired:
-                        if not told:
-                            self.progress(f"{title} ...")
-                            told = True
-            except BaseException:
-                proc.kill()
-                proc.wait()
-                raise
-            text = "".join(out_parts)
-            fh.write(text)
-        took = time.monotonic() - start
-        self.seconds[step] = self.seconds.get(step, 0.0) + took
-        if proc.returncode != 0:
-            raise ImageError(f"{title}: {shlex.join(argv[:3])}… exited with {proc.returncode}")
-        if told:
-            self.progress(f"{title}: done in {took:.0f} s")
-        return text
-
-
-def _in_root(root: Path, argv: Sequence[str]) -> List[str]:
-    """``argv`` run inside ``root``: ``chroot`` in a private mount namespace, with ``/proc`` and
-    ``/dev`` mounted there only (they vanish with the namespace, even when envtool is killed)."""
-    script = ('set -e; mount -t proc proc "$0/proc"; mount --rbind /dev "$0/dev"; '
-              'exec chroot "$0" "$@"')
-    return ["unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c", script, str(root), *argv]
-
-
 def _horovod_wheel(lock, built_key: str, sha256: str, site_caches: Sequence[str], group: Optional[str]) -> Path:
     """The wheel envtool built for the environment: the wheel-cache entry ``built_key`` (the lock's
     ``envtool.built.horovod``), proven by :meth:`WheelCache.find` with the lock's SHA-256.
@@ -271,8 +184,8 @@ def _horovod_wheel(lock, built_key: str, sha256: str, site_caches: Sequence[str]
             reasons.append(why)
     said = "; ".join(reasons) or "no wheel cache holds the entry"
     raise ImageError(f"the Horovod wheel the lock records (build key {built_key}, SHA-256 {sha256}) is not available: "
-                     f"{said}. An image needs that wheel, or a Horovod compiled inside the image, which envtool does "
-                     "not do yet; recreate the environment (envtool create) to put the wheel in the cache")
+                     f"{said}. An image needs that wheel (recreate the environment with envtool create to put it in "
+                     "the cache), or --compile-horovod to compile Horovod inside the image")
 
 
 def _seed_wheels(prefix: Path) -> List[Path]:
@@ -301,10 +214,18 @@ def _sbom_components(prefix: Path) -> Dict[str, Tuple[str, Tuple[str, ...]]]:
             for c in data.get("components", [])}
 
 
-def compare_sbom(env: Path, image_env: Path) -> List[str]:
+def compare_sbom(env: Path, image_env: Path, rebuilt: Sequence[str] = ()) -> List[str]:
     """Differences between the SBOM components of two environment prefixes (name, version,
-    hashes), in words; empty when they are the same."""
+    hashes), in words; empty when they are the same.
+
+    Args:
+        env, image_env: the two prefixes.
+        rebuilt: components compiled anew for the image (``horovod``): only their versions must agree.
+    """
     a, b = _sbom_components(env), _sbom_components(image_env)
+    for name in rebuilt:
+        if name in a and name in b and a[name][0] == b[name][0]:
+            del a[name], b[name]
     said = []
     for name in sorted(set(a) | set(b)):
         if name not in b:
@@ -318,7 +239,7 @@ def compare_sbom(env: Path, image_env: Path) -> List[str]:
 
 def build_image(prefix: Path, output: Path, formats: Sequence[str], container: Optional[ContainerSection],
                 site_caches: Sequence[str] = (), cache_group: Optional[str] = None,
-                progress: Callable[[str], None] = lambda s: None) -> ImageResult:
+                progress: Callable[[str], None] = lambda s: None, compile_horovod: bool = False) -> ImageResult:
     """Build the image of the environment at ``prefix`` into the new directory ``output``.
 
     Args:
@@ -328,12 +249,15 @@ def build_image(prefix: Path, output: Path, formats: Sequence[str], container: O
         container: the site's ``container`` section (base, MPI ABI), or None (``debian:bookworm``, Open MPI).
         site_caches, cache_group: the site's wheel caches and their group (:func:`envtool.horovod.cache.chain`).
         progress: called with a line for each step that takes longer than :data:`PROGRESS_AFTER` seconds.
+        compile_horovod: compile Horovod inside the image even when the environment's wheel could be
+            reused (:mod:`envtool.steps.image_horovod`); it is compiled anyway when the wheel's MPI
+            is not of the site's ABI.
     Returns:
         the :class:`ImageResult`.
     Raises:
         UsageError: bad input (no lock, a conda environment, output exists, unknown form or base; exit 2).
-        ImageError: a tool failed, the Horovod wheel is missing or links another MPI ABI, the SBOMs
-            differ (exit 1).
+        ImageError: a tool failed (the Horovod compile included), the Horovod wheel is missing, the
+            image's Horovod links another MPI ABI, the SBOMs differ (exit 1).
     """
     from envtool.lock.lockio import read_lock
     from envtool.sbom import write_sbom
@@ -375,16 +299,46 @@ def build_image(prefix: Path, output: Path, formats: Sequence[str], container: O
     missing_hash = [p.name for p in pip_entries if not p.sha256]
     if missing_hash:
         raise UsageError(f"{lock_path}: no SHA-256 for {', '.join(missing_hash)}: an image is built from hashes only")
-    mpi_pkgs, soname = MPI_PACKAGES[section.mpi_abi]
+    mpi_pkgs, sonames = MPI_PACKAGES[section.mpi_abi]
+    runtime_pkgs = ("python3", "python3-venv", "ca-certificates") + mpi_pkgs
 
     result = ImageResult(output=str(output), prefix=str(prefix), lock=str(lock_path), base=section.base,
                          mpi_abi=section.mpi_abi)
     work = Path(tempfile.mkdtemp(prefix=f".{output.name}.envtool-image-", dir=output.parent))
     log = work / "build.log"
-    steps = _Steps(log, progress)
+    steps = Steps(log, progress)
     keep_log = output.parent / f"{output.name}.envtool-image.log"
     try:
-        # 2. the wheelhouse
+        # 2a. Horovod: the environment's wheel when it links an MPI of the site's ABI, else a compile
+        compile_why = ""
+        reuse: List[Tuple[Path, str]] = []  # (wheel, SHA-256)
+        wants = {"openmpi": "Open MPI", "mpich": "MPICH"}[section.mpi_abi]
+        for p in built:
+            if p.name.lower() != "horovod":
+                raise ImageError(f"{lock_path}: {p.name} is built by envtool; only Horovod can be reused or compiled")
+            try:
+                wheel = _horovod_wheel(lock, p.built, p.sha256, site_caches, cache_group)
+            except ImageError as exc:
+                if not compile_horovod:
+                    steps.note(str(exc))
+                    raise
+                steps.note(f"the environment's Horovod wheel is not used: {exc}")
+                compile_why = "--compile-horovod (the environment's wheel is in no wheel cache)"
+                continue
+            said_mpi = str(json.loads((wheel.parent / "key.json").read_text(encoding="utf-8")).get("mpi", ""))
+            if compile_horovod:
+                compile_why = "--compile-horovod"
+            elif wants.lower() not in said_mpi.lower():
+                compile_why = (f"the environment's wheel links {said_mpi or 'no MPI'}; the site's container.mpi_abi "
+                               f"is {section.mpi_abi}")
+            else:
+                reuse.append((wheel, p.sha256))
+        if compile_why:
+            from envtool.steps import image_horovod
+
+            decision = image_horovod.recorded_build(prefix, lock, compile_why)
+
+        # 2b. the wheelhouse
         house = work / "wheelhouse"
         house.mkdir()
         reqs = [f"{p.name}=={p.version} --hash=sha256:{p.sha256}" for p in plain]
@@ -401,65 +355,51 @@ def build_image(prefix: Path, output: Path, formats: Sequence[str], container: O
             name, version = w.name.split("-")[:2]
             if not any(p.name.lower() == name.lower() for p in plain):
                 lines.append(f"{name}=={version} --hash=sha256:{file_sha256(w)}")
-        for p in built:
-            if p.name.lower() != "horovod":
-                raise ImageError(f"{lock_path}: {p.name} is built by envtool; only a Horovod wheel can be reused")
-            wheel = _horovod_wheel(lock, p.built, p.sha256, site_caches, cache_group)
-            key = json.loads((wheel.parent / "key.json").read_text(encoding="utf-8"))
-            said_mpi = str(key.get("mpi", ""))
-            wants = {"openmpi": "Open MPI", "mpich": "MPICH"}[section.mpi_abi]
-            if wants.lower() not in said_mpi.lower():
-                raise ImageError(f"the Horovod wheel {wheel} was built against {said_mpi or 'no MPI'}; the site's "
-                                 f"container.mpi_abi is {section.mpi_abi}: Horovod must be compiled inside the image "
-                                 "against that MPI, which envtool does not do yet")
-            shutil.copy2(wheel, house / wheel.name)
-            lines.append(f"{p.name} @ file:///tmp/envtool-wheelhouse/{wheel.name} --hash=sha256:{p.sha256}")
-        (house / "requirements.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
         pip_wheel = next((w for w in sorted(house.glob("pip-*.whl"))), None)
         if pip_wheel is None:
             raise ImageError(f"no pip wheel to install with: neither the lock nor {prefix}/.envtool/create.json names one")
+        (house / "base.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        for wheel, sha in reuse:
+            shutil.copy2(wheel, house / wheel.name)
+            lines.append(f"horovod @ file://{WHEELHOUSE}/{wheel.name} --hash=sha256:{sha}")
+        if compile_why:
+            progress(f"Horovod is compiled inside the image: {compile_why}")
+            wheel, compiled = image_horovod.compile_in_image(
+                steps, work, section.base, section.mpi_abi, runtime_pkgs, house, pip_wheel.name, "base.txt",
+                len(lines), decision)
+            result.horovod_compiled = compiled.to_dict()
+            shutil.move(str(wheel), house / wheel.name)
+            lines.append(f"horovod @ file://{WHEELHOUSE}/{wheel.name} --hash=sha256:{compiled.sha256}")
+        (house / "requirements.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
         # 3. the base root file system
         root = work / "rootfs"
-        if section.base.startswith("debian:"):
-            suite = section.base.split(":", 1)[1]
-            steps.run("base", f"Make a Debian {suite} root file system with mmdebstrap",
-                      ["unshare", "--mount", "--propagation", "private", "--fork",
-                       "mmdebstrap", "--variant=minbase", "--mode=root",
-                       "--include=" + ",".join(("python3", "python3-venv", "ca-certificates") + mpi_pkgs),
-                       "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
-                       suite, str(root)])
-        elif section.base.startswith("dir:"):
-            src = Path(section.base.split(":", 1)[1])
-            if not (src / "bin").exists():
-                raise UsageError(f"container.base: {src} is not a root file system (no bin/)")
-            steps.run("base", f"Copy the root file system {src}", ["cp", "-a", str(src), str(root)])
-        else:
-            raise UsageError(f"container.base: {section.base}: only debian:<suite> and dir:/path are built so far")
+        make_base(steps, section.base, root, runtime_pkgs)
 
         # 4. the environment at /opt/env, from the wheelhouse
-        shutil.copytree(house, root / "tmp" / "envtool-wheelhouse")
         py = steps.run("python", "Check the image's Python",
-                       _in_root(root, ["/usr/bin/python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"]))
+                       in_root(root, ["/usr/bin/python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"]))
         if lock.interpreter is not None:
             want = ".".join(str(lock.interpreter.version).split(".")[:2])
             if py.strip() != want:
                 raise ImageError(f"the base {section.base} has Python {py.strip()}; the lock was resolved for {want} "
                                  "(choose a base with that Python)")
-        steps.run("venv", "Create the venv /opt/env",
-                  _in_root(root, ["/usr/bin/python3", "-m", "venv", "--without-pip", IMAGE_PREFIX]))
-        steps.run("install", f"Install {len(lines)} packages into /opt/env (no index, hashes required)",
-                  _in_root(root, [IMAGE_PREFIX + "/bin/python", f"/tmp/envtool-wheelhouse/{pip_wheel.name}/pip",
-                                  "install", "--no-index", "--no-deps", "--require-hashes", "--no-cache-dir",
-                                  "--disable-pip-version-check", "--find-links", "/tmp/envtool-wheelhouse",
-                                  "-r", "/tmp/envtool-wheelhouse/requirements.txt"]))
-        shutil.rmtree(root / "tmp" / "envtool-wheelhouse")
-        image_env = root / IMAGE_PREFIX.lstrip("/")
+        image_env = install_env(steps, root, house, pip_wheel.name, "requirements.txt", len(lines))
         record = prefix / ".envtool" / "create.json"
         if record.is_file():  # how Horovod was built: the SBOM's Horovod properties read it
             (image_env / ".envtool").mkdir(exist_ok=True)
             shutil.copy2(record, image_env / ".envtool" / "create.json")
-        shutil.copy2(lock_path, image_env / "conda-lock.yml")
+        if result.horovod_compiled:
+            from envtool.lock.lockio import write_lock
+            from envtool.steps import image_horovod
+
+            comp = image_horovod.InImageResult(**result.horovod_compiled)
+            if record.is_file():
+                image_horovod.amend_record(image_env / ".envtool" / "create.json", comp)
+            write_lock(image_horovod.image_lock(lock, house / comp.wheel, comp.sha256, decision.requirement),
+                       image_env / "conda-lock.yml")
+        else:
+            shutil.copy2(lock_path, image_env / "conda-lock.yml")
 
         # 5. Horovod's MPI extension links the image's MPI of the site's ABI
         if built:
@@ -467,23 +407,30 @@ def build_image(prefix: Path, output: Path, formats: Sequence[str], container: O
             if not exts:
                 raise ImageError(f"no Horovod PyTorch extension (horovod/torch/mpi_lib_v2*.so) under {IMAGE_PREFIX}")
             inside = "/" + str(exts[0].relative_to(root))
-            ldd = steps.run("abi", "Check Horovod's MPI library", _in_root(root, ["ldd", inside]))
-            libmpi = [ln.strip() for ln in ldd.splitlines() if re.match(r"\s*libmpi\.so", ln)]
+            ldd = steps.run("abi", "Check Horovod's MPI library", in_root(root, ["ldd", inside]))
+            libmpi = [ln.strip() for ln in ldd.splitlines() if re.match(r"\s*libmpi(ch)?\.so", ln)]
             if not libmpi:
                 raise ImageError(f"{inside} links no libmpi: Horovod was built without MPI")
             result.libmpi = re.sub(r"\s*\(0x[0-9a-f]+\)$", "", libmpi[0])
-            if not libmpi[0].startswith(soname) or "not found" in libmpi[0]:
-                raise ImageError(f"{inside} needs {libmpi[0]}; the site's {section.mpi_abi} ABI provides {soname}: "
-                                 "Horovod must be compiled inside the image against that MPI, which envtool does not "
-                                 "do yet")
+            if not libmpi[0].startswith(sonames) or "not found" in libmpi[0]:
+                raise ImageError(f"{inside} needs {libmpi[0]}; the site's {section.mpi_abi} ABI provides "
+                                 f"{' or '.join(sonames)}"
+                                 + ("" if result.horovod_compiled else
+                                    ": build with --compile-horovod to compile Horovod inside the image against it"))
 
-        # 6. the SBOM: the installed /opt/env must list what the environment lists
-        differs = compare_sbom(prefix, image_env)
+        # 6. the SBOM: the installed /opt/env must list what the environment lists (Horovod's
+        #    hashes excepted when it was compiled in the image: then its version must agree)
+        rebuilt = ("horovod",) if result.horovod_compiled else ()
+        differs = compare_sbom(prefix, image_env, rebuilt=rebuilt)
         if differs:
             raise ImageError("the image's /opt/env differs from the environment: " + "; ".join(differs))
         sbom = root / SBOM_PATH.lstrip("/")
         sbom.parent.mkdir(parents=True, exist_ok=True)
-        write_sbom(prefix, sbom, name=lock.spec or prefix.name)
+        if result.horovod_compiled:  # the image's own installed set, named by its path in the image
+            write_sbom(image_env, sbom, name=lock.spec or prefix.name, label_prefix=IMAGE_PREFIX)
+            shutil.copy2(house / comp.wheel, sbom.parent / comp.wheel)
+        else:
+            write_sbom(prefix, sbom, name=lock.spec or prefix.name)
         result.components = len(json.loads(sbom.read_text(encoding="utf-8")).get("components", []))
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for f in (root / junk).glob("*"):

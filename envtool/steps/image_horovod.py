@@ -1,0 +1,296 @@
+"""Horovod compiled inside an image, against the MPI of the site's ABI.
+
+A Horovod wheel links the ``libmpi`` it was built against: Open MPI's ``libmpi.so.40`` or the MPICH
+ABI's ``libmpi.so.12`` (MPICH, Cray MPICH, Intel MPI, MVAPICH: https://www.mpich.org/abi/; Debian's
+MPICH names it ``libmpich.so.12``). On a
+site whose ``container.mpi_abi`` differs from the environment's wheel (Perlmutter's Cray MPICH
+behind Shifter's ``--mpi`` module; NERSC, "Using Shifter at NERSC",
+https://docs.nersc.gov/development/containers/shifter/how-to-use/), the wheel cannot be reused: the
+image gets a Horovod compiled inside it.
+
+The compile runs in a *build root*: the same base as the image plus a compiler, CMake, Python's
+headers and the MPI's development package (:data:`BUILD_PACKAGES`), with the environment's locked
+wheels installed at :data:`~envtool.steps.image_root.IMAGE_PREFIX` exactly as in the image. It
+uses the environment's own build decision, read from ``PREFIX/.envtool/create.json``: the same
+``HOROVOD_*`` variables and the same Horovod version, with the fix rules decided again for the
+image's compiler and CMake (:func:`envtool.horovod.fixes.applicable`). The source archive comes
+through this machine's pip configuration; its SHA-256 is recorded with the result. Only the wheel
+leaves the build root, which is removed; the image itself gets no compiler.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from packaging.version import InvalidVersion, Version
+
+from envtool.core.errors import UsageError
+from envtool.steps.image_root import IMAGE_PREFIX, ImageError, Steps, in_root, install_env, make_base
+
+#: Debian packages a Horovod compile needs in the build root, apart from the MPI's: the C++
+#: compiler, make, CMake and Python's headers (Horovod's setup.py runs CMake: horovod/horovod@v0.28.1:setup.py).
+BUILD_PACKAGES = ("g++", "make", "cmake", "python3-dev")
+#: The MPI development package of each ABI (Debian bookworm:
+#: https://packages.debian.org/bookworm/libopenmpi-dev, https://packages.debian.org/bookworm/libmpich-dev).
+MPI_DEV_PACKAGES = {"openmpi": ("libopenmpi-dev",), "mpich": ("libmpich-dev",)}
+#: Where the source archive, the fix rules' helper files and the built wheel go inside the build root.
+BUILD_DIR = "/tmp/envtool-horovod"
+
+
+@dataclass(frozen=True)
+class InImageBuild:
+    """The environment's Horovod build, as the image repeats it (decided once from the record).
+
+    Attributes:
+        requirement: what pip builds (``horovod==0.28.1``).
+        version: Horovod's version, or None when the requirement names none.
+        build_env: the ``HOROVOD_*`` assignments of the environment's build, in its order, with
+            ``$CONDA_PREFIX``/``$PREFIX`` standing for :data:`IMAGE_PREFIX`.
+        frameworks: spec framework name → version installed from the lock (``pytorch`` → ``2.13.0``).
+        why: why the wheel is compiled in the image (for the log and the result).
+    """
+
+    requirement: str
+    version: Optional[str]
+    build_env: Tuple[Tuple[str, str], ...]
+    frameworks: Tuple[Tuple[str, str], ...]
+    why: str
+
+
+@dataclass
+class InImageResult:
+    """What the compile made.
+
+    Attributes:
+        wheel: the wheel's file name.
+        sha256: the wheel's SHA-256.
+        sdist: the source archive's file name.
+        sdist_sha256: the source archive's SHA-256.
+        mpi: the first line of ``mpicxx --version``'s MPI (``mpichversion``/``ompi_info``) in the build root.
+        toolchain: the build root's compiler and CMake (``cmake 3.25.1, gnu c++ 12.2.0``).
+        fixes: ids of the fix rules applied.
+        build_env: the variables the compile ran with (``HOROVOD_*``, ``MAKEFLAGS``, the fix rules').
+        why: why it was compiled in the image.
+    """
+
+    wheel: str
+    sha256: str
+    sdist: str
+    sdist_sha256: str
+    mpi: str
+    toolchain: str
+    fixes: List[str] = field(default_factory=list)
+    build_env: Dict[str, str] = field(default_factory=dict)
+    why: str = ""
+
+    def to_dict(self) -> Dict:
+        """A JSON-ready mapping of the fields."""
+        return asdict(self)
+
+
+def recorded_build(prefix: Path, lock, why: str) -> InImageBuild:
+    """The environment's Horovod build decision, from ``PREFIX/.envtool/create.json`` (the
+    ``build-horovod`` step's ``env``) and the lock (Horovod's and the frameworks' versions).
+
+    Args:
+        prefix: the environment.
+        lock: its :class:`~envtool.lock.model.LockData`.
+        why: why the compile is needed (kept with the decision).
+    Returns:
+        the :class:`InImageBuild`.
+    Raises:
+        UsageError: the record is missing or names no ``HOROVOD_*`` variable (exit 2).
+    """
+    from envtool.core import frameworks as fw
+    from envtool.steps.horovod_build import expand_prefix_vars
+
+    record = prefix / ".envtool" / "create.json"
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{record}: cannot read how Horovod was built ({exc}); an image that compiles Horovod "
+                         "repeats the environment's build") from exc
+    step = next((s for s in data.get("steps") or [] if isinstance(s, dict) and s.get("id") == "build-horovod"), None)
+    env = (step or {}).get("env") or {}
+    if not isinstance(env, dict):
+        env = {}
+    horovod_vars = {str(k): str(v) for k, v in env.items() if str(k).startswith("HOROVOD_")}
+    if step is None or not horovod_vars:
+        raise UsageError(f"{record}: steps: expected a build-horovod step with its HOROVOD_* variables (the "
+                         "environment's Horovod build, which the image repeats)")
+    expanded = expand_prefix_vars(horovod_vars, Path(IMAGE_PREFIX))
+    pip = [p for p in lock.for_platform(lock.platforms[0]) if p.manager == "pip"]
+    hvd = next((p for p in pip if p.name.lower() == "horovod"), None)
+    version = hvd.version if hvd is not None else None
+    found: Dict[str, str] = {}
+    for p in pip:
+        f = fw.by_package(p.name)
+        if f is not None:
+            found.setdefault(f.name, p.version)
+    return InImageBuild(requirement=f"horovod=={version}" if version else "horovod", version=version,
+                        build_env=tuple(expanded.items()), frameworks=tuple(sorted(found.items())), why=why)
+
+
+def _version(text: str) -> Optional[Version]:
+    try:
+        return Version(text.split("+")[0])
+    except InvalidVersion:
+        return None
+
+
+def download_sdist(steps: Steps, build: InImageBuild, dest: Path) -> Path:
+    """Download Horovod's source archive (``pip download --no-binary=:all: --no-deps``, through this
+    machine's pip configuration) into ``dest``.
+
+    Returns:
+        the archive's path.
+    Raises:
+        ImageError: pip failed or left no archive.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    steps.run("sdist", f"Download Horovod's source archive ({build.requirement})",
+              [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary=:all:", "--disable-pip-version-check",
+               "-d", str(dest), build.requirement])
+    found = sorted(dest.glob("horovod-*.tar.gz")) + sorted(dest.glob("horovod-*.zip"))
+    if not found:
+        raise ImageError(f"pip download {build.requirement} left no source archive in {dest}")
+    return found[0]
+
+
+def compile_in_image(steps: Steps, work: Path, base: str, mpi_abi: str, runtime_packages: Sequence[str],
+                     house: Path, pip_wheel: str, requirements: str, count: int, build: InImageBuild,
+                     cpu_count: Optional[int] = None) -> Tuple[Path, InImageResult]:
+    """Compile Horovod in a build root made from ``base`` and return the wheel (on the host).
+
+    Args:
+        steps: runs the commands (log, progress).
+        work: the image build's temporary directory (the build root is made in it and removed).
+        base: the site's ``container.base``.
+        mpi_abi: ``openmpi`` or ``mpich``.
+        runtime_packages: the image's own Debian packages (Python, the MPI's run-time library).
+        house: the wheelhouse of the environment's locked wheels, Horovod left out.
+        pip_wheel, requirements, count: as :func:`envtool.steps.image_root.install_env` takes them.
+        build: the environment's build decision (:func:`recorded_build`).
+        cpu_count: parallel compile jobs (``MAKEFLAGS=-jN``); default: the CPUs this process may use.
+    Returns:
+        ``(wheel path under work, InImageResult)``.
+    Raises:
+        ImageError: a tool failed (the compile's output is in the build log), or a GPU build is
+            asked of a root without CUDA's compiler.
+        UsageError: a ``dir:`` base lacks the build tools.
+    """
+    from envtool.horovod import fixes
+    from envtool.horovod.cache import file_sha256
+    from envtool.steps.horovod_build import PIP_WHEEL_OPTIONS
+
+    sdist = download_sdist(steps, build, work / "sdist")
+    sdist_sha = file_sha256(sdist)
+    root = work / "buildroot"
+    make_base(steps, base, root, (*runtime_packages, *BUILD_PACKAGES, *MPI_DEV_PACKAGES[mpi_abi]),
+              purpose="for the Horovod build")
+    tools = {"c++": "the C++ compiler", "cmake": "CMake", "mpicxx": "the MPI compiler wrapper"}
+    missing = [f"{t} ({what})" for t, what in tools.items()
+               if not any((root / d / t).exists() for d in ("usr/bin", "usr/local/bin", "bin"))]
+    if missing:
+        raise UsageError(f"container.base: {base}: no {', '.join(missing)} in it; a Horovod compile inside the image "
+                         f"needs them (Debian packages {' '.join(BUILD_PACKAGES + MPI_DEV_PACKAGES[mpi_abi])})")
+    env = dict(build.build_env)
+    if env.get("HOROVOD_GPU_OPERATIONS") or env.get("HOROVOD_GPU_ALLREDUCE") or env.get("HOROVOD_GPU"):
+        if not any((root / d / "nvcc").exists() for d in ("usr/local/cuda/bin", "usr/bin")):
+            raise ImageError(f"the environment's Horovod was built with "
+                             f"{', '.join(k + '=' + v for k, v in env.items() if k.startswith('HOROVOD_GPU'))}; the "
+                             f"base {base} has no CUDA compiler (nvcc): choose a base with CUDA and NCCL "
+                             "(container.base: dir:/path)")
+    install_env(steps, root, house, pip_wheel, requirements, count)
+    cxx = steps.run("toolchain", "Probe the build root's compiler", in_root(root, ["c++", "--version"]))
+    cmake = steps.run("toolchain", "Probe the build root's CMake", in_root(root, ["cmake", "--version"]))
+    family, cxx_version = fixes.parse_cxx_version(cxx)
+    toolchain = fixes.Toolchain(cmake=fixes.parse_cmake_version(cmake), cxx_family=family, cxx_version=cxx_version)
+    mpi_line = _mpi_version(steps, root, mpi_abi)
+    frameworks = {k: v for k, v in ((k, _version(v)) for k, v in build.frameworks) if v is not None}
+    rules = fixes.applicable(_version(build.version) if build.version else None, frameworks, toolchain)
+    inside = root / BUILD_DIR.lstrip("/")
+    (inside / "out").mkdir(parents=True)
+    shutil.copy2(sdist, inside / sdist.name)
+    jobs = cpu_count or len(os.sched_getaffinity(0))
+    env["MAKEFLAGS"] = f"-j{jobs}"
+    host_fixes = inside / "fixes"
+    for rule in rules:
+        added = rule.prepare(host_fixes, {**env, "CXX": env.get("CXX", "/usr/bin/c++")})
+        env.update({k: v.replace(str(host_fixes), f"{BUILD_DIR}/fixes") for k, v in added})
+    assignments = [f"{k}={v}" for k, v in env.items()]
+    steps.run("compile", f"Compile {build.requirement} against {mpi_line} in the build root (minutes)",
+              in_root(root, ["/usr/bin/env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root", "LANG=C.UTF-8",
+                             "PYTHONUNBUFFERED=1", *assignments,
+                             IMAGE_PREFIX + "/bin/python", "-m", "pip", "wheel", *PIP_WHEEL_OPTIONS, "--no-index",
+                             "--wheel-dir", f"{BUILD_DIR}/out", f"{BUILD_DIR}/{sdist.name}"]),
+              follow="compiling Horovod")
+    built = sorted((inside / "out").glob("horovod-*.whl"))
+    if not built:
+        raise ImageError(f"pip wheel made no Horovod wheel in the build root (see {steps.log})")
+    wheel = work / built[0].name
+    shutil.copy2(built[0], wheel)
+    result = InImageResult(wheel=wheel.name, sha256=file_sha256(wheel), sdist=sdist.name, sdist_sha256=sdist_sha,
+                           mpi=mpi_line, toolchain=toolchain.describe(), fixes=[r.id for r in rules],
+                           build_env=env, why=build.why)
+    from envtool.steps.image_root import remove_tree
+
+    remove_tree(root)
+    return wheel, result
+
+
+def _mpi_version(steps: Steps, root: Path, mpi_abi: str) -> str:
+    """The first line naming the build root's MPI: ``mpichversion`` (MPICH) or ``ompi_info --version``."""
+    argv = ["mpichversion"] if mpi_abi == "mpich" else ["ompi_info", "--version"]
+    try:
+        text = steps.run("toolchain", "Probe the build root's MPI", in_root(root, argv))
+    except ImageError:
+        return {"mpich": "MPICH", "openmpi": "Open MPI"}[mpi_abi]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if mpi_abi == "mpich":
+        version = next((ln.split(":", 1)[1].strip() for ln in lines if ln.lower().startswith("mpich version")), "")
+        return f"MPICH {version}".strip()
+    return lines[0] if lines else "Open MPI"
+
+
+def image_lock(lock, wheel: Path, sha256: str, requirement: str):
+    """The image's lock: the environment's, with the Horovod entry naming the wheel compiled in the image.
+
+    Args:
+        lock: the environment's :class:`~envtool.lock.model.LockData`.
+        wheel: the compiled wheel (its name goes into the entry's URL, ``file:///``).
+        sha256: its SHA-256.
+        requirement: what was built (the entry's ``built``: a requirement, not a wheel-cache key).
+    Returns:
+        a new :class:`~envtool.lock.model.LockData`.
+    """
+    from dataclasses import replace
+
+    packages = tuple(replace(p, sha256=sha256, url=f"file://{IMAGE_PREFIX}/share/envtool/{wheel.name}",
+                             built=requirement)
+                     if p.manager == "pip" and p.name.lower() == "horovod" else p for p in lock.packages)
+    return replace(lock, packages=packages)
+
+
+def amend_record(record: Path, result: InImageResult) -> None:
+    """Add the in-image compile to the image's copy of ``create.json`` (``results["build-horovod"]``:
+    the fix rules applied, no wheel-cache key, and ``compiled_in_image``), so the image's SBOM
+    describes the Horovod it holds.
+
+    Raises:
+        OSError: the record cannot be read or written.
+    """
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except ValueError:
+        data = {}
+    results = data.setdefault("results", {})
+    hvd: Dict = dict(results.get("build-horovod") or {})
+    hvd.update({"fixes": result.fixes, "cache_key": None, "compiled_in_image": result.to_dict()})
+    results["build-horovod"] = hvd
+    record.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
