@@ -496,3 +496,15 @@ def test_image_for_a_site_without_container_section_or_retired_is_exit_2(tmp_pat
     summit = run_envtool("image", env, "--output", tmp_path / "o", "--site", "summit", "--json")
     assert summit.returncode == 2 and "--retired-ok" in json.loads(summit.stdout)["error"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["env"]
+
+
+def test_debian_mpich_library_name_counts_as_libmpi(tmp_path):
+    """Debian's MPICH ships the MPICH ABI library as ``libmpich.so.12`` only: doctor finds it for
+    ``libmpi.so`` on ``LD_LIBRARY_PATH`` (it found nothing there before, or another MPI)."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "libmpich.so.12.2.2").write_bytes(b"\x7fELF")
+    (lib / "libmpich.so.12").symlink_to("libmpich.so.12.2.2")
+    (lib / "libmpichcxx.so.12").write_bytes(b"\x7fELF")  # not an MPI library of that name
+    hit = container_check.find_library("libmpi.so", {"LD_LIBRARY_PATH": str(lib)}, None)
+    assert hit == (str(lib / "libmpich.so.12.2.2"), "LD_LIBRARY_PATH"), hit

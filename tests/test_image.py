@@ -193,17 +193,57 @@ def test_image_without_the_locked_wheel_names_compile_horovod(tools, cpu_horovod
     (env / ".envtool").mkdir(parents=True)
     text = (cpu_horovod_env / "conda-lock.yml").read_text()
     (hvd,) = [e for e in read_lock(cpu_horovod_env / "conda-lock.yml").packages if e.name == "horovod"]
-    (env / "conda-lock.yml").write_text(text.replace(hvd.sha256, "0" * 64))
+    (env / "conda-lock.yml").write_text(text.replace(hvd.sha256, "ab" * 32))
     shutil.copy2(cpu_horovod_env / ".envtool" / "create.json", env / ".envtool" / "create.json")
     out = tmp_path / "out"
     out.mkdir()
     proc = run_envtool("image", env, "--output", out / "img", "--format", "dir", "--json", timeout=600)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     data = json.loads(proc.stdout)
-    assert "--compile-horovod" in data["error"] and "0" * 64 in data["error"], data
+    assert "--compile-horovod" in data["error"] and "ab" * 32 in data["error"], data
     assert [p.name for p in out.iterdir()] == ["img.envtool-image.log"]
     log = Path(data["log"]).read_text()
-    assert "0" * 64 in log and "pip download" not in log, log  # nothing was downloaded first
+    assert "ab" * 32 in log and "pip download" not in log, log  # nothing was downloaded first
+
+
+def test_compile_on_a_base_without_build_tools_is_exit_2_before_downloading(tools, image, cpu_horovod_env, tmp_path):
+    """``--compile-horovod`` with a ``dir:`` base that has no compiler (the Open MPI image's own root):
+    exit 2 naming container.base and what is missing, looked for inside the base, before any download."""
+    rootfs = image[0] / "rootfs"
+    site = tmp_path / "site.yaml"
+    site.write_text("name: dirbase\nsources: {ch: https://hpc.github.io/charliecloud/ch-run.html}\n"
+                    f"container: {{runtime: charliecloud, source: ch, mpi_abi: openmpi, base: 'dir:{rootfs}'}}\n")
+    work = tmp_path / "out"
+    work.mkdir()
+    proc = run_envtool("image", cpu_horovod_env, "--output", work / "img", "--site-file", site, "--format", "dir",
+                       "--compile-horovod", "--json", timeout=600)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    assert "container.base" in data["error"] and "c++ (the C++ compiler)" in data["error"], data["error"]
+    assert "cmake (CMake)" in data["error"] and "mpicxx" in data["error"], data["error"]
+    assert [p.name for p in work.iterdir()] == ["img.envtool-image.log"]
+    assert "pip download" not in Path(data["log"]).read_text()
+
+
+def test_gpu_build_on_a_debian_base_is_exit_2(tools, cpu_horovod_env, tmp_path):
+    """An environment whose Horovod was built with NCCL operations cannot be compiled on a Debian base
+    (no CUDA, no NCCL): exit 2 naming container.base and the variable, nothing downloaded."""
+    env = tmp_path / "env"
+    (env / ".envtool").mkdir(parents=True)
+    shutil.copy2(cpu_horovod_env / "conda-lock.yml", env / "conda-lock.yml")
+    record = json.loads((cpu_horovod_env / ".envtool" / "create.json").read_text())
+    (step,) = [s for s in record["steps"] if s["id"] == "build-horovod"]
+    step["env"]["HOROVOD_GPU_OPERATIONS"] = "NCCL"
+    (env / ".envtool" / "create.json").write_text(json.dumps(record))
+    work = tmp_path / "out"
+    work.mkdir()
+    proc = run_envtool("image", env, "--output", work / "img", "--format", "dir", "--compile-horovod", "--json",
+                       timeout=600)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    assert "container.base: debian:bookworm" in data["error"] and "HOROVOD_GPU_OPERATIONS=NCCL" in data["error"]
+    assert [p.name for p in work.iterdir()] == ["img.envtool-image.log"]
+    assert "pip download" not in Path(data["log"]).read_text()
 
 
 def test_image_bad_input_exit_2(tools, cpu_horovod_env, tmp_path):

@@ -47,3 +47,18 @@ def test_interrupted_command_leaves_no_grandchild(tmp_path: Path, follow: str):
             subprocess.run(["pkill", "-9", "-f", f"sleep {marker}"])
     assert left == "", left
     assert (tmp_path / "build.log").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("banner, abi", [
+    ("mpirun (Open MPI) 4.1.4", "openmpi"),
+    ("HYDRA build details:", "mpich"),  # MPICH's mpirun is Hydra's
+    ("Intel(R) MPI Library for Linux* OS, Version 2021.9 Build 20230307", "mpich"),
+    ("mpirun (IBM Spectrum MPI) 10.4.0.3", "openmpi"),
+    ("not used", "none"),
+    ("", "none"),
+    ("some other launcher 1.0", ""),
+])
+def test_wheel_mpi_abi_from_the_build_keys_banner(banner, abi):
+    from envtool.steps.image import wheel_mpi_abi
+
+    assert wheel_mpi_abi(banner) == abi

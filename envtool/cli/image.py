@@ -1,4 +1,4 @@
-"""``envtool image SPEC|PREFIX --output DIR [--site S|--site-file F] [--format dir,squashfs,oci] [--json]``:
+"""``envtool image SPEC|PREFIX --output DIR [--site S|--site-file F] [--format dir,squashfs,oci] [--compile-horovod] [--json]``:
 a container image of an environment, built from its lockfile (:mod:`envtool.steps.image`).
 
 Prints each form's path and size, the build time and the ``libmpi`` Horovod links inside the image;
@@ -14,8 +14,9 @@ def register(sub) -> None:
                        description="Build a container image of an environment from the environment's lockfile (the "
                                    "same hashes as create): a Debian root file system made with mmdebstrap (or the "
                                    "site file's container.base), the environment at /opt/env, the Horovod wheel "
-                                   "envtool built for it when the image's MPI has the ABI the site's "
-                                   "container.mpi_abi names, and the environment's SBOM at "
+                                   "envtool built for it when that wheel's MPI has the ABI the site's "
+                                   "container.mpi_abi names (else Horovod compiled inside the image against "
+                                   "that MPI, with the environment's HOROVOD_* variables), and the SBOM at "
                                    "/opt/env/share/envtool/sbom.cdx.json. Forms: dir (ch-run DIR/rootfs), squashfs "
                                    "(DIR/image.sqfs) and oci (DIR/oci, an OCI image layout, tag env). Runs as root. "
                                    "See docs/guides/containers.md.")
@@ -57,7 +58,9 @@ def run(args) -> int:
 
     def say(text: str) -> None:
         if not quiet:
-            print(f"image: {text}", file=sys.stderr, flush=True)
+            from envtool.core import term
+
+            print(term.fit(f"image: {text}", term.width(sys.stderr)), file=sys.stderr, flush=True)
 
     container = None
     if site is not None:  # a named site must say how it runs images (its MPI ABI, its base)

@@ -324,6 +324,7 @@ def _run_build(step: Step, runner) -> Dict:
               "cache": None if hit is None else ("site" if hit.read_only else "user"),
               "cache_dir": None if hit is None else str(hit.dir),
               "fixes": [r.id for r in rules], "rules_decided": "when planned" if d.rules is not None else "when run",
+              "sdist_sha256": d.sdist_sha256 or None,
               "cache_skipped": [{"cache_dir": str(c.dir), "reason": why} for c, why in skipped]}
     cache = caches[0]
     if wheel is None and d.missing_tools:

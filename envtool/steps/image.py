@@ -188,6 +188,28 @@ def _horovod_wheel(lock, built_key: str, sha256: str, site_caches: Sequence[str]
                      "the cache), or --compile-horovod to compile Horovod inside the image")
 
 
+#: The MPI ABI of each MPI family :func:`envtool.checks.launchers.mpi_identity` names: Open MPI's
+#: (IBM Spectrum MPI is built on Open MPI), or the MPICH ABI (MPICH, Cray MPICH, Intel MPI, MVAPICH:
+#: https://www.mpich.org/abi/).
+FAMILY_ABI = {"openmpi": "openmpi", "spectrum-mpi": "openmpi", "mpich": "mpich", "cray-mpich": "mpich",
+              "intel-mpi": "mpich", "mvapich": "mpich"}
+
+
+def wheel_mpi_abi(mpi: str) -> str:
+    """The MPI ABI of a wheel from its build key's ``mpi`` (the first line of ``mpirun --version``
+    when it was built, or ``not used``).
+
+    Returns:
+        ``openmpi``, ``mpich``, ``none`` (built without MPI), or ``""`` when the banner is not recognised.
+    """
+    from envtool.checks.launchers import mpi_identity
+
+    if not mpi.strip() or mpi.strip().lower() in ("not used", "none"):
+        return "none"
+    family, _version = mpi_identity(mpi)
+    return FAMILY_ABI.get(family or "", "")
+
+
 def _seed_wheels(prefix: Path) -> List[Path]:
     """The wheels that seeded the venv (the ``.whl`` arguments of the ``create-venv`` step in
     ``PREFIX/.envtool/create.json``), those that still exist."""
@@ -299,6 +321,9 @@ def build_image(prefix: Path, output: Path, formats: Sequence[str], container: O
     missing_hash = [p.name for p in pip_entries if not p.sha256]
     if missing_hash:
         raise UsageError(f"{lock_path}: no SHA-256 for {', '.join(missing_hash)}: an image is built from hashes only")
+    if compile_horovod and not any(p.name.lower() == "horovod" for p in built):
+        raise UsageError(f"--compile-horovod: {lock_path} has no Horovod that envtool built (no envtool.built entry "
+                         "for horovod); there is nothing to compile")
     mpi_pkgs, sonames = MPI_PACKAGES[section.mpi_abi]
     runtime_pkgs = ("python3", "python3-venv", "ca-certificates") + mpi_pkgs
 
@@ -312,7 +337,6 @@ def build_image(prefix: Path, output: Path, formats: Sequence[str], container: O
         # 2a. Horovod: the environment's wheel when it links an MPI of the site's ABI, else a compile
         compile_why = ""
         reuse: List[Tuple[Path, str]] = []  # (wheel, SHA-256)
-        wants = {"openmpi": "Open MPI", "mpich": "MPICH"}[section.mpi_abi]
         for p in built:
             if p.name.lower() != "horovod":
                 raise ImageError(f"{lock_path}: {p.name} is built by envtool; only Horovod can be reused or compiled")
@@ -323,20 +347,26 @@ def build_image(prefix: Path, output: Path, formats: Sequence[str], container: O
                     steps.note(str(exc))
                     raise
                 steps.note(f"the environment's Horovod wheel is not used: {exc}")
-                compile_why = "--compile-horovod (the environment's wheel is in no wheel cache)"
+                compile_why = "--compile-horovod (no wheel cache holds a proven copy of the environment's wheel)"
                 continue
             said_mpi = str(json.loads((wheel.parent / "key.json").read_text(encoding="utf-8")).get("mpi", ""))
+            abi = wheel_mpi_abi(said_mpi)
+            if abi == "none":
+                raise ImageError(f"the environment's Horovod was built without MPI ({wheel.parent}/key.json: mpi "
+                                 f"{said_mpi!r}); the site's container.mpi_abi {section.mpi_abi} is for Horovod's MPI "
+                                 "(hybrid mode): build the environment with HOROVOD_WITH_MPI=1")
             if compile_horovod:
                 compile_why = "--compile-horovod"
-            elif wants.lower() not in said_mpi.lower():
-                compile_why = (f"the environment's wheel links {said_mpi or 'no MPI'}; the site's container.mpi_abi "
-                               f"is {section.mpi_abi}")
+            elif abi != section.mpi_abi:
+                compile_why = (f"the environment's wheel was built against {said_mpi or 'an unknown MPI'} "
+                               f"({abi or 'ABI unknown'}); the site's container.mpi_abi is {section.mpi_abi}")
             else:
                 reuse.append((wheel, p.sha256))
         if compile_why:
             from envtool.steps import image_horovod
 
             decision = image_horovod.recorded_build(prefix, lock, compile_why)
+            image_horovod.check_base_for_build(steps, section.base, section.mpi_abi, decision)
 
         # 2b. the wheelhouse
         house = work / "wheelhouse"

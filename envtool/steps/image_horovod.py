@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 from dataclasses import asdict, dataclass, field
@@ -30,7 +31,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from packaging.version import InvalidVersion, Version
 
 from envtool.core.errors import UsageError
-from envtool.steps.image_root import IMAGE_PREFIX, ImageError, Steps, in_root, install_env, make_base
+from envtool.steps.image_root import CLEAN_ENV, IMAGE_PREFIX, UNSHARE, ImageError, Steps, in_root, install_env, make_base
 
 #: Debian packages a Horovod compile needs in the build root, apart from the MPI's: the C++
 #: compiler, make, CMake and Python's headers (Horovod's setup.py runs CMake: horovod/horovod@v0.28.1:setup.py).
@@ -53,6 +54,8 @@ class InImageBuild:
             ``$CONDA_PREFIX``/``$PREFIX`` standing for :data:`IMAGE_PREFIX`.
         frameworks: spec framework name → version installed from the lock (``pytorch`` → ``2.13.0``).
         why: why the wheel is compiled in the image (for the log and the result).
+        sdist_sha256: the source archive's SHA-256 the environment's build checked (``create`` from
+            a lock that holds it records it), or ``""``: then the download is checked against nothing.
     """
 
     requirement: str
@@ -60,6 +63,7 @@ class InImageBuild:
     build_env: Tuple[Tuple[str, str], ...]
     frameworks: Tuple[Tuple[str, str], ...]
     why: str
+    sdist_sha256: str = ""
 
 
 @dataclass
@@ -71,7 +75,7 @@ class InImageResult:
         sha256: the wheel's SHA-256.
         sdist: the source archive's file name.
         sdist_sha256: the source archive's SHA-256.
-        mpi: the first line of ``mpicxx --version``'s MPI (``mpichversion``/``ompi_info``) in the build root.
+        mpi: the build root's MPI and version (``mpichversion``, or ``ompi_info --version``'s first line).
         toolchain: the build root's compiler and CMake (``cmake 3.25.1, gnu c++ 12.2.0``).
         fixes: ids of the fix rules applied.
         build_env: the variables the compile ran with (``HOROVOD_*``, ``MAKEFLAGS``, the fix rules').
@@ -115,10 +119,17 @@ def recorded_build(prefix: Path, lock, why: str) -> InImageBuild:
     except (OSError, ValueError) as exc:
         raise UsageError(f"{record}: cannot read how Horovod was built ({exc}); an image that compiles Horovod "
                          "repeats the environment's build") from exc
-    step = next((s for s in data.get("steps") or [] if isinstance(s, dict) and s.get("id") == "build-horovod"), None)
+    steps = data.get("steps") if isinstance(data, dict) else None
+    step = next((s for s in steps if isinstance(s, dict) and s.get("id") == "build-horovod"), None) \
+        if isinstance(steps, list) else None
     env = (step or {}).get("env") or {}
     if not isinstance(env, dict):
         env = {}
+    results = data.get("results") if isinstance(data, dict) else None
+    hvd_result = results.get("build-horovod") if isinstance(results, dict) else None
+    sdist_sha = hvd_result.get("sdist_sha256") if isinstance(hvd_result, dict) else None
+    if not (isinstance(sdist_sha, str) and re.fullmatch(r"[0-9a-f]{64}", sdist_sha)):
+        sdist_sha = ""
     horovod_vars = {str(k): str(v) for k, v in env.items() if str(k).startswith("HOROVOD_")}
     if step is None or not horovod_vars:
         raise UsageError(f"{record}: steps: expected a build-horovod step with its HOROVOD_* variables (the "
@@ -133,7 +144,62 @@ def recorded_build(prefix: Path, lock, why: str) -> InImageBuild:
         if f is not None:
             found.setdefault(f.name, p.version)
     return InImageBuild(requirement=f"horovod=={version}" if version else "horovod", version=version,
-                        build_env=tuple(expanded.items()), frameworks=tuple(sorted(found.items())), why=why)
+                        build_env=tuple(expanded.items()), frameworks=tuple(sorted(found.items())), why=why,
+                        sdist_sha256=sdist_sha)
+
+
+#: What a compile runs inside the build root, each found through ``PATH`` there (``command -v``).
+BUILD_TOOLS = {"c++": "the C++ compiler", "make": "make", "cmake": "CMake", "python3-config": "Python's headers",
+               "mpicxx": "the MPI compiler wrapper"}
+
+
+def is_gpu_build(build: InImageBuild) -> bool:
+    """Whether the build asks for GPU operations (``HOROVOD_GPU*`` set: CUDA's ``nvcc`` is needed)."""
+    return any(k.startswith("HOROVOD_GPU") and v for k, v in build.build_env)
+
+
+def build_tools(build: InImageBuild) -> List[str]:
+    """The commands :data:`BUILD_TOOLS` a compile needs, and ``nvcc`` for a GPU build."""
+    return list(BUILD_TOOLS) + (["nvcc"] if is_gpu_build(build) else [])
+
+
+def root_lacks(steps: Steps, root: Path, tools: Sequence[str]) -> List[str]:
+    """The ``tools`` a shell inside ``root`` cannot find (``command -v`` there, with CUDA's
+    ``/usr/local/cuda/bin`` added to ``PATH``): what the root's own symbolic links resolve to,
+    never the host's.
+
+    Raises:
+        ImageError: the shell could not run in ``root``.
+    """
+    script = ('PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/cuda/bin; '
+              'for t; do command -v "$t" >/dev/null 2>&1 || echo "$t"; done')
+    out = steps.run("toolchain", "Look for the build tools in the root",
+                    in_root(root, ["/usr/bin/env", "-i", "/bin/sh", "-c", script, "sh", *tools]))
+    return [t for t in out.split() if t in tools]
+
+
+def check_base_for_build(steps: Steps, base: str, mpi_abi: str, build: InImageBuild) -> None:
+    """Refuse, before anything is downloaded, a base the compile cannot work in: a ``dir:`` base
+    lacking :data:`BUILD_TOOLS` (looked for inside it), or a GPU build on a ``debian:`` base
+    (Debian's archive as mmdebstrap uses it has no CUDA or NCCL).
+
+    Raises:
+        UsageError: the base lacks what the compile needs (exit 2, naming ``container.base``).
+    """
+    if base.startswith("debian:"):
+        if is_gpu_build(build):
+            gpu = ", ".join(f"{k}={v}" for k, v in build.build_env if k.startswith("HOROVOD_GPU"))
+            raise UsageError(f"container.base: {base} has no CUDA compiler or NCCL, and the environment's Horovod "
+                             f"was built with {gpu}: give a base with CUDA and NCCL (container.base: dir:/path)")
+        return
+    if base.startswith("dir:"):
+        src = Path(base.split(":", 1)[1])
+        missing = root_lacks(steps, src, build_tools(build))
+        if missing:
+            words = [f"{t} ({BUILD_TOOLS.get(t, 'the CUDA compiler')})" for t in missing]
+            raise UsageError(f"container.base: {base}: no {', '.join(words)} in it; compiling Horovod inside the "
+                             f"image needs them (Debian packages {' '.join(BUILD_PACKAGES + MPI_DEV_PACKAGES[mpi_abi])}"
+                             + (", and CUDA with NCCL" if is_gpu_build(build) else "") + ")")
 
 
 def _version(text: str) -> Optional[Version]:
@@ -145,7 +211,8 @@ def _version(text: str) -> Optional[Version]:
 
 def download_sdist(steps: Steps, build: InImageBuild, dest: Path) -> Path:
     """Download Horovod's source archive (``pip download --no-binary=:all: --no-deps``, through this
-    machine's pip configuration) into ``dest``.
+    machine's pip configuration, as ``create``'s own build gets it) into ``dest``; with
+    ``--require-hashes`` when the environment's record holds the archive's SHA-256.
 
     Returns:
         the archive's path.
@@ -153,9 +220,16 @@ def download_sdist(steps: Steps, build: InImageBuild, dest: Path) -> Path:
         ImageError: pip failed or left no archive.
     """
     dest.mkdir(parents=True, exist_ok=True)
+    source = [build.requirement]
+    if build.sdist_sha256:
+        reqs = dest.parent / "sdist.txt"
+        reqs.write_text(f"{build.requirement} --hash=sha256:{build.sdist_sha256}\n", encoding="utf-8")
+        source = ["-r", str(reqs), "--require-hashes"]
+    # pip prepares the archive's metadata (runs its setup.py): in a PID namespace, so an interrupt
+    # stops all of it
     steps.run("sdist", f"Download Horovod's source archive ({build.requirement})",
-              [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary=:all:", "--disable-pip-version-check",
-               "-d", str(dest), build.requirement])
+              [*UNSHARE, sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary=:all:",
+               "--disable-pip-version-check", "-d", str(dest), *source])
     found = sorted(dest.glob("horovod-*.tar.gz")) + sorted(dest.glob("horovod-*.zip"))
     if not found:
         raise ImageError(f"pip download {build.requirement} left no source archive in {dest}")
@@ -193,19 +267,10 @@ def compile_in_image(steps: Steps, work: Path, base: str, mpi_abi: str, runtime_
     root = work / "buildroot"
     make_base(steps, base, root, (*runtime_packages, *BUILD_PACKAGES, *MPI_DEV_PACKAGES[mpi_abi]),
               purpose="for the Horovod build")
-    tools = {"c++": "the C++ compiler", "cmake": "CMake", "mpicxx": "the MPI compiler wrapper"}
-    missing = [f"{t} ({what})" for t, what in tools.items()
-               if not any((root / d / t).exists() for d in ("usr/bin", "usr/local/bin", "bin"))]
-    if missing:
-        raise UsageError(f"container.base: {base}: no {', '.join(missing)} in it; a Horovod compile inside the image "
-                         f"needs them (Debian packages {' '.join(BUILD_PACKAGES + MPI_DEV_PACKAGES[mpi_abi])})")
+    missing = root_lacks(steps, root, build_tools(build))
+    if missing:  # mmdebstrap installed the packages: not reached unless the archive's packages changed
+        raise ImageError(f"the build root made from {base} lacks {', '.join(missing)}")
     env = dict(build.build_env)
-    if env.get("HOROVOD_GPU_OPERATIONS") or env.get("HOROVOD_GPU_ALLREDUCE") or env.get("HOROVOD_GPU"):
-        if not any((root / d / "nvcc").exists() for d in ("usr/local/cuda/bin", "usr/bin")):
-            raise ImageError(f"the environment's Horovod was built with "
-                             f"{', '.join(k + '=' + v for k, v in env.items() if k.startswith('HOROVOD_GPU'))}; the "
-                             f"base {base} has no CUDA compiler (nvcc): choose a base with CUDA and NCCL "
-                             "(container.base: dir:/path)")
     install_env(steps, root, house, pip_wheel, requirements, count)
     cxx = steps.run("toolchain", "Probe the build root's compiler", in_root(root, ["c++", "--version"]))
     cmake = steps.run("toolchain", "Probe the build root's CMake", in_root(root, ["cmake", "--version"]))
@@ -225,8 +290,7 @@ def compile_in_image(steps: Steps, work: Path, base: str, mpi_abi: str, runtime_
         env.update({k: v.replace(str(host_fixes), f"{BUILD_DIR}/fixes") for k, v in added})
     assignments = [f"{k}={v}" for k, v in env.items()]
     steps.run("compile", f"Compile {build.requirement} against {mpi_line} in the build root (minutes)",
-              in_root(root, ["/usr/bin/env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root", "LANG=C.UTF-8",
-                             "PYTHONUNBUFFERED=1", *assignments,
+              in_root(root, [*CLEAN_ENV, "PYTHONUNBUFFERED=1", *assignments,
                              IMAGE_PREFIX + "/bin/python", "-m", "pip", "wheel", *PIP_WHEEL_OPTIONS, "--no-index",
                              "--wheel-dir", f"{BUILD_DIR}/out", f"{BUILD_DIR}/{sdist.name}"]),
               follow="compiling Horovod")
@@ -278,19 +342,25 @@ def image_lock(lock, wheel: Path, sha256: str, requirement: str):
 
 
 def amend_record(record: Path, result: InImageResult) -> None:
-    """Add the in-image compile to the image's copy of ``create.json`` (``results["build-horovod"]``:
-    the fix rules applied, no wheel-cache key, and ``compiled_in_image``), so the image's SBOM
-    describes the Horovod it holds.
+    """Record the in-image compile in the image's copy of ``create.json``: ``results["build-horovod"]``
+    names the compiled wheel (``wheel``, ``wheel_sha256``; no cache hit, no cache key), its fix
+    rules and ``compiled_in_image``; what the environment's build said moves under
+    ``environment_build``. The image's SBOM reads it for Horovod's properties.
 
     Raises:
-        OSError: the record cannot be read or written.
+        UsageError: the record is not a JSON object with an object ``results`` (exit 2, naming it).
+        OSError: it cannot be read or written.
     """
     try:
         data = json.loads(record.read_text(encoding="utf-8"))
-    except ValueError:
-        data = {}
-    results = data.setdefault("results", {})
-    hvd: Dict = dict(results.get("build-horovod") or {})
-    hvd.update({"fixes": result.fixes, "cache_key": None, "compiled_in_image": result.to_dict()})
-    results["build-horovod"] = hvd
+    except ValueError as exc:
+        raise UsageError(f"{record}: not JSON ({exc})") from exc
+    results = data.setdefault("results", {}) if isinstance(data, dict) else None
+    if not isinstance(results, dict):
+        raise UsageError(f"{record}: results: expected an object of step results")
+    before = results.get("build-horovod")
+    results["build-horovod"] = {
+        "fixes": result.fixes, "cache_key": None, "cache_hit": False, "cache": None, "cache_dir": None,
+        "wheel": f"{IMAGE_PREFIX}/share/envtool/{result.wheel}", "wheel_sha256": result.sha256,
+        "compiled_in_image": result.to_dict(), "environment_build": before if isinstance(before, dict) else None}
     record.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")

@@ -21,6 +21,8 @@ from envtool.core.errors import EnvtoolError, UsageError
 IMAGE_PREFIX = "/opt/env"
 #: Where the wheelhouse is put inside a root while the environment is installed.
 WHEELHOUSE = "/tmp/envtool-wheelhouse"
+#: The environment commands get inside a root: nothing of the host's (no ``PIP_*``, no host paths).
+CLEAN_ENV = ("/usr/bin/env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root", "LANG=C.UTF-8")
 #: A step taking longer than this (seconds) gets a progress line.
 PROGRESS_AFTER = 2.0
 
@@ -120,7 +122,7 @@ class Steps:
         took = time.monotonic() - start
         self.seconds[step] = self.seconds.get(step, 0.0) + took
         if proc.returncode != 0:
-            raise ImageError(f"{title}: {shlex.join(argv[:3])}… exited with {proc.returncode}")
+            raise ImageError(f"{title}: {shown(argv)}… exited with {proc.returncode} (see {self.log})")
         if told:
             self.progress(f"{title}: done in {took:.0f} s")
         return text
@@ -143,7 +145,7 @@ class Steps:
                 pass
 
         start = time.monotonic()
-        shown = BuildProgress(label, _Lines(), live=False)  # type: ignore[arg-type]  # write/flush is all it uses
+        meter = BuildProgress(label, _Lines(), live=False)  # type: ignore[arg-type]  # write/flush is all it uses
         self.progress(f"{title} ...")
         with open(self.log, "a", encoding="utf-8") as fh:
             fh.write(f"\n$ {shlex.join(argv)}\n")
@@ -159,18 +161,18 @@ class Steps:
                 for line in proc.stdout:
                     fh.write(line)
                     parts.append(line)
-                    shown.feed(line)
+                    meter.feed(line)
                 proc.wait()
             except BaseException:
                 proc.kill()
                 proc.wait()
                 raise
             finally:
-                shown.stop()
+                meter.stop()
         took = time.monotonic() - start
         self.seconds[step] = self.seconds.get(step, 0.0) + took
         if proc.returncode != 0:
-            raise ImageError(f"{title}: {shlex.join(argv[:3])}… exited with {proc.returncode} (see {self.log})")
+            raise ImageError(f"{title}: {shown(argv)}… exited with {proc.returncode} (see {self.log})")
         self.progress(f"{title}: done in {took:.0f} s")
         return "".join(parts)
 
@@ -182,6 +184,25 @@ class Steps:
 #: unshare(1), pid_namespaces(7) ("If the init process of a PID namespace terminates, the kernel
 #: terminates all of the processes in the namespace via a SIGKILL signal").
 UNSHARE = ("unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--kill-child")
+
+
+def shown(argv: Sequence[str]) -> str:
+    """The first words of the tool ``argv`` runs, past :data:`UNSHARE`, :func:`in_root`'s ``sh -c … ROOT``
+    and ``env -i VAR=…`` (``mmdebstrap --variant=minbase --mode=root``), shell-quoted."""
+    import shlex
+
+    rest = list(argv)
+    if tuple(rest[:len(UNSHARE)]) == UNSHARE:
+        rest = rest[len(UNSHARE):]
+        if rest[:1] == ["--mount-proc"]:
+            rest = rest[1:]
+        if rest[:2] == ["sh", "-c"] and len(rest) > 4:
+            rest = rest[4:]
+    if rest[:2] == ["/usr/bin/env", "-i"]:
+        rest = rest[2:]
+        while rest and "=" in rest[0] and not rest[0].startswith("/"):
+            rest = rest[1:]
+    return shlex.join(rest[:3])
 
 
 def in_root(root: Path, argv: Sequence[str]) -> List[str]:
@@ -248,7 +269,7 @@ def install_env(steps: Steps, root: Path, house: Path, pip_wheel: str, requireme
     steps.run("venv", f"Create the venv {IMAGE_PREFIX}",
               in_root(root, ["/usr/bin/python3", "-m", "venv", "--without-pip", IMAGE_PREFIX]))
     steps.run("install", f"Install {count} packages into {IMAGE_PREFIX} (no index, hashes required)",
-              in_root(root, [IMAGE_PREFIX + "/bin/python", f"{WHEELHOUSE}/{pip_wheel}/pip",
+              in_root(root, [*CLEAN_ENV, IMAGE_PREFIX + "/bin/python", f"{WHEELHOUSE}/{pip_wheel}/pip",
                              "install", "--no-index", "--no-deps", "--require-hashes", "--no-cache-dir",
                              "--disable-pip-version-check", "--find-links", WHEELHOUSE,
                              "-r", f"{WHEELHOUSE}/{requirements}"]))
