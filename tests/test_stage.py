@@ -112,9 +112,8 @@ def test_slurm_lsf_pbs_staging_lines(small, tmp_path):
     cp = lines_from(text, "mpiexec -n 3 --ppn 1 cp -- ")
     assert len(cp) == 1 and shlex.split(cp[0])[-1].startswith("/local/scratch/envtool-smallenv-")
     assert lines_from(text, "mpiexec -n 3 --ppn 1 bash -c ")
-    unstage = lines_from(text, "envtool_unstage() { envtool_rc=0; timeout -k 10 \"${ENVTOOL_UNSTAGE_TIMEOUT:-120}\" "
-                               "mpiexec -n 3 --ppn 1 bash -c ")
-    assert unstage, text
+    unstage = lines_from(text, "envtool_unstage() { envtool_limit=\"${ENVTOOL_UNSTAGE_TIMEOUT:-120}\"; ")
+    assert len(unstage) == 1 and "; timeout -k 10 \"$envtool_limit\" mpiexec -n 3 --ppn 1 bash -c " in unstage[0], text
     bash_n(text, tmp_path)
 
 
@@ -163,6 +162,28 @@ def test_a_clean_up_launcher_that_never_returns_is_stopped_and_named(small, tmp_
             break
         time.sleep(0.1)
     assert state in ("gone", "Z", "X"), state
+
+
+def test_a_clean_up_limit_that_is_not_a_number_falls_back_to_the_default(small, tmp_path):
+    """``ENVTOOL_UNSTAGE_TIMEOUT=soon`` in the job: timeout(1) would refuse it (exit 125) and nothing
+    would be removed; the clean-up warns, uses 120 s and runs (a stand-in ``srun`` on PATH that
+    records its words and returns at once)."""
+    env, tar, data = small
+    text = jobscript("--stage", tar, "--site", "perlmutter", "--account", "m1", "--nodes", "2", "--", "python",
+                     "t.py").stdout
+    func = lines_from(text, "envtool_unstage() {")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    words = tmp_path / "srun.words"
+    (bindir / "srun").write_text(f"#!/bin/sh\necho \"$@\" > {shlex.quote(str(words))}\n")
+    (bindir / "srun").chmod(0o755)
+    proc = subprocess.run(["bash", "-c", f"set -e\n{func[0]}\nenvtool_unstage\necho after the clean-up"],
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", ENVTOOL_UNSTAGE_TIMEOUT="soon"))
+    assert proc.returncode == 0 and proc.stdout.strip() == "after the clean-up", proc.stderr
+    assert proc.stderr == ("envtool stage: ENVTOOL_UNSTAGE_TIMEOUT=soon is not a whole number of seconds; "
+                           "using 120\n"), proc.stderr
+    assert "envtool-unstage /tmp/envtool-smallenv-" in words.read_text()   # the clean-up ran
 
 
 def test_squashfs_staging_lines_mount_once_per_node(small, tmp_path):

@@ -117,12 +117,15 @@ def _unstage_call(per_node: List[str], stage: Stage) -> str:
     launcher, the limit and the node-local paths left behind. Never fails (the ``EXIT`` trap runs
     under ``set -e``)."""
     launcher = per_node[0] if per_node else "bash"
-    limit = f'"${{ENVTOOL_UNSTAGE_TIMEOUT:-{UNSTAGE_TIMEOUT}}}"'
     call = _q(per_node + ["bash", "-c", _UNSTAGE, "envtool-unstage", stage.prefix, stage.copy, stage.format])
     say = ("printf 'envtool stage: the clean-up (%s on every node) did not finish within %s s and was stopped; "
-           "remove %s and %s on each node by hand\\n' " + _q([launcher]) + " " + limit + " " +
+           "remove %s and %s on each node by hand\\n' " + _q([launcher]) + ' "$envtool_limit" ' +
            _q([stage.prefix, stage.copy]) + " >&2")
-    return (f"envtool_rc=0; timeout -k 10 {limit} {call} || envtool_rc=$?; "
+    # a value timeout(1) would refuse (exit 125, nothing removed) falls back to the default, with a warning
+    limit = (f'envtool_limit="${{ENVTOOL_UNSTAGE_TIMEOUT:-{UNSTAGE_TIMEOUT}}}"; case "$envtool_limit" in '
+             f"''|*[!0-9]*) printf 'envtool stage: ENVTOOL_UNSTAGE_TIMEOUT=%s is not a whole number of seconds; "
+             f"using {UNSTAGE_TIMEOUT}\\n' \"$envtool_limit\" >&2; envtool_limit={UNSTAGE_TIMEOUT};; esac; ")
+    return (f'{limit}envtool_rc=0; timeout -k 10 "$envtool_limit" {call} || envtool_rc=$?; '
             f'if [ "$envtool_rc" -eq 124 ] || [ "$envtool_rc" -eq 137 ]; then {say}; fi;')
 
 
