@@ -112,9 +112,78 @@ def test_slurm_lsf_pbs_staging_lines(small, tmp_path):
     cp = lines_from(text, "mpiexec -n 3 --ppn 1 cp -- ")
     assert len(cp) == 1 and shlex.split(cp[0])[-1].startswith("/local/scratch/envtool-smallenv-")
     assert lines_from(text, "mpiexec -n 3 --ppn 1 bash -c ")
-    unstage = lines_from(text, "envtool_unstage() { mpiexec -n 3 --ppn 1 bash -c ")
-    assert unstage, text
+    unstage = lines_from(text, "envtool_unstage() { envtool_limit=\"${ENVTOOL_UNSTAGE_TIMEOUT:-120}\"; ")
+    assert len(unstage) == 1 and "; timeout -k 10 \"$envtool_limit\" mpiexec -n 3 --ppn 1 bash -c " in unstage[0], text
     bash_n(text, tmp_path)
+
+
+@pytest.mark.parametrize("ignores_term", [False, True], ids=["stops-on-sigterm", "ignores-sigterm"])
+def test_a_clean_up_launcher_that_never_returns_is_stopped_and_named(small, tmp_path, ignores_term):
+    """The job script's clean-up (``envtool_unstage``, run by the EXIT trap) on a Slurm site, when
+    its ``srun`` never returns (a scheduler that is gone): a stand-in ``srun`` on PATH that sleeps
+    for an hour, and in the second case ignores SIGTERM. The clean-up is stopped after
+    ``$ENVTOOL_UNSTAGE_TIMEOUT`` s (then SIGKILL 10 s later), the hung launcher is gone, the job's
+    standard error names the launcher, the limit and what is left, and the script goes on (exit 0)."""
+    env, tar, data = small
+    text = jobscript("--stage", tar, "--site", "perlmutter", "--account", "m1", "--nodes", "2", "--", "python",
+                     "t.py").stdout
+    func = lines_from(text, "envtool_unstage() {")
+    assert len(func) == 1, text
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    pidfile = tmp_path / "srun.pid"
+    (bindir / "srun").write_text("#!/bin/sh\n" + ("trap '' TERM\n" if ignores_term else "") +
+                                 f"echo $$ > {shlex.quote(str(pidfile))}\nexec sleep 3600\n")
+    (bindir / "srun").chmod(0o755)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(["bash", "-c", f"set -e\n{func[0]}\nenvtool_unstage\necho after the clean-up"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", ENVTOOL_UNSTAGE_TIMEOUT="2"))
+    try:
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    pid = int(pidfile.read_text())
+    assert proc.returncode == 0 and out.strip() == "after the clean-up", (proc.returncode, out, err)
+    assert "envtool stage: the clean-up (srun on every node) did not finish within 2 s and was stopped; remove " \
+           "/tmp/envtool-smallenv-" in err, err
+    assert (11 if ignores_term else 1.5) < took < 30, took
+    # the hung launcher was killed: gone, or a zombie (SIGKILL'd with timeout's process group, it is
+    # re-parented and reaped by init)
+    for _ in range(50):                                # a SIGKILL is delivered at once; allow 5 s
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            state = "gone"
+        if state in ("gone", "Z", "X"):
+            break
+        time.sleep(0.1)
+    assert state in ("gone", "Z", "X"), state
+
+
+def test_a_clean_up_limit_that_is_not_a_number_falls_back_to_the_default(small, tmp_path):
+    """``ENVTOOL_UNSTAGE_TIMEOUT=soon`` in the job: timeout(1) would refuse it (exit 125) and nothing
+    would be removed; the clean-up warns, uses 120 s and runs (a stand-in ``srun`` on PATH that
+    records its words and returns at once)."""
+    env, tar, data = small
+    text = jobscript("--stage", tar, "--site", "perlmutter", "--account", "m1", "--nodes", "2", "--", "python",
+                     "t.py").stdout
+    func = lines_from(text, "envtool_unstage() {")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    words = tmp_path / "srun.words"
+    (bindir / "srun").write_text(f"#!/bin/sh\necho \"$@\" > {shlex.quote(str(words))}\n")
+    (bindir / "srun").chmod(0o755)
+    proc = subprocess.run(["bash", "-c", f"set -e\n{func[0]}\nenvtool_unstage\necho after the clean-up"],
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", ENVTOOL_UNSTAGE_TIMEOUT="soon"))
+    assert proc.returncode == 0 and proc.stdout.strip() == "after the clean-up", proc.stderr
+    assert proc.stderr == ("envtool stage: ENVTOOL_UNSTAGE_TIMEOUT=soon is not a whole number of seconds; "
+                           "using 120\n"), proc.stderr
+    assert "envtool-unstage /tmp/envtool-smallenv-" in words.read_text()   # the clean-up ran
 
 
 def test_squashfs_staging_lines_mount_once_per_node(small, tmp_path):

@@ -446,3 +446,20 @@ def test_modulefile_and_publish_options_are_gated(tmp_path, venv, argv, option):
     proc = run_envtool(*args, timeout=120)
     assert proc.returncode == 2 and option in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("value", ["0.1", "0", "-1", "soon", "inf", "nan"])
+def test_a_bad_job_poll_interval_is_refused_before_anything_is_written(tmp_path, venv, value):
+    """``ENVTOOL_JOB_POLL`` (the longest pause between two looks at a submitted job) below 0.2 s,
+    not a number or not finite: exit 2 naming the variable and the value, before the run directory
+    (where the job script would be written) exists."""
+    from conftest import run_envtool
+
+    site = slurm_site(tmp_path)
+    proc = run_envtool("validate", "--prefix", venv, "--site-file", site, "--submit", "--nodes", "1",
+                       "--ranks-per-node", "1", "--workdir", tmp_path / "run", "--timeout", "5",
+                       env={"ENVTOOL_JOB_POLL": value}, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "ENVTOOL_JOB_POLL: expected a number of seconds >= 0.2" in proc.stderr and repr(value) in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run").exists()

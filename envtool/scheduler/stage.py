@@ -23,7 +23,12 @@ Per scheduler:
 Clean-up: a shell ``trap`` on ``EXIT`` (also taken when a command fails under ``set -e``, and on
 SIGTERM, which is turned into an exit) unmounts and removes the node-local copy on every node, so a
 failed job leaves nothing behind. A job killed outright (``SIGKILL`` after the scheduler's grace
-time) cannot run it; the node-local directory's name says which job made it.
+time) cannot run it; the node-local directory's name says which job made it. The clean-up's
+launcher (``srun``, ``jsrun``, ``mpiexec``) can wait for ever when the scheduler or a node is gone:
+it runs under coreutils ``timeout`` (``$ENVTOOL_UNSTAGE_TIMEOUT`` s in the job's environment,
+default :data:`UNSTAGE_TIMEOUT`; SIGTERM to its process group, SIGKILL 10 s later: timeout(1),
+https://www.gnu.org/software/coreutils/manual/html_node/timeout-invocation.html), and a stopped
+clean-up says so on the job's standard error, naming what is left on the nodes.
 """
 from __future__ import annotations
 
@@ -96,10 +101,32 @@ _UNPACK = ('set -e; need=$(( $3 + 1024 )); free=$(df -Pk "$(dirname "$2")" | awk
 #: per node: wait (up to 120 s) until the image is mounted
 _WAIT = ('for i in $(seq 1 1200); do [ -e "$1/.envtool/pack.json" ] && exit 0; sleep 0.1; done; '
          'echo "envtool stage: $1 is not mounted on $(hostname)" >&2; exit 1')
+#: seconds the clean-up's launcher may run before it is stopped, unless the job's
+#: ``$ENVTOOL_UNSTAGE_TIMEOUT`` says otherwise (unmounting and removing an unpacked environment
+#: takes seconds; the launcher itself waits when the scheduler does not answer)
+UNSTAGE_TIMEOUT = 120
 #: per node, clean-up: unmount (squashfs), then remove the copy and the prefix (rmdir for a mount point)
 _UNSTAGE = ('if [ "$3" = squashfs ]; then fusermount -u "$1" 2>/dev/null || fusermount3 -u "$1" 2>/dev/null || '
             'umount "$1" 2>/dev/null || true; rm -f -- "$2"; rmdir -- "$1" 2>/dev/null || true; '
             'else rm -rf -- "$1" "$2"; fi')
+
+
+def _unstage_call(per_node: List[str], stage: Stage) -> str:
+    """The clean-up's shell words (ending in ``;``): the per-node removal under ``timeout``, and on
+    a timeout (exit 124, or 137 when SIGKILL was needed) a line on standard error naming the
+    launcher, the limit and the node-local paths left behind. Never fails (the ``EXIT`` trap runs
+    under ``set -e``)."""
+    launcher = per_node[0] if per_node else "bash"
+    call = _q(per_node + ["bash", "-c", _UNSTAGE, "envtool-unstage", stage.prefix, stage.copy, stage.format])
+    say = ("printf 'envtool stage: the clean-up (%s on every node) did not finish within %s s and was stopped; "
+           "remove %s and %s on each node by hand\\n' " + _q([launcher]) + ' "$envtool_limit" ' +
+           _q([stage.prefix, stage.copy]) + " >&2")
+    # a value timeout(1) would refuse (exit 125, nothing removed) falls back to the default, with a warning
+    limit = (f'envtool_limit="${{ENVTOOL_UNSTAGE_TIMEOUT:-{UNSTAGE_TIMEOUT}}}"; case "$envtool_limit" in '
+             f"''|*[!0-9]*) printf 'envtool stage: ENVTOOL_UNSTAGE_TIMEOUT=%s is not a whole number of seconds; "
+             f"using {UNSTAGE_TIMEOUT}\\n' \"$envtool_limit\" >&2; envtool_limit={UNSTAGE_TIMEOUT};; esac; ")
+    return (f'{limit}envtool_rc=0; timeout -k 10 "$envtool_limit" {call} || envtool_rc=$?; '
+            f'if [ "$envtool_rc" -eq 124 ] || [ "$envtool_rc" -eq 137 ]; then {say}; fi;')
 
 
 def prologue(req, sched) -> List[str]:
@@ -126,9 +153,9 @@ def prologue(req, sched) -> List[str]:
     lines = [f"# Staging (envtool jobscript --stage): {stage.file} ({stage.format}, {stage.kind} environment, "
              f"lock sha256 {stage.lock_sha256[:16]}) to node-local storage {where};",
              f"# the ranks run from {stage.prefix} on each node. Removed at the end of the job, also on failure.",
-             f"envtool_unstage() {{ {_q(per_node + ['bash', '-c', _UNSTAGE, 'envtool-unstage', stage.prefix, stage.copy, stage.format])} || true; }}"]
+             f"envtool_unstage() {{ {_unstage_call(per_node, stage)} }}"]
     if stage.format == "squashfs":
-        lines[-1] = (f"envtool_unstage() {{ {_q(per_node + ['bash', '-c', _UNSTAGE, 'envtool-unstage', stage.prefix, stage.copy, stage.format])} || true; "
+        lines[-1] = (f"envtool_unstage() {{ {_unstage_call(per_node, stage)} "
                      'if [ -n "${ENVTOOL_STAGE_MOUNT:-}" ]; then kill "$ENVTOOL_STAGE_MOUNT" 2>/dev/null || true; '
                      'wait "$ENVTOOL_STAGE_MOUNT" 2>/dev/null || true; fi; }')
     lines += ["trap envtool_unstage EXIT",

@@ -283,6 +283,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     from envtool.validate import preflight as pf
 
     sched = scheduler.get(target.site.scheduler)
+    poll_max = job_poll_max()   # a bad ENVTOOL_JOB_POLL is refused before anything is written or submitted
     launcher_note: Optional[str] = None
     with_preflight = getattr(sched, "PREFLIGHT", False) and image is None
     if image is not None and preflight_only:
@@ -412,7 +413,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
             job_id = _submit(sched, script)
             result["job_id"] = job_id
             progress(f"job {job_id} submitted ({sched.NAME}); script {script}")
-            state, code = _wait(sched, job_id, progress, timeout, watch)
+            state, code = _wait(sched, job_id, progress, timeout, watch, poll_max)
             result.update(state=state, exit_status=code)
     finally:
         if old_term is not None:
@@ -645,6 +646,33 @@ def _submit(sched, script: Path) -> str:
     return job_id
 
 
+#: the longest pause (s) between two looks at a submitted job's state, unless ``$ENVTOOL_JOB_POLL`` says otherwise
+JOB_POLL_MAX = 5.0
+#: the shortest ``$ENVTOOL_JOB_POLL`` accepted (s): each look runs squeue (and sinfo while the job runs)
+JOB_POLL_MIN = 0.2
+
+
+def job_poll_max() -> float:
+    """The longest pause between two looks at a submitted job's state (seconds):
+    ``$ENVTOOL_JOB_POLL``, else :data:`JOB_POLL_MAX`. The first look follows 0.5 s after submission
+    (or this value, if smaller); each pause is 1.5 times the one before, up to this value.
+
+    Raises:
+        UsageError: the variable is not a finite number of seconds >= :data:`JOB_POLL_MIN` (exit 2).
+    """
+    text = os.environ.get("ENVTOOL_JOB_POLL", "").strip()
+    if not text:
+        return JOB_POLL_MAX
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (JOB_POLL_MIN <= value < float("inf")):
+        raise UsageError(f"ENVTOOL_JOB_POLL: expected a number of seconds >= {JOB_POLL_MIN:g} (the longest pause "
+                         f"between two looks at a submitted job), got {text[:50]!r}")
+    return value
+
+
 #: the job state :func:`_wait` returns when it cancelled a job that ran past ``--timeout``
 TIMED_OUT = "TIMEOUT (cancelled by envtool)"
 #: the job state :func:`_wait` returns when it cancelled a job because a node stopped responding
@@ -652,13 +680,14 @@ NODE_LOST = "NODE_NOT_RESPONDING (cancelled by envtool)"
 
 
 def _wait(sched, job_id: str, progress: Progress, timeout: Optional[float],
-          watch: Optional[JobWatch] = None):
+          watch: Optional[JobWatch] = None, poll_max: float = JOB_POLL_MAX):
     """Poll until the job is done; cancel it on KeyboardInterrupt/SIGTERM, after ``timeout``
     (state :data:`TIMED_OUT`), or when a node of the job stops responding (state :data:`NODE_LOST`;
-    schedulers with ``unresponsive_nodes``), filling in ``watch``."""
+    schedulers with ``unresponsive_nodes``), filling in ``watch``. The pause between two polls
+    starts at 0.5 s and grows by half each time up to ``poll_max`` seconds (:func:`job_poll_max`)."""
     started = time.monotonic()
     last = None
-    interval = 0.5
+    interval = min(0.5, poll_max)
     watch = JobWatch() if watch is None else watch
     try:
         while True:
@@ -686,7 +715,7 @@ def _wait(sched, job_id: str, progress: Progress, timeout: Optional[float],
                 _cancel(sched, job_id, progress)
                 return TIMED_OUT, None
             time.sleep(interval)
-            interval = min(interval * 1.5, 5.0)
+            interval = min(interval * 1.5, poll_max)
     except KeyboardInterrupt:
         _cancel(sched, job_id, progress)
         raise

@@ -559,12 +559,17 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 MpiDefault=pmix
 SchedulerType=sched/backfill
+# a batch job is scheduled when it is submitted, not up to 3 s later (the default batch_sched_delay;
+# slurm.conf(5), https://slurm.schedmd.com/slurm.conf.html#OPT_batch_sched_delay)
+SchedulerParameters=batch_sched_delay=0
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 ReturnToService=2
 MinJobAge=300
 SlurmctldTimeout=30
-SlurmdTimeout=30
+# slurmctld pings each slurmd every SlurmdTimeout/3 s and sets a node that has not answered for
+# SlurmdTimeout s DOWN (slurm.conf(5), #OPT_SlurmdTimeout): a killed slurmd is noticed in seconds
+SlurmdTimeout=15
 MessageTimeout=20
 {node_lines}
 PartitionName=debug Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP

@@ -143,6 +143,9 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 MpiDefault={mpi_default}
 SchedulerType=sched/backfill
+# a batch job is scheduled when it is submitted, not up to 3 s later (the default batch_sched_delay;
+# slurm.conf(5), https://slurm.schedmd.com/slurm.conf.html#OPT_batch_sched_delay)
+SchedulerParameters=batch_sched_delay=0
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 ReturnToService=2
