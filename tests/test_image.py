@@ -149,7 +149,7 @@ def test_image_for_the_mpich_abi_compiles_horovod_inside(mpich_image, cpu_horovo
     out, res = mpich_image
     hc = res["horovod_compiled"]
     assert hc["mpi"].startswith("MPICH "), hc
-    assert "Open MPI" in hc["why"] and "mpich" in hc["why"], hc["why"]
+    assert "openmpi" in hc["why"] and "mpi_abi is mpich" in hc["why"], hc["why"]
     assert hc["build_env"]["HOROVOD_WITH_MPI"] == "1" and hc["build_env"]["HOROVOD_WITH_GLOO"] == "1", hc
     assert res["libmpi"].startswith("libmpich.so.12 => "), res["libmpi"]
     # nothing of the build is left next to the output; the image holds no compiler
@@ -161,14 +161,15 @@ def test_image_for_the_mpich_abi_compiles_horovod_inside(mpich_image, cpu_horovo
                        capture_output=True, text=True, timeout=600, env=env)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "[X] PyTorch" in p.stdout and "[X] MPI" in p.stdout and "[X] Gloo" in p.stdout, p.stdout
+    # both ranks' values (1 and 2) in the sum; only rank 0 prints (mpiexec forwards the ranks' output
+    # in pieces, which interleave)
     code = ("import torch, horovod.torch as hvd; hvd.init(); "
             "t = hvd.allreduce(torch.tensor([hvd.rank() + 1.0]), op=hvd.Sum); "
-            "print('rank', hvd.rank(), 'of', hvd.size(), 'sum', t.item(), 'mpi', hvd.mpi_enabled(), flush=True)")
+            "hvd.rank() == 0 and print('size', hvd.size(), 'sum', t.item(), 'mpi', hvd.mpi_enabled(), flush=True)")
     p = subprocess.run(["ch-run", str(rootfs), "--", "mpiexec", "-n", "2", "/opt/env/bin/python", "-c", code],
                        capture_output=True, text=True, timeout=600, env=env)
     assert p.returncode == 0, p.stdout + p.stderr
-    said = sorted(ln for ln in p.stdout.splitlines() if ln.startswith("rank "))
-    assert said == ["rank 0 of 2 sum 3.0 mpi True", "rank 1 of 2 sum 3.0 mpi True"], p.stdout + p.stderr
+    assert "size 2 sum 3.0 mpi True" in p.stdout.splitlines(), p.stdout + p.stderr
     # the image's lock names the compiled wheel, which is in the image with that hash
     image_env = rootfs / "opt/env"
     (hvd,) = [e for e in read_lock(image_env / "conda-lock.yml").packages if e.name == "horovod"]
@@ -187,13 +188,15 @@ def test_image_for_the_mpich_abi_compiles_horovod_inside(mpich_image, cpu_horovo
 def test_image_without_the_locked_wheel_names_compile_horovod(tools, cpu_horovod_env, tmp_path):
     """A lock whose Horovod wheel no cache holds: exit 1 before anything is downloaded, naming
     ``--compile-horovod``; only the log is left."""
-    from envtool.lock.lockio import read_lock
+    from dataclasses import replace
+
+    from envtool.lock.lockio import read_lock, write_lock
 
     env = tmp_path / "env"
     (env / ".envtool").mkdir(parents=True)
-    text = (cpu_horovod_env / "conda-lock.yml").read_text()
-    (hvd,) = [e for e in read_lock(cpu_horovod_env / "conda-lock.yml").packages if e.name == "horovod"]
-    (env / "conda-lock.yml").write_text(text.replace(hvd.sha256, "ab" * 32))
+    lock = read_lock(cpu_horovod_env / "conda-lock.yml")
+    write_lock(replace(lock, packages=tuple(replace(e, sha256="ab" * 32) if e.name == "horovod" else e
+                                            for e in lock.packages)), env / "conda-lock.yml")
     shutil.copy2(cpu_horovod_env / ".envtool" / "create.json", env / ".envtool" / "create.json")
     out = tmp_path / "out"
     out.mkdir()
@@ -220,7 +223,7 @@ def test_compile_on_a_base_without_build_tools_is_exit_2_before_downloading(tool
     assert proc.returncode == 2, proc.stdout + proc.stderr
     data = json.loads(proc.stdout)
     assert "container.base" in data["error"] and "c++ (the C++ compiler)" in data["error"], data["error"]
-    assert "cmake (CMake)" in data["error"] and "mpicxx" in data["error"], data["error"]
+    assert "cmake (CMake)" in data["error"] and "python3-config" in data["error"], data["error"]
     assert [p.name for p in work.iterdir()] == ["img.envtool-image.log"]
     assert "pip download" not in Path(data["log"]).read_text()
 
@@ -283,15 +286,16 @@ container: {container}
     return site
 
 
-def _validate_image_on_two_nodes(cluster, rootfs: Path, site: Path, run: Path) -> dict:
-    """``validate --image ROOTFS --submit`` on both nodes of the test cluster; its JSON result."""
+def _validate_image_on_two_nodes(cluster, rootfs: Path, site: Path, run: Path, env=None) -> dict:
+    """``validate --image ROOTFS --submit`` on both nodes of the test cluster; its JSON result.
+    ``env``: more variables for the submission (the job and its ranks inherit them)."""
     import sys
 
     t0 = time.monotonic()
     proc = cluster.run(sys.executable, "-m", "envtool", "validate", "--image", rootfs,
                        "--site-file", site, "--submit", "--nodes", "2", "--ranks-per-node", "1",
                        "--sweep-max", "1KiB", "--workdir", run, "--timeout", "900", "--json",
-                       cwd=str(REPO), env={"ENVTOOL_DEBUG": "", "USER": "root"}, timeout=1200)
+                       cwd=str(REPO), env={"ENVTOOL_DEBUG": "", "USER": "root", **(env or {})}, timeout=1200)
     print(f"\nvalidate --image across 2 nodes: {time.monotonic() - t0:.0f} s")
     res = json.loads(proc.stdout)
     assert proc.returncode == 0, json.dumps(res.get("problems"), indent=1) + proc.stderr
@@ -301,6 +305,16 @@ def _validate_image_on_two_nodes(cluster, rootfs: Path, site: Path, run: Path) -
     assert all(r["ok"] for r in ranks), ranks
     assert {r["import"]["prefix"] for r in ranks} == {"/opt/env"}, ranks  # the image's environment
     return res
+
+
+@pytest.fixture(scope="module")
+def mpich_image_dir(request) -> Path:
+    """The MPICH image's directory: ``ENVTOOL_TEST_MPICH_IMAGE`` (an ``envtool image`` output for an
+    MPICH-ABI site, to reuse one while developing), else the module's :func:`mpich_image`."""
+    reuse = os.environ.get("ENVTOOL_TEST_MPICH_IMAGE")
+    if reuse and (Path(reuse) / "rootfs" / "opt" / "env" / "bin" / "python").exists() and not os.environ.get("CI"):
+        return Path(reuse)
+    return request.getfixturevalue("mpich_image")[0]
 
 
 @pytest.mark.multinode
@@ -314,13 +328,18 @@ def test_validate_image_across_two_nodes_with_charliecloud(tools, image_dir, mul
 
 
 @pytest.mark.multinode
-def test_validate_mpich_image_across_two_nodes_through_pmi2(tools, mpich_image, multinode_cluster, tmp_path):
+def test_validate_mpich_image_across_two_nodes_through_pmi2(tools, mpich_image_dir, multinode_cluster, tmp_path):
     """The image whose Horovod was compiled against MPICH: its ranks start through Slurm's PMI-2
     (``srun --mpi=pmi2``, as Perlmutter starts Shifter images) on both nodes, and the allreduce passes."""
-    out, _res = mpich_image
+    out = mpich_image_dir
     site = _cluster_site(tmp_path, multinode_cluster,
                          "{runtime: charliecloud, source: ch, mpi_abi: mpich, mpi: pmi2}")
-    _validate_image_on_two_nodes(multinode_cluster, out / "rootfs", site, tmp_path / "run")
+    # The test cluster's nodes share one kernel, so Debian's MPICH (ch4:ucx) takes the two ranks for
+    # one host and tries UCX's shared memory through /proc/PID/fd, which ch-run's unprivileged user
+    # namespaces refuse ("mm_posix.c … Permission denied"); on real nodes UCX picks the network.
+    # UCX_TLS (https://openucx.readthedocs.io/en/master/faq.html) keeps it to TCP here.
+    _validate_image_on_two_nodes(multinode_cluster, out / "rootfs", site, tmp_path / "run",
+                                 env={"UCX_TLS": "tcp,self"})
     script = (tmp_path / "run" / "job.sh").read_text()
     assert "--mpi=pmi2" in script and "ch-run" in script, script
 

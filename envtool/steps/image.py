@@ -358,8 +358,12 @@ def build_image(prefix: Path, output: Path, formats: Sequence[str], container: O
             if compile_horovod:
                 compile_why = "--compile-horovod"
             elif abi != section.mpi_abi:
-                compile_why = (f"the environment's wheel was built against {said_mpi or 'an unknown MPI'} "
-                               f"({abi or 'ABI unknown'}); the site's container.mpi_abi is {section.mpi_abi}")
+                from envtool.checks.launchers import mpi_identity
+
+                family, version = mpi_identity(said_mpi)
+                built_with = " ".join(w for w in (family, version) if w) or repr(said_mpi[:60])
+                compile_why = (f"the wheel links {built_with} ({abi or 'ABI unknown'}), the site's "
+                               f"container.mpi_abi is {section.mpi_abi}")
             else:
                 reuse.append((wheel, p.sha256))
         if compile_why:

@@ -149,7 +149,7 @@ def recorded_build(prefix: Path, lock, why: str) -> InImageBuild:
 
 
 #: What a compile runs inside the build root, each found through ``PATH`` there (``command -v``).
-BUILD_TOOLS = {"c++": "the C++ compiler", "make": "make", "cmake": "CMake", "python3-config": "Python's headers",
+BUILD_TOOLS = {"c++": "the C++ compiler", "make": "the build tool", "cmake": "CMake", "python3-config": "Python's headers",
                "mpicxx": "the MPI compiler wrapper"}
 
 
