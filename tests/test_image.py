@@ -286,13 +286,14 @@ container: {container}
     return site
 
 
-def _validate_image_on_two_nodes(cluster, rootfs: Path, site: Path, run: Path, env=None) -> dict:
+def _validate_image_on_two_nodes(cluster, rootfs: Path, site: Path, run: Path, env=None, args=()) -> dict:
     """``validate --image ROOTFS --submit`` on both nodes of the test cluster; its JSON result.
-    ``env``: more variables for the submission (the job and its ranks inherit them)."""
+    ``env``: more variables for the submission (the job and its ranks inherit them); ``args``: more
+    options."""
     import sys
 
     t0 = time.monotonic()
-    proc = cluster.run(sys.executable, "-m", "envtool", "validate", "--image", rootfs,
+    proc = cluster.run(sys.executable, "-m", "envtool", "validate", "--image", rootfs, *args,
                        "--site-file", site, "--submit", "--nodes", "2", "--ranks-per-node", "1",
                        "--sweep-max", "1KiB", "--workdir", run, "--timeout", "900", "--json",
                        cwd=str(REPO), env={"ENVTOOL_DEBUG": "", "USER": "root", **(env or {})}, timeout=1200)
@@ -338,8 +339,12 @@ def test_validate_mpich_image_across_two_nodes_through_pmi2(tools, mpich_image_d
     # one host and tries UCX's shared memory through /proc/PID/fd, which ch-run's unprivileged user
     # namespaces refuse ("mm_posix.c … Permission denied"); on real nodes UCX picks the network.
     # UCX_TLS (https://openucx.readthedocs.io/en/master/faq.html) keeps it to TCP here.
+    # The spec of the environment in the image names the DataLoader start method its ranks use
+    # (forkserver): a DataLoader that forks after MPICH's UCX is up can hang (seen here).
     _validate_image_on_two_nodes(multinode_cluster, out / "rootfs", site, tmp_path / "run",
-                                 env={"UCX_TLS": "tcp,self"})
+                                 env={"UCX_TLS": "tcp,self"}, args=("--spec", "cpu-horovod"))
+    said = [json.loads(f.read_text()) for f in sorted((tmp_path / "run" / "probe").glob("rank-*.json"))]
+    assert [r["checks"]["dataloader"]["method"] for r in said] == ["forkserver", "forkserver"], said
     script = (tmp_path / "run" / "job.sh").read_text()
     assert "--mpi=pmi2" in script and "ch-run" in script, script
 
