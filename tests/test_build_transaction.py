@@ -18,7 +18,7 @@ import pytest
 
 from conftest import REPO, run_envtool
 from envtool.core import procs
-from envtool.core.errors import StepFailed, TargetExists
+from envtool.core.errors import Interrupted, StepFailed, TargetExists
 from envtool.steps.runner import Runner
 from envtool.steps.transaction import BuildTransaction, move_into_place
 
@@ -278,3 +278,30 @@ def test_sigterm_during_clone_cleans_up(world, tmp_path):
     if proc.returncode == 130:
         assert "build log:" in err and not target.exists()
     assert envtool_leftovers(target.parent) == []
+
+
+def test_a_signal_whose_exception_was_swallowed_still_stops_the_commit(tmp_path):
+    """A SIGTERM that arrives while CPython runs an at-fork callback (logging's ``_releaseLock``
+    after a fork for a child) has its exception printed as "Exception ignored in" and dropped; a
+    rehearsal's create then ran on and exited 0. The commit must still refuse and clean up."""
+    target = tmp_path / "env"
+    log = tmp_path / "log"
+    # after a signal the transaction leaves the stop signals ignored (the command is on its way
+    # out); pytest's process goes on, and its later children must not inherit SIG_IGN
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        with pytest.raises(Interrupted):
+            with BuildTransaction(target, False, log, say=lambda t: None) as tx:
+                tx.build.mkdir()
+                (tx.build / "bin").mkdir()
+                try:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(5)   # the handler runs here and raises
+                except Interrupted:
+                    pass            # swallowed, as CPython does for at-fork callbacks
+                tx.commit()
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert not target.exists()
+    assert envtool_leftovers(tmp_path) == []

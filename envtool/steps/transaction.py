@@ -467,7 +467,16 @@ class BuildTransaction:
 
     # ------------------------------------------------------------------ the rename
     def commit(self) -> None:
-        """Remove a root ``CACHEDIR.TAG`` and move the build into place (see :func:`move_into_place`)."""
+        """Remove a root ``CACHEDIR.TAG`` and move the build into place (see :func:`move_into_place`).
+
+        Raises:
+            Interrupted: a signal came during the build but its exception was swallowed where the
+                handler happened to run (CPython ignores exceptions from ``os.register_at_fork``
+                callbacks, such as :mod:`logging`'s, and from finalizers: "Exception ignored in"):
+                the build is not moved into place, and the ``with`` block cleans it up.
+        """
+        if self._signalled:
+            raise Interrupted(self._signalled)
         remove_cachedir_tag(self.build)
         _remove_path(self.tmp)
         move_into_place(self.build, self.target, self.replace)
