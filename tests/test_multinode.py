@@ -156,7 +156,8 @@ def test_validate_submit_runs_ranks_on_both_nodes(multinode_cluster, site, cpu_h
     prefix = cpu_horovod_env
     run = tmp_path / "run"
     t0 = time.monotonic()
-    proc = envtool(multinode_cluster, "validate", "--prefix", prefix, "--site-file", site, "--submit", "--nodes", "2",
+    proc = envtool(multinode_cluster, "validate", "--prefix", prefix, "--site-file", site, "--submit",
+                   "--sweep-max", "1KiB", "--nodes", "2",
                    "--ranks-per-node", "2", "--workdir", run, "--json", "--timeout", "480", timeout=600)
     assert proc.returncode == 0, proc.stderr + proc.stdout + multinode_cluster.logs()
     data = json.loads(proc.stdout)
@@ -226,6 +227,7 @@ def test_prefix_on_node_local_storage_is_named(multinode_cluster, site, tmp_path
     try:
         t0 = time.monotonic()
         proc = envtool(multinode_cluster, "validate", "--prefix", prefix, "--site-file", site, "--submit",
+                       "--sweep-max", "1KiB",
                        "--nodes", "2", "--ranks-per-node", "2", "--workdir", tmp_path / "run", "--timeout", "60")
         took = time.monotonic() - t0
     finally:
@@ -252,6 +254,7 @@ def test_hostname_resolving_to_loopback_is_named(multinode_cluster, site, venv_p
         assert seen.split()[0] == "127.0.1.1", seen
         t0 = time.monotonic()
         proc = envtool(multinode_cluster, "validate", "--prefix", venv_prefix, "--site-file", site, "--submit",
+                       "--sweep-max", "1KiB",
                        "--nodes", "2", "--ranks-per-node", "1", "--workdir", tmp_path / "run", "--timeout", "60")
         took = time.monotonic() - t0
     finally:
@@ -296,6 +299,7 @@ def test_nodes_agreeing_on_another_environment_than_the_submitting_host(multinod
         multinode_cluster.bind_over(n, other, venv_prefix / "conda-lock.yml")
     try:
         proc = envtool(multinode_cluster, "validate", "--prefix", venv_prefix, "--site-file", site, "--submit",
+                       "--sweep-max", "1KiB",
                        "--nodes", "2", "--ranks-per-node", "1", "--workdir", tmp_path / "run", "--timeout", "60")
     finally:
         for n in ("node1", "node2"):
@@ -336,7 +340,8 @@ def test_validate_submit_records_import_time_and_metadata_calls_per_rank(multino
     (strace on the node); the summary gives p50/p99/max over the 4 ranks."""
     prefix = cpu_horovod_env
     run = tmp_path / "run"
-    proc = envtool(multinode_cluster, "validate", "--prefix", prefix, "--site-file", site, "--submit", "--nodes", "2",
+    proc = envtool(multinode_cluster, "validate", "--prefix", prefix, "--site-file", site, "--submit",
+                   "--sweep-max", "1KiB", "--nodes", "2",
                    "--ranks-per-node", "2", "--workdir", run, "--json", "--timeout", "480", timeout=600)
     assert proc.returncode == 0, proc.stderr + proc.stdout + multinode_cluster.logs()
     data = json.loads(proc.stdout)
@@ -366,7 +371,8 @@ def test_a_node_without_strace_is_named_and_the_job_passes(multinode_cluster, si
     for path in hidden:
         multinode_cluster.bind_over("node2", empty, path)
     try:
-        proc = envtool(multinode_cluster, "validate", "--prefix", prefix, "--site-file", site, "--submit", "--nodes",
+        proc = envtool(multinode_cluster, "validate", "--prefix", prefix, "--site-file", site, "--submit",
+                       "--sweep-max", "1KiB", "--nodes",
                        "2", "--ranks-per-node", "1", "--workdir", run, "--json", "--timeout", "480", timeout=600)
     finally:
         for path in hidden:
@@ -460,6 +466,7 @@ def test_interface_on_one_node_only_and_unreachable_are_named(multinode_cluster,
         _ip(multinode_cluster, "node2", "link", "set", "tc0", "up")
         t0 = time.monotonic()
         proc = envtool(multinode_cluster, "validate", "--prefix", venv_prefix, "--site-file", site2, "--submit",
+                       "--sweep-max", "1KiB",
                        "--nodes", "2", "--ranks-per-node", "1", "--workdir", tmp_path / "run2", "--timeout", "60")
         took = time.monotonic() - t0
     finally:
@@ -506,6 +513,7 @@ def test_library_missing_on_one_node_is_named(multinode_cluster, site, cpu_horov
     try:
         t0 = time.monotonic()
         proc = envtool(multinode_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", site, "--submit",
+                       "--sweep-max", "1KiB",
                        "--nodes", "2", "--ranks-per-node", "1", "--workdir", tmp_path / "run", "--timeout", "60")
         took = time.monotonic() - t0
     finally:
@@ -527,6 +535,7 @@ def test_mpi_none_against_a_pmix_built_mpi_is_named(multinode_cluster, site, cpu
     site2 = _site_with(site, tmp_path, "mpi-none.yaml", mpi="none")
     t0 = time.monotonic()
     proc = envtool(multinode_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", site2, "--submit",
+                   "--sweep-max", "1KiB",
                    "--nodes", "2", "--ranks-per-node", "2", "--workdir", tmp_path / "run", "--timeout", "60")
     took = time.monotonic() - t0
     assert proc.returncode == 1, proc.stderr + proc.stdout

@@ -419,6 +419,7 @@ def test_failed_staged_job_leaves_nothing_on_the_nodes(multinode_cluster, tc_sit
     pack(env, "tar", tar)
     with hidden_on_nodes(multinode_cluster, env, tmp_path / "empty"):
         proc = envtool_on_head(multinode_cluster, "validate", "--stage", tar, "--site-file", tc_site, "--submit",
+                               "--sweep-max", "1KiB",
                                "--nodes", "2", "--ranks-per-node", "1", "--workdir", tmp_path / "run", "--json",
                                "--timeout", "120")
     assert proc.returncode == 1, proc.stderr + proc.stdout
@@ -462,8 +463,8 @@ def test_staged_cpu_horovod_validation_across_two_nodes(multinode_cluster, tc_si
         with hidden_on_nodes(multinode_cluster, prefix, tmp_path / "empty"):
             t1 = time.monotonic()
             proc = envtool_on_head(multinode_cluster, "validate", "--stage", tar, "--prefix", prefix, "--site-file",
-                                   site, "--submit", "--nodes", "2", "--ranks-per-node", "2", "--workdir",
-                                   tmp_path / "run", "--json", "--timeout", "1200", timeout=1300)
+                                   site, "--submit", "--sweep-max", "1KiB", "--nodes", "2", "--ranks-per-node", "2",
+                                   "--workdir", tmp_path / "run", "--json", "--timeout", "1200", timeout=1300)
             took = time.monotonic() - t1
     finally:
         for name in disks:
