@@ -341,9 +341,9 @@ def test_validate_mpich_image_across_two_nodes_through_pmi2(tools, mpich_image_d
     # UCX_TLS (https://openucx.readthedocs.io/en/master/faq.html) keeps it to TCP here.
     # The spec of the environment in the image names the DataLoader start method its ranks use
     # (forkserver): a DataLoader that forks after MPICH's UCX is up can hang (seen here).
-    _validate_image_on_two_nodes(multinode_cluster, out / "rootfs", site, tmp_path / "run",
-                                 env={"UCX_TLS": "tcp,self"}, args=("--spec", "cpu-horovod"))
-    said = [json.loads(f.read_text()) for f in sorted((tmp_path / "run" / "probe").glob("rank-*.json"))]
+    res = _validate_image_on_two_nodes(multinode_cluster, out / "rootfs", site, tmp_path / "run",
+                                       env={"UCX_TLS": "tcp,self"}, args=("--spec", "cpu-horovod"))
+    said = res["ranks"]
     assert [r["checks"]["dataloader"]["method"] for r in said] == ["forkserver", "forkserver"], said
     script = (tmp_path / "run" / "job.sh").read_text()
     assert "--mpi=pmi2" in script and "ch-run" in script, script

@@ -227,7 +227,6 @@ def test_prefix_on_node_local_storage_is_named(multinode_cluster, site, tmp_path
     try:
         t0 = time.monotonic()
         proc = envtool(multinode_cluster, "validate", "--prefix", prefix, "--site-file", site, "--submit",
-                       "--sweep-max", "1KiB",
                        "--nodes", "2", "--ranks-per-node", "2", "--workdir", tmp_path / "run", "--timeout", "60")
         took = time.monotonic() - t0
     finally:
@@ -254,7 +253,6 @@ def test_hostname_resolving_to_loopback_is_named(multinode_cluster, site, venv_p
         assert seen.split()[0] == "127.0.1.1", seen
         t0 = time.monotonic()
         proc = envtool(multinode_cluster, "validate", "--prefix", venv_prefix, "--site-file", site, "--submit",
-                       "--sweep-max", "1KiB",
                        "--nodes", "2", "--ranks-per-node", "1", "--workdir", tmp_path / "run", "--timeout", "60")
         took = time.monotonic() - t0
     finally:
@@ -299,7 +297,6 @@ def test_nodes_agreeing_on_another_environment_than_the_submitting_host(multinod
         multinode_cluster.bind_over(n, other, venv_prefix / "conda-lock.yml")
     try:
         proc = envtool(multinode_cluster, "validate", "--prefix", venv_prefix, "--site-file", site, "--submit",
-                       "--sweep-max", "1KiB",
                        "--nodes", "2", "--ranks-per-node", "1", "--workdir", tmp_path / "run", "--timeout", "60")
     finally:
         for n in ("node1", "node2"):
@@ -466,7 +463,6 @@ def test_interface_on_one_node_only_and_unreachable_are_named(multinode_cluster,
         _ip(multinode_cluster, "node2", "link", "set", "tc0", "up")
         t0 = time.monotonic()
         proc = envtool(multinode_cluster, "validate", "--prefix", venv_prefix, "--site-file", site2, "--submit",
-                       "--sweep-max", "1KiB",
                        "--nodes", "2", "--ranks-per-node", "1", "--workdir", tmp_path / "run2", "--timeout", "60")
         took = time.monotonic() - t0
     finally:
@@ -513,7 +509,6 @@ def test_library_missing_on_one_node_is_named(multinode_cluster, site, cpu_horov
     try:
         t0 = time.monotonic()
         proc = envtool(multinode_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", site, "--submit",
-                       "--sweep-max", "1KiB",
                        "--nodes", "2", "--ranks-per-node", "1", "--workdir", tmp_path / "run", "--timeout", "60")
         took = time.monotonic() - t0
     finally:
@@ -535,7 +530,6 @@ def test_mpi_none_against_a_pmix_built_mpi_is_named(multinode_cluster, site, cpu
     site2 = _site_with(site, tmp_path, "mpi-none.yaml", mpi="none")
     t0 = time.monotonic()
     proc = envtool(multinode_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", site2, "--submit",
-                   "--sweep-max", "1KiB",
                    "--nodes", "2", "--ranks-per-node", "2", "--workdir", tmp_path / "run", "--timeout", "60")
     took = time.monotonic() - t0
     assert proc.returncode == 1, proc.stderr + proc.stdout

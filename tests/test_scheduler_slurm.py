@@ -90,7 +90,6 @@ def test_failing_rank_is_reported_with_its_error(slurm_cluster, slurm_site, tmp_
     venv = tmp_path / "no-horovod"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     proc = envtool(slurm_cluster, "validate", "--prefix", venv, "--site-file", slurm_site, "--submit",
-                   "--sweep-max", "1KiB",
                    "--nodes", "1", "--ranks-per-node", "2", "--workdir", tmp_path / "run")
     assert proc.returncode == 1, proc.stderr + proc.stdout
     import socket
@@ -110,7 +109,6 @@ def test_mpi_not_started_through_pmix_is_reported(slurm_cluster, slurm_site, cpu
     site = tmp_path / "nopmix.yaml"
     site.write_text(slurm_site.read_text().replace("mpi: pmix", "mpi: none"))
     proc = envtool(slurm_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", site, "--submit",
-                   "--sweep-max", "1KiB",
                    "--nodes", "1", "--ranks-per-node", "2", "--workdir", tmp_path / "run")
     assert proc.returncode == 1, proc.stderr + proc.stdout
     assert "the launcher runs srun --mpi=none" in proc.stderr and "MPI_Init" in proc.stderr, proc.stderr

@@ -419,7 +419,6 @@ def test_failed_staged_job_leaves_nothing_on_the_nodes(multinode_cluster, tc_sit
     pack(env, "tar", tar)
     with hidden_on_nodes(multinode_cluster, env, tmp_path / "empty"):
         proc = envtool_on_head(multinode_cluster, "validate", "--stage", tar, "--site-file", tc_site, "--submit",
-                               "--sweep-max", "1KiB",
                                "--nodes", "2", "--ranks-per-node", "1", "--workdir", tmp_path / "run", "--json",
                                "--timeout", "120")
     assert proc.returncode == 1, proc.stderr + proc.stdout
