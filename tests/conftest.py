@@ -13,6 +13,7 @@ temporary directory is bind-mounted into their private ``/tmp``, so ``tmp_path``
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -76,6 +77,23 @@ def _private_state_home(tmp_path_factory):
         yield
     finally:
         os.environ.pop("XDG_STATE_HOME", None)
+
+
+@pytest.fixture(autouse=True)
+def _signal_dispositions_unchanged():
+    """No test may leave one of envtool's stop signals ignored in pytest's own process: every later
+    child (an ``envtool create`` the suite starts) inherits SIG_IGN across exec, and envtool then
+    rightly leaves that signal ignored, as for ``nohup`` — a CI run once saw ``create`` finish with
+    exit 0 after SIGQUIT, SIGUSR1 and SIGALRM because an earlier in-process test left them ignored."""
+    from envtool.core.procs import EXIT_SIGNALS
+
+    before = {sig: signal.getsignal(sig) for sig in EXIT_SIGNALS}
+    yield
+    changed = {signal.Signals(sig).name: signal.getsignal(sig) for sig, h in before.items()
+               if signal.getsignal(sig) != h}
+    for sig, handler in before.items():
+        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    assert not changed, f"the test left signal handlers changed in pytest's process: {changed}"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -288,7 +288,7 @@ def test_a_signal_whose_exception_was_swallowed_still_stops_the_commit(tmp_path)
     log = tmp_path / "log"
     # after a signal the transaction leaves the stop signals ignored (the command is on its way
     # out); pytest's process goes on, and its later children must not inherit SIG_IGN
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    saved = {sig: signal.getsignal(sig) for sig in procs.EXIT_SIGNALS}  # all seven, not only INT/TERM/HUP
     try:
         with pytest.raises(Interrupted):
             with BuildTransaction(target, False, log, say=lambda t: None) as tx:
