@@ -287,20 +287,26 @@ def python_package(src: Path, workdir: Path) -> Tuple[PackageDef, Dict[str, int]
 
 
 # --------------------------------------------------------------------------- channel, base env
+#: the archive format of the twin's packages: the 714 MB PyTorch package is written in 23 s as
+#: ``.conda`` (zstd) against 82 s as ``.tar.bz2``, and extracted in 12 s against 24 s
+#: (benchmarks/bench_package_format.py)
+FORMAT = ".conda"
+
+
 def build_channel(root: Path, wheels: List[Path], extra: List[Path] = ()) -> Tuple[str, Dict[str, int]]:
     """Build (or reuse) the twin channel from the wheels and this machine's CPython; returns its URL."""
     channel = root / "channel"
     stamp = root / ".stamp-channel"
     src = Path(sys.base_prefix).resolve()
-    key = _digest("channel", [w.name for w in wheels], [w.name for w in extra], src)
+    key = _digest("channel", [w.name for w in wheels], [w.name for w in extra], src, FORMAT)
     counts: Dict[str, int] = {}
     if not _stamp_ok(stamp, key):
-        # archives are reused one by one (the torch package alone takes minutes to compress)
+        # archives are reused one by one (the torch package alone is 714 MB)
         made_file = root / "channel-made.json"
         made = json.loads(made_file.read_text()) if made_file.is_file() else {}
         wanted = {str(src): "python"} | {w.name: w.name for w in list(wheels) + list(extra)}
         for source, archive in list(made.items()):
-            if source not in wanted or not (channel / archive).is_file():
+            if source not in wanted or not archive.endswith(FORMAT) or not (channel / archive).is_file():
                 (channel / archive).unlink(missing_ok=True)
                 made.pop(source)
         with tempfile.TemporaryDirectory(dir=root) as tmp:
@@ -309,7 +315,7 @@ def build_channel(root: Path, wheels: List[Path], extra: List[Path] = ()) -> Tup
                 pkg, counts = python_package(src, tmpd)
                 _say(f"python {pkg.version}: {counts['files']} files, {counts['text_placeholders']} with the "
                      f"text placeholder")
-                out = build_package(pkg, "linux-64", channel / "linux-64", compresslevel=1)
+                out = build_package(pkg, "linux-64", channel / "linux-64", compresslevel=3, fmt=FORMAT)
                 made[str(src)] = out.relative_to(channel).as_posix()
                 (root / "channel-counts.json").write_text(json.dumps(counts))
             for w in list(wheels) + list(extra):
@@ -318,7 +324,7 @@ def build_channel(root: Path, wheels: List[Path], extra: List[Path] = ()) -> Tup
                 pkg = wheel_package(w, tmpd)
                 _say(f"{pkg.name} {pkg.version} <- {w.name}")
                 sub = "noarch" if pkg.noarch else "linux-64"
-                out = build_package(pkg, sub, channel / sub, compresslevel=1)
+                out = build_package(pkg, sub, channel / sub, compresslevel=3, fmt=FORMAT)
                 made[w.name] = out.relative_to(channel).as_posix()
                 made_file.write_text(json.dumps(made, indent=1))
                 shutil.rmtree(tmpd / w.stem, ignore_errors=True)
