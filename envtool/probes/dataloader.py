@@ -127,25 +127,6 @@ def init_horovod():
         return {"hvd_init": False, "error": one_line(exc)}
 
 
-def preload_like_a_script(method):
-    """Under ``forkserver``, have the server import ``torch`` before it forks any worker.
-
-    A training script imports torch at its top, and the forkserver imports the main module before
-    it forks workers (Python's ``multiprocessing`` docs, "Contexts and start methods" and
-    ``set_forkserver_preload``: https://docs.python.org/3/library/multiprocessing.html), so a
-    script's workers start with torch already loaded. This probe imports torch inside
-    :func:`main`, not at its top: without the preload every worker would import torch again (about
-    a second each), which a training script's workers do not. Other methods are left as they are.
-
-    Args:
-        method: the start method (str).
-    """
-    if method == "forkserver":
-        import multiprocessing
-
-        multiprocessing.get_context("forkserver").set_forkserver_preload(["__main__", "torch"])
-
-
 def load(data_loader, method):
     """Iterate a DataLoader over :class:`Squares` under start method ``method``.
 
@@ -158,7 +139,6 @@ def load(data_loader, method):
     """
     started = time.monotonic()
     try:
-        preload_like_a_script(method)
         loader = data_loader(Squares(), batch_size=BATCH_SIZE, num_workers=WORKERS, multiprocessing_context=method)
         total = int(sum(int(batch.sum()) for batch in loader))
         return {"method": method, "total": total, "seconds": round(time.monotonic() - started, 3)}

@@ -210,13 +210,6 @@ def dataloader_check(method):
     from torch.utils.data import DataLoader
 
     started = time.monotonic()
-    if method == "forkserver":
-        # the server imports torch before forking workers, as it does for a training script that
-        # imports torch at its top (it imports the main module first; this probe imports torch
-        # inside functions): https://docs.python.org/3/library/multiprocessing.html
-        import multiprocessing
-
-        multiprocessing.get_context("forkserver").set_forkserver_preload(["__main__", "torch"])
     loader = DataLoader(Squares(), batch_size=2, num_workers=2, multiprocessing_context=method)
     total = int(sum(int(b.sum()) for b in loader))
     ok = total == sum(i * i for i in range(8))
