@@ -89,11 +89,12 @@ def _signal_dispositions_unchanged():
 
     before = {sig: signal.getsignal(sig) for sig in EXIT_SIGNALS}
     yield
-    changed = {signal.Signals(sig).name: signal.getsignal(sig) for sig, h in before.items()
-               if signal.getsignal(sig) != h}
-    for sig, handler in before.items():
+    changed = {sig: signal.getsignal(sig) for sig, h in before.items() if signal.getsignal(sig) != h}
+    for sig in changed:  # only those: re-installing an unchanged one would drop a handler set
+        handler = before[sig]  # outside Python (faulthandler.register), which getsignal shows as None
         signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-    assert not changed, f"the test left signal handlers changed in pytest's process: {changed}"
+    assert not changed, ("the test left signal handlers changed in pytest's process: "
+                         f"{ {signal.Signals(s).name: h for s, h in changed.items()} }")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -302,6 +302,6 @@ def test_a_signal_whose_exception_was_swallowed_still_stops_the_commit(tmp_path)
                 tx.commit()
     finally:
         for sig, handler in saved.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
     assert not target.exists()
     assert envtool_leftovers(tmp_path) == []

@@ -33,7 +33,18 @@ def world(tmp_path):
     return tmp_path, env
 
 
+def _default_stop_signals():
+    """In the child before exec: envtool's stop signals at their default action, whatever pytest
+    inherited (``nohup pytest`` ignores SIGHUP; a test once left three ignored). envtool keeps a
+    signal ignored at start ignored, so an inherited SIG_IGN would make these tests meaningless."""
+    from envtool.core.procs import EXIT_SIGNALS
+
+    for sig in EXIT_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def start(argv, env, cwd=REPO, **kw):
+    kw.setdefault("preexec_fn", _default_stop_signals)  # the nohup test passes its own
     return subprocess.Popen([sys.executable, "-m", "envtool", *map(str, argv)], env=dict(os.environ, **env), cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
