@@ -1,6 +1,7 @@
 """Build small, real conda packages from the tests' own files into a local ``file://`` channel.
 
-Each :class:`PackageDef` becomes a ``.tar.bz2`` conda package (``info/index.json``,
+Each :class:`PackageDef` becomes a ``.tar.bz2`` conda package (or a ``.conda`` one, written by
+conda-package-handling, where the caller asks: the site twin's large packages) (``info/index.json``,
 ``info/paths.json``, ``info/files``, ``info/has_prefix``, ``info/link.json`` for
 ``noarch: python``) laid out as conda-build lays them out; the channel is then indexed with
 py-rattler's own indexer (:func:`rattler.index.index_fs`), so the repodata is what a real
@@ -188,20 +189,29 @@ def build_package(pkg: PackageDef, subdir: str, out_dir: Path, compresslevel: in
 
 def _write_conda(archive: Path, info_files: Mapping[str, bytes],
                  payload: Sequence[Tuple[tarfile.TarInfo, Union[None, bytes, Path]]], level: int) -> Path:
-    """Lay the package's files out in a scratch directory beside ``archive`` (modes and symlinks as
-    in the ``.tar.bz2``) and pack them with conda-package-handling; returns ``archive``."""
+    """Lay the package's files out in a scratch directory and pack them with conda-package-handling.
+
+    The scratch directory sits beside the channel's subdirs (``CHANNEL/.stage-*``, never indexed);
+    ones a killed run left are removed first. The archive is written there and renamed into
+    place, so a killed run never leaves a truncated ``.conda`` under its final name. Returns
+    ``archive``.
+    """
     import os
     import shutil
     import tempfile
 
     from conda_package_handling import api
 
-    with tempfile.TemporaryDirectory(dir=archive.parent, prefix=".stage-") as tmp:
-        stage = Path(tmp)
+    channel = archive.parent.parent
+    for old in channel.glob(".stage-*"):
+        shutil.rmtree(old, ignore_errors=True)
+    with tempfile.TemporaryDirectory(dir=channel, prefix=".stage-") as tmp:
+        stage = Path(tmp) / "pkg"
         names = []
         for name, data in info_files.items():
             (stage / name).parent.mkdir(parents=True, exist_ok=True)
             (stage / name).write_bytes(data)
+            os.chmod(stage / name, 0o644)
             names.append(name)
         for info, data in payload:
             dest = stage / info.name
@@ -215,8 +225,9 @@ def _write_conda(archive: Path, info_files: Mapping[str, bytes],
                     dest.write_bytes(data or b"")
                 os.chmod(dest, info.mode)
             names.append(info.name)
-        archive.unlink(missing_ok=True)
-        api.create(str(stage), names, str(archive), compression_level=level)
+        made = Path(tmp) / archive.name
+        api.create(str(stage), names, str(made), compression_level=level)
+        os.replace(made, archive)
     return archive
 
 
