@@ -16,7 +16,8 @@ idempotently (each stage is skipped when its stamp matches its inputs):
                    repackaged from its wheel with ``depends`` taken from the wheel's
                    ``Requires-Dist``; and ``horovod`` 0.28.1 built **with Gloo only, no MPI**
                    (``HOROVOD_WITHOUT_MPI=1``: a site build lacking a capability the user needs).
-``built/``         the Gloo-only Horovod wheel (one compile per machine; reused afterwards).
+``built/``         the Gloo-only Horovod wheel (one compile per machine, CMake's Debug build, which
+                   compiles faster; reused afterwards).
 ``sw/open-ce/1.1.3-py311-twin``  the site's read-only base environment, installed from the channel
                    with py-rattler, with ``conda-meta/history``, ``etc/conda/activate.d/twin.sh``
                    (sets ``OPEN_CE_TWIN=1``) and ``chmod -R a-w``.
@@ -30,7 +31,8 @@ Usage::
     python3 tests/twin/make_twin.py [--dir DIR] [--jobs N] [--json]
 
 Prints the twin directory (or, with ``--json``, the paths and the seconds each stage took).
-Needs: patchelf (tests/setup.d/twin.sh), a C++ compiler and cmake (the Horovod build), py-rattler.
+Needs: patchelf (tests/setup.d/twin.sh), a C++ compiler and cmake (the Horovod build), py-rattler,
+conda-package-handling (the ``.conda`` packages; a test dependency).
 """
 from __future__ import annotations
 
@@ -298,13 +300,16 @@ def build_channel(root: Path, wheels: List[Path], extra: List[Path] = ()) -> Tup
     channel = root / "channel"
     stamp = root / ".stamp-channel"
     src = Path(sys.base_prefix).resolve()
-    key = _digest("channel", [w.name for w in wheels], [w.name for w in extra], src, FORMAT)
+    # a compiled wheel keeps its name when rebuilt with other settings: it is known by its content
+    ident = {w: w.name for w in wheels} | {w: f"{w.name}@{hashlib.sha256(w.read_bytes()).hexdigest()[:16]}"
+                                           for w in extra}
+    key = _digest("channel", [ident[w] for w in wheels], [ident[w] for w in extra], src, FORMAT)
     counts: Dict[str, int] = {}
     if not _stamp_ok(stamp, key):
         # archives are reused one by one (the torch package alone is 714 MB)
         made_file = root / "channel-made.json"
         made = json.loads(made_file.read_text()) if made_file.is_file() else {}
-        wanted = {str(src): "python"} | {w.name: w.name for w in list(wheels) + list(extra)}
+        wanted = {str(src): "python"} | {ident[w]: w.name for w in list(wheels) + list(extra)}
         for source, archive in list(made.items()):
             if source not in wanted or not archive.endswith(FORMAT) or not (channel / archive).is_file():
                 (channel / archive).unlink(missing_ok=True)
@@ -319,13 +324,13 @@ def build_channel(root: Path, wheels: List[Path], extra: List[Path] = ()) -> Tup
                 made[str(src)] = out.relative_to(channel).as_posix()
                 (root / "channel-counts.json").write_text(json.dumps(counts))
             for w in list(wheels) + list(extra):
-                if w.name in made:
+                if ident[w] in made:
                     continue
                 pkg = wheel_package(w, tmpd)
                 _say(f"{pkg.name} {pkg.version} <- {w.name}")
                 sub = "noarch" if pkg.noarch else "linux-64"
                 out = build_package(pkg, sub, channel / sub, compresslevel=3, fmt=FORMAT)
-                made[w.name] = out.relative_to(channel).as_posix()
+                made[ident[w]] = out.relative_to(channel).as_posix()
                 made_file.write_text(json.dumps(made, indent=1))
                 shutil.rmtree(tmpd / w.stem, ignore_errors=True)
         made_file.write_text(json.dumps(made, indent=1))
@@ -343,12 +348,29 @@ def _install(url: str, specs: Tuple[str, ...], prefix: Path, cache: Path) -> Non
     install_records(records, prefix, cache / "pkgs")
 
 
+#: CMake build type of the twin's Horovod (see :func:`build_horovod`).
+HOROVOD_BUILD_TYPE = "Debug"
+
+
+def built_horovod(root: Path) -> Optional[Path]:
+    """The twin's compiled Horovod wheel under ``root/built``, or None when there is none or it was
+    built with other settings than :data:`HOROVOD_GLOO_ONLY` and :data:`HOROVOD_BUILD_TYPE` (its
+    stamp differs; the wheel's name does not show them), which is then removed."""
+    built = root / "built"
+    have = sorted(built.glob("horovod-0.28.1-*.whl"))
+    if have and _stamp_ok(built / ".stamp-build", _digest("horovod", HOROVOD_GLOO_ONLY, HOROVOD_BUILD_TYPE)):
+        return have[0]
+    for whl in have:
+        whl.unlink()
+    return None
+
+
 def build_horovod(root: Path, url: str, jobs: int) -> Path:
     """The Gloo-only Horovod 0.28.1 wheel, compiled once in a scratch env made from the channel."""
     built = root / "built"
-    have = sorted(built.glob("horovod-0.28.1-*.whl"))
+    have = built_horovod(root)
     if have:
-        return have[0]
+        return have
     from envtool.horovod import fixes
     from packaging.version import Version
 
@@ -358,16 +380,24 @@ def build_horovod(root: Path, url: str, jobs: int) -> Path:
         _say("scratch env for the Horovod build")
         _install(url, tuple(s for s in BASE_SPECS if not s.startswith("horovod")), env_prefix, root / "cache")
         env = dict(os.environ, **HOROVOD_GLOO_ONLY, MAKEFLAGS=f"-j{jobs}", HOROVOD_BUILD_PARALLEL_LEVEL=str(jobs))
+        # CMake's Debug build (-O0 -g, assertions on; horovod@v0.28.1:setup.py reads HOROVOD_DEBUG)
+        # instead of its RelWithDebInfo (-O3 -g -DNDEBUG): the twin's own Horovod only has to import
+        # and say what it was built with (no test runs hvd.init on the base env), and Horovod's
+        # PyTorch translation unit mpi_ops_v2.cc took 45-62 s of CPU instead of 83 s at -O3 here
+        env["HOROVOD_DEBUG"] = "1" if HOROVOD_BUILD_TYPE == "Debug" else "0"
         env["PATH"] = f"{env_prefix}/bin:{env['PATH']}"
         for rule in fixes.applicable(Version("0.28.1"), {"pytorch": Version("2.13.0")}, fixes.probe_toolchain()):
             env.update(rule.prepare(root / "fixes", env))
         _say("compiling Horovod 0.28.1 (PyTorch + Gloo, no MPI); once per machine")
         out = Path(tmp) / "wheel"
-        subprocess.run([str(env_prefix / "bin" / "python"), "-m", "pip", "wheel", "-q", "--no-deps",
+        # --no-cache-dir: pip would otherwise reuse a wheel it built earlier from the same sdist,
+        # whatever HOROVOD_* settings that build had
+        subprocess.run([str(env_prefix / "bin" / "python"), "-m", "pip", "wheel", "-q", "--no-deps", "--no-cache-dir",
                         "--no-build-isolation", "--no-binary=horovod", "-w", str(out), "horovod==0.28.1"],
                        env=env, check=True)
         whl = next(out.glob("horovod-*.whl"))
         shutil.move(str(whl), built / whl.name)
+        (built / ".stamp-build").write_text(_digest("horovod", HOROVOD_GLOO_ONLY, HOROVOD_BUILD_TYPE))
     return next(built.glob("horovod-0.28.1-*.whl"))
 
 
@@ -480,7 +510,7 @@ def make_twin(root: Path, jobs: int = 0) -> Dict[str, object]:
     t = time.monotonic()
     wheels = download_wheels(root)
     times["wheels"] = time.monotonic() - t
-    hvd = next(iter(sorted((root / "built").glob("horovod-0.28.1-*.whl"))), None)
+    hvd = built_horovod(root)
     times["channel"] = times["horovod"] = 0.0
     if hvd is None:  # the Horovod build needs the channel without horovod first
         t = time.monotonic()
