@@ -261,11 +261,12 @@ def test_reframe_runs_the_exported_validation_on_two_nodes(multinode_cluster, cp
     assert multinode_cluster.wait_queue_empty() == ""
     print(f"ReFrame run of the export across 2 nodes: {took:.0f} s (load {os.getloadavg()[0]:.1f})")
 
-    # an impossible reference: a 4-byte allreduce across two nodes within 1 ns
+    # an impossible reference: a 4-byte allreduce across two nodes within 1 ns (one rank per node:
+    # the layout of two was checked above)
     site = _site(tmp_path, references="validation:\n  references:\n    2:\n"
                                       "      allreduce_latency_4B: [0.001, null, 0.0, us]\n", cpus=cpus)
     proc = _export(tmp_path, "--prefix", cpu_horovod_env, "--site-file", site, "--nodes", "2",
-                   "--ranks-per-node", "2", "--time", "0:15:00", "--reframe-scheduler", "squeue",
+                   "--ranks-per-node", "1", "--time", "0:15:00", "--reframe-scheduler", "squeue",
                    "-o", test, "--json")
     assert proc.returncode == 0, proc.stderr
     run = _run_reframe(multinode_cluster, tmp_path / "rf-fail", test, settings)
