@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_envtool
+from envtool.core.procs import EXIT_SIGNALS
 
 TINY = "name: tiny\nengine: venv\n"
 
@@ -36,9 +37,8 @@ def world(tmp_path):
 def _default_stop_signals():
     """In the child before exec: envtool's stop signals at their default action, whatever pytest
     inherited (``nohup pytest`` ignores SIGHUP; a test once left three ignored). envtool keeps a
-    signal ignored at start ignored, so an inherited SIG_IGN would make these tests meaningless."""
-    from envtool.core.procs import EXIT_SIGNALS
-
+    signal ignored at start ignored, so an inherited SIG_IGN would make these tests meaningless.
+    (Nothing is imported here: the child of a fork runs it.)"""
     for sig in EXIT_SIGNALS:
         signal.signal(sig, signal.SIG_DFL)
 

@@ -30,7 +30,10 @@ import asyncio
 import hashlib
 import io
 import json
+import os
+import shutil
 import tarfile
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,11 +199,7 @@ def _write_conda(archive: Path, info_files: Mapping[str, bytes],
     place, so a killed run never leaves a truncated ``.conda`` under its final name. Returns
     ``archive``.
     """
-    import os
-    import shutil
-    import tempfile
-
-    from conda_package_handling import api
+    from conda_package_handling import api  # only here: most channels are .tar.bz2
 
     channel = archive.parent.parent
     for old in channel.glob(".stage-*"):

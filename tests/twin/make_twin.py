@@ -75,6 +75,12 @@ BASE_SPECS = ("python 3.11.*", "pytorch 2.13.0.*", "numpy", "pip", "setuptools",
 #: HOROVOD_WITH_* / HOROVOD_WITHOUT_* force a framework or controller on or off).
 HOROVOD_GLOO_ONLY = {"HOROVOD_WITH_PYTORCH": "1", "HOROVOD_WITH_GLOO": "1", "HOROVOD_WITHOUT_MPI": "1",
                      "HOROVOD_WITHOUT_TENSORFLOW": "1", "HOROVOD_WITHOUT_MXNET": "1"}
+#: everything the twin's compile is set with (its wheel's stamp is this): Gloo only, and CMake's
+#: Debug build (-O0 -g, assertions on; horovod@v0.28.1:setup.py reads HOROVOD_DEBUG) instead of
+#: RelWithDebInfo (-O3 -g -DNDEBUG): the twin's own Horovod only has to import and say what it was
+#: built with (no test runs hvd.init on the base env), and Horovod's PyTorch translation unit
+#: mpi_ops_v2.cc took 45-62 s of CPU instead of 83 s at -O3 here
+HOROVOD_TWIN_BUILD = {**HOROVOD_GLOO_ONLY, "HOROVOD_DEBUG": "1"}
 
 
 def twin_dir(explicit: Optional[str] = None) -> Path:
@@ -348,17 +354,13 @@ def _install(url: str, specs: Tuple[str, ...], prefix: Path, cache: Path) -> Non
     install_records(records, prefix, cache / "pkgs")
 
 
-#: CMake build type of the twin's Horovod (see :func:`build_horovod`).
-HOROVOD_BUILD_TYPE = "Debug"
-
-
 def built_horovod(root: Path) -> Optional[Path]:
     """The twin's compiled Horovod wheel under ``root/built``, or None when there is none or it was
-    built with other settings than :data:`HOROVOD_GLOO_ONLY` and :data:`HOROVOD_BUILD_TYPE` (its
-    stamp differs; the wheel's name does not show them), which is then removed."""
+    built with other settings than :data:`HOROVOD_TWIN_BUILD` (its stamp differs; the wheel's name
+    does not show them), which is then removed."""
     built = root / "built"
     have = sorted(built.glob("horovod-0.28.1-*.whl"))
-    if have and _stamp_ok(built / ".stamp-build", _digest("horovod", HOROVOD_GLOO_ONLY, HOROVOD_BUILD_TYPE)):
+    if have and _stamp_ok(built / ".stamp-build", _digest("horovod", HOROVOD_TWIN_BUILD)):
         return have[0]
     for whl in have:
         whl.unlink()
@@ -379,12 +381,7 @@ def build_horovod(root: Path, url: str, jobs: int) -> Path:
         env_prefix = Path(tmp) / "build-env"
         _say("scratch env for the Horovod build")
         _install(url, tuple(s for s in BASE_SPECS if not s.startswith("horovod")), env_prefix, root / "cache")
-        env = dict(os.environ, **HOROVOD_GLOO_ONLY, MAKEFLAGS=f"-j{jobs}", HOROVOD_BUILD_PARALLEL_LEVEL=str(jobs))
-        # CMake's Debug build (-O0 -g, assertions on; horovod@v0.28.1:setup.py reads HOROVOD_DEBUG)
-        # instead of its RelWithDebInfo (-O3 -g -DNDEBUG): the twin's own Horovod only has to import
-        # and say what it was built with (no test runs hvd.init on the base env), and Horovod's
-        # PyTorch translation unit mpi_ops_v2.cc took 45-62 s of CPU instead of 83 s at -O3 here
-        env["HOROVOD_DEBUG"] = "1" if HOROVOD_BUILD_TYPE == "Debug" else "0"
+        env = dict(os.environ, **HOROVOD_TWIN_BUILD, MAKEFLAGS=f"-j{jobs}", HOROVOD_BUILD_PARALLEL_LEVEL=str(jobs))
         env["PATH"] = f"{env_prefix}/bin:{env['PATH']}"
         for rule in fixes.applicable(Version("0.28.1"), {"pytorch": Version("2.13.0")}, fixes.probe_toolchain()):
             env.update(rule.prepare(root / "fixes", env))
@@ -397,7 +394,7 @@ def build_horovod(root: Path, url: str, jobs: int) -> Path:
                        env=env, check=True)
         whl = next(out.glob("horovod-*.whl"))
         shutil.move(str(whl), built / whl.name)
-        (built / ".stamp-build").write_text(_digest("horovod", HOROVOD_GLOO_ONLY, HOROVOD_BUILD_TYPE))
+        (built / ".stamp-build").write_text(_digest("horovod", HOROVOD_TWIN_BUILD))
     return next(built.glob("horovod-0.28.1-*.whl"))
 
 
