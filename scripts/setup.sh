@@ -10,6 +10,8 @@
 # Users who only want the tool: `pipx install .` or `python3 -m pip install --user .` (README, Install).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/apt.sh
+. scripts/lib/apt.sh   # apt-get that waits for the dpkg lock and retries downloads
 with_tests=0
 [ "${1:-}" = "--test" ] && with_tests=1
 PY=${PYTHON:-python3}
@@ -21,9 +23,7 @@ command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    apt_install "${need_apt[@]}" >/dev/null
   else
     echo "scripts/setup.sh: a Horovod compile needs what this machine lacks (${need_apt[*]})." >&2
     echo "  on an HPC site:    module load <compiler> <cmake> <mpi>   (the site's names; a site file's build_modules)" >&2

@@ -3,7 +3,8 @@
 # job-script run lines and `doctor` are run inside a real unprivileged container.
 # Run as root by scripts/setup.sh --test; idempotent: installs only when ch-run is missing.
 set -euo pipefail
+# shellcheck source=../../scripts/lib/apt.sh
+. "$(dirname "$0")/../../scripts/lib/apt.sh"   # waits for the dpkg lock, retries downloads
 if ! command -v ch-run >/dev/null 2>&1; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq charliecloud-runtime >/dev/null
+    apt_install charliecloud-runtime >/dev/null
 fi

@@ -11,16 +11,10 @@
 #   Lmod:                source /usr/share/lmod/lmod/init/bash
 #   Environment Modules: source /opt/envmodules/usr/share/modules/init/bash
 set -euo pipefail
+# shellcheck source=../../scripts/lib/apt.sh
+. "$(dirname "$0")/../../scripts/lib/apt.sh"   # waits for the dpkg lock, retries downloads
 
 ENVMODULES_ROOT=${ENVMODULES_ROOT:-/opt/envmodules}
-updated=0
-
-apt_update_once() {
-    if [ "$updated" = 0 ]; then
-        apt-get update -qq
-        updated=1
-    fi
-}
 
 lmod_init() {
     for f in /usr/share/lmod/lmod/init/bash /usr/share/lmod/*/init/bash; do
@@ -39,16 +33,15 @@ if [ -n "$candidate" ] && [ "$candidate" != "(none)" ] && [ "$have" != "$candida
 # Environment Modules first: `apt-get download` works whether or not lmod is installed.
 if [ ! -f "$ENVMODULES_ROOT/usr/share/modules/init/bash" ] || [ "$stale" = 1 ]; then
     if ! command -v tclsh8.6 >/dev/null 2>&1; then
-        apt_update_once
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tcl8.6
+        apt_install tcl8.6
     fi
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
     deb=$(ls /var/cache/apt/archives/environment-modules_"${candidate//:/%3a}"_*.deb 2>/dev/null | head -n1 || true)
     [ -n "$candidate" ] && [ "$candidate" != "(none)" ] || deb=$(ls /var/cache/apt/archives/environment-modules_*.deb 2>/dev/null | head -n1 || true)
     if [ -z "$deb" ]; then
-        apt_update_once
-        (cd "$work" && apt-get download -qq environment-modules)
+        apt_update
+        (cd "$work" && apt_get download -qq environment-modules)
         deb=$(ls "$work"/environment-modules_*.deb | head -n1)
     fi
     mkdir -p "$work/tree"
@@ -72,8 +65,7 @@ fi
 
 # Lmod from its Debian package (this removes the environment-modules package, if installed).
 if ! lmod_init >/dev/null; then
-    apt_update_once
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lmod
+    apt_install lmod
 fi
 
 # Check that both work from where they are.

@@ -5,6 +5,8 @@
 # (libc-bin, for the pre-flight), each installed only when missing. Nothing is configured here:
 # the cluster's namespaces, bridge and daemons are made and removed by the tests.
 set -euo pipefail
+# shellcheck source=../../scripts/lib/apt.sh
+. "$(dirname "$0")/../../scripts/lib/apt.sh"   # waits for the dpkg lock, retries downloads
 
 missing=()
 command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
@@ -13,7 +15,6 @@ command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missi
 command -v getent >/dev/null 2>&1 || missing+=(libc-bin)
 
 if [ ${#missing[@]} -gt 0 ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(printf '%s\n' "${missing[@]}" | sort -u)
+    apt_install --no-install-recommends $(printf '%s\n' "${missing[@]}" | sort -u)
 fi
 echo "multinode.sh: $(nsenter --version 2>&1 | head -1), $(ip -V 2>&1 | head -1)"

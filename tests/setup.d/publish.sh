@@ -9,6 +9,8 @@
 #   which other users cannot reach. The tests run envtool from the worktree with it
 #   (PYTHONPATH=<worktree>).
 set -euo pipefail
+# shellcheck source=../../scripts/lib/apt.sh
+. "$(dirname "$0")/../../scripts/lib/apt.sh"   # waits for the dpkg lock, retries downloads
 
 GROUP=envtool-pub
 VENV=${ENVTOOL_TEST_USER_VENV:-/opt/envtool-test/venv}
@@ -25,8 +27,7 @@ id envtool-other >/dev/null 2>&1 || useradd --no-create-home --shell /bin/bash e
 # requirement, which word splitting (xargs) would break into three.
 PY=/usr/bin/python3
 if ! "$PY" -c "import ensurepip, venv" 2>/dev/null; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
+    apt_install python3-venv
 fi
 reqs=$(mktemp)
 trap 'rm -f "$reqs"' EXIT

@@ -7,6 +7,8 @@
 # fixture `slurm_cluster` (tests/helpers/slurm.py) writes slurm.conf for this machine, starts
 # munged, slurmctld and slurmd on loopback, and stops them after the tests.
 set -euo pipefail
+# shellcheck source=../../scripts/lib/apt.sh
+. "$(dirname "$0")/../../scripts/lib/apt.sh"   # waits for the dpkg lock, retries downloads
 
 missing=()
 command -v slurmctld >/dev/null 2>&1 || missing+=(slurmctld)
@@ -18,8 +20,7 @@ dpkg -s libpmix-bin >/dev/null 2>&1 || missing+=(libpmix-bin)
 command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin libopenmpi-dev)
 
 if [ ${#missing[@]} -gt 0 ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    apt_install --no-install-recommends "${missing[@]}"
 fi
 # The mpi/pmix plugin ships in slurmd's package on bookworm; say so when it is not there.
 ls /usr/lib/x86_64-linux-gnu/slurm-wlm/mpi_pmix*.so >/dev/null 2>&1 \

@@ -4,8 +4,9 @@
 # Lmod (modules.sh), the unprivileged user and shared Python (publish.sh), OpenMPI and a C++
 # toolchain with cmake (the Horovod builds, as for cpu-horovod).
 set -euo pipefail
+# shellcheck source=../../scripts/lib/apt.sh
+. "$(dirname "$0")/../../scripts/lib/apt.sh"   # waits for the dpkg lock, retries downloads
 if ! command -v patchelf >/dev/null 2>&1; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patchelf
+    apt_install patchelf
 fi
 echo "twin.sh: patchelf $(patchelf --version)"

@@ -1,0 +1,87 @@
+"""Set-up that survives a busy machine (issue 37, item 5): a set-up script run while another process
+holds apt's locks waits for them instead of failing with exit 100.
+
+Real apt: the test holds ``/var/lib/dpkg/lock-frontend`` and ``/var/lib/apt/lists/lock`` with the
+same kind of lock apt takes (fcntl record locks, as an ``apt-get`` of unattended-upgrades would) for
+30 s, and runs ``tests/setup.d/zsh.sh`` with a ``PATH`` on which zsh is missing, so the script runs
+``apt-get update`` and ``apt-get install zsh`` (already installed: nothing changes, but both locks
+are taken). Root only; Debian's archive must be reachable (as for every set-up script).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+pytestmark = [pytest.mark.slow]
+
+HOLD_S = 30
+LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/apt/lists/lock")
+
+HOLDER = r"""
+import fcntl, os, sys, time
+fds = []
+for path in sys.argv[2:]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o640)
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    fds.append(fd)
+print("held", flush=True)
+time.sleep(float(sys.argv[1]))
+"""
+
+
+def _path_without(tmp_path: Path, name: str) -> str:
+    """A PATH with every command of the usual directories but ``name`` (links in one directory)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for d in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"):
+        if not os.path.isdir(d) or os.path.islink(d):
+            continue
+        for entry in os.scandir(d):
+            target = bin_dir / entry.name
+            if entry.name != name and not os.path.lexists(target):
+                target.symlink_to(entry.path)
+    return str(bin_dir)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="apt's locks and apt-get install need root")
+def test_a_set_up_script_waits_for_apts_locks(tmp_path):
+    if not shutil.which("zsh"):
+        subprocess.run(["bash", str(REPO / "tests/setup.d/zsh.sh")], check=True, timeout=900)
+    path = _path_without(tmp_path, "zsh")
+    assert subprocess.run(["bash", "-c", "command -v zsh"], env={"PATH": path}).returncode != 0
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(HOLD_S), *LOCKS], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        proc = subprocess.run(["bash", str(REPO / "tests/setup.d/zsh.sh")], capture_output=True, text=True,
+                              env={**os.environ, "PATH": path}, timeout=900)
+        took = time.monotonic() - started
+        still_held = holder.poll() is None
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # it waited for the holder rather than getting around it: the locks were held until the holder's end
+    assert not still_held and took >= HOLD_S - 2, (took, proc.stderr)
+    assert "another process holds apt's lock" in proc.stderr and "held by process" in proc.stderr, proc.stderr
+
+
+def test_every_apt_get_in_the_set_up_goes_through_the_lock_wait():
+    """No set-up script calls apt-get directly: each goes through scripts/lib/apt.sh."""
+    scripts = [REPO / "scripts" / "setup.sh", *sorted((REPO / "tests" / "setup.d").glob("*.sh"))]
+    direct = []
+    for script in scripts:
+        for n, line in enumerate(script.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if "apt-get" in code and "echo" not in code:
+                direct.append(f"{script.relative_to(REPO)}:{n}: {line.strip()}")
+        assert "scripts/lib/apt.sh" in script.read_text(), f"{script} does not source scripts/lib/apt.sh"
+    assert direct == []
