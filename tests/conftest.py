@@ -23,6 +23,83 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from envtool.core.procs import EXIT_SIGNALS  # noqa: E402
+from helpers import speed  # noqa: E402  (tests/ is on sys.path from here on)
+
+#: markers that make a test part of the full suite only (``-m "not slow"`` is the fast tier): a
+#: test with one of the others is slow too (it starts Slurm, a cluster or uses the twin)
+SLOW_MARKERS = ("slow", "multinode", "slurm", "twin")
+#: seconds an unmarked test may take on a quiet machine (set-up and call together), scaled by
+#: :func:`helpers.speed.slowdown`; over it the test fails and asks to be marked ``slow``
+FAST_LIMIT_S = 10.0
+
+
+def default_stop_signals():
+    """``preexec_fn`` for a child the test will signal: envtool's stop signals at their default action,
+    whatever pytest inherited (``nohup pytest`` ignores SIGHUP; a shell's background job, SIGINT and
+    SIGQUIT). envtool keeps a signal that was ignored at start ignored, so an inherited ``SIG_IGN``
+    would make a signal test meaningless. (Nothing is imported here: the child of a fork runs it.)"""
+    for sig in EXIT_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+
+
+#: what :func:`pytest_configure` found ignored in pytest's own process and reset
+_RESET_SIGNALS: list = []
+
+
+def pytest_configure(config):
+    """SIGINT and SIGQUIT back to their usual actions in pytest's process when it started ignoring them.
+
+    A POSIX shell without job control starts an asynchronous command (``… &``, how CI scripts and
+    rehearsals are often started) with SIGINT and SIGQUIT ignored (POSIX, Shell Command Language
+    2.11), and every ``envtool`` the suite starts inherits that: envtool then rightly leaves them
+    ignored, as for ``nohup``. A rehearsal started that way saw ``create`` exit 0 after the test's
+    SIGINT (issue 37). The tests that need an ignored signal set it themselves (``preexec_fn``)."""
+    for sig, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGQUIT, signal.SIG_DFL)):
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, handler)
+            _RESET_SIGNALS.append(signal.Signals(sig).name)
+
+
+def pytest_report_header(config):
+    if _RESET_SIGNALS:
+        return [f"envtool: {', '.join(_RESET_SIGNALS)} were ignored in pytest's process (a background job); "
+                "reset to their usual actions for the children the tests start"]
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test marked ``multinode``, ``slurm`` or ``twin`` is ``slow`` too, so ``-m "not slow"``
+    leaves out everything that compiles, starts a scheduler or uses the twin."""
+    for item in items:
+        if any(item.get_closest_marker(m) for m in SLOW_MARKERS[1:]) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Per-phase durations as JUnit properties (``setup_s``, ``call_s``, ``teardown_s``, ``markers``:
+    what ``benchmarks/bench_suite.py`` reads), and the fast tier's limit: a test not marked ``slow``
+    whose set-up and call took over :data:`FAST_LIMIT_S` s (scaled by the machine's measured
+    slowdown) fails, naming the time and the marker."""
+    outcome = yield
+    report = outcome.get_result()
+    durations = item.__dict__.setdefault("_envtool_durations", {})
+    durations[call.when] = report.duration
+    if call.when == "call" and report.passed and not item.get_closest_marker("slow"):
+        took = durations.get("setup", 0.0) + report.duration
+        limit = FAST_LIMIT_S * speed.slowdown()
+        if took > limit:
+            report.outcome = "failed"
+            report.longrepr = (f"{item.nodeid} is not marked slow but took {took:.1f} s (set-up and call), over "
+                               f"the fast tier's {FAST_LIMIT_S:.0f} s x measured slowdown {limit / FAST_LIMIT_S:.2f} "
+                               f"= {limit:.1f} s: mark it @pytest.mark.slow, or make it faster (tests/README.md)")
+    if call.when == "teardown":
+        for when in ("setup", "call", "teardown"):
+            report.user_properties.append((f"{when}_s", f"{durations.get(when, 0.0):.3f}"))
+        report.user_properties.append(("markers", ",".join(sorted(
+            {m.name for m in item.iter_markers() if m.name in SLOW_MARKERS or m.name == "lmod"}))))
+
 
 def run_envtool(*args, env=None, cwd=None, timeout=3600, input=None):
     """Run the real ``envtool`` CLI in a subprocess; returns CompletedProcess (text)."""
@@ -85,8 +162,6 @@ def _signal_dispositions_unchanged():
     child (an ``envtool create`` the suite starts) inherits SIG_IGN across exec, and envtool then
     rightly leaves that signal ignored, as for ``nohup`` — a CI run once saw ``create`` finish with
     exit 0 after SIGQUIT, SIGUSR1 and SIGALRM because an earlier in-process test left them ignored."""
-    from envtool.core.procs import EXIT_SIGNALS
-
     before = {sig: signal.getsignal(sig) for sig in EXIT_SIGNALS}
     yield
     changed = {sig: signal.getsignal(sig) for sig, h in before.items() if signal.getsignal(sig) != h}

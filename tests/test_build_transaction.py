@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_envtool
+from conftest import REPO, default_stop_signals, run_envtool
 from envtool.core import procs
 from envtool.core.errors import Interrupted, StepFailed, TargetExists
 from envtool.steps.runner import Runner
@@ -38,7 +38,7 @@ def world(tmp_path):
 def start_create(tmp_path, env, target, *extra):
     return subprocess.Popen([sys.executable, "-m", "envtool", "create", "tiny", "--prefix", str(target), *extra],
                             env=dict(os.environ, **env), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=default_stop_signals)
 
 
 def wait_for_build(parent: Path, name: str, timeout: float = 120) -> Path:

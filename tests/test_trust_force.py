@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_envtool
-from envtool.core.procs import EXIT_SIGNALS
+from conftest import REPO, default_stop_signals, run_envtool
 
 TINY = "name: tiny\nengine: venv\n"
 
@@ -34,17 +33,8 @@ def world(tmp_path):
     return tmp_path, env
 
 
-def _default_stop_signals():
-    """In the child before exec: envtool's stop signals at their default action, whatever pytest
-    inherited (``nohup pytest`` ignores SIGHUP; a test once left three ignored). envtool keeps a
-    signal ignored at start ignored, so an inherited SIG_IGN would make these tests meaningless.
-    (Nothing is imported here: the child of a fork runs it.)"""
-    for sig in EXIT_SIGNALS:
-        signal.signal(sig, signal.SIG_DFL)
-
-
 def start(argv, env, cwd=REPO, **kw):
-    kw.setdefault("preexec_fn", _default_stop_signals)  # the nohup test passes its own
+    kw.setdefault("preexec_fn", default_stop_signals)  # the nohup test passes its own
     return subprocess.Popen([sys.executable, "-m", "envtool", *map(str, argv)], env=dict(os.environ, **env), cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
@@ -278,6 +268,33 @@ def test_nohup_keeps_sighup_ignored(world):
     assert proc.returncode == 0, err
     assert (target / "bin" / "python").exists()
     assert leftovers(target.parent) == []
+
+
+def _as_a_background_job():
+    """What a POSIX shell without job control does for ``cmd &``: SIGINT and SIGQUIT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+
+
+def test_a_background_jobs_ignored_sigint_stays_ignored_and_sigterm_still_stops_it(world):
+    """Issue 37's "create exited 0 after SIGINT": a rehearsal started in the background had pytest,
+    and so every envtool it started, ignore SIGINT. envtool keeps it ignored (a terminal's Ctrl-C must
+    not reach a background job): the environment is placed and the exit is 0. SIGTERM still stops it."""
+    tmp_path, env = world
+    target = tmp_path / "envs" / "tiny"
+    proc = start(["create", "tiny", "--prefix", target], env, preexec_fn=_as_a_background_job)
+    wait_for_build(target.parent, "tiny")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert (target / "bin" / "python").exists() and leftovers(target.parent) == []
+    other = tmp_path / "envs" / "other"
+    proc = start(["create", "tiny", "--prefix", other], env, preexec_fn=_as_a_background_job)
+    wait_for_build(other.parent, "other")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    assert not other.exists() and leftovers(other.parent) == []
 
 
 def test_children_use_a_private_tmpdir_that_goes_with_the_build(world):
