@@ -35,7 +35,9 @@ def _home(tmp_path: Path) -> dict:
 
 
 def _listed(env) -> list:
-    proc = run_envtool("list", "--json", env=env, timeout=300)
+    # from the run's own directory: `list` also looks under ./envs, and the checkout may hold the
+    # README's main-job environment (issue 37: a rehearsal listed one another process had made)
+    proc = run_envtool("list", "--json", env=env, timeout=300, cwd=env["XDG_STATE_HOME"])
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)["environments"]
 
@@ -58,7 +60,7 @@ def test_create_list_remove(tmp_path):
     assert row["spec"] == "bare" and row["status"] == "ok" and row["registered"]
     measured = sum(p.stat().st_size for p in prefix.rglob("*") if p.is_file() and not p.is_symlink())
     assert row["size"] == measured > 1_000_000  # a venv with pip: megabytes, measured for real
-    text = run_envtool("list", env=env, timeout=300).stdout
+    text = run_envtool("list", env=env, timeout=300, cwd=env["XDG_STATE_HOME"]).stdout
     assert str(prefix) in text and "bare" in text and " MB" in text and "ok" in text
 
     proc = run_envtool("remove", prefix, "--dry-run", env=env)
@@ -77,7 +79,7 @@ def test_create_list_remove(tmp_path):
     subprocess.run(["rm", "-rf", str(prefix)], check=True)
     rows = _listed(env)
     assert [(r["prefix"], r["status"]) for r in rows] == [(str(prefix), "missing")]
-    assert "missing" in run_envtool("list", env=env).stdout
+    assert "missing" in run_envtool("list", env=env, cwd=env["XDG_STATE_HOME"]).stdout
 
 
 def test_list_finds_environments_under_envs_without_a_registry(tmp_path):
