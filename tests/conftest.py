@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from envtool.core.procs import EXIT_SIGNALS  # noqa: E402
-from helpers import speed  # noqa: E402  (tests/ is on sys.path from here on)
+from helpers import shared, speed  # noqa: E402  (tests/ is on sys.path from here on)
 
 #: markers that make a test part of the full suite only (``-m "not slow"`` is the fast tier): a
 #: test with one of the others is slow too (it starts Slurm, a cluster or uses the twin)
@@ -68,12 +68,21 @@ def pytest_report_header(config):
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """A test marked ``multinode``, ``slurm`` or ``twin`` is ``slow`` too, so ``-m "not slow"``
-    leaves out everything that compiles, starts a scheduler or uses the twin."""
+    leaves out everything that compiles, starts a scheduler or uses the twin.
+
+    Under pytest-xdist (``--dist loadgroup``) each test gets an ``xdist_group``: its module's name, so a
+    module's tests and its module-scoped fixtures stay in one worker, except the ``multinode`` tests,
+    which are one group whatever their module (one worker starts the test cluster, once). A test's
+    own ``xdist_group`` marker wins."""
     for item in items:
         if any(item.get_closest_marker(m) for m in SLOW_MARKERS[1:]) and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("xdist_group") is None:
+            group = "multinode" if item.get_closest_marker("multinode") else Path(str(item.fspath)).stem
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -113,14 +122,17 @@ def run_envtool(*args, env=None, cwd=None, timeout=3600, input=None):
 
 @pytest.fixture(scope="session")
 def cpu_horovod_env(tmp_path_factory) -> Path:
-    """Prefix of a real cpu-horovod environment (created once per session)."""
+    """Prefix of a real cpu-horovod environment, created once per run (every pytest-xdist worker of
+    the run shares it: :func:`helpers.shared.once`)."""
     reuse = os.environ.get("ENVTOOL_TEST_CPU_ENV")
     if reuse and (Path(reuse) / "bin" / "horovodrun").exists():
         return Path(reuse)
-    prefix = tmp_path_factory.mktemp("envs") / "cpu-horovod"
-    proc = run_envtool("create", "cpu-horovod", "--prefix", prefix)
-    assert proc.returncode == 0, f"envtool create cpu-horovod failed:\n{proc.stdout}\n{proc.stderr}"
-    return prefix
+
+    def build(prefix: Path) -> None:
+        proc = run_envtool("create", "cpu-horovod", "--prefix", prefix)
+        assert proc.returncode == 0, f"envtool create cpu-horovod failed:\n{proc.stdout}\n{proc.stderr}"
+
+    return shared.once(tmp_path_factory, "cpu-horovod", build)
 
 
 @pytest.fixture(scope="session")
@@ -134,7 +146,9 @@ def multinode_cluster(tmp_path_factory):
         if os.environ.get("CI"):
             pytest.fail(why)
         pytest.skip(f"no multi-node cluster here: {why}")
-    c = cluster.start(tmp_path_factory.mktemp("envtool-tc"), nodes=2, shared=[tmp_path_factory.getbasetemp()])
+    # the run's whole temporary tree is the cluster's shared file system: the worker's own tmp_path
+    # and what every worker shares (helpers.shared: the cpu-horovod environment, images)
+    c = cluster.start(tmp_path_factory.mktemp("envtool-tc"), nodes=2, shared=[shared.run_root(tmp_path_factory)])
     try:
         yield c
     finally:

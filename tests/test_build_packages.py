@@ -18,6 +18,7 @@ from envtool.engines.rattler import build_package_steps
 from envtool.engines.rattler_api import install_records, read_prefix_records, solve_records
 from envtool.spec.catalog import load_spec
 from envtool.steps.runner import Runner
+from helpers.speed import scaled
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -95,7 +96,7 @@ def _envtool(*args, env=None):
     import os
 
     return subprocess.run([sys.executable, "-m", "envtool", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **(env or {})})
+                          timeout=scaled(120), env={**os.environ, **(env or {})})
 
 
 def test_plan_puts_the_build_packages_around_the_horovod_build(tmp_path):

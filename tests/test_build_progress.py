@@ -13,6 +13,7 @@ import pytest
 
 from envtool.core.errors import StepFailed
 from envtool.steps.runner import Runner
+from helpers.speed import scaled
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -44,14 +45,14 @@ def _drive(tmp_path, verbose=False, tty=False):
     argv = [sys.executable, "-c", DRIVER, str(log), "-v" if verbose else "-", BUILD]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     if not tty:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=scaled(60), env=env)
         assert proc.returncode == 0, proc.stderr
         return proc.stderr, log.read_text()
     master, slave = pty.openpty()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave, env=env)
     os.close(slave)
     chunks = []
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)
     while time.monotonic() < deadline:
         ready, _, _ = select.select([master], [], [], 0.5)
         if ready:
@@ -65,7 +66,7 @@ def _drive(tmp_path, verbose=False, tty=False):
         elif proc.poll() is not None:
             break
     os.close(master)
-    assert proc.wait(timeout=10) == 0
+    assert proc.wait(timeout=scaled(10)) == 0
     return b"".join(chunks).decode(), log.read_text()
 
 
@@ -111,7 +112,7 @@ def test_timeout_kills_the_group_while_progress_is_shown(tmp_path):
         with pytest.raises(StepFailed, match="timed out"):
             r.run(["sh", "-c", "echo '[ 10%] Building CXX object a.o'; sleep 60 & wait"], timeout=1.5,
                   progress="compiling Horovod")
-        assert time.monotonic() - started < 15
+        assert time.monotonic() - started < scaled(15)
 
 
 BACKEND = r"""
@@ -155,7 +156,7 @@ def test_the_build_command_streams_cmake_progress_through_pip(tmp_path):
                              str(src)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                             env=dict(os.environ, PYTHONPATH=str(REPO)))
     arrivals = [(time.monotonic(), line.rstrip("\n")) for line in proc.stderr]
-    assert proc.wait(timeout=120) == 0
+    assert proc.wait(timeout=scaled(120)) == 0
     end = arrivals[-1][0]
     assert arrivals[-1][1] == "driver done"
     first = next(t for t, l in arrivals if "compiling [ 10%], 1 object built" in l)

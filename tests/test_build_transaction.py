@@ -21,6 +21,7 @@ from envtool.core import procs
 from envtool.core.errors import Interrupted, StepFailed, TargetExists
 from envtool.steps.runner import Runner
 from envtool.steps.transaction import BuildTransaction, move_into_place
+from helpers.speed import scaled
 
 TINY = "name: tiny\nengine: venv\n"
 
@@ -41,9 +42,9 @@ def start_create(tmp_path, env, target, *extra):
                             text=True, preexec_fn=default_stop_signals)
 
 
-def wait_for_build(parent: Path, name: str, timeout: float = 120) -> Path:
+def wait_for_build(parent: Path, name: str, timeout: float | None = None) -> Path:
     """The build directory once its venv has a bin/ (the create is mid-way)."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + (scaled(120) if timeout is None else timeout)
     while time.monotonic() < deadline:
         found = [p for p in parent.glob(f".{name}.envtool-build-*") if (p / "bin").is_dir()]
         if found:
@@ -147,7 +148,7 @@ def test_runner_timeout_holds_when_the_command_prints_nothing(tmp_path):
         started = time.monotonic()
         with pytest.raises(StepFailed, match="timed out"):
             runner.run(["sh", "-c", "sleep 30"], timeout=1)
-        assert time.monotonic() - started < 10
+        assert time.monotonic() - started < scaled(10)
     # the whole process group went: the sleep is gone too
     out = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True).stdout
     assert not [l for l in out.splitlines() if l.split()[0][0] != "Z" and l.split(None, 1)[1] == "sleep 30"], out
@@ -155,10 +156,14 @@ def test_runner_timeout_holds_when_the_command_prints_nothing(tmp_path):
 
 def test_kill_children_kills_the_whole_process_group():
     proc = procs.popen(["sh", "-c", "sleep 300 & sleep 300 & wait"])
-    time.sleep(0.3)
     pgid = proc.pid
+    deadline = time.monotonic() + scaled(10)
+    while len(running_in_group(pgid)) < 3 and time.monotonic() < deadline:  # sh and its two sleeps
+        time.sleep(0.02)
     assert procs.kill_children() == 1
-    time.sleep(0.2)
+    deadline = time.monotonic() + scaled(10)
+    while running_in_group(pgid) and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert running_in_group(pgid) == []
 
 
@@ -170,7 +175,7 @@ def test_a_directory_that_appears_during_create_is_kept_and_the_new_env_beside_i
     wait_for_build(target.parent, "tiny")
     target.mkdir()
     (target / "mine.txt").write_text("user data")
-    out, err = proc.communicate(timeout=300)
+    out, err = proc.communicate(timeout=scaled(300))
     assert proc.returncode == 2, err
     assert (target / "mine.txt").read_text() == "user data"
     m = re.search(r"the new environment is kept at (\S+)", err)
@@ -185,8 +190,8 @@ def test_concurrent_creates_to_one_prefix_are_serialised(world):
     target = tmp_path / "envs" / "tiny"
     first = start_create(tmp_path, env, target)
     wait_for_build(target.parent, "tiny")
-    second = run_envtool("create", "tiny", "--prefix", target, env=env, timeout=300)
-    out, err = first.communicate(timeout=300)
+    second = run_envtool("create", "tiny", "--prefix", target, env=env, timeout=scaled(300))
+    out, err = first.communicate(timeout=scaled(300))
     assert first.returncode == 0, err
     assert second.returncode == 2, second.stderr
     assert "waiting for another envtool" in second.stderr
@@ -205,7 +210,7 @@ def test_repeated_signals_still_clean_up_and_print_the_log(world, signals):
     for i, name in enumerate(signals):
         proc.send_signal(getattr(signal, name))
         time.sleep(0.02)  # the second one lands while the first one's clean-up runs
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=scaled(120))
     assert proc.returncode == 130, err
     assert "interrupted" in err and "build log:" in err and "nothing was left at" in err
     assert not target.exists()
@@ -215,12 +220,12 @@ def test_repeated_signals_still_clean_up_and_print_the_log(world, signals):
 def test_sigterm_during_force_says_the_old_environment_is_intact(world):
     tmp_path, env = world
     target = tmp_path / "envs" / "tiny"
-    assert run_envtool("create", "tiny", "--prefix", target, env=env, timeout=300).returncode == 0
+    assert run_envtool("create", "tiny", "--prefix", target, env=env, timeout=scaled(300)).returncode == 0
     (target / "marker").write_text("old")
     proc = start_create(tmp_path, env, target, "--force")
     wait_for_build(target.parent, "tiny")
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=scaled(120))
     assert proc.returncode == 130
     assert f"the old environment at {target} is intact" in err
     assert "nothing was left" not in err
@@ -231,9 +236,9 @@ def test_sigterm_during_force_says_the_old_environment_is_intact(world):
 def test_force_replaces_the_old_environment_whole(world):
     tmp_path, env = world
     target = tmp_path / "envs" / "tiny"
-    assert run_envtool("create", "tiny", "--prefix", target, env=env, timeout=300).returncode == 0
+    assert run_envtool("create", "tiny", "--prefix", target, env=env, timeout=scaled(300)).returncode == 0
     (target / "marker").write_text("old")
-    proc = run_envtool("create", "tiny", "--prefix", target, "--force", env=env, timeout=300)
+    proc = run_envtool("create", "tiny", "--prefix", target, "--force", env=env, timeout=scaled(300))
     assert proc.returncode == 0, proc.stderr
     assert not (target / "marker").exists() and (target / "bin" / "python").exists()
     assert envtool_leftovers(target.parent) == []
@@ -246,9 +251,13 @@ def test_kill_9_leaves_a_build_dir_that_the_next_run_removes(world):
     build = wait_for_build(target.parent, "tiny")
     proc.kill()
     proc.wait()
-    time.sleep(0.5)  # its children (in their own process group) are orphaned, not stopped: let them finish
+    # its children (in their own process group) are orphaned, not stopped: let them finish
+    deadline = time.monotonic() + scaled(30)
+    while subprocess.run(["pgrep", "-f", str(build)], capture_output=True).returncode == 0 \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert build.exists()
-    again = run_envtool("create", "tiny", "--prefix", target, env=env, timeout=300)
+    again = run_envtool("create", "tiny", "--prefix", target, env=env, timeout=scaled(300))
     assert again.returncode == 0, again.stderr
     assert f"removed {build}" in again.stderr
     assert not build.exists()
@@ -257,7 +266,7 @@ def test_kill_9_leaves_a_build_dir_that_the_next_run_removes(world):
 def test_sigterm_during_clone_cleans_up(world, tmp_path):
     tmp_path, env = world
     source = tmp_path / "envs" / "tiny"
-    assert run_envtool("create", "tiny", "--prefix", source, env=env, timeout=300).returncode == 0
+    assert run_envtool("create", "tiny", "--prefix", source, env=env, timeout=scaled(300)).returncode == 0
     # make the copy long enough to be interrupted: 3000 small files
     big = source / "share" / "data"
     big.mkdir(parents=True)
@@ -267,13 +276,13 @@ def test_sigterm_during_clone_cleans_up(world, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "envtool", "clone", str(source), "--prefix", str(target),
                              "--mode", "copy"], env=dict(os.environ, **env), cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)
     while time.monotonic() < deadline and not list(target.parent.glob(".c.envtool-build-*")):
         time.sleep(0.01)
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=scaled(120))
     assert proc.returncode in (130, 0), (proc.returncode, err)  # 0 only if the clone won the race
     if proc.returncode == 130:
         assert "build log:" in err and not target.exists()

@@ -27,6 +27,7 @@ from envtool.core.errors import StepFailed
 from envtool.horovod import cache
 from helpers.conda_channel import build_channel, python_package
 from helpers.wheels import make_wheel
+from helpers.speed import scaled
 
 USER = "envtool-user"
 GROUP = "envtool-pub"
@@ -61,7 +62,7 @@ def _need_user():
 def as_user(script: str) -> subprocess.CompletedProcess:
     """``script`` in bash as the second user (runuser)."""
     return subprocess.run(["runuser", "-u", USER, "--", "bash", "-c", script], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=scaled(120))
 
 
 def _key(**kw) -> cache.BuildKey:
@@ -96,7 +97,7 @@ def _published_site(tmp_path: Path, monkeypatch, genuine: Path, key: cache.Build
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
     prefix = tmp_path_factory.mktemp("trust") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True, timeout=scaled(300))
     return prefix
 
 
@@ -106,9 +107,9 @@ def _install_what_the_cache_gives(venv: Path, wheel) -> str:
     if wheel is None:
         return ""
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    "--no-deps", "--force-reinstall", str(wheel)], check=True, capture_output=True, timeout=300)
+                    "--no-deps", "--force-reinstall", str(wheel)], check=True, capture_output=True, timeout=scaled(300))
     return subprocess.run([str(venv / "bin" / "python"), "-c", "import horovod; print(horovod.GENUINE)"],
-                          capture_output=True, text=True, cwd="/", timeout=120).stdout.strip()
+                          capture_output=True, text=True, cwd="/", timeout=scaled(120)).stdout.strip()
 
 
 def test_tampered_wheel_in_a_site_cache_is_refused_and_none_of_its_code_runs(tmp_path, monkeypatch, venv):
@@ -227,7 +228,7 @@ def test_cache_publish_records_the_wheel_and_stays_group_readable_not_writable_u
         assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
     site = tmp_path / "site"
     proc = subprocess.run(["bash", "-c", f"umask 002; exec {sys.executable} -m envtool cache publish --to {site} --json"],
-                          capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent, timeout=120)
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent, timeout=scaled(120))
     assert proc.returncode == 0, proc.stderr
     entry = site / "horovod-wheels" / key.digest()
     for p in (site, site / "horovod-wheels", entry, *entry.iterdir()):
@@ -270,7 +271,7 @@ def test_a_planted_pyc_in_the_bytecode_store_is_never_linked(shared_tmp):
 
     def probe(lib):
         return subprocess.run(["bash", "-c", f"umask 002; exec {sys.executable} {probe_path('bytecode')} {lib} {store}"],
-                              capture_output=True, text=True, check=True, timeout=120)
+                              capture_output=True, text=True, check=True, timeout=scaled(120))
 
     probe(libs[0])
     tag = sys.implementation.cache_tag
@@ -343,7 +344,7 @@ def test_envtools_cache_directories_are_private_under_umask_002(tmp_path):
 
     def create(prefix):  # with the cache root ``root`` as it is when called
         return subprocess.run(["bash", "-c", f"umask 002; exec {sys.executable} -m envtool create tiny --prefix {prefix}"],
-                              capture_output=True, text=True, cwd=repo, timeout=600,
+                              capture_output=True, text=True, cwd=repo, timeout=scaled(600),
                               env=dict(os.environ, ENVTOOL_SPEC_PATH=str(specs), ENVTOOL_CACHE_DIR=str(root)))
 
     proc = create(tmp_path / "env")
@@ -402,14 +403,14 @@ def test_diff_reports_a_horovod_wheel_that_is_not_the_locked_one(tmp_path):
     genuine, planted = _wheels(tmp_path, marker)
     digest = _key().digest()
     prefix = tmp_path / "env"
-    subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True, timeout=scaled(300))
 
     def install(wheel):
         entry = tmp_path / f"cache-{wheel.parent.name}" / "horovod-wheels" / digest
         entry.mkdir(parents=True)
         shutil.copyfile(wheel, entry / wheel.name)
         subprocess.run([str(prefix / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        "--no-deps", "--force-reinstall", str(entry / wheel.name)], check=True, timeout=300)
+                        "--no-deps", "--force-reinstall", str(entry / wheel.name)], check=True, timeout=scaled(300))
 
     install(genuine)
     lock = tmp_path / "env.conda-lock.yml"

@@ -18,6 +18,7 @@ import pytest
 
 from envtool.engines.rattler_api import solve_records
 from envtool.spec import channels
+from helpers.speed import scaled
 
 REPO = Path(__file__).resolve().parent.parent
 MAIN, R = "https://repo.anaconda.com/pkgs/main", "https://repo.anaconda.com/pkgs/r"
@@ -27,7 +28,7 @@ def run_envtool(*args, env=None):
     full = {k: v for k, v in os.environ.items() if not k.startswith("ENVTOOL_")}
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "envtool", *map(str, args)], cwd=REPO, capture_output=True,
-                          text=True, env=full, timeout=300)
+                          text=True, env=full, timeout=scaled(300))
 
 
 def test_expand_maps_defaults_to_conda_default_channels(monkeypatch):

@@ -13,13 +13,14 @@ import pytest
 
 from conftest import run_envtool
 from envtool.validate import probes
+from helpers.speed import scaled
 
 pytestmark = pytest.mark.slow
 
 
 def test_import_torch_and_horovod_print_nothing(cpu_horovod_env):
     proc = subprocess.run([str(cpu_horovod_env / "bin" / "python"), "-c", "import torch, horovod.torch"],
-                          capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONWARNINGS=""))
+                          capture_output=True, text=True, timeout=scaled(300), env=dict(os.environ, PYTHONWARNINGS=""))
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
 
@@ -38,7 +39,7 @@ def test_create_validation_reports_clean_imports(cpu_horovod_env):
 def without_numpy(cpu_horovod_env, tmp_path_factory):
     """A hard-linked copy of the environment with numpy removed (the original is untouched)."""
     copy = tmp_path_factory.mktemp("noisy") / "env"
-    subprocess.run(["cp", "-al", str(cpu_horovod_env), str(copy)], check=True, timeout=300)
+    subprocess.run(["cp", "-al", str(cpu_horovod_env), str(copy)], check=True, timeout=scaled(300))
     site = next(copy.glob("lib/python3*/site-packages"))
     removed = [p for p in site.iterdir() if p.name == "numpy" or p.name.startswith("numpy-")
                or p.name == "numpy.libs"]

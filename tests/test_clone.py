@@ -25,6 +25,7 @@ from helpers.conda_channel import BINARY_PLACEHOLDER, TEXT_PLACEHOLDER, PackageD
 from envtool.engines import clone as cl
 from envtool.engines.rattler_api import install_records, read_prefix_records, record_key, solve_records
 from envtool.steps.clone import clone_env
+from helpers.speed import scaled
 
 
 def channel_packages():
@@ -116,7 +117,7 @@ def cloned(world, tmp_path_factory):
     os.rename(channel, hidden)  # proves the clone came from the read-only cache, not the URLs
     try:
         proc = run_envtool("clone", world["source"], "--prefix", base / "t", "--json",
-                           env={"ENVTOOL_CACHE_DIR": str(cache)}, timeout=600)
+                           env={"ENVTOOL_CACHE_DIR": str(cache)}, timeout=scaled(600))
     finally:
         os.rename(hidden, channel)
     after = cl.fingerprint(world["source"].parent.parent)

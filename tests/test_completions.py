@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.speed import scaled
+
 REPO = Path(__file__).resolve().parent.parent
 BASH = REPO / "completions" / "envtool.bash"
 ZSH = REPO / "completions" / "_envtool"
@@ -18,7 +20,7 @@ def complete_bash(*words, env=None):
     """What bash's completion offers for the last of ``words`` (``envtool`` first)."""
     script = (f"source {BASH}; COMP_WORDS=({' '.join(repr(w) for w in words)}); COMP_CWORD={len(words) - 1}; "
               "_shtab_envtool; printf '%s\\n' \"${COMPREPLY[@]}\"")
-    proc = subprocess.run(["bash", "--norc", "-c", script], capture_output=True, text=True, timeout=30,
+    proc = subprocess.run(["bash", "--norc", "-c", script], capture_output=True, text=True, timeout=scaled(30),
                           env=dict(os.environ, **(env or {})), cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     return [l for l in proc.stdout.splitlines() if l]
@@ -27,7 +29,7 @@ def complete_bash(*words, env=None):
 def test_committed_completions_are_up_to_date():
     pytest.importorskip("shtab")
     proc = subprocess.run([sys.executable, "scripts/gen_completions.py", "--check"], cwd=REPO, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=scaled(60))
     assert proc.returncode == 0, proc.stderr
 
 
@@ -47,7 +49,7 @@ def test_bash_completes_commands_specs_sites_and_options(tmp_path):
 def test_zsh_loads_the_completion_and_lists_path_names(tmp_path):
     if not shutil.which("zsh"):
         if os.geteuid() == 0:
-            subprocess.run(["bash", str(REPO / "tests" / "setup.d" / "zsh.sh")], check=True, timeout=600)
+            subprocess.run(["bash", str(REPO / "tests" / "setup.d" / "zsh.sh")], check=True, timeout=scaled(600))
         else:
             pytest.skip("zsh missing (tests/setup.d/zsh.sh installs it as root)")
     assert subprocess.run(["zsh", "-n", str(ZSH)], capture_output=True).returncode == 0
@@ -56,7 +58,7 @@ def test_zsh_loads_the_completion_and_lists_path_names(tmp_path):
     script = (f'autoload -Uz compinit; compinit -u -D; eval "$(<{ZSH})"; '
               'print -r -- "compdef=$_comps[envtool]"; _envtool_path_names ENVTOOL_SPEC_PATH; '
               'grep -c _envtool_specs ' + str(ZSH))
-    proc = subprocess.run(["zsh", "-f", "-c", script], capture_output=True, text=True, timeout=60,
+    proc = subprocess.run(["zsh", "-f", "-c", script], capture_output=True, text=True, timeout=scaled(60),
                           env=dict(os.environ, ENVTOOL_SPEC_PATH=f"{tmp_path}:/nonexistent"))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()

@@ -9,6 +9,7 @@ import pytest
 from envtool.core.errors import UsageError
 from envtool.scheduler import containers
 from envtool.spec.sites import ContainerSection
+from helpers.speed import scaled
 
 #: The KISTI Perlmutter tutorial's Shifter line
 #: (hwang2006/distributed-training-with-horovod-on-perlmutter@db9db9a20292:README.md#L471).
@@ -100,7 +101,7 @@ from conftest import REPO, run_envtool
 
 
 def _jobscript(*args, expect=0):
-    proc = run_envtool("jobscript", *args, timeout=120)
+    proc = run_envtool("jobscript", *args, timeout=scaled(120))
     assert proc.returncode == expect, proc.stderr + proc.stdout
     return proc
 
@@ -305,7 +306,7 @@ def test_charliecloud_job_script_runs_ranks_in_the_image_under_slurm(tmp_path):
     try:
         env = dict(ch_env(), **cluster.env)
         proc = subprocess.run(["sbatch", "--wait", str(script)], capture_output=True, text=True, env=env,
-                              timeout=300, cwd=tmp_path)
+                              timeout=scaled(300), cwd=tmp_path)
         log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
         assert proc.returncode == 0, proc.stdout + proc.stderr + log + cluster.logs()
     finally:
@@ -346,8 +347,9 @@ def test_origin_and_expected_injection():
     assert container_check.expected_injection(ContainerSection(runtime="charliecloud", source="s")) == {}
 
 
-def _doctor_json(argv, env, timeout=180):
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+def _doctor_json(argv, env, timeout=None):
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env,
+                          timeout=scaled(180) if timeout is None else timeout)
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     data = json.loads(proc.stdout)
     (f,) = [f for f in data["findings"] if f["id"] == "container"]
@@ -450,7 +452,7 @@ def test_libmpi_found_is_the_one_the_horovod_extension_loads(cpu_horovod_env):
     assert exts, f"no Horovod MPI extension under {cpu_horovod_env}"
     hit = container_check.find_library("libmpi.so", {}, Path(cpu_horovod_env))
     assert hit is not None and hit[1] == f"ldd {exts[0]}"
-    out = subprocess.run(["ldd", str(exts[0])], capture_output=True, text=True, timeout=60).stdout
+    out = subprocess.run(["ldd", str(exts[0])], capture_output=True, text=True, timeout=scaled(60)).stdout
     m = re.search(r"^\s*libmpi\.so\.\d+ => (/\S+)", out, re.M)
     assert m and os.path.realpath(m.group(1)) == hit[0]
     assert container_check.origin(hit[0]) == "image"  # not under /opt/udiImage/modules, no site bind

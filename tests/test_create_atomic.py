@@ -10,6 +10,7 @@ from pathlib import Path
 
 from conftest import REPO, run_envtool
 from envtool.steps.relocate import rewrite_prefix
+from helpers.speed import scaled
 
 MISSING_FRAMEWORK = """name: needs-tensorflow
 summary: asks Horovod for TensorFlow but installs none
@@ -74,7 +75,7 @@ def test_sigterm_during_create_removes_the_build_prefix(tmp_path):
     env = dict(os.environ, ENVTOOL_SPEC_PATH=str(specs), ENVTOOL_CACHE_DIR=str(tmp_path / "cache"))
     proc = subprocess.Popen([sys.executable, "-m", "envtool", "create", "slow-pip", "--prefix", str(target)],
                             env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + scaled(120)
     while time.monotonic() < deadline:  # wait until the venv exists in the build prefix
         builds = [p for p in target.parent.glob(".slow.envtool-build-*") if (p / "bin" / "python").exists()]
         if builds:
@@ -83,7 +84,7 @@ def test_sigterm_during_create_removes_the_build_prefix(tmp_path):
     assert builds, "the build prefix never appeared"
     time.sleep(1.0)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=scaled(120))
     assert proc.returncode == 130, err
     assert "interrupted" in err and "build log:" in err
     assert not target.exists()

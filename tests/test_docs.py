@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.speed import scaled
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -18,7 +20,7 @@ def _mkdocs_build(root: Path, out: Path) -> subprocess.CompletedProcess:
     pytest.importorskip("mkdocs")
     return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
                            str(root / "mkdocs.yml"), "--site-dir", str(out)],
-                          cwd=root, capture_output=True, text=True, timeout=300)
+                          cwd=root, capture_output=True, text=True, timeout=scaled(300))
 
 
 def _copy_docs(tmp_path: Path) -> Path:
@@ -58,7 +60,7 @@ def test_strict_build_fails_on_a_broken_link_a_missing_anchor_or_a_page_outside_
 
 def test_committed_cli_reference_is_generated_from_the_parser():
     proc = subprocess.run([sys.executable, "scripts/gen_cli_reference.py", "--check"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=scaled(120))
     assert proc.returncode == 0, proc.stderr
 
 

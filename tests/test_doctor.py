@@ -17,12 +17,13 @@ from helpers.wheels import make_wheel
 from envtool.checks import registry
 from envtool.checks.gpu import nccl_code_to_version
 from envtool.checks.launchers import mpi_identity
+from helpers.speed import scaled
 
 ALL_IDS = {c.id for c in registry.all_checks()}
 
 
 def doctor_json(*args, env=None):
-    proc = run_envtool("doctor", *args, "--json", env=env, timeout=600)
+    proc = run_envtool("doctor", *args, "--json", env=env, timeout=scaled(600))
     assert proc.returncode in (0, 1), proc.stderr
     data = json.loads(proc.stdout)
     return proc.returncode, data, {f["id"]: f for f in data["findings"]}
@@ -145,7 +146,7 @@ def test_missing_capability_fails_with_rebuild_command(cpu_horovod_env, tmp_path
             tensor_operations: [NCCL, Gloo, MPI]
         """)
     proc = run_envtool("doctor", "--prefix", cpu_horovod_env, "--spec", "cpu-horovod-nccl",
-                       "--only", "horovod-build", env=env, timeout=600)
+                       "--only", "horovod-build", env=env, timeout=scaled(600))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     out = proc.stdout
     assert "FAIL  horovod-build" in out
@@ -195,7 +196,7 @@ def unbuilt_env(cpu_horovod_env, tmp_path_factory):
 @pytest.mark.slow
 def test_unbuilt_extension_is_explained(unbuilt_env):
     proc = run_envtool("doctor", "--prefix", unbuilt_env, "--spec", "cpu-horovod", "--only", "horovod-build",
-                       timeout=600)
+                       timeout=scaled(600))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     so = next((unbuilt_env / "lib").glob("python*/site-packages")) / "horovod" / "torch"
     assert f"Extension horovod.torch has not been built: {so}/mpi_lib_v2" in proc.stdout
@@ -330,7 +331,7 @@ def test_probe_timeout_kills_the_whole_process_group(tmp_path):
               "print('ENVTOOL-PROBE {\"child\": %d}' % child.pid, flush=True)\n"
               "time.sleep(120)\n")
     run = envprobe.run_script(Path(sys.executable), script, [], timeout=3)
-    assert run.timed_out and run.error == "no answer within 3 s" and run.seconds < 30
+    assert run.timed_out and run.error == "no answer within 3 s" and run.seconds < scaled(30)
     pid = run.records[0]["child"]
     status = Path(f"/proc/{pid}/status")
     # gone, or a zombie waiting for a reaper: either way no longer running

@@ -25,6 +25,7 @@ from envtool import probes
 from envtool.checks import envprobe
 from envtool.horovod import checkbuild
 from envtool.validate import probes as vprobes
+from helpers.speed import scaled
 
 
 def api_record(prefix):
@@ -36,7 +37,7 @@ def api_record(prefix):
 
 
 def doctor_horovod_build(prefix, *extra):
-    proc = run_envtool("doctor", "--prefix", prefix, "--only", "horovod-build", "--json", *extra, timeout=600)
+    proc = run_envtool("doctor", "--prefix", prefix, "--only", "horovod-build", "--json", *extra, timeout=scaled(600))
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     return proc.returncode, json.loads(proc.stdout)["findings"][0]
 

@@ -8,14 +8,16 @@ import pytest
 from conftest import run_envtool
 from envtool.horovod import checkbuild
 from envtool.validate import probes
+from helpers.speed import scaled
 
 pytestmark = pytest.mark.slow
 
 
-def env_run(prefix, argv, timeout=300, extra=None):
+def env_run(prefix, argv, timeout=None, extra=None):
     env = dict(os.environ, PYTHONUNBUFFERED="1", PATH=f"{prefix}/bin:{os.environ['PATH']}")
     env.update(extra or {})
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=scaled(300) if timeout is None else timeout,
+                          env=env)
 
 
 def test_check_build_shows_pytorch_gloo_mpi(cpu_horovod_env):

@@ -23,12 +23,13 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from helpers.speed import scaled
 
 USER = "envtool-user"
 USER_VENV = Path(os.environ.get("ENVTOOL_TEST_USER_VENV", "/opt/envtool-test/venv"))
 
 
-def envtool(*args, env=None, cwd=None, timeout=120, umask=None, memory=None, stdin=None):
+def envtool(*args, env=None, cwd=None, timeout=None, umask=None, memory=None, stdin=None):
     """The real CLI of this checkout (``args`` may hold bytes: paths that are not UTF-8)."""
     full = dict(os.environ, PYTHONPATH=str(REPO))
     full.pop("ENVTOOL_DEBUG", None)
@@ -41,7 +42,8 @@ def envtool(*args, env=None, cwd=None, timeout=120, umask=None, memory=None, std
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
     argv = [sys.executable, "-m", "envtool", *[a if isinstance(a, bytes) else str(a) for a in args]]
-    return subprocess.run(argv, capture_output=True, env=full, cwd=cwd or REPO, timeout=timeout,
+    return subprocess.run(argv, capture_output=True, env=full, cwd=cwd or REPO,
+                          timeout=scaled(120) if timeout is None else timeout,
                           preexec_fn=limits, stdin=stdin)
 
 
@@ -106,7 +108,7 @@ def test_read_only_filesystem_is_an_input_error_naming_the_path(shared_dir):
             assert_condition(proc, 2, str(path), "read-only")
         # the cache (and so the build log) on the read-only mount: the build stops, exit 1, nothing left
         proc = envtool("create", "cpu-horovod", "--prefix", shared_dir / "built",
-                       env={"ENVTOOL_CACHE_DIR": str(ro / "cache")}, timeout=300)
+                       env={"ENVTOOL_CACHE_DIR": str(ro / "cache")}, timeout=scaled(300))
         assert_condition(proc, 1, str(ro / "cache"), "read-only")
         assert not (shared_dir / "built").exists()
     finally:
@@ -134,7 +136,7 @@ def test_full_filesystem_is_an_input_error_naming_the_path(shared_dir):
             assert_condition(proc, 2, str(path), "no space")
             assert sorted(p.name for p in (full / "d").iterdir()) == [], "a half-written file was left"
         proc = envtool("create", "cpu-horovod", "--prefix", shared_dir / "built",
-                       env={"ENVTOOL_CACHE_DIR": str(full / "d" / "cache")}, timeout=300)
+                       env={"ENVTOOL_CACHE_DIR": str(full / "d" / "cache")}, timeout=scaled(300))
         assert_condition(proc, 1, str(full / "d" / "cache"), "no space")
         assert not (shared_dir / "built").exists()
     finally:
@@ -142,7 +144,7 @@ def test_full_filesystem_is_an_input_error_naming_the_path(shared_dir):
 
 
 # ------------------------------------------------------------------ another user
-def as_user(args, cwd: Path, env=None, timeout=120):
+def as_user(args, cwd: Path, env=None, timeout=None):
     """``envtool ARGS`` run by the real second user through runuser, in a clean environment."""
     from helpers.readable import importable_root
 
@@ -155,7 +157,7 @@ def as_user(args, cwd: Path, env=None, timeout=120):
     base.update(env or {})
     return subprocess.run(["runuser", "-u", USER, "--", "env", "-i", *[f"{k}={v}" for k, v in base.items()],
                            str(USER_VENV / "bin" / "python"), "-m", "envtool", *map(str, args)],
-                          capture_output=True, cwd=cwd, timeout=timeout)
+                          capture_output=True, cwd=cwd, timeout=scaled(120) if timeout is None else timeout)
 
 
 def test_another_user_reads_a_shared_lock_and_is_told_what_it_cannot_read(shared_dir):
@@ -207,7 +209,7 @@ def test_another_users_lock_file_and_log_directory_are_conditions_not_bugs(share
     root_cache = shared_dir / "root-cache"
     root_cache.mkdir(mode=0o755)
     proc = as_user(["create", "cpu-horovod", "--prefix", home / "env"], home,
-                   env={"ENVTOOL_CACHE_DIR": str(root_cache)}, timeout=300)
+                   env={"ENVTOOL_CACHE_DIR": str(root_cache)}, timeout=scaled(300))
     assert proc.returncode in (1, 2), text(proc)
     assert_condition(proc, proc.returncode, str(root_cache), "permission denied")
     assert not (home / "env").exists()
@@ -237,12 +239,12 @@ def test_bytes_that_are_not_utf8_in_a_path_are_a_usage_error(tmp_path):
 
 def test_an_endless_device_as_input_is_refused_at_once(tmp_path):
     started = time.monotonic()
-    proc = envtool("check-build", "--from-file", "/dev/zero", memory=1 << 30, timeout=60)
+    proc = envtool("check-build", "--from-file", "/dev/zero", memory=1 << 30, timeout=scaled(60))
     assert_condition(proc, 2, "/dev/zero", "regular file")
     with open("/dev/zero", "rb") as zero:
-        proc = envtool("check-build", "--from-file", "-", memory=1 << 30, timeout=60, stdin=zero)
+        proc = envtool("check-build", "--from-file", "-", memory=1 << 30, timeout=scaled(60), stdin=zero)
     assert_condition(proc, 2, "MiB")
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < scaled(30)
 
 
 # ------------------------------------------------------------------ signals
@@ -289,17 +291,19 @@ def test_sigterm_is_exit_130_and_kills_the_children(tmp_path, command, program):
                             env=dict(os.environ, PYTHONPATH=str(REPO), ENVTOOL_CACHE_DIR=str(tmp_path / "cache")))
     children = []
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         while time.monotonic() < deadline and len(children) < 2:
             children = [int(p) for p in pids.read_text().split()] if pids.exists() else []
             time.sleep(0.05)
         assert len(children) == 2, proc.stderr.read() if proc.poll() is not None else "no child started"
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=scaled(30))
         assert proc.returncode == 130, (proc.returncode, err.decode())
         assert "Traceback" not in err.decode()
         assert json.loads(out)["exit"] == 130
-        time.sleep(0.3)
+        deadline = time.monotonic() + scaled(10)
+        while [p for p in children if running(p)] and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert [p for p in children if running(p)] == []
     finally:
         if proc.poll() is None:
@@ -320,7 +324,7 @@ def test_sigint_early_in_publish_is_exit_130_without_traceback(shared_dir):
                                          ENVTOOL_CACHE_DIR=str(shared_dir / "cache")))
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=scaled(120))
         err = err.decode()
         if "Failed to import the site module" in err:
             continue  # the interpreter's own start-up, before any line of envtool ran

@@ -13,6 +13,7 @@ from envtool.horovod import fixes
 from envtool.horovod.cache import BuildKey, WheelCache
 from envtool.horovod.flags import build_env
 from envtool.spec.catalog import load_spec
+from helpers.speed import scaled
 
 PERLMUTTER = ["HOROVOD_GPU_OPERATIONS=NCCL", "HOROVOD_NCCL_LINK=SHARED", "HOROVOD_WITH_TENSORFLOW=1",
               "HOROVOD_WITH_PYTORCH=1", "HOROVOD_WITH_MPI=1", "HOROVOD_WITH_GLOO=1"]
@@ -326,7 +327,7 @@ def test_the_build_sees_conda_prefix_as_the_build_prefix(tmp_path, monkeypatch):
 
     monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "cache"))
     prefix = tmp_path / "env"
-    sp.run([sys.executable, "-m", "venv", str(prefix)], check=True, timeout=300)
+    sp.run([sys.executable, "-m", "venv", str(prefix)], check=True, timeout=scaled(300))
     src = tmp_path / "src"
     src.mkdir()
     helpers = Path(__file__).resolve().parent / "helpers"
@@ -344,7 +345,7 @@ def test_the_build_sees_conda_prefix_as_the_build_prefix(tmp_path, monkeypatch):
         runner.current = step
         horovod_build._run_build(step, runner)
     out = sp.run([str(prefix / "bin" / "python"), "-c", "import horovod; print(horovod.NCCL_HOME)"],
-                 capture_output=True, text=True, cwd="/", timeout=60)
+                 capture_output=True, text=True, cwd="/", timeout=scaled(60))
     assert out.stdout.strip() == str(prefix), out.stderr
     assert horovod_build.expand_prefix_vars(dict(d.build_env), prefix) == {
         "HOROVOD_NCCL_HOME": str(prefix), "HOROVOD_CUDA_HOME": f"{prefix}/cuda",

@@ -15,11 +15,13 @@ import pytest
 
 from conftest import REPO
 from conftest import run_envtool as _run_envtool
+from helpers.speed import scaled
 
 
-def run_envtool(*args, env=None, cwd=None, timeout=600):
+def run_envtool(*args, env=None, cwd=None, timeout=None):
     """The real CLI of this checkout, also when run from another directory (``cwd``)."""
-    return _run_envtool(*args, env=dict(env or {}, PYTHONPATH=str(REPO)), cwd=cwd, timeout=timeout)
+    return _run_envtool(*args, env=dict(env or {}, PYTHONPATH=str(REPO)), cwd=cwd,
+                        timeout=scaled(600) if timeout is None else timeout)
 
 PWN = "touch {marker}"
 
@@ -114,13 +116,13 @@ def test_hostile_yaml_is_refused_quickly_and_briefly(tmp_path, name, body, word)
     spec = write(tmp_path / f"{name}.yaml", body)
     started = time.monotonic()
     proc = subprocess.run(["/usr/bin/time", "-f", "%M", sys.executable, "-m", "envtool", "plan", str(spec)],
-                          capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent, timeout=60)
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent, timeout=scaled(60))
     seconds = time.monotonic() - started
     peak_kb = int(proc.stderr.strip().splitlines()[-1])
     assert proc.returncode == 2, proc.stderr
     assert word in proc.stderr and str(spec) in proc.stderr
     assert len(proc.stderr) < 2000          # no multi-megabyte echo
-    assert seconds < 20 and peak_kb < 200_000, (seconds, peak_kb)
+    assert seconds < scaled(20) and peak_kb < 200_000, (seconds, peak_kb)
 
 
 def test_long_values_are_cut_in_messages(tmp_path):
@@ -161,7 +163,7 @@ def test_plan_quotes_every_value_it_prints(tmp_path):
     for line in pasted:  # every value stays one word and nothing runs when the line is pasted
         words = shlex.split(line, comments=False)
         assert any(str(prefix) in w or "FOO=a " in w or "file:///x" in w for w in words) or line.startswith("#"), line
-        subprocess.run(["bash", "-c", "set -f; printf '%s\\n' " + line], capture_output=True, timeout=10)
+        subprocess.run(["bash", "-c", "set -f; printf '%s\\n' " + line], capture_output=True, timeout=scaled(10))
     env_line = next(l for l in lines if l.startswith("env: "))
     assert shlex.split(env_line[5:]) == [f"FOO=a {evil} b"]
     assert not marker.exists()
@@ -191,7 +193,7 @@ def test_doctor_fix_lines_are_quoted(tmp_path):
         command = fix.split(": ", 1)[1] if ": " in fix else fix
         words = shlex.split(command)
         assert str(prefix) in words, words
-        subprocess.run(["bash", "-c", "printf '%s\\n' " + command], capture_output=True, timeout=10)
+        subprocess.run(["bash", "-c", "printf '%s\\n' " + command], capture_output=True, timeout=scaled(10))
     assert not marker.exists()
 
 

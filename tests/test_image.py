@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_envtool
+from helpers.shared import once
+from helpers.speed import scaled
 
 SETUP = REPO / "tests" / "setup.d" / "image.sh"
 TOOLS = ("mmdebstrap", "umoci", "mksquashfs", "unsquashfs", "ch-run")
@@ -54,15 +56,19 @@ def _components(sbom: dict) -> dict:
 @pytest.fixture(scope="module")
 def image(tools, cpu_horovod_env, tmp_path_factory):
     """``envtool image`` of the cpu-horovod environment, all three forms (built once)."""
-    out = tmp_path_factory.mktemp("image") / "cpu-horovod"
-    t0 = time.monotonic()
-    proc = run_envtool("image", cpu_horovod_env, "--output", out, "--json", timeout=3600)
-    took = time.monotonic() - t0
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    res = json.loads(proc.stdout)
-    print(f"\nimage built in {took:.0f} s: " + ", ".join(f"{k} {v / 1e6:.0f} MB" for k, v in res["sizes"].items())
-          + f"; steps {res['step_seconds']}")
-    return out, res
+    def build(base: Path) -> None:  # once per run: the multi-node tests (another xdist worker) use it too
+        base.mkdir()
+        t0 = time.monotonic()
+        proc = run_envtool("image", cpu_horovod_env, "--output", base / "cpu-horovod", "--json", timeout=3600)
+        took = time.monotonic() - t0
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        (base / "result.json").write_text(proc.stdout)
+        res = json.loads(proc.stdout)
+        print(f"\nimage built in {took:.0f} s: " + ", ".join(f"{k} {v / 1e6:.0f} MB" for k, v in res["sizes"].items())
+              + f"; steps {res['step_seconds']}")
+
+    base = once(tmp_path_factory, "image", build)
+    return base / "cpu-horovod", json.loads((base / "result.json").read_text())
 
 
 def test_image_forms_and_check_build_inside(image, cpu_horovod_env):
@@ -71,17 +77,17 @@ def test_image_forms_and_check_build_inside(image, cpu_horovod_env):
     assert res["libmpi"].startswith("libmpi.so.40 => "), res["libmpi"]
     rootfs = out / "rootfs"
     # nothing of the build is left next to the output
-    assert sorted(p.name for p in out.parent.iterdir()) == ["cpu-horovod"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["cpu-horovod", "result.json"]  # result.json: the fixture's record
     t0 = time.monotonic()
     p = subprocess.run(["ch-run", str(rootfs), "--", "/opt/env/bin/horovodrun", "--check-build"],
-                       capture_output=True, text=True, timeout=600, env={**os.environ, "USER": "root"})
+                       capture_output=True, text=True, timeout=scaled(600), env={**os.environ, "USER": "root"})
     print(f"ch-run horovodrun --check-build: {time.monotonic() - t0:.0f} s\n{p.stdout}")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "[X] PyTorch" in p.stdout and "[X] MPI" in p.stdout and "[X] Gloo" in p.stdout
     # the interpreter inside is the image's (Debian's), at the fixed prefix
     p = subprocess.run(["ch-run", str(rootfs), "--", "/opt/env/bin/python", "-c",
                         "import sys, horovod.torch; print(sys.prefix, sys.base_prefix)"],
-                       capture_output=True, text=True, timeout=600, env={**os.environ, "USER": "root"})
+                       capture_output=True, text=True, timeout=scaled(600), env={**os.environ, "USER": "root"})
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["/opt/env", "/usr"]
 
@@ -102,7 +108,7 @@ def test_image_sbom_equals_the_environments(image, cpu_horovod_env, tmp_path):
     assert horovod[2], "the environment's Horovod records its wheel's hash"
     # squashfs: the same file inside
     p = subprocess.run(["unsquashfs", "-cat", str(out / "image.sqfs"), "opt/env/share/envtool/sbom.cdx.json"],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=scaled(300))
     assert p.returncode == 0, p.stderr
     assert _components(json.loads(p.stdout)) == _components(env_sbom)
     # OCI: the manifest's annotation and the config's label name the SBOM's path
@@ -124,19 +130,22 @@ MPICH_SITE = ("name: mpich-site\nsources: {cce: https://cpe.ext.hpe.com/docs/}\n
 def mpich_image(tools, cpu_horovod_env, tmp_path_factory):
     """The cpu-horovod environment's image for a site whose images carry the MPICH ABI (Cray MPICH's):
     the environment's wheel links Open MPI, so Horovod is compiled inside (the dir form only)."""
-    base = tmp_path_factory.mktemp("mpich-image")
-    site = base / "mpich.yaml"
-    site.write_text(MPICH_SITE)
-    out = base / "img"
-    t0 = time.monotonic()
-    proc = run_envtool("image", cpu_horovod_env, "--output", out, "--site-file", site, "--format", "dir", "--json",
-                       timeout=3600)
-    took = time.monotonic() - t0
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    res = json.loads(proc.stdout)
-    print(f"\nMPICH image (Horovod compiled inside) built in {took:.0f} s: "
-          + ", ".join(f"{k} {v / 1e6:.0f} MB" for k, v in res["sizes"].items()) + f"; steps {res['step_seconds']}")
-    return out, res
+    def build(base: Path) -> None:  # once per run: the multi-node test (another xdist worker) uses it too
+        base.mkdir()
+        site = base / "mpich.yaml"
+        site.write_text(MPICH_SITE)
+        t0 = time.monotonic()
+        proc = run_envtool("image", cpu_horovod_env, "--output", base / "img", "--site-file", site, "--format", "dir",
+                           "--json", timeout=3600)
+        took = time.monotonic() - t0
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        (base / "result.json").write_text(proc.stdout)
+        res = json.loads(proc.stdout)
+        print(f"\nMPICH image (Horovod compiled inside) built in {took:.0f} s: "
+              + ", ".join(f"{k} {v / 1e6:.0f} MB" for k, v in res["sizes"].items()) + f"; steps {res['step_seconds']}")
+
+    base = once(tmp_path_factory, "mpich-image", build)
+    return base / "img", json.loads((base / "result.json").read_text())
 
 
 def test_image_for_the_mpich_abi_compiles_horovod_inside(mpich_image, cpu_horovod_env):
@@ -153,12 +162,12 @@ def test_image_for_the_mpich_abi_compiles_horovod_inside(mpich_image, cpu_horovo
     assert hc["build_env"]["HOROVOD_WITH_MPI"] == "1" and hc["build_env"]["HOROVOD_WITH_GLOO"] == "1", hc
     assert res["libmpi"].startswith("libmpich.so.12 => "), res["libmpi"]
     # nothing of the build is left next to the output; the image holds no compiler
-    assert sorted(p.name for p in out.parent.iterdir()) == ["img", "mpich.yaml"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["img", "mpich.yaml", "result.json"]
     rootfs = out / "rootfs"
     assert not (rootfs / "usr/bin/cmake").exists() and not (rootfs / "usr/bin/g++").exists()
     env = {**os.environ, "USER": "root"}
     p = subprocess.run(["ch-run", str(rootfs), "--", "/opt/env/bin/horovodrun", "--check-build"],
-                       capture_output=True, text=True, timeout=600, env=env)
+                       capture_output=True, text=True, timeout=scaled(600), env=env)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "[X] PyTorch" in p.stdout and "[X] MPI" in p.stdout and "[X] Gloo" in p.stdout, p.stdout
     # both ranks' values (1 and 2) in the sum; only rank 0 prints (mpiexec forwards the ranks' output
@@ -167,7 +176,7 @@ def test_image_for_the_mpich_abi_compiles_horovod_inside(mpich_image, cpu_horovo
             "t = hvd.allreduce(torch.tensor([hvd.rank() + 1.0]), op=hvd.Sum); "
             "hvd.rank() == 0 and print('size', hvd.size(), 'sum', t.item(), 'mpi', hvd.mpi_enabled(), flush=True)")
     p = subprocess.run(["ch-run", str(rootfs), "--", "mpiexec", "-n", "2", "/opt/env/bin/python", "-c", code],
-                       capture_output=True, text=True, timeout=600, env=env)
+                       capture_output=True, text=True, timeout=scaled(600), env=env)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "size 2 sum 3.0 mpi True" in p.stdout.splitlines(), p.stdout + p.stderr
     # the image's lock names the compiled wheel, which is in the image with that hash
@@ -200,7 +209,7 @@ def test_image_without_the_locked_wheel_names_compile_horovod(tools, cpu_horovod
     shutil.copy2(cpu_horovod_env / ".envtool" / "create.json", env / ".envtool" / "create.json")
     out = tmp_path / "out"
     out.mkdir()
-    proc = run_envtool("image", env, "--output", out / "img", "--format", "dir", "--json", timeout=600)
+    proc = run_envtool("image", env, "--output", out / "img", "--format", "dir", "--json", timeout=scaled(600))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     data = json.loads(proc.stdout)
     assert "--compile-horovod" in data["error"] and "ab" * 32 in data["error"], data
@@ -219,7 +228,7 @@ def test_compile_on_a_base_without_build_tools_is_exit_2_before_downloading(tool
     work = tmp_path / "out"
     work.mkdir()
     proc = run_envtool("image", cpu_horovod_env, "--output", work / "img", "--site-file", site, "--format", "dir",
-                       "--compile-horovod", "--json", timeout=600)
+                       "--compile-horovod", "--json", timeout=scaled(600))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     data = json.loads(proc.stdout)
     assert "container.base" in data["error"] and "c++ (the C++ compiler)" in data["error"], data["error"]
@@ -241,7 +250,7 @@ def test_gpu_build_on_a_debian_base_is_exit_2(tools, cpu_horovod_env, tmp_path):
     work = tmp_path / "out"
     work.mkdir()
     proc = run_envtool("image", env, "--output", work / "img", "--format", "dir", "--compile-horovod", "--json",
-                       timeout=600)
+                       timeout=scaled(600))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     data = json.loads(proc.stdout)
     assert "container.base: debian:bookworm" in data["error"] and "HOROVOD_GPU_OPERATIONS=NCCL" in data["error"]
@@ -361,15 +370,30 @@ def test_image_interrupted_leaves_nothing(tools, cpu_horovod_env, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "envtool", "image", str(cpu_horovod_env), "--output",
                              str(work / "img"), "--format", "dir"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 900
+    def mmdebstrap_writes_the_base() -> bool:
+        """The moment this test means: mmdebstrap runs for this output (a command line naming it and
+        the work directory) and has begun the base (its rootfs/usr exists). Either alone can be
+        another phase: the wheelhouse's download comes before mmdebstrap, the install into the root
+        (rootfs/usr there, no mmdebstrap) after it."""
+        if not any(work.glob(".img.envtool-image-*/rootfs/usr")):
+            return False
+        found = subprocess.run(["pgrep", "-f", f"mmdebstrap.*{work}"], capture_output=True, text=True,
+                               timeout=scaled(30))
+        return found.returncode == 0
+
+    # the locked wheels are downloaded first: minutes on a quiet machine, more on a loaded one
+    deadline = time.monotonic() + scaled(900)
+    seen = False
     try:
         while time.monotonic() < deadline and proc.poll() is None:
-            if any(work.glob(".img.envtool-image-*/rootfs/usr")):  # mmdebstrap is writing the base
+            if mmdebstrap_writes_the_base():
+                seen = True
                 break
-            time.sleep(0.5)
+            time.sleep(0.2)
         assert proc.poll() is None, proc.communicate()
+        assert seen, f"mmdebstrap was not seen writing the base of {work} within {scaled(900):.0f} s"
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=scaled(120))
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -397,7 +421,7 @@ def test_failed_build_keeps_its_log_without_following_a_planted_link(tools, tmp_
     victim.write_text("precious\n")
     (out / "img.envtool-image.log").symlink_to(victim)
     proc = run_envtool("image", env, "--output", out / "img", "--format", "dir", "--json",
-                       env={"PIP_NO_INDEX": "1", "PIP_CACHE_DIR": str(tmp_path / "pip-cache")}, timeout=600)
+                       env={"PIP_NO_INDEX": "1", "PIP_CACHE_DIR": str(tmp_path / "pip-cache")}, timeout=scaled(600))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     data = json.loads(proc.stdout)
     assert victim.read_text() == "precious\n"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from envtool.steps.image_root import UNSHARE, Steps
+from helpers.speed import scaled
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="unshare --pid needs root")
 
@@ -39,7 +40,7 @@ def test_interrupted_command_leaves_no_grandchild(tmp_path: Path, follow: str):
         with pytest.raises(KeyboardInterrupt):
             steps.run("t", "Run a command with children", argv, follow=follow)
     finally:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + scaled(10)
         while _left(f"sleep {marker}") and time.monotonic() < deadline:
             time.sleep(0.2)
         left = _left(f"sleep {marker}")

@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from helpers.speed import scaled
+
 REPO = Path(__file__).resolve().parent.parent
 
 # Runs in a child interpreter so the graph is built from the tree given (the repo, or a copy).
@@ -64,7 +66,7 @@ _CIRCLES = textwrap.dedent('''
 
 
 def _circles(root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", _CIRCLES], cwd=root, capture_output=True, text=True, timeout=300,
+    return subprocess.run([sys.executable, "-c", _CIRCLES], cwd=root, capture_output=True, text=True, timeout=scaled(300),
                           env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
 
 

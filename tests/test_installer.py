@@ -21,6 +21,7 @@ from conftest import run_envtool
 from helpers.wheels import make_wheel
 
 from envtool.engines import installer
+from helpers.speed import scaled
 
 
 def _index(root: Path, wheels) -> Path:
@@ -147,7 +148,7 @@ def created(site, tmp_path_factory):
         prefix = tmp_path_factory.mktemp("created") / name
         # a uv setting in the user's environment would change what uv installs: it is removed
         proc = run_envtool("create", "inst", "--resolve", "--installer", name, "--prefix", prefix,
-                           env=dict(site["env"], UV_PRERELEASE="allow"), timeout=600)
+                           env=dict(site["env"], UV_PRERELEASE="allow"), timeout=scaled(600))
         assert proc.returncode == 0, proc.stdout + proc.stderr
         # progress without a terminal: plain lines with the installer's phases and the elapsed time
         assert f"installing with {name}: started" in proc.stderr and f"installing with {name}: done" in proc.stderr
@@ -188,12 +189,12 @@ def test_either_installer_refuses_an_archive_with_another_hash(site, created, tm
     conf.write_text(site["conf"].read_text().replace(str(site["house"]), str(house)))
     env = dict(site["env"], PIP_CONFIG_FILE=str(conf), PIP_FIND_LINKS=str(house))
     prefix = tmp_path / "never"
-    proc = run_envtool("create", "inst", "--lock", lock, "--installer", name, "--prefix", prefix, env=env, timeout=600)
+    proc = run_envtool("create", "inst", "--lock", lock, "--installer", name, "--prefix", prefix, env=env, timeout=scaled(600))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "hash" in proc.stderr.lower() and not prefix.exists(), proc.stderr
     # and the same lock with the site's own wheelhouse installs
     ok = tmp_path / "ok"
-    proc = run_envtool("create", "inst", "--lock", lock, "--installer", name, "--prefix", ok, env=site["env"], timeout=600)
+    proc = run_envtool("create", "inst", "--lock", lock, "--installer", name, "--prefix", ok, env=site["env"], timeout=scaled(600))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _artifacts(ok)["envtool-alpha"][0] == "1.0+cpu"
 
@@ -208,7 +209,7 @@ def test_a_locked_version_the_constraints_refuse_is_refused_by_uv_as_by_pip(site
     for name in ("uv", "pip"):
         prefix = tmp_path / name
         proc = run_envtool("create", "inst", "--lock", lock, "--installer", name, "--prefix", prefix, env=env,
-                           timeout=600)
+                           timeout=scaled(600))
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert not prefix.exists()
         if name == "uv":
@@ -230,7 +231,7 @@ def test_a_second_uv_env_links_the_first_ones_bytecode_and_python_accepts_it(sit
 
     prefix = tmp_path / "again"
     proc = run_envtool("create", "inst", "--resolve", "--installer", "uv", "--prefix", prefix, env=site["env"],
-                       timeout=600)
+                       timeout=scaled(600))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     first = next((created["uv"] / "lib").glob("python*/site-packages"))
     second = next((prefix / "lib").glob("python*/site-packages"))
@@ -253,7 +254,7 @@ def test_cache_prune_deletes_kept_bytecode_no_environment_links(site, tmp_path):
     cache = tmp_path / "cache"
     env = dict(site["env"], ENVTOOL_CACHE_DIR=str(cache))
     prefix = tmp_path / "short-lived"
-    proc = run_envtool("create", "inst", "--resolve", "--installer", "uv", "--prefix", prefix, env=env, timeout=600)
+    proc = run_envtool("create", "inst", "--resolve", "--installer", "uv", "--prefix", prefix, env=env, timeout=scaled(600))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     kept = list((cache / "bytecode").glob("*.pyc"))
     assert kept and all(os.stat(p).st_nlink >= 2 for p in kept)
@@ -319,7 +320,7 @@ def test_an_index_with_credentials_works_and_the_secret_is_never_shown(site, tmp
             step = next(s for s in json.loads(plan.stdout)["steps"] if s["id"] == "pip-install")
             assert not any("alice" in w for w in step["commands"][0]) and "UV_INDEX_URL" in step["env"]
         prefix = tmp_path / "env"
-        proc = run_envtool("create", "inst", "--resolve", "--installer", name, "--prefix", prefix, env=env, timeout=600)
+        proc = run_envtool("create", "inst", "--resolve", "--installer", name, "--prefix", prefix, env=env, timeout=scaled(600))
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert secret not in proc.stdout + proc.stderr
         assert secret not in (prefix / ".envtool" / "create.log").read_text()
@@ -386,7 +387,7 @@ def test_a_range_only_a_prerelease_satisfies_is_refused_by_both_installers(site,
     for name in ("uv", "pip"):
         prefix = tmp_path / name
         proc = run_envtool("create", "inst", "--resolve", "--installer", name, "--prefix", prefix,
-                           env=dict(site["env"], ENVTOOL_SPEC_PATH=str(specs)), timeout=600)
+                           env=dict(site["env"], ENVTOOL_SPEC_PATH=str(specs)), timeout=scaled(600))
         assert proc.returncode == 1 and not prefix.exists(), (name, proc.stderr)  # 3.0b1 is not taken
 
 

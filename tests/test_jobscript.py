@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_envtool
+from helpers.speed import scaled
 
 SEEDS = Path(os.environ.get("ENVTOOL_SEEDS", REPO.parent / "shared" / "seeds"))
 
@@ -30,7 +31,7 @@ def seed(prefix: str) -> str:
 
 
 def script(*args, expect=0) -> str:
-    proc = run_envtool("jobscript", *args, timeout=120)
+    proc = run_envtool("jobscript", *args, timeout=scaled(120))
     assert proc.returncode == expect, proc.stderr + proc.stdout
     return proc.stdout if expect == 0 else proc.stderr
 
@@ -217,7 +218,7 @@ def test_values_are_quoted_for_the_shell(tmp_path):
     assert f"source {venv}/bin/activate" in out
     f = tmp_path / "job.sh"
     f.write_text(out)
-    proc = subprocess.run(["bash", str(f)], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    proc = subprocess.run(["bash", str(f)], capture_output=True, text=True, cwd=tmp_path, timeout=scaled(60))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == repr(arg)
@@ -249,7 +250,7 @@ def test_launcher_model_is_the_one_doctor_uses():
     local = launcher.for_site(None)
     assert local.argv(3) == ["horovodrun", "-np", "3", "-H", "localhost:3"] and local.needs_mpi_runtime
     proc = run_envtool("doctor", "--prefix", sys.prefix, "--site", "theta", "--only", "launchers", "--json",
-                       timeout=120)
+                       timeout=scaled(120))
     import json
 
     f = json.loads(proc.stdout)["findings"][0]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_envtool
+from helpers.speed import scaled
 
 
 def _home(tmp_path: Path) -> dict:
@@ -37,7 +38,7 @@ def _home(tmp_path: Path) -> dict:
 def _listed(env) -> list:
     # from the run's own directory: `list` also looks under ./envs, and the checkout may hold the
     # README's main-job environment (issue 37: a rehearsal listed one another process had made)
-    proc = run_envtool("list", "--json", env=env, timeout=300, cwd=env["XDG_STATE_HOME"])
+    proc = run_envtool("list", "--json", env=env, timeout=scaled(300), cwd=env["XDG_STATE_HOME"])
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)["environments"]
 
@@ -51,7 +52,7 @@ def test_create_list_remove(tmp_path):
     assert hint == f"source {shlex.quote(str(prefix / 'bin' / 'activate'))}"
     # the hint works when pasted into a shell
     out = subprocess.run(["bash", "-c", f"{hint} && python -c 'import sys; print(sys.prefix)'"],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=scaled(60))
     assert out.stdout.strip() == str(prefix), out.stderr
 
     rows = _listed(env)
@@ -60,7 +61,7 @@ def test_create_list_remove(tmp_path):
     assert row["spec"] == "bare" and row["status"] == "ok" and row["registered"]
     measured = sum(p.stat().st_size for p in prefix.rglob("*") if p.is_file() and not p.is_symlink())
     assert row["size"] == measured > 1_000_000  # a venv with pip: megabytes, measured for real
-    text = run_envtool("list", env=env, timeout=300, cwd=env["XDG_STATE_HOME"]).stdout
+    text = run_envtool("list", env=env, timeout=scaled(300), cwd=env["XDG_STATE_HOME"]).stdout
     assert str(prefix) in text and "bare" in text and " MB" in text and "ok" in text
 
     proc = run_envtool("remove", prefix, "--dry-run", env=env)
@@ -260,11 +261,11 @@ def test_remove_interrupted_leaves_all_or_nothing(tmp_path):
             (d / f"m{j}.py").write_text("x = 1\n")
     proc = subprocess.Popen([sys.executable, "-m", "envtool", "remove", str(made)], cwd=REPO,
                             env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + scaled(120)
     while time.monotonic() < deadline and os.path.lexists(made) and proc.poll() is None:
         time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=scaled(120))
     assert proc.returncode in (0, 130), err
     assert not os.path.lexists(made), "the rename happened: the prefix must be gone"
     left = [p for p in os.listdir(tmp_path) if p.startswith(".big.")]  # aside copy, lock file

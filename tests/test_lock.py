@@ -20,6 +20,7 @@ import pytest
 from conftest import REPO, run_envtool
 from envtool.lock import lockio
 from envtool.lock.model import BUILT_CATEGORY, LockData, LockedPackage
+from helpers.speed import scaled
 
 COMMITTED = REPO / "lockfiles" / "cpu-horovod.conda-lock.yml"
 CONDA_LOCK = shutil.which("conda-lock") or str(Path(sys.executable).parent / "conda-lock")
@@ -29,7 +30,7 @@ def render_explicit(lock: Path, platform: str, workdir: Path, extras=()) -> list
     """Run the real ``conda-lock render --kind explicit`` and return the rendered lines."""
     argv = [CONDA_LOCK, "render", "--kind", "explicit", "-p", platform, *sum((["-e", e] for e in extras), []),
             str(lock)]
-    proc = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, timeout=scaled(120))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return (workdir / f"conda-{platform}.lock").read_text().splitlines()
 
@@ -51,7 +52,7 @@ def file_sha256(url: str) -> str:
 
 
 def make_venv(path: Path, *packages: str) -> Path:
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=scaled(300))
     if packages:
         pip_install(path, *packages)
     return path
@@ -59,7 +60,7 @@ def make_venv(path: Path, *packages: str) -> Path:
 
 def pip_install(prefix: Path, *packages: str) -> None:
     proc = subprocess.run([str(prefix / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
-                           "--quiet", *packages], capture_output=True, text=True, timeout=600)
+                           "--quiet", *packages], capture_output=True, text=True, timeout=scaled(600))
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

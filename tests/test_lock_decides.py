@@ -19,6 +19,7 @@ import pytest
 from conftest import run_envtool
 from envtool.lock import lockio
 from helpers.wheels import make_wheel
+from helpers.speed import scaled
 
 PKG, DEP = "envtool-locktest-pkg", "envtool-locktest-dep"
 
@@ -70,7 +71,7 @@ def world(tmp_path_factory):
     _spec(specs, "locktest")
     env_a = dict(_machine(root, "a", house_a), ENVTOOL_SPEC_PATH=str(specs))
     lock = specs / "locktest.conda-lock.yml"
-    proc = run_envtool("lock", "locktest", "-o", lock, env=env_a, timeout=600)
+    proc = run_envtool("lock", "locktest", "-o", lock, env=env_a, timeout=scaled(600))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # after the lock was written, the index moved on: machine A's wheelhouse has 1.1 too
     _wheels(house_a, "1.1", dep=False)
@@ -109,21 +110,21 @@ def test_plan_says_the_lock_decides_and_resolve_says_otherwise(world):
 
 def test_create_installs_the_lock_not_the_newest(world, tmp_path):
     prefix = tmp_path / "a"
-    proc = run_envtool("create", "locktest", "--prefix", prefix, "--json", env=world["env_a"], timeout=600)
+    proc = run_envtool("create", "locktest", "--prefix", prefix, "--json", env=world["env_a"], timeout=scaled(600))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(proc.stdout)
     assert result["results"]["verify-lock"]["ok"] is True
     assert _installed(prefix)[PKG] == "1.0"
     # --resolve solves afresh and gets what the index serves now
     again = tmp_path / "r"
-    proc = run_envtool("create", "locktest", "--prefix", again, "--resolve", env=world["env_a"], timeout=600)
+    proc = run_envtool("create", "locktest", "--prefix", again, "--resolve", env=world["env_a"], timeout=scaled(600))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _installed(again)[PKG] == "1.1"
 
 
 def test_the_lock_travels_to_a_machine_configured_differently(world, tmp_path):
     prefix = tmp_path / "b"
-    proc = run_envtool("create", "locktest", "--prefix", prefix, env=world["env_b"], timeout=600)
+    proc = run_envtool("create", "locktest", "--prefix", prefix, env=world["env_b"], timeout=scaled(600))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _installed(prefix)[PKG] == "1.0"
     own = lockio.read_lock(prefix / "conda-lock.yml")
@@ -137,7 +138,7 @@ def test_an_archive_with_another_hash_is_refused(world, tmp_path):
     _wheels(house, "1.0", marker="  # not the locked file")
     env = dict(world["env_a"], **_machine(tmp_path, "evil", house))
     prefix = tmp_path / "x"
-    proc = run_envtool("create", "locktest", "--prefix", prefix, env=env, timeout=600)
+    proc = run_envtool("create", "locktest", "--prefix", prefix, env=env, timeout=scaled(600))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "HASH" in proc.stderr.upper() and not prefix.exists()
     assert "log" in proc.stderr
@@ -151,7 +152,7 @@ def test_a_stale_lock_names_the_changed_fields_and_both_ways_on(world, tmp_path)
     env = dict(world["env_a"], ENVTOOL_SPEC_PATH=str(specs))
     prefix = tmp_path / "never"
     for cmd in ("plan", "create"):
-        proc = run_envtool(cmd, "locktest", "--prefix", prefix, env=env, timeout=600)
+        proc = run_envtool(cmd, "locktest", "--prefix", prefix, env=env, timeout=scaled(600))
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert "stale" in proc.stderr and "changed since it was locked: pip" in proc.stderr
         assert "envtool lock locktest" in proc.stderr and "envtool create locktest --resolve" in proc.stderr
@@ -224,14 +225,14 @@ def test_locked_means_locked_over_a_user_site(world, tmp_path):
     _spec(specs, "layered", layered=True)
     env = dict(world["env_a"], ENVTOOL_SPEC_PATH=str(specs), PYTHONUSERBASE=str(tmp_path / "userbase"))
     lock = specs / "layered.conda-lock.yml"
-    assert run_envtool("lock", "layered", "-o", lock, env=env, timeout=600).returncode == 0
+    assert run_envtool("lock", "layered", "-o", lock, env=env, timeout=scaled(600)).returncode == 0
     version = next(p.version for p in lockio.read_lock(lock).packages if p.key[1] == PKG)
     user = subprocess.run([sys.executable, "-m", "pip", "install", "--user", "--no-deps", "--quiet",
                            "--disable-pip-version-check", f"{PKG}=={version}"],
                           capture_output=True, text=True, env=dict(__import__("os").environ, **env))
     assert user.returncode == 0, user.stdout + user.stderr
     prefix = tmp_path / "layered"
-    proc = run_envtool("create", "layered", "--prefix", prefix, env=env, timeout=600)
+    proc = run_envtool("create", "layered", "--prefix", prefix, env=env, timeout=scaled(600))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     own = list((prefix / "lib").glob(f"python*/site-packages/envtool_locktest_pkg-{version}.dist-info"))
     assert own, "the locked distribution was not installed into the venv itself"
@@ -247,7 +248,7 @@ def test_locked_means_locked_over_a_pythonpath_entry(world, tmp_path):
                           capture_output=True, text=True, env=dict(__import__("os").environ, **env))
     assert user.returncode == 0, user.stdout + user.stderr
     prefix = tmp_path / "p"
-    proc = run_envtool("create", "locktest", "--prefix", prefix, env=dict(env, PYTHONPATH=str(site)), timeout=600)
+    proc = run_envtool("create", "locktest", "--prefix", prefix, env=dict(env, PYTHONPATH=str(site)), timeout=scaled(600))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("envtool_locktest_pkg", "envtool_locktest_dep"):
         assert list((prefix / "lib").glob(f"python*/site-packages/{name}-1.0.dist-info")), name
@@ -260,9 +261,9 @@ def test_a_spec_without_packages_locks_as_none_and_creates_from_it(tmp_path):
                                      "engine: venv\nhorovod: {install: none}\nexpect: {check_build: null}\n")
     env = {"ENVTOOL_SPEC_PATH": str(specs)}
     lock = tmp_path / "bare.conda-lock.yml"
-    proc = run_envtool("lock", "bare", "-o", lock, env=env, timeout=600)
+    proc = run_envtool("lock", "bare", "-o", lock, env=env, timeout=scaled(600))
     assert proc.returncode == 0, proc.stderr  # was exit 1: pip asked to resolve nothing
     assert lockio.read_lock(lock).packages == ()
-    proc = run_envtool("create", "bare", "--lock", lock, "--prefix", tmp_path / "env", env=env, timeout=600)
+    proc = run_envtool("create", "bare", "--lock", lock, "--prefix", tmp_path / "env", env=env, timeout=scaled(600))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "env" / "bin" / "python").exists()

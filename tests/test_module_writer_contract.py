@@ -32,6 +32,7 @@ from test_modulefile import BASE_ENV, ENVMODULES_INIT, LMOD_INIT, _need, assert_
 
 from envtool.modules import build_content, default_markers, registry, write_modulefile
 from envtool.modules.writer import ModuleWriter
+from helpers.speed import scaled
 
 TOY = ShellScriptWriter()
 NAME = "contract"
@@ -56,7 +57,7 @@ def prefixes(tmp_path_factory) -> Dict[str, Path]:
     out = {}
     for version in ("1.0", "2.0"):
         prefix = tmp_path_factory.mktemp("contract") / f"env-{version}"
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True, timeout=300)
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True, timeout=scaled(300))
         out[version] = prefix
     return out
 
@@ -91,7 +92,7 @@ def load_unload(writer: ModuleWriter, system: str, root: Path, module: str, tmp:
     for dump in ("before", "after"):
         (tmp / dump).unlink(missing_ok=True)
     return subprocess.run(["env", "-i", *[f"{k}={v}" for k, v in BASE_ENV.items()], "bash", "--noprofile", "--norc",
-                           "-c", script], capture_output=True, text=True, timeout=180)
+                           "-c", script], capture_output=True, text=True, timeout=scaled(180))
 
 
 def loaded_prefix(proc: subprocess.CompletedProcess) -> str:

@@ -41,6 +41,7 @@ from envtool.modules import build_content, write_modulefile
 from envtool.modules import EnvChange
 from envtool.modules.lmod import lua_long_string, lua_string
 from envtool.modules.tcl import tcl_string
+from helpers.speed import scaled
 
 ENVMODULES_INIT = Path(os.environ.get("ENVMODULES_ROOT", "/opt/envmodules")) / "usr/share/modules/init/bash"
 
@@ -76,13 +77,14 @@ def envmodules():
 BASE_ENV = {"HOME": os.environ.get("HOME", "/root"), "PATH": "/usr/bin:/bin", "LANG": "C"}
 
 
-def module_shell(init: str, script: str, env=None, timeout=120) -> subprocess.CompletedProcess:
+def module_shell(init: str, script: str, env=None, timeout=None) -> subprocess.CompletedProcess:
     """Run ``script`` in a clean, real bash after sourcing the module system's init file."""
     full = dict(BASE_ENV)
     full.update(env or {})
     code = f"source {init} || exit 90\n{script}"
     return subprocess.run(["env", "-i", *[f"{k}={v}" for k, v in full.items()], "bash", "--noprofile", "--norc",
-                           "-c", code], capture_output=True, text=True, timeout=timeout)
+                           "-c", code], capture_output=True, text=True,
+                          timeout=scaled(120) if timeout is None else timeout)
 
 
 def read_env0(path: Path) -> dict:
@@ -190,7 +192,7 @@ def test_lua_string_reads_back_exactly(tmp_path):
         for literal, expected in ((lua_string(text), text), (lua_long_string(text), text.replace("\r", ""))):
             script = tmp_path / "t.lua"
             script.write_bytes(f"io.write({literal})".encode("utf-8"))
-            out = subprocess.run(["lua", str(script)], capture_output=True, timeout=30)
+            out = subprocess.run(["lua", str(script)], capture_output=True, timeout=scaled(30))
             assert out.returncode == 0, (literal, out.stderr)
             assert out.stdout.decode("utf-8") == expected, literal
 
@@ -202,7 +204,7 @@ def test_tcl_string_reads_back_exactly(tmp_path):
             script = tmp_path / "t.tcl"
             script.write_text("fconfigure stdout -translation binary -encoding utf-8\n" + line + "\n",
                               encoding="utf-8")
-            out = subprocess.run(["tclsh8.6", str(script)], capture_output=True, timeout=30)
+            out = subprocess.run(["tclsh8.6", str(script)], capture_output=True, timeout=scaled(30))
             assert out.returncode == 0, (line, out.stderr)
             assert out.stdout.decode("utf-8") == text, line
 
@@ -528,7 +530,7 @@ def test_create_writes_modulefile_for_final_prefix(tmp_path, lmod):
     proc = run_envtool("plan", "tiny", "--prefix", prefix, "--modulefile-root", root, env=env)
     assert proc.returncode == 0 and f"[modulefile] Write the Lmod modulefile {root}/tiny/0.1.lua" in proc.stdout, \
         proc.stdout + proc.stderr
-    proc = run_envtool("create", "tiny", "--prefix", prefix, "--modulefile-root", root, env=env, timeout=600)
+    proc = run_envtool("create", "tiny", "--prefix", prefix, "--modulefile-root", root, env=env, timeout=scaled(600))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = (root / "tiny" / "0.1.lua").read_text()
     assert f'prepend_path("PATH", "{prefix}/bin")' in text

@@ -22,14 +22,16 @@ import pytest
 
 from conftest import REPO
 from helpers import cluster as tc
+from helpers.speed import scaled
 
 pytestmark = pytest.mark.multinode
 
 
-def envtool(cluster, *args, timeout=300):
+def envtool(cluster, *args, timeout=None):
     """``python -m envtool ARGS`` on the head node (the submitting host)."""
     env = {"ENVTOOL_DEBUG": ""}
-    return cluster.run(sys.executable, "-m", "envtool", *map(str, args), cwd=str(REPO), env=env, timeout=timeout)
+    return cluster.run(sys.executable, "-m", "envtool", *map(str, args), cwd=str(REPO), env=env,
+                       timeout=scaled(300) if timeout is None else timeout)
 
 
 @pytest.fixture
@@ -52,7 +54,7 @@ batch:
 def venv_prefix(tmp_path) -> Path:
     """A small real environment on the shared file system: a venv with a lockfile."""
     prefix = tmp_path / "env"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True, timeout=scaled(120))
     (prefix / "conda-lock.yml").write_text("version: 1\nmetadata: {}\npackage: []\n")
     return prefix
 
@@ -62,7 +64,7 @@ def _addr(text: str) -> ipaddress.IPv4Address:
 
 
 def test_srun_spans_two_nodes_with_their_own_hostnames(multinode_cluster):
-    proc = multinode_cluster.run("srun", "-N2", "-n4", "hostname", timeout=60)
+    proc = multinode_cluster.run("srun", "-N2", "-n4", "hostname", timeout=scaled(60))
     assert proc.returncode == 0, proc.stderr + multinode_cluster.logs()
     names = proc.stdout.split()
     assert sorted(names) == ["node1", "node1", "node2", "node2"], proc.stdout
@@ -71,7 +73,7 @@ def test_srun_spans_two_nodes_with_their_own_hostnames(multinode_cluster):
     for node in multinode_cluster.nodes:
         out = multinode_cluster.run("ip", "-4", "-o", "addr", "show", "dev", "eth0", node=node.name).stdout
         assert _addr(out.split()[3]) in bench and out.split()[3].startswith(node.addr + "/"), out
-    host = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True, timeout=20).stdout
+    host = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True, timeout=scaled(20)).stdout
     assert not any(_addr(line.split()[3]) in bench for line in host.splitlines()), host
     # /tmp is private to each node; the rest (this checkout) is shared
     marker = "/tmp/envtool-tc-private-probe"
@@ -88,7 +90,7 @@ def test_three_nodes_on_request(tmp_path_factory):
     """A second, 3-node cluster beside the session's one: namespaces keep the two apart."""
     c = tc.start(tmp_path_factory.mktemp("envtool-tc3"), nodes=3, shared=[tmp_path_factory.getbasetemp()])
     try:
-        proc = c.run("srun", "-N3", "-n3", "hostname", timeout=60)
+        proc = c.run("srun", "-N3", "-n3", "hostname", timeout=scaled(60))
         assert proc.returncode == 0, proc.stderr + c.logs()
         assert sorted(proc.stdout.split()) == ["node1", "node2", "node3"]
         holders = [n.pid for n in [c.head, c.fabric] + c.nodes]
@@ -112,10 +114,10 @@ def test_teardown_of_a_crashed_run_is_found_by_its_name(tmp_path_factory):
         assert tc.cleanup_leftovers() == [] and tc._alive(holder.pid)   # its owner is alive: not a leftover
     finally:
         owner.kill()
-        owner.wait(timeout=10)
+        owner.wait(timeout=scaled(10))
     gone = tc.cleanup_leftovers()
-    holder.wait(timeout=10)
-    inside.wait(timeout=10)
+    holder.wait(timeout=scaled(10))
+    inside.wait(timeout=scaled(10))
     assert any(str(holder.pid) in g for g in gone) and any(str(inside.pid) in g for g in gone), gone
 
 
@@ -127,7 +129,7 @@ def test_up_run_down_by_hand():
     root = Path(tempfile.mkdtemp(prefix="envtool-tc-manual-", dir="/var/tmp"))
     cmd = [sys.executable, "-m", "tests.helpers.cluster"]
     try:
-        up = subprocess.run(cmd + ["up", "--root", str(root)], capture_output=True, text=True, cwd=REPO, timeout=180)
+        up = subprocess.run(cmd + ["up", "--root", str(root)], capture_output=True, text=True, cwd=REPO, timeout=scaled(180))
         assert up.returncode == 0, up.stderr + up.stdout
         assert "node1 198.18.0.11, node2 198.18.0.12" in up.stdout
         state = json.loads((root / "cluster.json").read_text())
@@ -135,14 +137,14 @@ def test_up_run_down_by_hand():
             d["pid"] for d in state["daemons"]]
         assert all(tc._alive(p) for p in pids)          # up has exited; the cluster runs on
         run = subprocess.run(cmd + ["run", "--root", str(root), "--", "srun", "-N2", "-n2", "hostname"],
-                             capture_output=True, text=True, cwd=REPO, timeout=60)
+                             capture_output=True, text=True, cwd=REPO, timeout=scaled(60))
         assert run.returncode == 0 and sorted(run.stdout.split()) == ["node1", "node2"], run.stderr
     finally:
         down = subprocess.run(cmd + ["down", "--root", str(root)], capture_output=True, text=True, cwd=REPO,
-                              timeout=120)
+                              timeout=scaled(120))
         shutil.rmtree(root, ignore_errors=True)
     assert down.returncode == 0, down.stderr
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + scaled(20)
     while any(tc._alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert [p for p in pids if tc._alive(p)] == []
@@ -158,7 +160,7 @@ def test_validate_submit_runs_ranks_on_both_nodes(multinode_cluster, site, cpu_h
     t0 = time.monotonic()
     proc = envtool(multinode_cluster, "validate", "--prefix", prefix, "--site-file", site, "--submit",
                    "--sweep-max", "1KiB", "--nodes", "2",
-                   "--ranks-per-node", "2", "--workdir", run, "--json", "--timeout", "480", timeout=600)
+                   "--ranks-per-node", "2", "--workdir", run, "--json", "--timeout", "480", timeout=scaled(600))
     assert proc.returncode == 0, proc.stderr + proc.stdout + multinode_cluster.logs()
     data = json.loads(proc.stdout)
     assert data["state"] == "COMPLETED" and data["layout"] == {"nodes": 2, "ranks": 4, "ranks_per_node": 2}
@@ -185,7 +187,7 @@ def test_validate_submit_on_a_site_whose_job_scripts_use_mpirun(multinode_cluste
     run = tmp_path / "run"
     proc = envtool(multinode_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", site, "--submit",
                    "--nodes", "2", "--ranks-per-node", "1", "--sweep-max", "8", "--workdir", run, "--json",
-                   "--timeout", "480", timeout=600)
+                   "--timeout", "480", timeout=scaled(600))
     assert proc.returncode == 0, proc.stderr + proc.stdout + multinode_cluster.logs()
     data = json.loads(proc.stdout)
     assert data["state"] == "COMPLETED" and sorted(r["host"] for r in data["ranks"]) == ["node1", "node2"]
@@ -213,7 +215,7 @@ def test_preflight_alone_passes_on_two_nodes(multinode_cluster, site, venv_prefi
         assert r["first_addr"] == multinode_cluster.node(name).addr
     script = (tmp_path / "run" / "job.sh").read_text()
     assert "rank_probe.py" not in script     # the pre-flight alone
-    assert time.monotonic() - t0 < 60
+    assert time.monotonic() - t0 < scaled(60)
     assert multinode_cluster.wait_queue_empty() == ""
 
 
@@ -221,7 +223,7 @@ def test_prefix_on_node_local_storage_is_named(multinode_cluster, site, tmp_path
     """A prefix under the submitting host's private /tmp: no node has it; the cause is named, not
     'rank 0: no result', and the main step never starts."""
     prefix = "/tmp/envtool-node-local-env"
-    made = multinode_cluster.run(sys.executable, "-m", "venv", "--without-pip", prefix, timeout=120)
+    made = multinode_cluster.run(sys.executable, "-m", "venv", "--without-pip", prefix, timeout=scaled(120))
     assert made.returncode == 0, made.stderr
     assert not os.path.exists(prefix)          # only the head sees it
     try:
@@ -239,7 +241,7 @@ def test_prefix_on_node_local_storage_is_named(multinode_cluster, site, tmp_path
     assert "the main step did not run: the pre-flight stopped the job" in proc.stderr
     assert "no result" not in proc.stderr
     assert not (tmp_path / "run" / "probe").exists()       # no rank started
-    assert took < 60, took
+    assert took < scaled(60), took
     assert multinode_cluster.wait_queue_empty() == ""
 
 
@@ -263,7 +265,7 @@ def test_hostname_resolving_to_loopback_is_named(multinode_cluster, site, venv_p
                 "'198.18.0.12 node2'" in proc.stderr), proc.stderr
     assert "node1:" not in proc.stderr
     assert "the main step did not run: the pre-flight stopped the job" in proc.stderr
-    assert took < 60, took
+    assert took < scaled(60), took
     assert multinode_cluster.wait_queue_empty() == ""
 
 
@@ -311,14 +313,14 @@ def test_nodes_agreeing_on_another_environment_than_the_submitting_host(multinod
 def test_duplicate_hostnames_are_named(multinode_cluster, site, venv_prefix, tmp_path):
     """node2 renamed to node1 inside its UTS namespace: two nodes report the same hostname."""
     n2 = multinode_cluster.node("node2")
-    subprocess.run(["nsenter", f"--uts=/proc/{n2.pid}/ns/uts", "--", "hostname", "node1"], check=True, timeout=20)
+    subprocess.run(["nsenter", f"--uts=/proc/{n2.pid}/ns/uts", "--", "hostname", "node1"], check=True, timeout=scaled(20))
     try:
         proc = envtool(multinode_cluster, "validate", "--prefix", venv_prefix, "--site-file", site, "--submit",
                        "--preflight", "--nodes", "2", "--ranks-per-node", "1", "--workdir", tmp_path / "run",
                        "--timeout", "60")
     finally:
         subprocess.run(["nsenter", f"--uts=/proc/{n2.pid}/ns/uts", "--", "hostname", "node2"], check=True,
-                       timeout=20)
+                       timeout=scaled(20))
     assert proc.returncode == 1, proc.stderr + proc.stdout
     assert "pre-flight: hostname node1 is reported by 2 nodes (tasks 0, 1)" in proc.stderr, proc.stderr
 
@@ -340,7 +342,7 @@ def test_validate_submit_records_import_time_and_metadata_calls_per_rank(multino
     run = tmp_path / "run"
     proc = envtool(multinode_cluster, "validate", "--prefix", prefix, "--site-file", site, "--submit",
                    "--sweep-max", "1KiB", "--nodes", "2",
-                   "--ranks-per-node", "1", "--workdir", run, "--json", "--timeout", "480", timeout=600)
+                   "--ranks-per-node", "1", "--workdir", run, "--json", "--timeout", "480", timeout=scaled(600))
     assert proc.returncode == 0, proc.stderr + proc.stdout + multinode_cluster.logs()
     data = json.loads(proc.stdout)
     ranks = data["ranks"]
@@ -371,7 +373,7 @@ def test_a_node_without_strace_is_named_and_the_job_passes(multinode_cluster, si
     try:
         proc = envtool(multinode_cluster, "validate", "--prefix", prefix, "--site-file", site, "--submit",
                        "--sweep-max", "1KiB", "--nodes",
-                       "2", "--ranks-per-node", "1", "--workdir", run, "--json", "--timeout", "480", timeout=600)
+                       "2", "--ranks-per-node", "1", "--workdir", run, "--json", "--timeout", "480", timeout=scaled(600))
     finally:
         for path in hidden:
             multinode_cluster.unbind("node2", path)
@@ -404,7 +406,7 @@ def _site_with(site: Path, tmp_path: Path, name: str, **batch) -> Path:
 def _ip(cluster, node, *args):
     n = cluster.node(node)
     return subprocess.run(["nsenter", f"--net=/proc/{n.pid}/ns/net", "--", "ip", *args], capture_output=True,
-                          text=True, timeout=20)
+                          text=True, timeout=scaled(20))
 
 
 def test_preflight_chooses_the_interface_and_every_node_reaches_the_others(multinode_cluster, site, venv_prefix,
@@ -452,7 +454,7 @@ def test_interface_on_one_node_only_and_unreachable_are_named(multinode_cluster,
                 f"one every node has (eth0); see each node's with srun --mpi=none -N 2 --ntasks-per-node=1 ip -o "
                 f"-4 addr show") in proc.stderr, proc.stderr
         assert "pre-flight: node1:" not in proc.stderr
-        assert took < 60, took
+        assert took < scaled(60), took
         script = (tmp_path / "run1" / "job.sh").read_text()
         assert f"export HOROVOD_GLOO_IFACE=tc0  # batch.interface in {site2}" in script
         # now on both nodes, each on its own dummy link: present everywhere, reaching nothing
@@ -475,7 +477,7 @@ def test_interface_on_one_node_only_and_unreachable_are_named(multinode_cluster,
     assert "pre-flight: node2 -> node1: no TCP connection to node1's address 198.18.1.11" in proc.stderr
     assert "fix: on node1 check the route with ip route get 198.18.1.12" in proc.stderr
     assert "the main step did not run: the pre-flight stopped the job" in proc.stderr
-    assert took < 60, took
+    assert took < scaled(60), took
     assert multinode_cluster.wait_queue_empty() == ""
 
 
@@ -483,7 +485,7 @@ def test_small_dev_shm_on_one_node_is_named(multinode_cluster, site, venv_prefix
     """A 16 MiB tmpfs on /dev/shm inside node2's mount namespace (a container's default is 64 MiB)."""
     n2 = multinode_cluster.node("node2")
     subprocess.run(["nsenter", f"--mount=/proc/{n2.pid}/ns/mnt", "--", "mount", "-t", "tmpfs", "-o", "size=16m",
-                    "envtool-tc-shm", "/dev/shm"], check=True, timeout=20)
+                    "envtool-tc-shm", "/dev/shm"], check=True, timeout=scaled(20))
     try:
         proc = envtool(multinode_cluster, "validate", "--prefix", venv_prefix, "--site-file", site, "--submit",
                        "--preflight", "--nodes", "2", "--ranks-per-node", "1", "--workdir", tmp_path / "run",
@@ -520,7 +522,7 @@ def test_library_missing_on_one_node_is_named(multinode_cluster, site, cpu_horov
     assert f"fix: compare the node with another one: ldd {so} on node2" in proc.stderr
     assert "pre-flight: node1:" not in proc.stderr
     assert "the main step did not run: the pre-flight stopped the job" in proc.stderr
-    assert took < 60, took
+    assert took < scaled(60), took
     assert multinode_cluster.wait_queue_empty() == ""
 
 
@@ -540,7 +542,7 @@ def test_mpi_none_against_a_pmix_built_mpi_is_named(multinode_cluster, site, cpu
         proc.stderr
     assert "the job was not submitted: its launcher and MPI do not match" in proc.stderr
     assert "submitted" not in proc.stderr.replace("was not submitted", "")
-    assert took < 60, took
+    assert took < scaled(60), took
     assert multinode_cluster.queue() == ""
 
 
@@ -572,16 +574,16 @@ def test_slurmd_killed_on_one_node_mid_job_is_named(multinode_cluster, site, cpu
                           "--submit", "--nodes", "2", "--ranks-per-node", "1", "--workdir", run, "--timeout", "240")
     killed = None
     try:
-        reported = _wait_for(lambda: len(list((run / "preflight").glob("task-*.txt"))) == 2, timeout=120)
+        reported = _wait_for(lambda: len(list((run / "preflight").glob("task-*.txt"))) == 2, timeout=scaled(120))
         assert reported, multinode_cluster.logs()
         killed = multinode_cluster.kill_slurmd("node2")
-        out, err = proc.communicate(timeout=300)
+        out, err = proc.communicate(timeout=scaled(300))
         took = time.monotonic() - t0
         left = multinode_cluster.queue()
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait(timeout=30)
+            proc.wait(timeout=scaled(30))
         if killed:
             state = multinode_cluster.restart_slurmd("node2")
     assert state in ("idle", "mixed", "allocated"), state
@@ -621,11 +623,11 @@ def test_hang_reports_the_last_line_each_rank_printed(multinode_cluster, site, c
         stopped = _wait_for(rank_on_node2, timeout=55, step=0.1)
         assert stopped, (run / "job.out").read_text() if (run / "job.out").exists() else "no job output"
         os.kill(stopped, signal.SIGSTOP)
-        out, err = proc.communicate(timeout=240)
+        out, err = proc.communicate(timeout=scaled(240))
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait(timeout=30)
+            proc.wait(timeout=scaled(30))
         if stopped and tc._alive(stopped):
             os.kill(stopped, signal.SIGKILL)
     assert proc.returncode == 1, err + out
@@ -633,4 +635,4 @@ def test_hang_reports_the_last_line_each_rank_printed(multinode_cluster, site, c
            "probe on node1: " in err, err
     assert "rank 1: 'envtool-probe probe on node2: hvd.init()'" in err or \
         "rank 1: 'envtool-probe probe on node2: rank 1 of 2'" in err, err
-    assert multinode_cluster.wait_queue_empty(60) == ""
+    assert multinode_cluster.wait_queue_empty(scaled(60)) == ""

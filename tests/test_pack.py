@@ -25,6 +25,7 @@ import pytest
 from conftest import REPO, run_envtool
 from helpers import wheels
 from helpers.conda_channel import TEXT_PLACEHOLDER, PackageDef, build_channel, python_package
+from helpers.speed import scaled
 
 SETUP = REPO / "tests" / "setup.d" / "pack.sh"
 
@@ -94,17 +95,18 @@ def venv_env(tmp_path_factory):
     return target
 
 
-def pack(env, fmt, out, *extra, timeout=600):
-    proc = run_envtool("pack", env, "--format", fmt, "-o", out, "--json", *extra, timeout=timeout)
+def pack(env, fmt, out, *extra, timeout=None):
+    proc = run_envtool("pack", env, "--format", fmt, "-o", out, "--json", *extra,
+                       timeout=scaled(600) if timeout is None else timeout)
     data = json.loads(proc.stdout)
     return proc, data
 
 
-def hidden(prefix: Path, script: str, timeout=120) -> subprocess.CompletedProcess:
+def hidden(prefix: Path, script: str, timeout=None) -> subprocess.CompletedProcess:
     """Run ``script`` (bash) in a private mount namespace where an empty tmpfs covers ``prefix``."""
     inner = f"mount -t tmpfs -o size=1m envtool-hide {prefix} && test -z \"$(ls -A {prefix})\" && {script}"
     return subprocess.run(["unshare", "--mount", "--propagation", "private", "bash", "-ec", inner],
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=scaled(120) if timeout is None else timeout)
 
 
 def test_conda_tar_unpacks_and_relocates_where_the_source_is_hidden(conda_env, tmp_path):
@@ -190,7 +192,7 @@ def test_venv_squashfs_mounted_runs_without_the_source(venv_env, tmp_path, tools
 
 def test_lock_is_snapshotted_when_the_environment_has_none(tmp_path):
     env = tmp_path / "plain"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, timeout=scaled(120))
     proc, data = pack(env, "tar", tmp_path / "plain.tar")
     assert proc.returncode == 0, proc.stderr
     assert data["lock_source"] == "snapshot" and not (env / "conda-lock.yml").exists()
@@ -201,7 +203,7 @@ def test_lock_is_snapshotted_when_the_environment_has_none(tmp_path):
 
 def _venv(tmp_path, name="v") -> Path:
     env = tmp_path / name
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, timeout=scaled(120))
     (env / "conda-lock.yml").write_text("version: 1\nmetadata: {}\npackage: []\n")
     return env
 
@@ -235,7 +237,7 @@ def test_refusals_name_the_reason(tmp_path, conda_env):
     # system site-packages
     sysv = tmp_path / "sysv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(sysv)],
-                   check=True, timeout=120)
+                   check=True, timeout=scaled(120))
     assert "include-system-site-packages = true" in _refused(sysv, out)
     # a binary file naming the prefix
     binv = _venv(tmp_path, "binv")
@@ -276,14 +278,14 @@ def test_interrupted_pack_leaves_no_output(tmp_path):
     out = tmp_path / "big.tar"
     proc = subprocess.Popen([sys.executable, "-m", "envtool", "pack", str(env), "--format", "tar", "-o", str(out)],
                             cwd=REPO, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + scaled(120)
     work = None
     while time.monotonic() < deadline and work is None:
         work = next((p for p in tmp_path.iterdir() if ".envtool-pack-" in p.name and (p / "pack.tar").exists()), None)
         time.sleep(0.05)
     assert work is not None, "the pack never started writing"
     proc.send_signal(signal.SIGTERM)
-    err = proc.communicate(timeout=120)[1]
+    err = proc.communicate(timeout=scaled(120))[1]
     assert proc.returncode == 130, err
     assert not out.exists() and not work.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["big"]

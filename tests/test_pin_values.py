@@ -22,6 +22,7 @@ from envtool.checks.versions import compare_pins
 from envtool.lock.spec_hash import spec_hash
 from envtool.spec import catalog
 from envtool.spec.model import Pin
+from helpers.speed import scaled
 
 SPEC = """\
 name: {name}
@@ -116,7 +117,7 @@ def test_specs_with_kept_match_specs_still_copy_and_hash(load):
 def _venv_with(tmp_path: Path, name: str, version: str) -> Path:
     """A real venv (no pip) holding one distribution's ``.dist-info`` as an installer writes it."""
     prefix = tmp_path / "env"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True, timeout=scaled(120))
     site = next(prefix.glob("lib/python*/site-packages"))
     info = site / f"{name}-{version}.dist-info"
     info.mkdir()
@@ -152,6 +153,6 @@ def test_bad_pins_name_the_file_and_field(tmp_path):
           pip: ["torch>>2"]
         """))
     proc = subprocess.run([sys.executable, "-m", "envtool", "show", str(path)], capture_output=True, text=True,
-                          timeout=120, cwd=Path(__file__).resolve().parents[1])
+                          timeout=scaled(120), cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode == 2, proc.stderr
     assert str(path) in proc.stderr and "packages.pip[0]" in proc.stderr and "Traceback" not in proc.stderr

@@ -18,12 +18,13 @@ import rattler
 from envtool.core.prefix import PrefixData
 from envtool.core.targets import is_environment
 from helpers.conda_channel import PackageDef, build_channel, python_package
+from helpers.speed import scaled
 
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
     prefix = tmp_path_factory.mktemp("prefixdata") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True, timeout=scaled(120))
     return prefix
 
 
@@ -48,7 +49,7 @@ def conda_env(tmp_path_factory) -> Path:
 
 def _sys_prefix(python: Path) -> str:
     return subprocess.run([str(python), "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True,
-                          check=True, timeout=120).stdout.strip()
+                          check=True, timeout=scaled(120)).stdout.strip()
 
 
 def test_venv_kind_interpreter_and_config(venv):

@@ -24,6 +24,7 @@ from envtool.scheduler import slurm
 from envtool.validate import pmi
 from envtool.validate import preflight as pf
 from envtool.validate import ranks as rk
+from helpers.speed import scaled
 
 DATA = Path(__file__).parent / "data" / "multinode"
 
@@ -87,10 +88,10 @@ def test_two_libnccl_fail_the_preflight_with_the_node_named(tmp_path):
     for r in recs:
         (tmp_path / pf.DIR / f"task-{r['task']}.txt").write_text(
             "".join(f"{k}={v}\n" for k, v in r.items()) + "shm_kib=1048576\n")
-    gate = subprocess.run(pf.gate_argv(pf.SCRIPT, tmp_path, 2), capture_output=True, text=True, timeout=60)
+    gate = subprocess.run(pf.gate_argv(pf.SCRIPT, tmp_path, 2), capture_output=True, text=True, timeout=scaled(60))
     assert gate.returncode == 1 and "more than one libnccl" in gate.stderr, gate.stderr
     (tmp_path / pf.DIR / "maps-1.txt").write_text(_maps("proc-maps-one-libnccl.txt"))
-    gate = subprocess.run(pf.gate_argv(pf.SCRIPT, tmp_path, 2), capture_output=True, text=True, timeout=60)
+    gate = subprocess.run(pf.gate_argv(pf.SCRIPT, tmp_path, 2), capture_output=True, text=True, timeout=scaled(60))
     assert gate.returncode == 0, gate.stderr
 
 
@@ -110,7 +111,7 @@ def test_two_libnccl_in_a_live_process(tmp_path):
     code = (f"import ctypes, sys; ctypes.CDLL({str(a / 'libnccl.so.2')!r}); "
             f"ctypes.CDLL({str(b / 'libnccl.so.2')!r}); ctypes.CDLL({str(b / 'libnccl.so')!r}); "
             f"sys.stdout.write(open('/proc/self/maps').read())")
-    maps = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    maps = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=scaled(60), check=True).stdout
     assert sorted(pf.nccl_libraries(maps)) == sorted([str(a / "libnccl.so.2"), str(b / "libnccl.so.2")])
 
 
@@ -141,7 +142,7 @@ def test_last_line_of_each_labelled_rank():
 
 def _jobscript(site: Path, *extra: str, expect: int = 0):
     proc = run_envtool("jobscript", "--site-file", site, "--module", "m", "--nodes", "2", "--ranks-per-node", "1",
-                       *extra, "--", "python", "train.py", timeout=120)
+                       *extra, "--", "python", "train.py", timeout=scaled(120))
     assert proc.returncode == expect, proc.stderr + proc.stdout
     return proc
 
@@ -158,7 +159,7 @@ def test_jobscript_writes_the_site_interface_with_its_source(tmp_path):
     f = tmp_path / "job.sh"
     f.write_text(text)
     out = subprocess.run(["bash", "-c", f"srun() {{ env; }}; module() {{ :; }}; source {f}"],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=scaled(60))
     assert "HOROVOD_GLOO_IFACE=ib0" in out.stdout.splitlines(), out.stderr
 
 

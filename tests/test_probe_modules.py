@@ -15,6 +15,7 @@ import pytest
 from envtool import probes
 from envtool.probes import allreduce, dataloader, env_info, framework_versions
 from envtool.validate import probes as vprobes
+from helpers.speed import scaled
 
 PROBE_DIR = Path(probes.__file__).resolve().parent
 #: What the probes may import besides the standard library (only inside functions).
@@ -25,10 +26,10 @@ def torch_importable(python=sys.executable):
     return subprocess.run([str(python), "-c", "import torch"], capture_output=True).returncode == 0
 
 
-def run_by_path(python, name, *args, timeout=120):
+def run_by_path(python, name, *args, timeout=None):
     """``python envtool/probes/NAME.py ARGS`` from an empty directory (as envtool runs it)."""
     return subprocess.run([str(python), str(probes.probe_path(name)), *args], capture_output=True, text=True,
-                          timeout=timeout, env=probes.clean_env(), cwd="/")
+                          timeout=scaled(120) if timeout is None else timeout, env=probes.clean_env(), cwd="/")
 
 
 # -- the package: names, paths, the standalone contract ---------------------------------------
@@ -243,7 +244,7 @@ def make_venv(root: Path) -> Path:
 def test_dataloader_probe_without_torch():
     if torch_importable():
         pytest.skip("the test interpreter has torch")
-    result = vprobes.dataloader(Path(sys.executable), "fork", timeout=60)
+    result = vprobes.dataloader(Path(sys.executable), "fork", timeout=scaled(60))
     assert not result.ok and result.error == "torch is not installed" and result.default_method == "fork"
     proc = run_by_path(sys.executable, "dataloader", "fork")
     assert proc.returncode == 1
@@ -254,7 +255,7 @@ def test_dataloader_probe_with_a_torch_that_does_not_import(tmp_path):
     sp = make_venv(tmp_path / "venv")
     (sp / "torch").mkdir()
     (sp / "torch" / "__init__.py").write_text("raise OSError('libtorch_cpu.so: cannot open shared object file')\n")
-    probe = vprobes.dataloader_methods(tmp_path / "venv" / "bin" / "python", ["default"], timeout=60)
+    probe = vprobes.dataloader_methods(tmp_path / "venv" / "bin" / "python", ["default"], timeout=scaled(60))
     assert probe.default == "fork"
     assert probe.error == "cannot import torch: OSError: libtorch_cpu.so: cannot open shared object file"
 
@@ -286,7 +287,7 @@ def test_dataloader_probe_hang_is_cut_and_reports_what_finished(tmp_path):
                     yield _Batch(self.items[i:i + self.size])
         """))
     probe = vprobes.dataloader_methods(tmp_path / "venv" / "bin" / "python", ["default", "spawn"], timeout=5)
-    assert probe.seconds < 60 and probe.error is None and probe.hvd_init is None
+    assert probe.seconds < scaled(60) and probe.error is None and probe.hvd_init is None
     assert [(r.method, r.ok, r.error) for r in probe.results] == [
         ("fork", True, None), ("spawn", False, "no result within 5 s (hung workers?)")]
 
@@ -329,7 +330,7 @@ def other_interpreters():
     for path in candidates:
         try:
             out = subprocess.run([str(path), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                                 capture_output=True, text=True, timeout=20)
+                                 capture_output=True, text=True, timeout=scaled(20))
         except (OSError, subprocess.TimeoutExpired):
             continue
         version = out.stdout.strip()
@@ -350,7 +351,7 @@ def test_torch_free_probes_run_under_other_pythons(version, python):
     [info] = probes.parse_records(proc.stdout)
     assert info["python"].startswith(version + ".") and info["modules"]["json"]["ok"] is True
     if not torch_importable(python):
-        probe = vprobes.dataloader_methods(python, ["default"], timeout=60)
+        probe = vprobes.dataloader_methods(python, ["default"], timeout=scaled(60))
         assert probe.default in ("fork", "forkserver") and probe.error == "torch is not installed"
 
 
@@ -359,17 +360,17 @@ def test_torch_free_probes_run_under_other_pythons(version, python):
 @pytest.mark.slow
 def test_one_dataloader_probe_after_hvd_init_in_cpu_env(cpu_horovod_env):
     python = cpu_horovod_env / "bin" / "python"
-    probe = vprobes.dataloader_methods(python, ["default", "forkserver", "spawn", "fork", "bogus"], timeout=300,
+    probe = vprobes.dataloader_methods(python, ["default", "forkserver", "spawn", "fork", "bogus"], timeout=scaled(300),
                                        hvd_init=True)
     assert probe.error is None and probe.default == "fork"
     assert probe.hvd_init is True and probe.controller == "gloo" and probe.init_error is None
     assert [r.method for r in probe.results] == ["fork", "forkserver", "spawn", "bogus"]
     assert all(r.ok and r.seconds is not None for r in probe.results[:3]), probe
     assert not probe.results[3].ok and probe.results[3].error.startswith("ValueError: ")
-    proc = run_by_path(python, "dataloader", "forkserver", timeout=300)
+    proc = run_by_path(python, "dataloader", "forkserver", timeout=scaled(300))
     assert proc.returncode == 0, proc.stderr
     assert [r.get("method") for r in probes.parse_records(proc.stdout)] == [None, "forkserver"]
-    assert run_by_path(python, "dataloader", "bogus", timeout=300).returncode == 1
+    assert run_by_path(python, "dataloader", "bogus", timeout=scaled(300)).returncode == 1
 
 
 @pytest.mark.slow

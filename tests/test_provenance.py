@@ -20,6 +20,7 @@ import pytest
 from envtool.spec import catalog, provenance, sites
 from envtool.spec.model import Pin
 from envtool.spec.yamlload import load_yaml
+from helpers.speed import scaled
 
 REPO = Path(__file__).resolve().parent.parent
 INDEX = json.loads((REPO / "tests" / "data" / "source_index.json").read_text())
@@ -136,7 +137,7 @@ def test_no_user_visible_text_names_an_internal_document():
 
 def _envtool(*args):
     return subprocess.run([sys.executable, "-m", "envtool", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=scaled(120))
 
 
 def test_show_sources_lists_where_each_pin_can_be_read():

@@ -34,6 +34,7 @@ OTHER = "envtool-other"
 USER_VENV = Path(os.environ.get("ENVTOOL_TEST_USER_VENV", "/opt/envtool-test/venv"))
 WORKTREE = Path(__file__).resolve().parent.parent
 from helpers.readable import importable_root  # noqa: E402
+from helpers.speed import scaled  # noqa: E402
 DEBIAN_PYTHON = "/usr/bin/python3.11"
 
 
@@ -106,14 +107,14 @@ def publish(site, *extra):
                        timeout=900)
 
 
-def as_user(user: str, script: str, site, timeout=600, init=None) -> subprocess.CompletedProcess:
+def as_user(user: str, script: str, site, timeout=None, init=None) -> subprocess.CompletedProcess:
     """``script`` in a clean, real bash as ``user`` (runuser), Lmod (or ``init``) initialised."""
     env = {"HOME": str(site["home"]), "PATH": "/usr/bin:/bin", "LANG": "C", "PYTHONPATH": str(importable_root()),
            "ENVTOOL_CACHE_DIR": f"{site['home']}/cache", "LMOD_RC": str(site["base"] / "lmodrc.lua")}
     code = f"source {init or LMOD_INIT} || exit 90\ncd {site['home']}\n{script}"
     return subprocess.run(["runuser", "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()],
                            "bash", "--noprofile", "--norc", "-c", code], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=scaled(600) if timeout is None else timeout)
 
 
 @pytest.fixture(scope="module")
@@ -305,5 +306,5 @@ def test_publish_on_a_site_clones_its_base_env(site, published, tmp_path):
     assert not any(s == "conda-create" for s in steps), steps
     assert "mpirun -n 4 python train.py" in (mods / "pubtest" / "1.0.lua").read_text()
     proc = subprocess.run([str(prefix / "bin" / "python"), "-c", "import hello; print(hello.GREETING)"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=scaled(60))
     assert proc.stdout.strip() == "hello from the published stack", proc.stderr

@@ -32,6 +32,7 @@ import pytest
 from conftest import run_envtool
 from envtool.lock import lockio
 from test_publish import GROUP, OTHER, USER, as_user, site  # noqa: F401  (site: the module-scoped fixture)
+from helpers.speed import scaled
 
 
 def _gid() -> int:
@@ -63,7 +64,7 @@ def world(site):  # noqa: F811
     second spec ``pubtwo`` and a 2.0 version of ``pubtest`` in a directory of its own."""
     specs = Path(site["env"]["ENVTOOL_SPEC_PATH"])
     lock = specs / "pubtest.conda-lock.yml"
-    proc = run_envtool("lock", "pubtest", "-o", lock, env=site["env"], timeout=600)
+    proc = run_envtool("lock", "pubtest", "-o", lock, env=site["env"], timeout=scaled(600))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = (specs / "pubtest.yaml").read_text()
     (specs / "pubtwo.yaml").write_text(text.replace("name: pubtest", "name: pubtwo"))
@@ -258,7 +259,7 @@ def test_an_interrupted_retire_leaves_the_version_or_nothing(world):
                                 cwd=Path(__file__).resolve().parent.parent)
         time.sleep(delay)
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=scaled(120))
         assert proc.returncode in (0, 130, -signal.SIGTERM), (proc.returncode, out, err)
         assert "Traceback" not in err, err
         visible = [p for p in (*(root / "pubtest").iterdir(), *(mods / "pubtest").iterdir())
@@ -311,7 +312,7 @@ def test_publishing_cpu_horovod_would_install_its_committed_lock(tmp_path):
     repo = Path(__file__).resolve().parent.parent
     env = {"ENVTOOL_CACHE_DIR": str(tmp_path / "cache")}
     proc = run_envtool("publish", "cpu-horovod", "--root", tmp_path / "sw", "--modulefiles", tmp_path / "mods",
-                       "--site", "local", "--dry-run", "--json", env=env, timeout=300)
+                       "--site", "local", "--dry-run", "--json", env=env, timeout=scaled(300))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (stack,) = json.loads(proc.stdout)["stacks"]
     assert stack["lock"]["file"] == str(repo / "lockfiles" / "cpu-horovod.conda-lock.yml"), stack["lock"]
@@ -319,6 +320,6 @@ def test_publishing_cpu_horovod_would_install_its_committed_lock(tmp_path):
     assert "install-locked-pip" in ids and "verify-lock" in ids and "pip-install" not in ids, ids
     assert ids.index("install-locked-pip") < ids.index("verify-lock") < ids.index("validate"), ids
     plan = json.loads(run_envtool("plan", "cpu-horovod", "--site", "local", "--prefix", tmp_path / "sw" / "x",
-                                  "--json", env=env, timeout=300).stdout)
+                                  "--json", env=env, timeout=scaled(300)).stdout)
     assert ids == [s["id"] for s in plan["steps"]]  # one planner: the steps create would run
     assert not (tmp_path / "sw").exists() and not (tmp_path / "mods").exists()

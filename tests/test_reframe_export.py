@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_envtool
+from helpers.speed import scaled
 
 
 def _site(tmp_path: Path, references: str = "", cpus: int = 4, extra: str = "") -> Path:
@@ -39,7 +40,7 @@ def venv_prefix(tmp_path) -> Path:
     prefix = tmp_path / "env"
     import subprocess
 
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True, timeout=scaled(120))
     return prefix
 
 
@@ -64,7 +65,7 @@ def _constants(path: Path) -> dict:
 
 
 def _export(tmp_path, *args):
-    return run_envtool("validate", "--export", "reframe", *args, cwd=tmp_path, env=HERE, timeout=120)
+    return run_envtool("validate", "--export", "reframe", *args, cwd=tmp_path, env=HERE, timeout=scaled(120))
 
 
 # --- the files ---------------------------------------------------------------------------------
@@ -108,7 +109,7 @@ def test_hostile_values_stay_data_in_the_generated_python(tmp_path):
     evil = tmp_path / "p'; import os; os.system('touch PWNED') #\"x"
     import subprocess
 
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(evil)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(evil)], check=True, timeout=scaled(120))
     site = _site(tmp_path, extra="  queue: \"q'); import os #\"\nenv:\n  EVIL: \"'''\\\"\\\"\\\" $(touch PWNED2)\"\n")
     proc = _export(tmp_path, "--prefix", evil, "--site-file", site, "--nodes", "1", "--ranks-per-node", "1",
                    "-o", tmp_path / "t.py", "--json")
@@ -118,7 +119,7 @@ def test_hostile_values_stay_data_in_the_generated_python(tmp_path):
     assert consts["PYTHON"] == str(evil / "bin" / "python")
     evil_line = next(c for c in consts["PRERUN_CMDS"] if c.startswith("export EVIL="))
     said = subprocess.run(["bash", "-c", evil_line + '; printf %s "$EVIL"'], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=30).stdout
+                          cwd=tmp_path, timeout=scaled(30)).stdout
     assert said == "'''\"\"\" $(touch PWNED2)"           # shell-quoted: bash gives the value back
     settings = _constants(Path(data["settings"]))["site_configuration"]
     assert settings["systems"][0]["partitions"][0]["access"] == ["--partition=q'); import os #"]
@@ -210,14 +211,14 @@ def _reframe() -> str:
     return str(exe) if exe.exists() else (shutil.which("reframe") or "reframe")
 
 
-def _run_reframe(cluster, workdir: Path, test: Path, settings: Path, timeout: float = 480):
+def _run_reframe(cluster, workdir: Path, test: Path, settings: Path, timeout: float | None = None):
     """``reframe -C SETTINGS -c TEST -r`` on the head node; everything ReFrame writes stays in ``workdir``."""
     env = {"RFM_REPORT_FILE": str(workdir / "report.json"), "RFM_SQLITE_DB_FILE": str(workdir / "results.db"),
            "HOME": str(workdir / "home")}
     (workdir / "home").mkdir(parents=True, exist_ok=True)
     return cluster.run(_reframe(), "--nocolor", "-C", settings, "-c", test, "--prefix", workdir, "--keep-stage-files",
                        "-r",
-                       cwd=str(workdir), env=env, timeout=timeout)
+                       cwd=str(workdir), env=env, timeout=scaled(480) if timeout is None else timeout)
 
 
 @pytest.mark.multinode

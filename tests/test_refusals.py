@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 from conftest import REPO, run_envtool
+from helpers.speed import scaled
 
 OLCF_2024 = "https://docs.olcf.ornl.gov/systems/2024_olcf_system_changes.html"
 
@@ -169,7 +170,7 @@ def test_doctor_with_nothing_to_examine_says_so(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("CONDA_PREFIX", "VIRTUAL_ENV")}
     env["PYTHONPATH"] = str(REPO)
     proc = subprocess.run([sys.executable, "-m", "envtool", "doctor", "--json"], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=300)
+                          env=env, cwd=tmp_path, timeout=scaled(300))
     assert proc.returncode == 2, proc.stdout
     data = json.loads(proc.stdout)
     assert "nothing to examine" in data["error"] and "--prefix" in data["error"]
@@ -179,7 +180,7 @@ def test_doctor_with_nothing_to_examine_says_so(tmp_path):
     script.write_text("import horovod.torch as hvd\nimport torch.multiprocessing as mp\n"
                       "mp.set_start_method('fork')\nhvd.init()\n")
     proc = subprocess.run([sys.executable, "-m", "envtool", "doctor", "--script", str(script), "--json"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=scaled(300))
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["prefix"] is None and [f["id"] for f in data["findings"]] == ["script"]
@@ -192,7 +193,7 @@ def test_doctor_only_keeps_the_script_scan(tmp_path):
     script.write_text("import horovod.torch as hvd\nimport torch.multiprocessing as mp\n"
                       "mp.set_start_method('fork')\nhvd.init()\n")
     proc = run_envtool("doctor", "--prefix", sys.prefix, "--only", "read-only", "--script", script, "--json",
-                       timeout=600)
+                       timeout=scaled(600))
     assert proc.returncode in (0, 1), proc.stderr
     found = {f["id"]: f for f in json.loads(proc.stdout)["findings"]}
     assert set(found) == {"read-only", "script"} and found["script"]["status"] == "warn"
@@ -202,7 +203,7 @@ def test_doctor_reads_the_environments_records(tmp_path):
     env = _venv(tmp_path / "env", spec="cpu-horovod")
     lock = REPO / "lockfiles" / "cpu-horovod.conda-lock.yml"
     (env / "conda-lock.yml").write_bytes(lock.read_bytes())
-    proc = run_envtool("doctor", "--prefix", env, "--only", "lock-drift", "versions", "--json", timeout=600)
+    proc = run_envtool("doctor", "--prefix", env, "--only", "lock-drift", "versions", "--json", timeout=scaled(600))
     assert proc.returncode in (0, 1), proc.stderr
     data = json.loads(proc.stdout)
     assert data["spec"] == "cpu-horovod" and data["lock"] == str(env / "conda-lock.yml")

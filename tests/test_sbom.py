@@ -17,6 +17,7 @@ import pytest
 from conftest import run_envtool
 from helpers import wheels
 from helpers.conda_channel import PackageDef, build_channel, python_package
+from helpers.speed import scaled
 
 
 def validate(text: str) -> None:
@@ -45,7 +46,7 @@ def small_env(tmp_path_factory):
     target = tmp / "env"
     proc = run_envtool("create", "sbom-test", "--prefix", target,
                        env={"ENVTOOL_SPEC_PATH": str(specs), "ENVTOOL_CACHE_DIR": str(tmp / "cache"),
-                            "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(whl)}, timeout=600)
+                            "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(whl)}, timeout=scaled(600))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return target, url
 
@@ -89,7 +90,7 @@ def test_sbom_horovod_build_properties(small_env, tmp_path):
     import subprocess
 
     subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index", "--no-deps",
-                    "--find-links", str(whl), "horovod==0.28.1"], check=True, capture_output=True, timeout=300)
+                    "--find-links", str(whl), "horovod==0.28.1"], check=True, capture_output=True, timeout=scaled(300))
     plan = run_envtool("plan", "cpu-horovod", "--prefix", env, "--json")
     assert plan.returncode == 0, plan.stderr
     steps = json.loads(plan.stdout)["steps"]

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import run_envtool
 from envtool.checks import scan
+from helpers.speed import scaled
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -394,7 +395,7 @@ print(proc.stderr.replace("\\n", " "))
 def _measured(*args):
     """(exit status, peak RSS in MiB, stderr) of ``envtool ARGS`` run in a fresh process."""
     cmd = [sys.executable, "-c", MEASURE, sys.executable, "-m", "envtool", *[str(a) for a in args]]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600).stdout.splitlines()
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=scaled(600)).stdout.splitlines()
     return int(out[0]), int(out[1]) / 1024, out[2] if len(out) > 2 else ""
 
 

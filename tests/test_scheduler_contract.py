@@ -27,6 +27,7 @@ from envtool.scheduler import launcher as launcher_mod
 from envtool.scheduler import script
 from envtool.scheduler.model import JobRequest, JobState, LaunchStep, Layout, SchedulerOutputError
 from envtool.spec import registry, sites
+from helpers.speed import scaled
 
 DATA = Path(REPO) / "tests" / "data" / "scheduler"
 
@@ -175,14 +176,14 @@ def test_toy_scheduler_passes_the_contract_and_a_site_file_can_name_it(toy, tmp_
 def test_toy_scheduler_parses_its_real_outputs(toy, tmp_path):
     job = tmp_path / "job.sh"
     job.write_text("sleep 60\n")
-    proc = subprocess.run(toy.submit_argv(str(job)), capture_output=True, text=True, timeout=30, check=True)
+    proc = subprocess.run(toy.submit_argv(str(job)), capture_output=True, text=True, timeout=scaled(30), check=True)
     pid = toy.parse_submit(proc.stdout)
     try:
-        status = subprocess.run(toy.status_argv(pid), capture_output=True, text=True, timeout=30).stdout
+        status = subprocess.run(toy.status_argv(pid), capture_output=True, text=True, timeout=scaled(30)).stdout
         assert toy.parse_status(status)[pid].phase == "running"
         assert toy.state(pid).phase == "running"
-        subprocess.run(toy.cancel_argv(pid), timeout=30, check=True)
-        deadline = time.monotonic() + 30
+        subprocess.run(toy.cancel_argv(pid), timeout=scaled(30), check=True)
+        deadline = time.monotonic() + scaled(30)
         while toy.state(pid).phase == "running" and time.monotonic() < deadline:
             time.sleep(0.2)
         assert toy.state(pid).phase == "done"

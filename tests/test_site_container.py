@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from envtool.spec import sites
+from helpers.speed import scaled
 
 
 def test_perlmutter_names_the_tutorials_shifter_line():
@@ -33,7 +34,7 @@ def test_bad_container_section_is_exit_2_naming_the_field(tmp_path, body, field)
     f = tmp_path / "t.yaml"
     f.write_text(f"name: t\nsources: {{a: https://example.org/doc}}\ncontainer: {body}\n")
     p = subprocess.run([sys.executable, "-m", "envtool", "show", "cpu-horovod", "--site-file", str(f), "--json"],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=scaled(60))
     assert p.returncode == 2, p.stdout + p.stderr
     assert "Traceback" not in p.stderr
     assert field in json.loads(p.stdout)["error"]

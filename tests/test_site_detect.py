@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.speed import scaled
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -17,7 +19,7 @@ def run_envtool(*args, env=None, cwd=None):
     full["PYTHONPATH"] = str(REPO)  # this checkout's envtool, whatever the cwd
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "envtool", *map(str, args)], cwd=cwd or REPO, capture_output=True,
-                          text=True, env=full, timeout=300)
+                          text=True, env=full, timeout=scaled(300))
 
 
 @pytest.mark.parametrize("environ,hostname,site", [

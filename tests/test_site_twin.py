@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.twin]
 
 REPO = Path(__file__).resolve().parent.parent
 from helpers.readable import importable_root  # noqa: E402
+from helpers.speed import scaled  # noqa: E402
 USER = "envtool-user"
 USER_VENV = Path(os.environ.get("ENVTOOL_TEST_USER_VENV", "/opt/envtool-test/venv"))
 
@@ -76,14 +77,14 @@ def home():
     shutil.rmtree(d, ignore_errors=True)
 
 
-def as_user(script: str, home: Path, extra_env=None, timeout=600) -> subprocess.CompletedProcess:
+def as_user(script: str, home: Path, extra_env=None, timeout=None) -> subprocess.CompletedProcess:
     """``script`` in a clean bash as the unprivileged user, Lmod initialised, cwd ``home``."""
     env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "LANG": "C", "USER": USER, "MODULEPATH": ""}
     env.update(extra_env or {})
     code = f"source {LMOD_INIT} || exit 90\ncd {home}\n{script}"
     return subprocess.run(["runuser", "-u", USER, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()],
                            "bash", "--noprofile", "--norc", "-c", code], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=scaled(600) if timeout is None else timeout)
 
 
 def test_twin_base_env_is_real_relocatable_and_lacks_mpi(twin):
@@ -96,7 +97,7 @@ def test_twin_base_env_is_real_relocatable_and_lacks_mpi(twin):
              "print(json.dumps({'prefix': sys.prefix, 'cfg': sysconfig.get_config_var('prefix'), "
              "'torch': torch.__version__, 'mpi': hvd.mpi_built(), 'gloo': hvd.gloo_built()}))")
     proc = subprocess.run([str(base / "bin" / "python"), "-c", probe], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "LANG": "C"}, timeout=300)
+                          env={"PATH": "/usr/bin:/bin", "LANG": "C"}, timeout=scaled(300))
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
     assert got == {"prefix": str(base), "cfg": str(base), "torch": "2.13.0+cpu", "mpi": False, "gloo": True}
@@ -206,7 +207,7 @@ def test_clone_the_site_module_rebuild_horovod_with_mpi_and_load_the_new_module(
                    "python -c 'import horovod.torch as h; assert h.mpi_built() and h.gloo_built(); print(\"hvd-ok\")'"
                    " || exit 92\n"
                    "mpirun -np 2 python -c 'import torch, horovod.torch as h; h.init(); "
-                   "print(\"sum\", h.allreduce(torch.ones(1), op=h.Sum).item())'", home, timeout=600)
+                   "print(\"sum\", h.allreduce(torch.ones(1), op=h.Sum).item())'", home, timeout=scaled(600))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "hvd-ok" in proc.stdout and proc.stdout.count("sum 2.0") == 2, proc.stdout
     # doctor in the new env passes

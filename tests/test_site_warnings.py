@@ -7,13 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers.speed import scaled
+
 REPO = Path(__file__).resolve().parent.parent
 
 
 def run_envtool(*args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENVTOOL_")}
     return subprocess.run([sys.executable, "-m", "envtool", *args], cwd=REPO, capture_output=True, text=True,
-                          env=env, timeout=300)
+                          env=env, timeout=scaled(300))
 
 
 def doctor(spec):

@@ -8,12 +8,13 @@ import pytest
 
 from conftest import run_envtool
 from envtool.spec.matrix import COLUMNS
+from helpers.speed import scaled
 
 BASE_ENV = {"ENVTOOL_SPEC_PATH": "", "ENVTOOL_SITE_PATH": ""}
 
 
 def envtool(*args, env=None):
-    return run_envtool(*args, env={**BASE_ENV, **(env or {})}, timeout=120)
+    return run_envtool(*args, env={**BASE_ENV, **(env or {})}, timeout=scaled(120))
 
 
 def ok(*args, env=None):

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_envtool
+from helpers.speed import scaled
 
 
 def sha256(path: Path) -> str:
@@ -34,13 +35,13 @@ def sha256(path: Path) -> str:
 
 
 def make_venv(where: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True, timeout=scaled(120))
     (where / "conda-lock.yml").write_text(f"version: 1\nmetadata: {{}}\npackage: []\n# {where.name}\n")
     return where
 
 
 def pack(env: Path, fmt: str, out: Path, *extra) -> dict:
-    proc = run_envtool("pack", env, "--format", fmt, "-o", out, "--json", *extra, timeout=600)
+    proc = run_envtool("pack", env, "--format", fmt, "-o", out, "--json", *extra, timeout=scaled(600))
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -55,7 +56,7 @@ def small(tmp_path_factory):
 
 
 def jobscript(*args, env=None, expect=0):
-    proc = run_envtool("jobscript", *args, env=dict({"USER": "alice"}, **(env or {})), timeout=120)
+    proc = run_envtool("jobscript", *args, env=dict({"USER": "alice"}, **(env or {})), timeout=scaled(120))
     assert proc.returncode == expect, proc.stderr + proc.stdout
     return proc
 
@@ -63,7 +64,7 @@ def jobscript(*args, env=None, expect=0):
 def bash_n(text: str, tmp_path: Path) -> None:
     f = tmp_path / "job.sh"
     f.write_text(text)
-    proc = subprocess.run(["bash", "-n", str(f)], capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(["bash", "-n", str(f)], capture_output=True, text=True, timeout=scaled(30))
     assert proc.returncode == 0, proc.stderr + text
 
 
@@ -140,20 +141,20 @@ def test_a_clean_up_launcher_that_never_returns_is_stopped_and_named(small, tmp_
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env=dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", ENVTOOL_UNSTAGE_TIMEOUT="2"))
     try:
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=scaled(60))
         took = time.monotonic() - t0
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+            proc.wait(timeout=scaled(10))
     pid = int(pidfile.read_text())
     assert proc.returncode == 0 and out.strip() == "after the clean-up", (proc.returncode, out, err)
     assert "envtool stage: the clean-up (srun on every node) did not finish within 2 s and was stopped; remove " \
            "/tmp/envtool-smallenv-" in err, err
-    assert (11 if ignores_term else 1.5) < took < 30, took
+    assert (11 if ignores_term else 1.5) < took < scaled(30), took
     # the hung launcher was killed: gone, or a zombie (SIGKILL'd with timeout's process group, it is
     # re-parented and reaped by init)
-    for _ in range(50):                                # a SIGKILL is delivered at once; allow 5 s
+    for _ in range(round(scaled(50))):                 # a SIGKILL is delivered at once; allow 5 s (scaled)
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
@@ -178,7 +179,7 @@ def test_a_clean_up_limit_that_is_not_a_number_falls_back_to_the_default(small, 
     (bindir / "srun").write_text(f"#!/bin/sh\necho \"$@\" > {shlex.quote(str(words))}\n")
     (bindir / "srun").chmod(0o755)
     proc = subprocess.run(["bash", "-c", f"set -e\n{func[0]}\nenvtool_unstage\necho after the clean-up"],
-                          capture_output=True, text=True, timeout=60,
+                          capture_output=True, text=True, timeout=scaled(60),
                           env=dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", ENVTOOL_UNSTAGE_TIMEOUT="soon"))
     assert proc.returncode == 0 and proc.stdout.strip() == "after the clean-up", proc.stderr
     assert proc.stderr == ("envtool stage: ENVTOOL_UNSTAGE_TIMEOUT=soon is not a whole number of seconds; "
@@ -240,25 +241,28 @@ def test_staged_script_runs_here_from_the_copy_and_cleans_up(small, tmp_path):
 
     st = write("python", "-c", "import sys; print('prefix', sys.prefix)")
     proc = _hidden(env, ["bash", script])
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=scaled(120))
     assert proc.returncode == 0, err
     assert f"prefix {st['prefix']}" in out.splitlines()
     assert list(node.iterdir()) == []                       # the copy was removed at the end
     # a failing command: the job fails, the copy is still removed
     write("python", "-c", "import sys; sys.exit(3)")
     proc = _hidden(env, ["bash", script])
-    proc.communicate(timeout=120)
+    proc.communicate(timeout=scaled(120))
     assert proc.returncode == 3 and list(node.iterdir()) == []
     # SIGTERM (a cancelled job) while the ranks run: exit 143, removed
     st = write("python", "-c", "import time; print('up', flush=True); time.sleep(60)")
     proc = _hidden(env, ["bash", script], start_new_session=True)
-    for _ in range(600):
+    for _ in range(round(scaled(600))):
         if (Path(st["prefix"]) / "bin").exists() or proc.poll() is not None:
             break
         time.sleep(0.1)
-    time.sleep(1.0)
+    deadline = time.monotonic() + scaled(60)  # the rank runs (its python, in the job's session)
+    while proc.poll() is None and time.monotonic() < deadline and subprocess.run(
+            ["pgrep", "-s", str(proc.pid), "-f", "time.sleep\\(60\\)"], capture_output=True).returncode != 0:
+        time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGTERM)
-    proc.communicate(timeout=120)
+    proc.communicate(timeout=scaled(120))
     assert proc.returncode in (143, -15) and list(node.iterdir()) == [], list(node.iterdir())
 
 
@@ -317,15 +321,15 @@ def test_stage_refusals(small, tmp_path):
     err = jobscript("--stage", tar, "--site", "summit", "--retired-ok", "--account", "P", "--nodes", "1", "--", "t",
                     env={"USER": ""}, expect=2).stderr
     assert "node_local.path" in err and "summit.yaml" in err
-    proc = run_envtool("validate", "--stage", tar, "--site", "perlmutter", timeout=120)
+    proc = run_envtool("validate", "--stage", tar, "--site", "perlmutter", timeout=scaled(120))
     assert proc.returncode == 2 and "add --submit" in proc.stderr
 
 
 # --- on the multi-node test cluster -------------------------------------------------------------
 
-def envtool_on_head(cluster, *args, timeout=300):
+def envtool_on_head(cluster, *args, timeout=None):
     return cluster.run(sys.executable, "-m", "envtool", *map(str, args), cwd=str(REPO), env={"ENVTOOL_DEBUG": ""},
-                       timeout=timeout)
+                       timeout=scaled(300) if timeout is None else timeout)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import pytest
 from conftest import run_envtool
 from envtool.spec import sites
 from envtool.validate import sweep
+from helpers.speed import scaled
 
 # NCCL 2.19.3 on RoCE: NVIDIA/nccl-tests#185 (https://github.com/NVIDIA/nccl-tests/issues/185)
 IB_LINES = """\
@@ -124,7 +125,7 @@ def prefix(tmp_path_factory):
     import sys
 
     p = tmp_path_factory.mktemp("env") / "env"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(p)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(p)], check=True, timeout=scaled(120))
     return p
 
 
@@ -145,7 +146,7 @@ def prefix(tmp_path_factory):
 def test_bad_site_references_exit_2_naming_file_and_field(tmp_path, prefix, body, field, expected):
     path = _site(tmp_path, body + "\n")
     proc = run_envtool("validate", "--prefix", prefix, "--site-file", path, "--submit", "--nodes", "2",
-                       "--ranks-per-node", "1", "--workdir", tmp_path / "run", timeout=120)
+                       "--ranks-per-node", "1", "--workdir", tmp_path / "run", timeout=scaled(120))
     assert proc.returncode == 2, proc.stderr
     assert f"{path}:" in proc.stderr and f"{field}: expected " in proc.stderr, proc.stderr
     assert expected in proc.stderr.split(f"{field}: expected ", 1)[1], proc.stderr

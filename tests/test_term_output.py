@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from helpers.speed import scaled
 
 pyte = pytest.importorskip("pyte")
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def run_pty(args, columns=60, env=None, timeout=600, cwd=None):
+def run_pty(args, columns=60, env=None, timeout=None, cwd=None):
     """Run ``python -m envtool ARGS`` with stdout and stderr on a new pty of ``columns`` columns;
     returns (exit status, everything written, as text)."""
     master, slave = os.openpty()
@@ -36,7 +37,7 @@ def run_pty(args, columns=60, env=None, timeout=600, cwd=None):
                             stdout=slave, stderr=slave, env=full, cwd=cwd or REPO, start_new_session=True)
     os.close(slave)
     chunks = []
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + (scaled(600) if timeout is None else timeout)
     try:
         while time.monotonic() < deadline:
             ready, _, _ = select.select([master], [], [], 0.5)
@@ -50,7 +51,7 @@ def run_pty(args, columns=60, env=None, timeout=600, cwd=None):
                 chunks.append(data)
             elif proc.poll() is not None:
                 break
-        rc = proc.wait(timeout=30)
+        rc = proc.wait(timeout=scaled(30))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
@@ -127,7 +128,7 @@ def test_colour_on_a_terminal_only_and_never_with_no_color(long_named_env):
                         env={"NO_COLOR": "1"})
     assert rc2 == rc and not SGR.search(out2), out2
     piped = subprocess.run([sys.executable, "-m", "envtool", "doctor", "--prefix", str(long_named_env),
-                            "--only", "versions"], capture_output=True, text=True, cwd=REPO, timeout=300)
+                            "--only", "versions"], capture_output=True, text=True, cwd=REPO, timeout=scaled(300))
     assert "\x1b[" not in piped.stdout + piped.stderr
     assert "ok" in piped.stdout
 
@@ -154,7 +155,7 @@ def test_build_live_line_fits_60_columns(tmp_path):
     os.close(slave)
     chunks = []
     while True:
-        ready, _, _ = select.select([master], [], [], 60)
+        ready, _, _ = select.select([master], [], [], scaled(60))
         if not ready:
             break
         try:
@@ -165,7 +166,7 @@ def test_build_live_line_fits_60_columns(tmp_path):
             break
         chunks.append(data)
     os.close(master)
-    assert proc.wait(timeout=30) == 0
+    assert proc.wait(timeout=scaled(30)) == 0
     out = b"".join(chunks).decode()
     frames = [f for f in out.replace("\r\n", "\n").split("\r\x1b[K") if "compiling Horovod" in f]
     assert len(frames) >= 4 and all(len(f) <= 59 and re.search(r"…, \d+s$", f) for f in frames), frames
@@ -175,13 +176,13 @@ def test_build_live_line_fits_60_columns(tmp_path):
 def test_doctor_speaks_words_counts_right_and_gives_one_verdict_per_line(cpu_horovod_env):
     from conftest import run_envtool
 
-    proc = run_envtool("doctor", "--prefix", cpu_horovod_env, "--only", "versions", "start-method", "-v", timeout=300)
+    proc = run_envtool("doctor", "--prefix", cpu_horovod_env, "--only", "versions", "start-method", "-v", timeout=scaled(300))
     assert proc.returncode == 0, proc.stderr
     assert "{'" not in proc.stdout and "['" not in proc.stdout and "': " not in proc.stdout, proc.stdout
     assert re.search(r"^\s+found: python 3\.\d+", proc.stdout, re.M), proc.stdout
     for line in proc.stdout.splitlines():  # a verdict line says one thing
         assert not (line.startswith("ok ") and re.search(r"\b(risky|FAILED|fail)\b", line)), line
-    one = run_envtool("doctor", "--prefix", cpu_horovod_env, "--only", "versions", timeout=300)
+    one = run_envtool("doctor", "--prefix", cpu_horovod_env, "--only", "versions", timeout=scaled(300))
     assert "(1 check)" in one.stderr and "checks)" not in one.stderr, one.stderr
 
 
@@ -189,7 +190,7 @@ def test_doctor_speaks_words_counts_right_and_gives_one_verdict_per_line(cpu_hor
 def test_specs_table_fits_the_width(columns):
     from conftest import run_envtool
 
-    proc = run_envtool("specs", env={"COLUMNS": str(columns)}, timeout=300)
+    proc = run_envtool("specs", env={"COLUMNS": str(columns)}, timeout=scaled(300))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     # a URL longer than the width is kept whole on its own line (cutting it would break it)
@@ -210,12 +211,12 @@ def test_specs_site_column_and_site_filter():
 
     from conftest import run_envtool
 
-    rows = {r["name"]: r for r in json.loads(run_envtool("specs", "--json", timeout=300).stdout)}
+    rows = {r["name"]: r for r in json.loads(run_envtool("specs", "--json", timeout=scaled(300)).stdout)}
     assert rows["open-ce-1.1.3"]["site"] == "bede,summit"  # both site files map it in stacks
     assert rows["open-ce-1.11"]["site"] == "bede"  # bede's open-ce-* glob; summit lists no 1.11
     assert rows["ibm-wml-ce-1.6.1"]["site"] == "bede,summit"
     assert rows["cpu-horovod"]["site"] == "local" and rows["polaris-conda-2023-10-04"]["site"] == "polaris"
-    proc = run_envtool("specs", "--json", "--site", "perlmutter", timeout=300)
+    proc = run_envtool("specs", "--json", "--site", "perlmutter", timeout=scaled(300))
     names = {r["name"] for r in json.loads(proc.stdout)}
     assert names == {"perlmutter-horovod", "nersc-pytorch-1.13.1", "nersc-tensorflow-2.9.0"}, names
 
@@ -241,7 +242,7 @@ def test_bytecode_step_shows_counts(tmp_path):
                     ignore=shutil.ignore_patterns("site-packages", "test", "tests", "idlelib", "__pycache__", "*.pyc"))
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, "-c", BYTECODE_DRIVER, str(tmp_path / "b.log"), str(lib)],
-                          capture_output=True, text=True, env=env, timeout=600)
+                          capture_output=True, text=True, env=env, timeout=scaled(600))
     assert proc.returncode == 0, proc.stderr
     counts = [tuple(map(int, m.groups())) for m in re.finditer(r"compiling bytecode: (\d+)/(\d+) files, \d+s", proc.stderr)]
     total = counts[-1][1] if counts else 0

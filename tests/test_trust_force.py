@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, default_stop_signals, run_envtool
+from helpers.speed import scaled
 
 TINY = "name: tiny\nengine: venv\n"
 
@@ -39,8 +40,8 @@ def start(argv, env, cwd=REPO, **kw):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
-def wait_for_build(parent: Path, name: str, timeout: float = 120) -> Path:
-    deadline = time.monotonic() + timeout
+def wait_for_build(parent: Path, name: str, timeout: float | None = None) -> Path:
+    deadline = time.monotonic() + (scaled(120) if timeout is None else timeout)
     while time.monotonic() < deadline:
         found = [p for p in parent.glob(f".{name}.envtool-build-*") if (p / "bin").is_dir()]
         if found:
@@ -140,7 +141,7 @@ def test_force_refuses_what_is_not_a_replaceable_environment(world, case):
         target.symlink_to("/")
         why = "symbolic link"
     before = snapshot(tmp_path)
-    proc = run_envtool("create", "tiny", "--prefix", target, "--force", env=env, cwd=cwd, timeout=120)
+    proc = run_envtool("create", "tiny", "--prefix", target, "--force", env=env, cwd=cwd, timeout=scaled(120))
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert why in proc.stderr and "nothing was touched" in proc.stderr, proc.stderr
     assert "environment ready" not in proc.stdout
@@ -161,7 +162,7 @@ def test_clone_through_a_symlink_into_the_source_is_refused(world, command):
         argv = ["clone", source, "--prefix", alias / "inner", "--mode", "copy"]
     else:
         argv = ["create", "tiny", "--clone", source, "--prefix", alias / "inner"]
-    proc = run_envtool(*argv, env=env, timeout=300)
+    proc = run_envtool(*argv, env=env, timeout=scaled(300))
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "inside the clone source" in proc.stderr and str(source / "inner") in proc.stderr
     assert snapshot(source) == before
@@ -175,9 +176,9 @@ def test_a_planted_lock_symlink_is_refused_not_followed(world):
     lock = tmp_path / "envs" / ".tiny.envtool-lock"
     lock.symlink_to(victim)
     started = time.monotonic()
-    proc = run_envtool("create", "tiny", "--prefix", tmp_path / "envs" / "tiny", env=env, timeout=60)
+    proc = run_envtool("create", "tiny", "--prefix", tmp_path / "envs" / "tiny", env=env, timeout=scaled(60))
     assert proc.returncode == 2, proc.stderr
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < scaled(30)
     assert str(lock) in proc.stderr and "symbolic link" in proc.stderr
     assert not os.path.lexists(victim)
     assert not (tmp_path / "envs" / "tiny").exists()
@@ -190,7 +191,7 @@ def test_another_users_lock_file_is_refused_naming_the_owner(world):
     lock = tmp_path / "envs" / ".tiny.envtool-lock"
     lock.write_text("")
     os.chown(lock, user.pw_uid, user.pw_gid)
-    proc = run_envtool("create", "tiny", "--prefix", tmp_path / "envs" / "tiny", env=env, timeout=60)
+    proc = run_envtool("create", "tiny", "--prefix", tmp_path / "envs" / "tiny", env=env, timeout=scaled(60))
     assert proc.returncode == 2, proc.stderr
     assert "envtool-user" in proc.stderr and str(lock) in proc.stderr
     assert lock.exists() and os.stat(lock).st_uid == user.pw_uid
@@ -207,12 +208,12 @@ def test_waiting_for_a_held_lock_is_bounded_and_says_for_whom(world):
     try:
         started = time.monotonic()
         proc = run_envtool("create", "tiny", "--prefix", tmp_path / "envs" / "tiny",
-                           env=dict(env, ENVTOOL_LOCK_TIMEOUT="2"), timeout=60)
+                           env=dict(env, ENVTOOL_LOCK_TIMEOUT="2"), timeout=scaled(60))
         took = time.monotonic() - started
     finally:
         os.close(fd)
     assert proc.returncode == 2, proc.stderr
-    assert took < 30
+    assert took < scaled(30)
     assert "waiting for another envtool (pid 424242)" in proc.stderr
     assert "still works on" in proc.stderr and "ENVTOOL_LOCK_TIMEOUT" in proc.stderr
     assert not (tmp_path / "envs" / "tiny").exists()
@@ -230,9 +231,9 @@ def test_a_fifo_or_a_device_as_input_is_refused_at_once(world, argv):
     os.mkfifo(fifo)
     args = [a.format(fifo=fifo, tmp=tmp_path) for a in argv]
     started = time.monotonic()
-    proc = run_envtool(*args, env=env, timeout=60)
+    proc = run_envtool(*args, env=env, timeout=scaled(60))
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < scaled(30)
     named = str(fifo) if "{fifo}" in argv else "/dev/zero"
     assert named in proc.stderr and ("FIFO" in proc.stderr or "character device" in proc.stderr), proc.stderr
     assert not (tmp_path / "e").exists()
@@ -247,8 +248,10 @@ def test_other_fatal_signals_clean_up_like_sigterm(world, sig):
     wait_for_build(target.parent, "tiny")
     kids = descendants(proc.pid)
     proc.send_signal(getattr(signal, sig))
-    out, err = proc.communicate(timeout=120)
-    time.sleep(0.2)
+    out, err = proc.communicate(timeout=scaled(120))
+    deadline = time.monotonic() + scaled(3)
+    while time.monotonic() < deadline and [p for p in kids if alive(p)]:
+        time.sleep(0.05)
     left = [p for p in kids if alive(p)]
     kill_by_pid(left)  # the test's own clean-up, when the check fails
     assert proc.returncode == 130, err
@@ -264,7 +267,7 @@ def test_nohup_keeps_sighup_ignored(world):
                  preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))  # what nohup(1) does
     wait_for_build(target.parent, "tiny")
     proc.send_signal(signal.SIGHUP)
-    out, err = proc.communicate(timeout=300)
+    out, err = proc.communicate(timeout=scaled(300))
     assert proc.returncode == 0, err
     assert (target / "bin" / "python").exists()
     assert leftovers(target.parent) == []
@@ -285,14 +288,14 @@ def test_a_background_jobs_ignored_sigint_stays_ignored_and_sigterm_still_stops_
     proc = start(["create", "tiny", "--prefix", target], env, preexec_fn=_as_a_background_job)
     wait_for_build(target.parent, "tiny")
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=300)
+    out, err = proc.communicate(timeout=scaled(300))
     assert proc.returncode == 0, err
     assert (target / "bin" / "python").exists() and leftovers(target.parent) == []
     other = tmp_path / "envs" / "other"
     proc = start(["create", "tiny", "--prefix", other], env, preexec_fn=_as_a_background_job)
     wait_for_build(other.parent, "other")
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=300)
+    out, err = proc.communicate(timeout=scaled(300))
     assert proc.returncode == 130, err
     assert not other.exists() and leftovers(other.parent) == []
 
@@ -324,7 +327,7 @@ def test_children_use_a_private_tmpdir_that_goes_with_the_build(world):
             pass
     assert envs and all(f"TMPDIR={private[0]}".encode() in e for e in envs), envs
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=scaled(120))
     assert proc.returncode == 130, err
     assert list(shared_tmp.iterdir()) == []  # nothing of ensurepip's (pip-*.whl, cacert.pem) in the shared TMPDIR
     assert leftovers(target.parent) == [] and not build.exists()
@@ -340,7 +343,7 @@ def test_kill_9_takes_the_children_with_it(world):
     assert kids
     proc.kill()
     proc.wait()
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + scaled(3)
     while time.monotonic() < deadline and [p for p in kids if alive(p)]:
         time.sleep(0.05)
     left = [p for p in kids if alive(p)]
@@ -360,11 +363,15 @@ def test_the_next_run_stops_a_dead_runs_stragglers_before_sweeping(world):
     writer = subprocess.Popen(["sh", "-c", 'while :; do mkdir -p "$D/lib" && : > "$D/lib/f$$"; sleep 0.01; done'],
                               env=dict(os.environ, D=str(stale), ENVTOOL_BUILD=str(stale)), start_new_session=True)
     try:
-        time.sleep(0.3)
-        proc = run_envtool("create", "tiny", "--prefix", target, env=env, timeout=300)
+        deadline = time.monotonic() + scaled(10)
+        while not list((stale / "lib").glob("f*")) and time.monotonic() < deadline:  # it writes there
+            time.sleep(0.01)
+        proc = run_envtool("create", "tiny", "--prefix", target, env=env, timeout=scaled(300))
         assert proc.returncode == 0, proc.stderr
         assert f"removed {stale}" in proc.stderr
-        time.sleep(0.5)
+        deadline = time.monotonic() + scaled(10)
+        while writer.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert writer.poll() is not None, "the dead run's straggler still runs"
         assert not stale.exists()
     finally:
@@ -395,22 +402,22 @@ def test_validate_leaves_no_children(world, how):
     pids = tmp_path / "pids"
     env = dict(env, PIDS=str(pids), **({} if how == "exits" else {"LINGER": "1"}))
     proc = start(["validate", "--prefix", prefix], env)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)
     while time.monotonic() < deadline and not (pids.exists() and pids.read_text().endswith("\n")):
         time.sleep(0.05)
     assert pids.exists(), "the fake horovodrun never started its child"
     kids = [int(x) for x in pids.read_text().split()]
     if how == "exits":
-        proc.communicate(timeout=120)
+        proc.communicate(timeout=scaled(120))
         assert proc.returncode in (1, 2)
     elif how == "kill -9":
         proc.kill()
         proc.wait()
     else:
         proc.send_signal(getattr(signal, how))
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=scaled(60))
         assert proc.returncode == 130, err
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + scaled(3)
     while time.monotonic() < deadline and [p for p in kids if alive(p)]:
         time.sleep(0.05)
     left = [p for p in kids if alive(p)]
@@ -427,8 +434,8 @@ def test_a_fifo_among_scripts_is_skipped_not_read(world):
     (scripts / "train.py").write_text("import os\nos.environ['OMP_NUM_THREADS'] = '1'\n")
     os.mkfifo(scripts / "pipe.py")
     started = time.monotonic()
-    proc = run_envtool("doctor", "--prefix", prefix, "--script", scripts, env=env, timeout=60)
-    assert time.monotonic() - started < 45
+    proc = run_envtool("doctor", "--prefix", prefix, "--script", scripts, env=env, timeout=scaled(60))
+    assert time.monotonic() - started < scaled(45)
     assert proc.returncode in (0, 1), proc.stderr
     assert "check crashed" not in proc.stdout + proc.stderr
 
@@ -443,7 +450,7 @@ def test_publish_force_refuses_a_directory_that_is_not_an_environment(world):
     (squatter / "data.txt").chmod(0o600)
     before = [(p, os.lstat(p).st_mode) for p in [squatter, squatter / "data.txt"]]
     proc = run_envtool("publish", "tiny", "--root", tmp_path / "sw", "--modulefiles", tmp_path / "mods", "--force",
-                       env=env, timeout=300)
+                       env=env, timeout=scaled(300))
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert str(squatter) in proc.stderr and "not an environment" in proc.stderr, proc.stderr
     assert [(p, os.lstat(p).st_mode) for p in [squatter, squatter / "data.txt"]] == before

@@ -29,6 +29,7 @@ from conftest import REPO, run_envtool
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from helpers.speed import scaled  # noqa: E402
 
 
 def make_venv(path: Path) -> Path:
@@ -83,7 +84,7 @@ def test_jobscript_option_with_newline_is_refused(tmp_path, venv, option):
     target = ["--module", INJECT.format(marker=marker)] if option == "--module" else \
         ["--prefix", venv, option, INJECT.format(marker=marker)]
     proc = run_envtool("jobscript", "--site-file", slurm_site(tmp_path), *target, "--nodes", "1",
-                       "--ranks-per-node", "1", "--output", out, "--", "true", timeout=120)
+                       "--ranks-per-node", "1", "--output", out, "--", "true", timeout=scaled(120))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert option in proc.stderr and "control character" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -100,7 +101,7 @@ def test_jobscript_option_patterns(tmp_path, venv, option, value, words):
     out = tmp_path / "job.sh"
     target = [f"--module={value}"] if option == "--module" else ["--prefix", venv, f"{option}={value}"]
     proc = run_envtool("jobscript", "--site-file", slurm_site(tmp_path), *target, "--nodes", "1",
-                       "--ranks-per-node", "1", "--output", out, "--", "true", timeout=120)
+                       "--ranks-per-node", "1", "--output", out, "--", "true", timeout=scaled(120))
     assert proc.returncode == 2 and option in proc.stderr and words in proc.stderr, proc.stderr
     assert not out.exists()
 
@@ -121,10 +122,10 @@ def test_job_script_runs_without_the_planted_command(tmp_path, venv):
                        "--ranks-per-node", "1", "--job-name", "a$(touch${IFS}planted)", "--queue", "q@s", "--account", "acct",
                        "--job-output", str(tmp_path / f"o$(touch {marker}).out"), "--workdir", workdir,
                        "--time", "0:10:00", "--output", out, "--",
-                       "python", "-c", "import os; print('RAN', os.getcwd())", f"$(touch {marker})", timeout=120)
+                       "python", "-c", "import os; print('RAN', os.getcwd())", f"$(touch {marker})", timeout=scaled(120))
     assert proc.returncode == 0, proc.stderr
     assert subprocess.run(["bash", "-n", str(out)], capture_output=True).returncode == 0
-    ran = subprocess.run(["bash", str(out)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    ran = subprocess.run(["bash", str(out)], capture_output=True, text=True, timeout=scaled(120), cwd=tmp_path,
                          env=dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}"))
     assert ran.returncode == 0, ran.stderr
     assert f"RAN {workdir}" in ran.stdout
@@ -191,7 +192,7 @@ def secret_file(tmp_path):
 
 
 def show(spec: Path, cwd: Path):
-    return run_envtool("show", spec, cwd=cwd, timeout=120, env={"PYTHONPATH": str(REPO)})
+    return run_envtool("show", spec, cwd=cwd, timeout=scaled(120), env={"PYTHONPATH": str(REPO)})
 
 
 @pytest.mark.parametrize("how", ["absolute", "dotdot", "subdir", "symlink-beside", "symlink-yaml-beside"])
@@ -234,7 +235,7 @@ def test_extends_a_spec_beside_by_file_or_name(tmp_path):
     (tmp_path / "base.yaml").write_text("extends: cpu-horovod\nsummary: from the base beside\n")
     for value in ("base.yaml", "./base.yaml", "base"):
         (tmp_path / "kid.yaml").write_text(f"name: kid\nextends: {value}\n")
-        proc = run_envtool("show", tmp_path / "kid.yaml", "--json", cwd="/", timeout=120,
+        proc = run_envtool("show", tmp_path / "kid.yaml", "--json", cwd="/", timeout=scaled(120),
                            env={"PYTHONPATH": str(REPO)})
         assert proc.returncode == 0, proc.stderr
         assert '"summary": "from the base beside"' in proc.stdout
@@ -270,7 +271,7 @@ def test_env_cannot_replace_a_search_path_or_set_a_hook(tmp_path, var, value, ki
     elif where == "batch env":
         site_body += f"batch:\n  env:\n    {var}: {value!r}\n"
     site = write(tmp_path / "tsite.yaml", site_body)
-    proc = run_envtool("show", spec, "--site-file", site, timeout=120)
+    proc = run_envtool("show", spec, "--site-file", site, timeout=scaled(120))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     field = {"spec env": f"env.{var}", "spec site.env": f"site.env.{var}", "site file env": f"env.{var}",
              "stack env": f"stacks.kid.env.{var}", "batch env": f"batch.env.{var}"}[where]
@@ -294,7 +295,7 @@ def test_env_cannot_replace_a_search_path_or_set_a_hook(tmp_path, var, value, ki
 ])
 def test_env_reversible_form_is_checked(tmp_path, body, words):
     spec = write(tmp_path / "kid.yaml", "name: kid\nextends: cpu-horovod\n" + body)
-    proc = run_envtool("show", spec, timeout=120)
+    proc = run_envtool("show", spec, timeout=scaled(120))
     assert proc.returncode == 2 and words in proc.stderr and "kid.yaml:" in proc.stderr, proc.stderr
 
 
@@ -311,7 +312,7 @@ PREPEND_SPEC = """\
 
 def test_prepend_reaches_show_and_job_script(tmp_path, venv):
     spec = write(tmp_path / "kid.yaml", PREPEND_SPEC)
-    proc = run_envtool("show", spec, "--json", timeout=120)
+    proc = run_envtool("show", spec, "--json", timeout=scaled(120))
     assert proc.returncode == 0, proc.stderr
     import json
 
@@ -326,12 +327,12 @@ def test_prepend_reaches_show_and_job_script(tmp_path, venv):
     proc = run_envtool("jobscript", "--spec", spec, "--site", "local", "--prefix", venv, "--nodes", "1",
                        "--ranks-per-node", "1", "--output", out, "--", "python", "-c",
                        "import os; print(os.environ['PATH']); print(os.environ['PYTHONPATH']); "
-                       "print(os.environ.get('MANPATH'))", timeout=120)
+                       "print(os.environ.get('MANPATH'))", timeout=scaled(120))
     assert proc.returncode == 0, proc.stderr
     assert subprocess.run(["bash", "-n", str(out)]).returncode == 0
     base_path = f"{bindir}:/usr/bin:/bin"
     env = {"PATH": base_path, "HOME": str(tmp_path)}
-    ran = subprocess.run(["bash", str(out)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    ran = subprocess.run(["bash", str(out)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=scaled(60))
     assert ran.returncode == 0, ran.stderr
     path, pythonpath, manpath = ran.stdout.splitlines()
     assert path == f"/opt/kid/bin:/opt/kid/tools:{venv}/bin:{base_path}", path
@@ -351,7 +352,7 @@ def test_prepend_modulefile_load_unload_restores_path(tmp_path, venv, fmt, syste
     spec = write(tmp_path / "kid.yaml", PREPEND_SPEC)
     root = tmp_path / "mods"
     proc = run_envtool("modulefile", spec, "--prefix", venv, "--root", root, "--format", fmt, "--name", "kid/1.0",
-                       timeout=120)
+                       timeout=scaled(120))
     assert proc.returncode == 0, proc.stderr
     check = 'echo "PATH=$PATH"; echo "PYTHONPATH=$PYTHONPATH"; echo "MANPATH=$MANPATH"'
     env = {"PYTHONPATH": "/home/u/py", "MANPATH": "/usr/share/man"}
@@ -369,12 +370,12 @@ def test_modulefile_and_jobscript_refuse_env_that_replaces_path_or_sets_a_hook(t
     """The issue's finding: ``env: {PATH: /x/bin}`` became a PATH replaced outright in the modulefile."""
     spec = write(tmp_path / "kid.yaml", f"name: kid\nextends: cpu-horovod\nenv:\n  {var}: /x/bin\n")
     root = tmp_path / "mods"
-    proc = run_envtool("modulefile", spec, "--prefix", venv, "--root", root, timeout=120)
+    proc = run_envtool("modulefile", spec, "--prefix", venv, "--root", root, timeout=scaled(120))
     assert proc.returncode == 2 and f"env.{var}" in proc.stderr and "kid.yaml:4" in proc.stderr, proc.stderr
     assert not root.exists()
     out = tmp_path / "job.sh"
     proc = run_envtool("jobscript", "--spec", spec, "--site", "local", "--prefix", venv, "--nodes", "1",
-                       "--ranks-per-node", "1", "--output", out, "--", "true", timeout=120)
+                       "--ranks-per-node", "1", "--output", out, "--", "true", timeout=scaled(120))
     assert proc.returncode == 2 and f"env.{var}" in proc.stderr, proc.stderr
     assert not out.exists()
 
@@ -404,7 +405,7 @@ def test_extra_env_contradicting_derived_flags_is_refused(tmp_path, extra, field
           check_build: {{frameworks: [PyTorch], controllers: [Gloo]}}
         """)
     for command in (["show", spec], ["plan", spec, "--prefix", tmp_path / "env"]):
-        proc = run_envtool(*command, timeout=120)
+        proc = run_envtool(*command, timeout=scaled(120))
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert f"horovod.extra_env.{field}" in proc.stderr and "kid.yaml" in proc.stderr, proc.stderr
         for w in words:
@@ -419,7 +420,7 @@ def test_extra_env_repeating_a_derived_value_or_adding_another_is_kept(tmp_path)
         horovod:
           extra_env: {HOROVOD_WITH_GLOO: '1', HOROVOD_MPI_THREADS_DISABLE: '1'}
         """)
-    proc = run_envtool("show", spec, "--json", timeout=120)
+    proc = run_envtool("show", spec, "--json", timeout=scaled(120))
     assert proc.returncode == 0, proc.stderr
     import json
 
@@ -443,7 +444,7 @@ def test_modulefile_and_publish_options_are_gated(tmp_path, venv, argv, option):
     args = [a.format(venv=venv, tmp=tmp_path) for a in argv]
     i = args.index(option)
     args[i:i + 2] = [f"{option}={args[i + 1]}"]
-    proc = run_envtool(*args, timeout=120)
+    proc = run_envtool(*args, timeout=scaled(120))
     assert proc.returncode == 2 and option in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
@@ -458,7 +459,7 @@ def test_a_bad_job_poll_interval_is_refused_before_anything_is_written(tmp_path,
     site = slurm_site(tmp_path)
     proc = run_envtool("validate", "--prefix", venv, "--site-file", site, "--submit", "--nodes", "1",
                        "--ranks-per-node", "1", "--workdir", tmp_path / "run", "--timeout", "5",
-                       env={"ENVTOOL_JOB_POLL": value}, timeout=120)
+                       env={"ENVTOOL_JOB_POLL": value}, timeout=scaled(120))
     assert proc.returncode == 2, proc.stderr
     assert "ENVTOOL_JOB_POLL: expected a number of seconds >= 0.2" in proc.stderr and repr(value) in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from conftest import run_envtool
+from helpers.speed import scaled
 
 @pytest.mark.slow
 def test_validate_here_every_controller_and_benchmark_plot(cpu_horovod_env, tmp_path):
@@ -40,13 +41,13 @@ def test_validate_here_reports_a_missing_horovod(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    proc = run_envtool("validate", "--prefix", venv, timeout=120, env={"TMPDIR": str(tmp)})
+    proc = run_envtool("validate", "--prefix", venv, timeout=scaled(120), env={"TMPDIR": str(tmp)})
     assert proc.returncode == 2 and "no bin/horovodrun" in proc.stderr, proc.stderr
     assert [p.name for p in tmp.iterdir() if p.name.startswith("envtool-")] == []
 
 
 def test_validate_bad_options(tmp_path):
-    proc = run_envtool("validate", "--prefix", tmp_path, "--plot", "x.png", timeout=60)
+    proc = run_envtool("validate", "--prefix", tmp_path, "--plot", "x.png", timeout=scaled(60))
     assert proc.returncode == 2 and "--benchmark" in proc.stderr
-    proc = run_envtool("validate", "--module", "x/1", timeout=60)
+    proc = run_envtool("validate", "--module", "x/1", timeout=scaled(60))
     assert proc.returncode == 2 and "--submit" in proc.stderr, proc.stderr

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_envtool
+from helpers.speed import scaled
 
 
 def _spec(tmp_path, name, layered):
@@ -50,7 +51,7 @@ def test_system_site_packages_layer(tmp_path, layered):
     create = next(s for s in plan["steps"] if s["id"] == "create-venv")
     assert ("--system-site-packages" in create["commands"][0]) is layered
     prefix = tmp_path / "envs" / name
-    proc = run_envtool("create", name, "--prefix", prefix, env=env, timeout=600)
+    proc = run_envtool("create", name, "--prefix", prefix, env=env, timeout=scaled(600))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cfg = (prefix / "pyvenv.cfg").read_text()
     assert f"include-system-site-packages = {'true' if layered else 'false'}" in cfg
