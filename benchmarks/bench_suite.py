@@ -16,7 +16,9 @@ prints:
   - ``multi-node`` — every phase of tests marked ``multinode`` (cluster start included);
 
   Phases come from the per-phase durations ``tests/conftest.py`` records as JUnit properties
-  (``setup_s``, ``call_s``, ``teardown_s``, ``markers``); an XML without them (an older run) counts
+  (``setup_s``, ``call_s``, ``teardown_s``, ``markers``), with the CPU seconds pytest and the
+  children it waited for used (``setup_cpu_s``, ``cpu_s``; daemons such as Slurm's are not in
+  them); an XML without them (an older run) counts
   each test's whole time as ``one-node``. The phase sums are test-seconds: where tests run in
   parallel (pytest-xdist) they add up to more than the wall time, and the ratio says how much;
 * the slowest items (``--top``, default 25): a test, or a fixture's set-up when that is what took
@@ -79,6 +81,7 @@ def summarise(path: Path, started: Optional[float] = None, budget: float = 2400.
     stamp = suite.get("timestamp")
     t0 = datetime.fromisoformat(stamp).timestamp() if stamp else None
     phases = {"set-up": 0.0, "builds": 0.0, "one-node": 0.0, "multi-node": 0.0}
+    cpu = {"set-up": None, "builds": 0.0, "one-node": 0.0, "multi-node": 0.0}
     if started is not None and t0 is not None:
         phases["set-up"] = max(0.0, t0 - started)
     counts: Dict[str, int] = {}
@@ -98,11 +101,15 @@ def summarise(path: Path, started: Optional[float] = None, budget: float = 2400.
             multinode = "multinode" in props.get("markers", "").split(",")
         else:
             setup, call, down, multinode = 0.0, total, 0.0, False
+        setup_cpu, run_cpu = float(props.get("setup_cpu_s", "0")), float(props.get("cpu_s", "0"))
         if multinode:
             phases["multi-node"] += setup + call + down
+            cpu["multi-node"] += setup_cpu + run_cpu
         else:
             phases["builds"] += setup
             phases["one-node"] += call + down
+            cpu["builds"] += setup_cpu
+            cpu["one-node"] += run_cpu
         if setup >= call and setup > 1.0:
             items.append((setup, name, "set-up"))
             if call + down > 1.0:
@@ -115,7 +122,7 @@ def summarise(path: Path, started: Optional[float] = None, budget: float = 2400.
         ended = t0 + pytest_s
     wall = (ended - started) if (started is not None and ended is not None) else pytest_s + phases["set-up"]
     return {"file": str(path), "wall_s": wall, "pytest_s": pytest_s, "budget_s": budget,
-            "within_budget": wall <= budget, "phases": phases, "test_seconds": test_seconds,
+            "within_budget": wall <= budget, "phases": phases, "cpu_seconds": cpu, "test_seconds": test_seconds,
             "parallelism": (test_seconds / pytest_s) if pytest_s else 0.0, "counts": counts,
             "slowest": [{"name": n, "phase": ph, "s": s} for s, n, ph in items[:top]],
             "load": list(os.getloadavg())}
@@ -134,10 +141,11 @@ def render(summary: dict) -> str:
              f"({s['wall_s'] / s['budget_s']:.2f}x, {verdict}); pytest {s['pytest_s']:.0f} s; "
              f"load {' '.join(f'{x:.2f}' for x in s['load'])}",
              "  " + ", ".join(f"{k} {v}" for k, v in sorted(s["counts"].items())),
-             "phase        seconds   share"]
+             "phase        seconds   share   CPU seconds"]
     denom = s["phases"]["set-up"] + s["test_seconds"] or 1.0
     for name, sec in s["phases"].items():
-        lines.append(f"{name:<11} {sec:8.0f}   {sec / denom:5.1%}")
+        c = s["cpu_seconds"].get(name)
+        lines.append(f"{name:<11} {sec:8.0f}   {sec / denom:5.1%}   {'-' if c is None else f'{c:8.0f}'}")
     lines.append(f"(test-seconds {s['test_seconds']:.0f} over {s['pytest_s']:.0f} s of pytest: "
                  f"{s['parallelism']:.2f} at a time)")
     lines.append(f"slowest {len(s['slowest'])}:")

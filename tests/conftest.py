@@ -13,6 +13,7 @@ temporary directory is bind-mounted into their private ``/tmp``, so ``tmp_path``
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -47,6 +48,17 @@ def default_stop_signals():
 _RESET_SIGNALS: list = []
 
 
+#: variables a pytest-xdist worker starts with set to other values than pytest's own process had
+#: (COLUMNS=80, LINES=24): envtool fits its tables to COLUMNS, so the worker takes the controller's
+_CONTROLLER_ENV = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """(pytest-xdist, in the controller) hand each worker the controller's :data:`_CONTROLLER_ENV`."""
+    node.workerinput["envtool_controller_env"] = {k: os.environ.get(k) for k in _CONTROLLER_ENV}
+
+
 def pytest_configure(config):
     """SIGINT and SIGQUIT back to their usual actions in pytest's process when it started ignoring them.
 
@@ -55,6 +67,11 @@ def pytest_configure(config):
     2.11), and every ``envtool`` the suite starts inherits that: envtool then rightly leaves them
     ignored, as for ``nohup``. A rehearsal started that way saw ``create`` exit 0 after the test's
     SIGINT (issue 37). The tests that need an ignored signal set it themselves (``preexec_fn``)."""
+    for name, value in getattr(config, "workerinput", {}).get("envtool_controller_env", {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     for sig, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGQUIT, signal.SIG_DFL)):
         if signal.getsignal(sig) == signal.SIG_IGN:
             signal.signal(sig, handler)
@@ -85,6 +102,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(group))
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds (user + system) of pytest's process and of its children it has waited for (and
+    theirs): what a test cost the machine, short of daemons still running (Slurm's, a cluster's)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.__dict__["_envtool_cpu_mark"] = _cpu_seconds()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Per-phase durations as JUnit properties (``setup_s``, ``call_s``, ``teardown_s``, ``markers``:
@@ -95,6 +124,9 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     durations = item.__dict__.setdefault("_envtool_durations", {})
     durations[call.when] = report.duration
+    cpu = _cpu_seconds()
+    durations[f"{call.when}_cpu"] = cpu - item.__dict__.get("_envtool_cpu_mark", cpu)
+    item.__dict__["_envtool_cpu_mark"] = cpu
     if call.when == "call" and report.passed and not item.get_closest_marker("slow"):
         took = durations.get("setup", 0.0) + report.duration
         limit = FAST_LIMIT_S * speed.slowdown()
@@ -106,6 +138,8 @@ def pytest_runtest_makereport(item, call):
     if call.when == "teardown":
         for when in ("setup", "call", "teardown"):
             report.user_properties.append((f"{when}_s", f"{durations.get(when, 0.0):.3f}"))
+        report.user_properties.append(("setup_cpu_s", f"{durations.get('setup_cpu', 0.0):.3f}"))
+        report.user_properties.append(("cpu_s", f"{sum(durations.get(f'{w}_cpu', 0.0) for w in ('call', 'teardown')):.3f}"))
         report.user_properties.append(("markers", ",".join(sorted(
             {m.name for m in item.iter_markers() if m.name in SLOW_MARKERS or m.name == "lmod"}))))
 
