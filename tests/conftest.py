@@ -154,19 +154,39 @@ def run_envtool(*args, env=None, cwd=None, timeout=3600, input=None):
                           env=full_env, cwd=cwd or REPO, timeout=timeout, input=input)
 
 
+def _build_cpu_horovod(prefix: Path) -> None:
+    proc = shared.run_stoppable([sys.executable, "-m", "envtool", "create", "cpu-horovod", "--prefix", str(prefix)],
+                                cwd=REPO)
+    assert proc.returncode == 0, f"envtool create cpu-horovod failed:\n{proc.stdout}\n{proc.stderr}"
+
+
+def _reused_cpu_env():
+    reuse = os.environ.get("ENVTOOL_TEST_CPU_ENV")
+    return Path(reuse) if reuse and (Path(reuse) / "bin" / "horovodrun").exists() else None
+
+
 @pytest.fixture(scope="session")
 def cpu_horovod_env(tmp_path_factory) -> Path:
     """Prefix of a real cpu-horovod environment, created once per run (every pytest-xdist worker of
-    the run shares it: :func:`helpers.shared.once`)."""
-    reuse = os.environ.get("ENVTOOL_TEST_CPU_ENV")
-    if reuse and (Path(reuse) / "bin" / "horovodrun").exists():
-        return Path(reuse)
+    the run shares it: :func:`helpers.shared.once`; the build starts with the run when a collected
+    test needs it, see :func:`pytest_collection_finish`)."""
+    return _reused_cpu_env() or shared.once(tmp_path_factory, "cpu-horovod", _build_cpu_horovod)
 
-    def build(prefix: Path) -> None:
-        proc = run_envtool("create", "cpu-horovod", "--prefix", prefix)
-        assert proc.returncode == 0, f"envtool create cpu-horovod failed:\n{proc.stdout}\n{proc.stderr}"
 
-    return shared.once(tmp_path_factory, "cpu-horovod", build)
+def pytest_sessionfinish(session):
+    """A build :func:`pytest_collection_finish` started and no test waited for (``-x``, an interrupt)
+    is stopped with SIGTERM, which envtool answers by removing its build directory."""
+    shared.stop_builds()
+
+
+def pytest_collection_finish(session):
+    """Start the cpu-horovod environment's build (a Horovod compile, minutes) as the run starts when a
+    collected test will use it, so it overlaps the tests that do not (one build per run: every
+    worker starts the thread, the first takes the lock and builds, the others find it built)."""
+    if getattr(session.config.option, "collectonly", False) or _reused_cpu_env():
+        return
+    if any("cpu_horovod_env" in getattr(item, "fixturenames", ()) for item in session.items):
+        shared.start_early(session.config._tmp_path_factory, "cpu-horovod", _build_cpu_horovod)
 
 
 @pytest.fixture(scope="session")

@@ -70,6 +70,7 @@ def _drive(tmp_path, verbose=False, tty=False):
     return b"".join(chunks).decode(), log.read_text()
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_live_line_on_a_terminal(tmp_path):
     out, log = _drive(tmp_path, tty=True)
     frames = [f for f in out.replace("\r\n", "\n").split("\r\x1b[K") if f.strip()]
@@ -88,6 +89,7 @@ def test_live_line_on_a_terminal(tmp_path):
     assert out.split("driver done")[0].endswith("\r\x1b[K")  # the live line was erased at the end
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_plain_lines_when_not_a_terminal(tmp_path):
     err, log = _drive(tmp_path)
     assert "\r" not in err and "\x1b" not in err
@@ -100,6 +102,7 @@ def test_plain_lines_when_not_a_terminal(tmp_path):
     assert "Building CXX object" not in err and "Building CXX object" in log
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_verbose_streams_every_line_and_no_live_line(tmp_path):
     err, _ = _drive(tmp_path, verbose=True, tty=True)
     assert "  | [ 50%] Building CXX object" in err

@@ -168,6 +168,7 @@ def test_kill_children_kills_the_whole_process_group():
 
 
 # ----------------------------------------------------------------------------- the CLI, end to end
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_a_directory_that_appears_during_create_is_kept_and_the_new_env_beside_it(world):
     tmp_path, env = world
     target = tmp_path / "envs" / "tiny"
@@ -217,6 +218,7 @@ def test_repeated_signals_still_clean_up_and_print_the_log(world, signals):
     assert envtool_leftovers(target.parent) == []
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_sigterm_during_force_says_the_old_environment_is_intact(world):
     tmp_path, env = world
     target = tmp_path / "envs" / "tiny"
@@ -233,6 +235,7 @@ def test_sigterm_during_force_says_the_old_environment_is_intact(world):
     assert envtool_leftovers(target.parent) == []
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_force_replaces_the_old_environment_whole(world):
     tmp_path, env = world
     target = tmp_path / "envs" / "tiny"
@@ -244,6 +247,7 @@ def test_force_replaces_the_old_environment_whole(world):
     assert envtool_leftovers(target.parent) == []
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_kill_9_leaves_a_build_dir_that_the_next_run_removes(world):
     tmp_path, env = world
     target = tmp_path / "envs" / "tiny"
@@ -263,6 +267,7 @@ def test_kill_9_leaves_a_build_dir_that_the_next_run_removes(world):
     assert not build.exists()
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_sigterm_during_clone_cleans_up(world, tmp_path):
     tmp_path, env = world
     source = tmp_path / "envs" / "tiny"

@@ -395,6 +395,7 @@ def _verify_lock(prefix: Path, lock: Path, digest: str, cache_hit: bool) -> str:
     return log.read_text()
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_diff_reports_a_horovod_wheel_that_is_not_the_locked_one(tmp_path):
     """An environment whose Horovod came from a wheel cache is locked (``lock --prefix``: the wheel's
     URL and SHA-256); the wheel is then replaced by another of the same name, version and build
@@ -468,7 +469,8 @@ def test_the_build_step_warns_naming_the_cache_and_checks_what_pip_installed(tmp
 
 
 @pytest.mark.slow
-def test_create_under_a_lock_refuses_planted_site_wheels_and_installs_the_locked_one(tmp_path, shared_tmp):
+def test_create_under_a_lock_refuses_planted_site_wheels_and_installs_the_locked_one(tmp_path, shared_tmp,
+                                                                                    cpu_horovod_env):
     """End to end with the real Horovod wheel (copied from the user's wheel cache, never changed):
     the spec's lock, made to record that wheel (as a lock of an environment does), and three site
     caches in ``$ENVTOOL_CACHE_PATH``: a planted wheel beside the real entry's copied key.json, a
@@ -480,7 +482,7 @@ def test_create_under_a_lock_refuses_planted_site_wheels_and_installs_the_locked
     from envtool.lock.lockio import read_lock, write_lock
     from test_site_cache import _copy_entry, _read_only, _real_entry, _writable
 
-    entry = _real_entry()
+    entry = _real_entry(cpu_horovod_env)
     real_sha = sha256(entry.wheel)
     marker = tmp_path / "planted-code-ran"
     (tmp_path / "w").mkdir()

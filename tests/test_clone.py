@@ -266,6 +266,7 @@ def test_source_by_name_from_conda_envs_path(world, monkeypatch):
     assert cl.resolve_source("") == world["source"]
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_venv_source_clones_as_layer(tmp_path):
     """A module-provided Python (no conda-meta) becomes a --system-site-packages layer."""
     src = tmp_path / "module-python"

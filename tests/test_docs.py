@@ -112,3 +112,15 @@ def test_readme_links_lead_to_pages_and_keeps_the_test_command():
     assert not missing, missing
     # .ci/run runs the README's line that ends in "# tests"
     assert re.search(r"^bash scripts/setup\.sh --test && python3 -m pytest .*# tests$", readme, re.M)
+
+
+@pytest.mark.slow  # collects the whole suite
+def test_the_coverage_table_in_tests_readme_is_current():
+    """tests/README.md's table of real components per module is what tests/coverage_table.py prints."""
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "coverage_table.py")], capture_output=True,
+                          text=True, cwd=REPO, timeout=scaled(300))
+    assert proc.returncode == 0, proc.stderr
+    table = proc.stdout[proc.stdout.index("| module"):].strip()
+    readme = (REPO / "tests" / "README.md").read_text()
+    kept = readme.split("<!-- coverage-table: begin -->\n", 1)[1].split("\n<!-- coverage-table: end -->", 1)[0]
+    assert kept.strip() == table, "run python3 tests/coverage_table.py and copy its table into tests/README.md"

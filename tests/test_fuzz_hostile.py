@@ -117,6 +117,7 @@ FUZZ = settings(max_examples=int(os.environ.get("ENVTOOL_FUZZ_EXAMPLES", "15")),
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 @FUZZ
 @given(doc=spec_doc, tail=hostile_tail, command=st.sampled_from(["plan", "show"]))
 def test_hostile_specs_through_plan_and_show(fuzz_env, doc, tail, command):
@@ -129,6 +130,7 @@ def test_hostile_specs_through_plan_and_show(fuzz_env, doc, tail, command):
     assert not (work / "envs").exists()  # plan creates nothing
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 @FUZZ
 @given(name=evil_text, prefix_tail=evil_text, module=evil_text)
 def test_hostile_names_and_prefixes_through_modulefile_and_plan(fuzz_env, name, prefix_tail, module):

@@ -314,6 +314,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 '''
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_the_build_sees_conda_prefix_as_the_build_prefix(tmp_path, monkeypatch):
     """Open-CE specs set ``nccl_home: "${CONDA_PREFIX}"`` (as the feedstock's build.sh does). No
     shell runs between envtool and pip, so the build step itself must put the prefix there: a real

@@ -157,6 +157,7 @@ def created(site, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_both_installers_pick_the_same_artifacts(created):
     uv, pip = _artifacts(created["uv"]), _artifacts(created["pip"])
     assert {k: v[2] for k, v in uv.items()} == {"envtool-alpha": "uv", "envtool-beta": "uv", "envtool-gamma": "uv"}
@@ -178,6 +179,7 @@ def test_uv_installs_are_byte_compiled_and_locked_like_pips(created):
     assert pick(uv) == pick(pip) and len(pick(uv)) == 3
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 @pytest.mark.parametrize("name", ["uv", "pip"])
 def test_either_installer_refuses_an_archive_with_another_hash(site, created, tmp_path, name):
     lock = created[name] / "conda-lock.yml"
@@ -199,6 +201,7 @@ def test_either_installer_refuses_an_archive_with_another_hash(site, created, tm
     assert _artifacts(ok)["envtool-alpha"][0] == "1.0+cpu"
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_a_locked_version_the_constraints_refuse_is_refused_by_uv_as_by_pip(site, created, tmp_path):
     constraints = tmp_path / "constraints.txt"
     constraints.write_text("envtool-beta<=1.0\n")
@@ -247,6 +250,7 @@ def test_a_second_uv_env_links_the_first_ones_bytecode_and_python_accepts_it(sit
     assert os.stat(pyc(second)).st_ino == os.stat(pyc(first)).st_ino
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_cache_prune_deletes_kept_bytecode_no_environment_links(site, tmp_path):
     import os
     import shutil
@@ -302,6 +306,7 @@ class _AuthIndex:
         self.server.server_close()
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 @pytest.mark.parametrize("name", ["uv", "pip"])
 def test_an_index_with_credentials_works_and_the_secret_is_never_shown(site, tmp_path, name):
     secret = "s3cr3t-token-%s" % name
@@ -379,6 +384,7 @@ def test_a_token_alone_in_an_index_url_is_not_shown(site):
     assert proc.returncode == 0 and "t0ken-only-secret" not in proc.stdout and "****@mirror.example" in proc.stdout
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_a_range_only_a_prerelease_satisfies_is_refused_by_both_installers(site, tmp_path):
     specs = tmp_path / "specs"
     specs.mkdir()

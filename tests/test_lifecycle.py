@@ -43,6 +43,7 @@ def _listed(env) -> list:
     return json.loads(proc.stdout)["environments"]
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_create_list_remove(tmp_path):
     env = _home(tmp_path)
     prefix = tmp_path / "my envs" / "bare one"  # a space: the hint must be quoted

@@ -168,6 +168,7 @@ def test_lock_check_fails_naming_a_changed_spec(tmp_path):
 
 # --- pip resolved by pip, with hashes ------------------------------------------------------
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_lock_spec_resolves_pip_packages_with_pip(tmp_path):
     out = tmp_path / "cpu.conda-lock.yml"
     proc = run_envtool("lock", "cpu-horovod", "-o", out, "--json", timeout=1200)
@@ -199,6 +200,7 @@ def test_pip_part_for_another_platform_takes_that_platforms_wheels():
 
 # --- snapshots and drift -------------------------------------------------------------------
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_snapshot_then_drift_in_a_real_venv(tmp_path):
     venv = make_venv(tmp_path / "v", "six==1.17.0", "colorama==0.4.6")
     lock = tmp_path / "v.conda-lock.yml"

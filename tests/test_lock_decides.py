@@ -218,6 +218,7 @@ def test_conda_entries_need_a_channel_subdir_url(tmp_path):
             lockio.read_lock(path)
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_locked_means_locked_over_a_user_site(world, tmp_path):
     """A distribution the user site already has (same version) must not stand in for the locked one:
     the layered venv gets its own hash-checked copy."""

@@ -109,6 +109,7 @@ def test_parser_offers_every_registered_format(writer):
         assert writer.name in fmt.choices, (command, fmt.choices)
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 @pytest.mark.lmod
 def test_writer_contract(writer, prefixes, tmp_path):
     root = tmp_path / "modulefiles"

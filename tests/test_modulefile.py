@@ -512,6 +512,7 @@ def test_cpu_horovod_env_module(tmp_path, cpu_horovod_env, fmt, request):
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 @pytest.mark.lmod
 def test_create_writes_modulefile_for_final_prefix(tmp_path, lmod):
     """``create --modulefile-root``: a real (small) venv, the modulefile names the final prefix."""

@@ -153,6 +153,7 @@ def test_conda_squashfs_mounts_at_its_destination(conda_env, tmp_path, tools):
     assert json.loads("\n".join(lines[2:]))["kind"] == "conda"
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_venv_tar_runs_from_the_unpacked_copy_alone(venv_env, tmp_path):
     out = tmp_path / "venv.tar"
     proc, data = pack(venv_env, "tar", out)
@@ -176,6 +177,7 @@ def test_venv_tar_runs_from_the_unpacked_copy_alone(venv_env, tmp_path):
     assert lines[2].split()[0] == data["lock_sha256"] and lines[3] == str(dest)
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_venv_squashfs_mounted_runs_without_the_source(venv_env, tmp_path, tools):
     out = tmp_path / "venv.squashfs"
     dest = tmp_path / "mnt" / "venv"
@@ -268,6 +270,7 @@ def test_refusals_name_the_reason(tmp_path, conda_env):
     assert proc.returncode == 2 and "neither an environment directory nor a spec" in proc.stderr
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_interrupted_pack_leaves_no_output(tmp_path):
     """SIGTERM while a large venv is written: exit 130, no output file, no private directory."""
     env = _venv(tmp_path, "big")

@@ -260,6 +260,7 @@ def test_dataloader_probe_with_a_torch_that_does_not_import(tmp_path):
     assert probe.error == "cannot import torch: OSError: libtorch_cpu.so: cannot open shared object file"
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_dataloader_probe_hang_is_cut_and_reports_what_finished(tmp_path):
     # A stand-in torch.utils.data whose DataLoader never returns under "spawn" (as workers forked
     # from a fork-unsafe MPI stack can): the real probe script, subprocess and timeout handling.

@@ -188,6 +188,7 @@ def _avail(world, mods) -> str:
     return proc.stdout + proc.stderr
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_retire_removes_only_what_publish_made_and_refuses_the_default(world):
     top = world["base"] / "retire"
     root, mods = top / "sw", top / "mods"
@@ -241,6 +242,7 @@ def test_retire_removes_only_what_publish_made_and_refuses_the_default(world):
     assert "pubtest/2.0" not in _avail(world, mods)
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_an_interrupted_retire_leaves_the_version_or_nothing(world):
     """SIGTERM at several moments of a retire: afterwards the version is either whole (every file
     there, its modulefile too) or gone from view; what an interrupted retire renamed aside is hidden

@@ -399,6 +399,7 @@ def _measured(*args):
     return int(out[0]), int(out[1]) / 1024, out[2] if len(out) > 2 else ""
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_huge_tree_stops_with_a_clear_message_in_bounded_memory(tmp_path):
     block = CLEAN.replace("def main():", "def main_{n}():").replace("    main()\n", "    main_0()\n")
     tree = tmp_path / "tree"

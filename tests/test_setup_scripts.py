@@ -9,6 +9,7 @@ are taken). Root only; Debian's archive must be reachable (as for every set-up s
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from helpers.speed import scaled
 
 pytestmark = [pytest.mark.slow]
 
@@ -85,3 +87,32 @@ def test_every_apt_get_in_the_set_up_goes_through_the_lock_wait():
                 direct.append(f"{script.relative_to(REPO)}:{n}: {line.strip()}")
         assert "scripts/lib/apt.sh" in script.read_text(), f"{script} does not source scripts/lib/apt.sh"
     assert direct == []
+
+
+def test_ci_run_gives_every_location_envtool_uses_a_fresh_directory(tmp_path):
+    """``.ci/run`` under CI=true (issue 37, item 4): envtool's cache, uv's and pip's caches, the
+    registry, the user and site configuration files all lie under the run's fresh state directory,
+    whatever the caller's environment said, and the state directory is gone afterwards. Run for real
+    on a copy of .ci/run whose README's test line prints ``envtool info --json``."""
+    repo = tmp_path / "repo"
+    (repo / ".ci").mkdir(parents=True)
+    shutil.copy2(REPO / ".ci" / "run", repo / ".ci" / "run")
+    out = tmp_path / "info.json"
+    (repo / "README.md").write_text(f"```\n{sys.executable} -m envtool info --json > {out}   # tests\n```\n")
+    polluted = tmp_path / "polluted"
+    env = {**os.environ, "CI": "true", "PYTHONPATH": str(REPO), "ENVTOOL_SITE": "perlmutter",
+           "ENVTOOL_CACHE_DIR": str(polluted / "cache"), "XDG_STATE_HOME": str(polluted / "state"),
+           "XDG_CONFIG_HOME": str(polluted / "config"), "ENVTOOL_SYSTEM_CONFIG": str(polluted / "etc.yaml"),
+           "UV_CACHE_DIR": str(polluted / "uv"), "ENVTOOL_TEST_CPU_ENV": str(polluted / "env")}
+    proc = subprocess.run(["bash", str(repo / ".ci" / "run")], capture_output=True, text=True, env=env,
+                          timeout=scaled(120))
+    assert proc.returncode == 0, proc.stderr
+    state = proc.stderr.split("fresh state under ", 1)[1].split()[0]
+    info = json.loads(out.read_text())
+    paths = {"registry": info["registry"], "logs": info["logs"],
+             **{f"config {c['path']}": c["path"] for c in info["config_files"]},
+             **{f"cache {c['name']}": c["path"] for c in info["caches"] if c.get("path")}}
+    outside = {k: v for k, v in paths.items() if not v.startswith(state + "/")}
+    assert not outside, (state, outside)
+    assert info["site"] is None  # ENVTOOL_SITE was unset
+    assert not os.path.exists(state) and not polluted.exists()

@@ -14,15 +14,22 @@ import pytest
 from conftest import run_envtool
 from envtool.horovod import cache
 
-USER_WHEELS = Path(os.path.expanduser("~/.cache/envtool/horovod-wheels"))
+def _real_entry(cpu_env: Path):
+    """The real cached Horovod wheel entry (a directory with horovod-*.whl and key.json) of the
+    cpu-horovod environment ``cpu_env`` (the ``cpu_horovod_env`` fixture), from the cache that build
+    used: ``cache_root()`` (``$ENVTOOL_CACHE_DIR``; under CI a fresh one), else ``~/.cache/envtool``
+    (an environment reused through ``ENVTOOL_TEST_CPU_ENV``). Before issue 37 these tests looked in
+    ``~/.cache/envtool`` only and so were skipped in every CI run."""
+    from envtool.core.paths import cache_root
 
-
-def _real_entry():
-    """A real cached Horovod wheel entry (a directory with horovod-*.whl and key.json), or skip."""
-    for e in cache.WheelCache(USER_WHEELS.parent).entries():
-        if e.wheel is not None and e.key is not None:
-            return e
-    pytest.skip(f"no built Horovod wheel in {USER_WHEELS} (a create cpu-horovod makes one)")
+    assert (cpu_env / "bin" / "horovodrun").exists(), cpu_env
+    roots = [cache_root(), Path(os.path.expanduser("~/.cache/envtool"))]
+    for root in roots:
+        for e in cache.WheelCache(root).entries():
+            if e.wheel is not None and e.key is not None:
+                return e
+    raise AssertionError(f"no built Horovod wheel in {' or '.join(str(r / 'horovod-wheels') for r in roots)} "
+                         f"after creating {cpu_env}")
 
 
 def _copy_entry(entry, root: Path, key=None) -> Path:
@@ -57,8 +64,9 @@ def test_chain_user_first_then_cache_path_then_site_file(tmp_path, monkeypatch):
     assert [c.read_only for c in chain] == [False, True, True, True]
 
 
-def test_key_mismatch_falls_back_to_the_user_cache(tmp_path, monkeypatch):
-    entry = _real_entry()
+@pytest.mark.slow  # needs the cpu-horovod environment's wheel
+def test_key_mismatch_falls_back_to_the_user_cache(tmp_path, monkeypatch, cpu_horovod_env):
+    entry = _real_entry(cpu_horovod_env)
     monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "user"))
     other = replace(entry.key, frameworks=(("torch", "2.12.0+cpu"),))
     site = tmp_path / "site"
@@ -77,8 +85,9 @@ def test_key_mismatch_falls_back_to_the_user_cache(tmp_path, monkeypatch):
         _writable(site)
 
 
-def test_cache_cli_list_publish_prune(tmp_path):
-    entry = _real_entry()
+@pytest.mark.slow  # needs the cpu-horovod environment's wheel
+def test_cache_cli_list_publish_prune(tmp_path, cpu_horovod_env):
+    entry = _real_entry(cpu_horovod_env)
     env = {"ENVTOOL_CACHE_DIR": str(tmp_path / "user")}
     dest = _copy_entry(entry, tmp_path / "user")
     (dest / "build.log").write_text("[ 50%] Building CXX object\n")
@@ -126,10 +135,10 @@ def test_site_file_build_caches_are_planned(tmp_path):
 
 
 @pytest.mark.slow
-def test_create_hits_a_read_only_site_cache_without_compiling(tmp_path):
+def test_create_hits_a_read_only_site_cache_without_compiling(tmp_path, cpu_horovod_env):
     """A user with an empty cache creates cpu-horovod; the first site cache holds the wanted digest
     with another key (skipped), the second the real wheel: installed from there, nothing compiled."""
-    entry = _real_entry()
+    entry = _real_entry(cpu_horovod_env)
     mismatch, good = tmp_path / "site-mismatch", tmp_path / "site"
     _copy_entry(entry, mismatch, key=replace(entry.key, compiler="c++ (other) 1.0"))
     _copy_entry(entry, good)

@@ -118,6 +118,7 @@ def test_slurm_lsf_pbs_staging_lines(small, tmp_path):
     bash_n(text, tmp_path)
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 @pytest.mark.parametrize("ignores_term", [False, True], ids=["stops-on-sigterm", "ignores-sigterm"])
 def test_a_clean_up_launcher_that_never_returns_is_stopped_and_named(small, tmp_path, ignores_term):
     """The job script's clean-up (``envtool_unstage``, run by the EXIT trap) on a Slurm site, when

@@ -92,6 +92,7 @@ def long_named_env(cpu_horovod_env, tmp_path):
     return link
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_doctor_live_line_fits_60_columns_and_leaves_no_copies(long_named_env):
     rc, out = run_pty(["doctor", "--prefix", long_named_env], columns=60)
     assert rc in (0, 1), out
@@ -108,6 +109,7 @@ def test_doctor_live_line_fits_60_columns_and_leaves_no_copies(long_named_env):
     assert any(re.match(r"\d+ ok, \d+ warn, \d+ fail, \d+ skipped", l) for l in lines), lines
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_validate_submit_phases_fit_60_columns(cpu_horovod_env, tmp_path):
     workdir = tmp_path / "a-run-directory-with-a-long-name-so-the-job-script-path-is-wide"
     rc, out = run_pty(["validate", "--prefix", cpu_horovod_env, "--submit", "--site", "local", "--nodes", "1",
@@ -121,6 +123,7 @@ def test_validate_submit_phases_fit_60_columns(cpu_horovod_env, tmp_path):
     assert len(running) <= 1, lines  # the finished phase once, no stale redraws
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_colour_on_a_terminal_only_and_never_with_no_color(long_named_env):
     rc, out = run_pty(["doctor", "--prefix", long_named_env, "--only", "versions"], columns=200)
     assert "\x1b[32mok\x1b[0m" in out, out  # green ok
@@ -144,6 +147,7 @@ print("driver done", file=sys.stderr, flush=True)
 """
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_build_live_line_fits_60_columns(tmp_path):
     """The runner's live build line (the Horovod compile's) in a 60-column pty: cut, never wrapped."""
     master, slave = os.openpty()
@@ -173,6 +177,7 @@ def test_build_live_line_fits_60_columns(tmp_path):
     assert screen(out, 60) == screen(out, 1000) == ["driver done"]  # nothing wrapped, nothing left
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_doctor_speaks_words_counts_right_and_gives_one_verdict_per_line(cpu_horovod_env):
     from conftest import run_envtool
 
@@ -251,6 +256,7 @@ def test_bytecode_step_shows_counts(tmp_path):
     assert "starting" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_check_build_shows_what_runs(long_named_env):
     rc, out = run_pty(["check-build", "--prefix", long_named_env], columns=60)
     assert rc == 0, out

@@ -260,6 +260,7 @@ def test_other_fatal_signals_clean_up_like_sigterm(world, sig):
     assert not left
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_nohup_keeps_sighup_ignored(world):
     tmp_path, env = world
     target = tmp_path / "envs" / "tiny"
@@ -279,6 +280,7 @@ def _as_a_background_job():
     signal.signal(signal.SIGQUIT, signal.SIG_IGN)
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_a_background_jobs_ignored_sigint_stays_ignored_and_sigterm_still_stops_it(world):
     """Issue 37's "create exited 0 after SIGINT": a rehearsal started in the background had pytest,
     and so every envtool it started, ignore SIGINT. envtool keeps it ignored (a terminal's Ctrl-C must
@@ -351,6 +353,7 @@ def test_kill_9_takes_the_children_with_it(world):
     assert not left, "children outlived envtool's kill -9"
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_the_next_run_stops_a_dead_runs_stragglers_before_sweeping(world):
     tmp_path, env = world
     target = tmp_path / "envs" / "tiny"

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -16,6 +18,7 @@ def _mypy(*args: str, cwd: Path, cache: Path) -> subprocess.CompletedProcess:
                            "--no-error-summary", *args], cwd=cwd, capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_the_package_type_checks(tmp_path):
     proc = _mypy("--config-file", str(REPO / "pyproject.toml"), cwd=REPO, cache=tmp_path / "cache")
     errors = [line for line in proc.stdout.splitlines() if ": error:" in line]

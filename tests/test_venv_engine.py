@@ -43,6 +43,7 @@ def _base_distributions() -> set:
     return set(json.loads(out))
 
 
+@pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 @pytest.mark.parametrize("layered", [True, False])
 def test_system_site_packages_layer(tmp_path, layered):
     name = "layer" if layered else "plain"

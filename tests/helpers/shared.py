@@ -12,10 +12,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
+import subprocess
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Dict, Iterator, List
 
 
 def run_root(tmp_path_factory) -> Path:
@@ -25,14 +28,73 @@ def run_root(tmp_path_factory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
+#: name -> the lock threads of this process take before the file lock (fcntl record locks belong to
+#: the process: a second thread would be granted the file lock its own process holds)
+_thread_locks: Dict[str, threading.Lock] = {}
+_guard = threading.Lock()
+
+
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    with _guard:
+        tlock = _thread_locks.setdefault(str(path), threading.Lock())
+    with tlock:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX)  # blocks while another worker builds
+            yield
+        finally:
+            os.close(fd)
+
+
+_running: List[subprocess.Popen] = []
+
+
+def run_stoppable(argv: List[str], cwd: Path, timeout: float = 3600) -> subprocess.CompletedProcess:
+    """``subprocess.run(argv)`` (text, output captured) in a session of its own, which
+    :func:`stop_builds` can end when pytest stops first."""
+    env = dict(os.environ)
+    env.pop("ENVTOOL_DEBUG", None)
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    _running.append(proc)
     try:
-        fcntl.lockf(fd, fcntl.LOCK_EX)  # blocks while another worker builds
-        yield
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.communicate()
+        raise
     finally:
-        os.close(fd)
+        _running.remove(proc)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def stop_builds(grace: float = 60.0) -> None:
+    """SIGTERM to every build :func:`run_stoppable` still runs (its whole session), then SIGKILL
+    after ``grace`` seconds."""
+    for proc in list(_running):
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def start_early(tmp_path_factory, name: str, build: Callable[[Path], None]) -> threading.Thread:
+    """Begin :func:`once` for ``name`` in a background thread now (at the start of the run), so that
+    the build overlaps the tests that do not need it; the fixture's own :func:`once` then waits for
+    it. A failure is left for that fixture to report."""
+    def run() -> None:
+        try:
+            once(tmp_path_factory, name, build)
+        except BaseException:  # reported by the fixture that asks for it
+            pass
+
+    thread = threading.Thread(target=run, name=f"build {name}", daemon=True)
+    thread.start()
+    return thread
 
 
 def once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
