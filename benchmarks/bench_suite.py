@@ -18,7 +18,8 @@ prints:
   Phases come from the per-phase durations ``tests/conftest.py`` records as JUnit properties
   (``setup_s``, ``call_s``, ``teardown_s``, ``markers``), with the CPU seconds pytest and the
   children it waited for used (``setup_cpu_s``, ``cpu_s``; daemons such as Slurm's are not in
-  them); an XML without them (an older run) counts
+  them, and the cpu-horovod build the suite starts in a background thread is charged to whichever
+  test runs when it ends: CPU figures are rough per test, right in total); an XML without them (an older run) counts
   each test's whole time as ``one-node``. The phase sums are test-seconds: where tests run in
   parallel (pytest-xdist) they add up to more than the wall time, and the ratio says how much;
 * the slowest items (``--top``, default 25): a test, or a fixture's set-up when that is what took

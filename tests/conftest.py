@@ -13,7 +13,6 @@ temporary directory is bind-mounted into their private ``/tmp``, so ``tmp_path``
 from __future__ import annotations
 
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -26,14 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from envtool.core.procs import EXIT_SIGNALS  # noqa: E402
 from helpers import shared, speed  # noqa: E402  (tests/ is on sys.path from here on)
-
-#: markers that make a test part of the full suite only (``-m "not slow"`` is the fast tier): a
-#: test with one of the others is slow too (it starts Slurm, a cluster or uses the twin)
-SLOW_MARKERS = ("slow", "multinode", "slurm", "twin")
-#: seconds an unmarked test may take on a quiet machine (set-up and call together), scaled by
-#: :func:`helpers.speed.slowdown`; over it the test fails and asks to be marked ``slow``
-FAST_LIMIT_S = 10.0
-
+from helpers.suite_plugin import (  # noqa: E402,F401  (hooks: the tiers, the xdist groups, the phases)
+    FAST_LIMIT_S, SLOW_MARKERS, pytest_collection_modifyitems, pytest_runtest_makereport, pytest_runtest_setup)
 
 def default_stop_signals():
     """``preexec_fn`` for a child the test will signal: envtool's stop signals at their default action,
@@ -85,65 +78,6 @@ def pytest_report_header(config):
     return None
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(config, items):
-    """A test marked ``multinode``, ``slurm`` or ``twin`` is ``slow`` too, so ``-m "not slow"``
-    leaves out everything that compiles, starts a scheduler or uses the twin.
-
-    Under pytest-xdist (``--dist loadgroup``) each test gets an ``xdist_group``: its module's name, so a
-    module's tests and its module-scoped fixtures stay in one worker, except the ``multinode`` tests,
-    which are one group whatever their module (one worker starts the test cluster, once). A test's
-    own ``xdist_group`` marker wins."""
-    for item in items:
-        if any(item.get_closest_marker(m) for m in SLOW_MARKERS[1:]) and not item.get_closest_marker("slow"):
-            item.add_marker(pytest.mark.slow)
-        if item.get_closest_marker("xdist_group") is None:
-            group = "multinode" if item.get_closest_marker("multinode") else Path(str(item.fspath)).stem
-            item.add_marker(pytest.mark.xdist_group(group))
-
-
-def _cpu_seconds() -> float:
-    """CPU seconds (user + system) of pytest's process and of its children it has waited for (and
-    theirs): what a test cost the machine, short of daemons still running (Slurm's, a cluster's)."""
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
-    item.__dict__["_envtool_cpu_mark"] = _cpu_seconds()
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    """Per-phase durations as JUnit properties (``setup_s``, ``call_s``, ``teardown_s``, ``markers``:
-    what ``benchmarks/bench_suite.py`` reads), and the fast tier's limit: a test not marked ``slow``
-    whose set-up and call took over :data:`FAST_LIMIT_S` s (scaled by the machine's measured
-    slowdown) fails, naming the time and the marker."""
-    outcome = yield
-    report = outcome.get_result()
-    durations = item.__dict__.setdefault("_envtool_durations", {})
-    durations[call.when] = report.duration
-    cpu = _cpu_seconds()
-    durations[f"{call.when}_cpu"] = cpu - item.__dict__.get("_envtool_cpu_mark", cpu)
-    item.__dict__["_envtool_cpu_mark"] = cpu
-    if call.when == "call" and report.passed and not item.get_closest_marker("slow"):
-        took = durations.get("setup", 0.0) + report.duration
-        limit = FAST_LIMIT_S * speed.slowdown()
-        if took > limit:
-            report.outcome = "failed"
-            report.longrepr = (f"{item.nodeid} is not marked slow but took {took:.1f} s (set-up and call), over "
-                               f"the fast tier's {FAST_LIMIT_S:.0f} s x measured slowdown {limit / FAST_LIMIT_S:.2f} "
-                               f"= {limit:.1f} s: mark it @pytest.mark.slow, or make it faster (tests/README.md)")
-    if call.when == "teardown":
-        for when in ("setup", "call", "teardown"):
-            report.user_properties.append((f"{when}_s", f"{durations.get(when, 0.0):.3f}"))
-        report.user_properties.append(("setup_cpu_s", f"{durations.get('setup_cpu', 0.0):.3f}"))
-        report.user_properties.append(("cpu_s", f"{sum(durations.get(f'{w}_cpu', 0.0) for w in ('call', 'teardown')):.3f}"))
-        report.user_properties.append(("markers", ",".join(sorted(
-            {m.name for m in item.iter_markers() if m.name in SLOW_MARKERS or m.name == "lmod"}))))
-
-
 def run_envtool(*args, env=None, cwd=None, timeout=3600, input=None):
     """Run the real ``envtool`` CLI in a subprocess; returns CompletedProcess (text)."""
     full_env = dict(os.environ)
@@ -155,8 +89,11 @@ def run_envtool(*args, env=None, cwd=None, timeout=3600, input=None):
 
 
 def _build_cpu_horovod(prefix: Path) -> None:
+    # its registry record goes beside it, never into the developer's ~/.local/state (the build may
+    # start before _private_state_home has set XDG_STATE_HOME)
+    env = {} if os.environ.get("XDG_STATE_HOME") else {"XDG_STATE_HOME": str(prefix.parent / "state")}
     proc = shared.run_stoppable([sys.executable, "-m", "envtool", "create", "cpu-horovod", "--prefix", str(prefix)],
-                                cwd=REPO)
+                                cwd=REPO, timeout=speed.scaled(3600), env=env)
     assert proc.returncode == 0, f"envtool create cpu-horovod failed:\n{proc.stdout}\n{proc.stderr}"
 
 
@@ -173,10 +110,12 @@ def cpu_horovod_env(tmp_path_factory) -> Path:
     return _reused_cpu_env() or shared.once(tmp_path_factory, "cpu-horovod", _build_cpu_horovod)
 
 
-def pytest_sessionfinish(session):
-    """A build :func:`pytest_collection_finish` started and no test waited for (``-x``, an interrupt)
-    is stopped with SIGTERM, which envtool answers by removing its build directory."""
-    shared.stop_builds()
+def pytest_sessionfinish(session, exitstatus):
+    """A build :func:`pytest_collection_finish` started is waited for (under pytest-xdist the other
+    worker may be waiting for it), unless the session was interrupted or stopped early (``-x``): then
+    it is stopped with SIGTERM, which envtool answers by removing its build directory."""
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop) or bool(session.shouldfail)
+    shared.finish(interrupted)
 
 
 def pytest_collection_finish(session):

@@ -6,7 +6,7 @@ markers and its function's source decide which real components it runs:
 
 * ``Horovod compile``  — uses a real Horovod build: ``cpu_horovod_env`` (the cpu-horovod environment,
   MPI + Gloo), ``twin`` (the site twin's Gloo-only build) or ``mpich_image`` (compiled inside an
-  image against MPICH), or runs ``create`` of a spec that compiles (its source names ``build-horovod``);
+  image against MPICH);
 * ``multi-node Slurm`` — a test-cluster run (``multinode_cluster`` or the ``multinode`` marker);
 * ``one-node Slurm``   — ``slurm_cluster`` or the ``slurm`` marker;
 * ``images``           — ``envtool image`` or ``ch-run`` (fixtures ``image``, ``mpich_image``,
@@ -17,7 +17,8 @@ markers and its function's source decide which real components it runs:
 * ``conda channel``    — a real conda channel built by the tests (``channel``, ``two_channels``,
   ``conda_env``, ``conda_spec``, ``twin``).
 
-Only the test function's own source is read, not the helpers it calls: a count is a floor.
+A count is of tests that use a component, not of builds (one build serves many tests), and a floor:
+only the test function's own source is read, not the helpers it calls.
 
 Usage (from the repository root; collection only, nothing runs)::
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -44,7 +46,7 @@ def components(fixtures: set, markers: set, source: str, params: set = frozenset
     """The components one test exercises (see the module docstring); ``params``: the string values of
     its parametrisation (``lmod``, ``envmodules`` choose a module system)."""
     found = set()
-    if fixtures & {"cpu_horovod_env", "twin", "mpich_image"} or "build-horovod" in source:
+    if fixtures & {"cpu_horovod_env", "twin", "mpich_image"}:
         found.add("Horovod compile")
     if "multinode_cluster" in fixtures or "multinode" in markers:
         found.add("multi-node Slurm")
@@ -85,6 +87,7 @@ class _Collector:
 def collect(root: Path) -> dict:
     """``{module: {"tests": n, component: n, …}}`` for the tests under ``root/tests``."""
     collector = _Collector()
+    os.environ.pop("PYTEST_ADDOPTS", None)  # .ci/run's --junitxml is for the run, not this collection
     code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", str(root / "tests")], plugins=[collector])
     if code not in (0, 5):
         raise SystemExit(2)

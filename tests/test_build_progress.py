@@ -113,7 +113,7 @@ def test_timeout_kills_the_group_while_progress_is_shown(tmp_path):
     with Runner(tmp_path / "log", live=True) as r:
         started = time.monotonic()
         with pytest.raises(StepFailed, match="timed out"):
-            r.run(["sh", "-c", "echo '[ 10%] Building CXX object a.o'; sleep 60 & wait"], timeout=1.5,
+            r.run(["sh", "-c", "echo '[ 10%] Building CXX object a.o'; sleep 600 & wait"], timeout=1.5,
                   progress="compiling Horovod")
         assert time.monotonic() - started < scaled(15)
 

@@ -147,11 +147,11 @@ def test_runner_timeout_holds_when_the_command_prints_nothing(tmp_path):
     with runner:
         started = time.monotonic()
         with pytest.raises(StepFailed, match="timed out"):
-            runner.run(["sh", "-c", "sleep 30"], timeout=1)
-        assert time.monotonic() - started < scaled(10)
+            runner.run(["sh", "-c", "sleep 301"], timeout=1)
+        assert time.monotonic() - started < scaled(10)  # at most 50 s (speed.MAX_SLOWDOWN): far from 301
     # the whole process group went: the sleep is gone too
     out = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True).stdout
-    assert not [l for l in out.splitlines() if l.split()[0][0] != "Z" and l.split(None, 1)[1] == "sleep 30"], out
+    assert not [l for l in out.splitlines() if l.split()[0][0] != "Z" and l.split(None, 1)[1] == "sleep 301"], out
 
 
 def test_kill_children_kills_the_whole_process_group():

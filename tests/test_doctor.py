@@ -327,9 +327,9 @@ def test_probe_timeout_kills_the_whole_process_group(tmp_path):
     from envtool.checks import envprobe
 
     script = ("import subprocess, sys, time\n"
-              "child = subprocess.Popen(['sleep', '120'])\n"
+              "child = subprocess.Popen(['sleep', '600'])\n"
               "print('ENVTOOL-PROBE {\"child\": %d}' % child.pid, flush=True)\n"
-              "time.sleep(120)\n")
+              "time.sleep(600)\n")
     run = envprobe.run_script(Path(sys.executable), script, [], timeout=3)
     assert run.timed_out and run.error == "no answer within 3 s" and run.seconds < scaled(30)
     pid = run.records[0]["child"]

@@ -59,7 +59,7 @@ def image(tools, cpu_horovod_env, tmp_path_factory):
     def build(base: Path) -> None:  # once per run: the multi-node tests (another xdist worker) use it too
         base.mkdir()
         t0 = time.monotonic()
-        proc = run_envtool("image", cpu_horovod_env, "--output", base / "cpu-horovod", "--json", timeout=3600)
+        proc = run_envtool("image", cpu_horovod_env, "--output", base / "cpu-horovod", "--json", timeout=scaled(3600))
         took = time.monotonic() - t0
         assert proc.returncode == 0, proc.stdout + proc.stderr
         (base / "result.json").write_text(proc.stdout)
@@ -136,7 +136,7 @@ def mpich_image(tools, cpu_horovod_env, tmp_path_factory):
         site.write_text(MPICH_SITE)
         t0 = time.monotonic()
         proc = run_envtool("image", cpu_horovod_env, "--output", base / "img", "--site-file", site, "--format", "dir",
-                           "--json", timeout=3600)
+                           "--json", timeout=scaled(3600))
         took = time.monotonic() - t0
         assert proc.returncode == 0, proc.stdout + proc.stderr
         (base / "result.json").write_text(proc.stdout)

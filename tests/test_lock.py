@@ -356,7 +356,9 @@ def test_create_from_a_tampered_lock_fails_and_leaves_nothing(conda_spec, conda_
 # --- create --from-lock (slow: a real cpu-horovod env, Horovod from the wheel cache) ------
 
 @pytest.mark.slow
-def test_create_from_committed_lock_reproduces_the_pip_set(tmp_path):
+def test_create_from_committed_lock_reproduces_the_pip_set(tmp_path, cpu_horovod_env):
+    # cpu_horovod_env: the run's one Horovod build is in the wheel cache first (under pytest-xdist this
+    # test could otherwise compile a second time beside it)
     prefix = tmp_path / "from-lock"
     proc = run_envtool("create", "cpu-horovod", "--from-lock", COMMITTED, "--prefix", prefix, "--json", timeout=3600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -1,9 +1,9 @@
 """Set-up that survives a busy machine (issue 37, item 5): a set-up script run while another process
-holds apt's locks waits for them instead of failing with exit 100.
+holds apt's locks waits for them instead of failing with exit 100; and ``.ci/run``'s fresh state.
 
-Real apt: the test holds ``/var/lib/dpkg/lock-frontend`` and ``/var/lib/apt/lists/lock`` with the
-same kind of lock apt takes (fcntl record locks, as an ``apt-get`` of unattended-upgrades would) for
-30 s, and runs ``tests/setup.d/zsh.sh`` with a ``PATH`` on which zsh is missing, so the script runs
+Real apt: the test holds ``/var/lib/apt/lists/lock`` for 10 s and ``/var/lib/dpkg/lock-frontend``
+for 30 s with the same kind of lock apt takes (fcntl record locks, as an ``apt-get`` of
+unattended-upgrades would), and runs ``tests/setup.d/zsh.sh`` with a ``PATH`` on which zsh is missing, so the script runs
 ``apt-get update`` and ``apt-get install zsh`` (already installed: nothing changes, but both locks
 are taken). Root only; Debian's archive must be reachable (as for every set-up script).
 """
@@ -25,17 +25,24 @@ from helpers.speed import scaled
 pytestmark = [pytest.mark.slow]
 
 HOLD_S = 30
-LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/apt/lists/lock")
+#: apt's locks and how long the holder keeps each (seconds): the lists lock (``apt-get update``) is let
+#: go first, so the script's ``apt-get install`` then meets the dpkg frontend lock, the one issue 37's
+#: run failed on, and must wait for it through ``DPkg::Lock::Timeout``
+LOCKS = (("/var/lib/apt/lists/lock", 10), ("/var/lib/dpkg/lock-frontend", HOLD_S))
 
 HOLDER = r"""
 import fcntl, os, sys, time
-fds = []
-for path in sys.argv[2:]:
+held = []
+for arg in sys.argv[1:]:
+    path, seconds = arg.rsplit(":", 1)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o640)
-    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    fds.append(fd)
+    fcntl.lockf(fd, fcntl.LOCK_EX)  # waits if a real apt holds it now
+    held.append((float(seconds), fd))
+start = time.monotonic()
 print("held", flush=True)
-time.sleep(float(sys.argv[1]))
+for seconds, fd in sorted(held):
+    time.sleep(max(0.0, start + seconds - time.monotonic()))
+    os.close(fd)
 """
 
 
@@ -59,7 +66,8 @@ def test_a_set_up_script_waits_for_apts_locks(tmp_path):
         subprocess.run(["bash", str(REPO / "tests/setup.d/zsh.sh")], check=True, timeout=900)
     path = _path_without(tmp_path, "zsh")
     assert subprocess.run(["bash", "-c", "command -v zsh"], env={"PATH": path}).returncode != 0
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(HOLD_S), *LOCKS], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, *(f"{p}:{t}" for p, t in LOCKS)], stdout=subprocess.PIPE,
+                              text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         started = time.monotonic()
@@ -71,7 +79,8 @@ def test_a_set_up_script_waits_for_apts_locks(tmp_path):
         holder.kill()
         holder.wait()
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    # it waited for the holder rather than getting around it: the locks were held until the holder's end
+    # it waited for the holder rather than getting around it: update for the lists lock (10 s), then
+    # install for the frontend lock until the holder's end (30 s); without the wait install fails at once
     assert not still_held and took >= HOLD_S - 2, (took, proc.stderr)
     assert "another process holds apt's lock" in proc.stderr and "held by process" in proc.stderr, proc.stderr
 

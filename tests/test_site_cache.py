@@ -15,21 +15,25 @@ from conftest import run_envtool
 from envtool.horovod import cache
 
 def _real_entry(cpu_env: Path):
-    """The real cached Horovod wheel entry (a directory with horovod-*.whl and key.json) of the
+    """The real cached Horovod wheel entry (a directory with horovod-*.whl and key.json; the wheel's
+    SHA-256 the one the environment's lock records) of the
     cpu-horovod environment ``cpu_env`` (the ``cpu_horovod_env`` fixture), from the cache that build
     used: ``cache_root()`` (``$ENVTOOL_CACHE_DIR``; under CI a fresh one), else ``~/.cache/envtool``
     (an environment reused through ``ENVTOOL_TEST_CPU_ENV``). Before issue 37 these tests looked in
     ``~/.cache/envtool`` only and so were skipped in every CI run."""
     from envtool.core.paths import cache_root
 
+    from envtool.lock.lockio import read_lock
+
     assert (cpu_env / "bin" / "horovodrun").exists(), cpu_env
+    (locked,) = [e for e in read_lock(cpu_env / "conda-lock.yml").packages if e.name == "horovod"]
     roots = [cache_root(), Path(os.path.expanduser("~/.cache/envtool"))]
     for root in roots:
         for e in cache.WheelCache(root).entries():
-            if e.wheel is not None and e.key is not None:
+            if e.wheel is not None and e.key is not None and cache.file_sha256(e.wheel) == locked.sha256:
                 return e
-    raise AssertionError(f"no built Horovod wheel in {' or '.join(str(r / 'horovod-wheels') for r in roots)} "
-                         f"after creating {cpu_env}")
+    raise AssertionError(f"no Horovod wheel with the SHA-256 {locked.sha256} of {cpu_env}'s lock in "
+                         f"{' or '.join(str(r / 'horovod-wheels') for r in roots)}")
 
 
 def _copy_entry(entry, root: Path, key=None) -> Path:

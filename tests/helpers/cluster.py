@@ -50,8 +50,10 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 try:
     from . import slurm as slurm_helper
+    from .speed import scaled
 except ImportError:  # imported as ``helpers.cluster`` from tests/ on sys.path
     from helpers import slurm as slurm_helper  # type: ignore[no-redef]
+    from helpers.speed import scaled  # type: ignore[no-redef]
 
 MARK = "envtool-tc"
 NET = "198.18.0"               # the cluster's /24 inside RFC 2544's 198.18.0.0/15
@@ -296,8 +298,9 @@ class Cluster:
         raise KeyError(name)
 
     def run(self, *argv, node: Optional[str] = None, cwd: Optional[str] = None, env: Optional[dict] = None,
-            timeout: float = 60, input: Optional[str] = None) -> subprocess.CompletedProcess:
-        """Run ``argv`` inside ``node`` (default: the head) with ``SLURM_CONF`` set; text output.
+            timeout: Optional[float] = None, input: Optional[str] = None) -> subprocess.CompletedProcess:
+        """Run ``argv`` inside ``node`` (default: the head) with ``SLURM_CONF`` set; text output;
+        ``timeout`` default: 60 s times the machine's slowdown (tests/helpers/speed.py).
 
         Raises:
             subprocess.TimeoutExpired: it took longer than ``timeout`` seconds (it is killed).
@@ -306,15 +309,16 @@ class Cluster:
         full = dict(os.environ, **self.env)
         full.update(env or {})
         return subprocess.run(n.nsenter(cwd or os.getcwd()) + [str(a) for a in argv], capture_output=True,
-                              text=True, timeout=timeout, env=full, input=input)
+                              text=True, timeout=scaled(60) if timeout is None else timeout, env=full, input=input)
 
     def queue(self) -> str:
         """``squeue -h -o '%i %T %j'``: the jobs still known to the queue."""
-        return self.run("squeue", "-h", "-o", "%i %T %j", timeout=20).stdout.strip()
+        return self.run("squeue", "-h", "-o", "%i %T %j", timeout=scaled(20)).stdout.strip()
 
-    def wait_queue_empty(self, timeout: float = 30) -> str:
-        """Wait up to ``timeout`` s for the queue to empty; returns what is left ('' when empty)."""
-        deadline = time.monotonic() + timeout
+    def wait_queue_empty(self, timeout: Optional[float] = None) -> str:
+        """Wait up to ``timeout`` s (default 30 s times the slowdown) for the queue to empty; returns
+        what is left ('' when empty)."""
+        deadline = time.monotonic() + (scaled(30) if timeout is None else timeout)
         left = self.queue()
         while left and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -335,7 +339,7 @@ class Cluster:
         p.wait(timeout=20)
         return p.pid
 
-    def restart_slurmd(self, name: str, timeout: float = 90) -> str:
+    def restart_slurmd(self, name: str, timeout: Optional[float] = None) -> str:
         """Start ``name``'s slurmd again with the same words (after :meth:`kill_slurmd`) and wait up
         to ``timeout`` s until Slurm sees it respond (ReturnToService=2 brings a down node back);
         returns its sinfo state."""
@@ -345,10 +349,10 @@ class Cluster:
             return "running"
         self.procs[i] = subprocess.Popen(old.args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL, env=dict(os.environ, **self.env), cwd=self.root)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + (scaled(90) if timeout is None else timeout)
         state = ""
         while time.monotonic() < deadline:
-            state = self.run("sinfo", "-h", "-N", "-n", name, "-o", "%T", timeout=20).stdout.strip()
+            state = self.run("sinfo", "-h", "-N", "-n", name, "-o", "%T", timeout=scaled(20)).stdout.strip()
             if state and not state.endswith("*") and not state.startswith("down"):
                 return state
             time.sleep(0.5)
@@ -450,7 +454,7 @@ def _holder(owner: str, name: str, root: Path, script: str, new_session: bool) -
                                 stderr=subprocess.STDOUT, start_new_session=new_session)
     finally:
         log.close()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"setting up {name}'s namespaces failed (exit {proc.returncode}): "
@@ -611,14 +615,14 @@ PartitionName=debug Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=U
         daemon([_exe("munged"), "--foreground", "--force", f"--socket={sock}", f"--key-file={key}",
                 f"--pid-file={root / 'munge' / (MARK + '-munged.pid')}", f"--log-file={root / 'munged.log'}",
                 f"--seed-file={root / 'munge' / 'seed'}"])
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + scaled(20)
         while not sock.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         daemon([_exe("slurmctld"), "-D", "-i", "-f", str(conf)], cluster.head)
         for n in cluster.nodes:
             daemon([_exe("slurmd"), "-D", "-N", n.name, "-f", str(conf)], n)
         cluster.save()
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + scaled(90)
         states = ""
         while time.monotonic() < deadline:
             for p in cluster.procs:

@@ -18,7 +18,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List
+from typing import Callable, Dict, Iterator, List, Optional
 
 
 def run_root(tmp_path_factory) -> Path:
@@ -48,44 +48,73 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 _running: List[subprocess.Popen] = []
+#: set by :func:`stop_builds`: a build that fails from now on was stopped, not broken
+_stopping = threading.Event()
+_early: List[threading.Thread] = []
 
 
-def run_stoppable(argv: List[str], cwd: Path, timeout: float = 3600) -> subprocess.CompletedProcess:
+def run_stoppable(argv: List[str], cwd: Path, timeout: float = 3600,
+                  env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
     """``subprocess.run(argv)`` (text, output captured) in a session of its own, which
-    :func:`stop_builds` can end when pytest stops first."""
-    env = dict(os.environ)
-    env.pop("ENVTOOL_DEBUG", None)
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    :func:`stop_builds` can end when pytest stops first; ``env``: more variables."""
+    full = dict(os.environ)
+    full.pop("ENVTOOL_DEBUG", None)
+    full.update(env or {})
+    proc = subprocess.Popen(argv, cwd=cwd, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     _running.append(proc)
     try:
         out, err = proc.communicate(timeout=timeout)
     except BaseException:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.communicate()
+        _killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            _killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
         raise
     finally:
         _running.remove(proc)
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def finish(interrupted: bool, grace: float = 60.0) -> None:
+    """End of a worker's session. Normally the builds :func:`start_early` began are waited for: a
+    pytest-xdist worker that ran out of tests may be the one building what the other worker waits
+    for. When the session was interrupted or stopped early (``-x``), they are stopped instead
+    (:func:`stop_builds`)."""
+    if interrupted:
+        stop_builds(grace)
+    for thread in _early:
+        thread.join()
+
+
 def stop_builds(grace: float = 60.0) -> None:
     """SIGTERM to every build :func:`run_stoppable` still runs (its whole session), then SIGKILL
-    after ``grace`` seconds."""
+    after ``grace`` seconds. Such a build leaves no failure record: the next asker builds again."""
+    _stopping.set()
     for proc in list(_running):
+        _killpg(proc.pid, signal.SIGTERM)
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+            _killpg(proc.pid, signal.SIGKILL)
 
 
 def start_early(tmp_path_factory, name: str, build: Callable[[Path], None]) -> threading.Thread:
     """Begin :func:`once` for ``name`` in a background thread now (at the start of the run), so that
     the build overlaps the tests that do not need it; the fixture's own :func:`once` then waits for
-    it. A failure is left for that fixture to report."""
+    it. A failure is left for that fixture to report. The caller's thread settles pytest's base
+    temporary directory first (``getbasetemp`` takes no lock: two threads making it at once get two)."""
+    tmp_path_factory.getbasetemp()
+
     def run() -> None:
         try:
             once(tmp_path_factory, name, build)
@@ -93,6 +122,7 @@ def start_early(tmp_path_factory, name: str, build: Callable[[Path], None]) -> t
             pass
 
     thread = threading.Thread(target=run, name=f"build {name}", daemon=True)
+    _early.append(thread)
     thread.start()
     return thread
 
@@ -121,9 +151,11 @@ def once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
         started = time.monotonic()
         try:
             build(target)
-        except BaseException as exc:
-            record.write_text(json.dumps({"ok": False, "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
-                                          "error": f"{type(exc).__name__}: {exc}"[:20000]}))
+        except Exception as exc:
+            if not _stopping.is_set():  # a stopped build is no verdict: the next asker builds again
+                text = f"{type(exc).__name__}: {exc}"
+                record.write_text(json.dumps({"ok": False, "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                                              "error": text if len(text) <= 20000 else "…" + text[-20000:]}))
             raise
         record.write_text(json.dumps({"ok": True, "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
                                       "seconds": round(time.monotonic() - started, 1)}))

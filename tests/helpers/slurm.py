@@ -17,7 +17,12 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
+
+try:
+    from .speed import scaled
+except ImportError:  # imported as ``helpers.slurm`` from tests/ on sys.path
+    from helpers.speed import scaled  # type: ignore[no-redef]
 
 SLURM_SETUP = Path(__file__).resolve().parent.parent / "setup.d" / "slurm.sh"
 
@@ -67,9 +72,10 @@ class Cluster:
     cpus: int
     procs: List[subprocess.Popen] = field(default_factory=list)
 
-    def run(self, *argv, timeout=60) -> subprocess.CompletedProcess:
-        """Run a Slurm client command against this cluster."""
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+    def run(self, *argv, timeout: Optional[float] = None) -> subprocess.CompletedProcess:
+        """Run a Slurm client command against this cluster (``timeout`` default: 60 s times the slowdown)."""
+        return subprocess.run(list(argv), capture_output=True, text=True,
+                              timeout=scaled(60) if timeout is None else timeout,
                               env=dict(os.environ, **self.env))
 
     def queue(self) -> str:
@@ -89,7 +95,7 @@ class Cluster:
         """Cancel all jobs, then stop slurmd, slurmctld and munged (SIGTERM, then SIGKILL)."""
         try:
             self.run("scancel", "--full", "--user=root", timeout=20)
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + scaled(20)
             while self.queue() and time.monotonic() < deadline:
                 time.sleep(0.5)
         except (OSError, subprocess.TimeoutExpired):
@@ -164,20 +170,20 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
                                        f"--key-file={key}", f"--pid-file={root / 'munge' / 'munged.pid'}",
                                        f"--log-file={root / 'munged.log'}", f"--seed-file={root / 'munge' / 'seed'}"],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=full))
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + scaled(20)
         while not sock.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         procs.append(subprocess.Popen([_exe("slurmctld"), "-D", "-i", "-f", str(conf)], stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL, env=full))
         procs.append(subprocess.Popen([_exe("slurmd"), "-D", "-N", "localhost", "-f", str(conf)],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=full))
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + scaled(90)
         state = ""
         while time.monotonic() < deadline:
             for p in procs:
                 if p.poll() is not None:
                     raise RuntimeError(f"{p.args[0]} exited with {p.returncode}\n{cluster.logs()}")
-            proc = cluster.run("sinfo", "-h", "-N", "-o", "%T", timeout=20)
+            proc = cluster.run("sinfo", "-h", "-N", "-o", "%T", timeout=scaled(20))
             state = proc.stdout.strip()
             if state.startswith("idle"):
                 return cluster

@@ -4,7 +4,8 @@ A test that waits for an event needs an upper bound, but a fixed number of secon
 machine meets is missed on a loaded 2-core one. :func:`slowdown` measures the factor: a fixed
 pure-Python workload is timed (the CPU share this process gets now) and compared with the time the
 same workload took on a quiet reference machine (:data:`REFERENCE_S`); the load average per core
-is the second estimate, and the larger of the two is taken, never below 1. :func:`scaled` turns a
+is the second estimate, and the larger of the two is taken, never below 1 nor above
+:data:`MAX_SLOWDOWN`. :func:`scaled` turns a
 quiet-machine limit into one for now.
 
 The measurement takes about 0.05 s on a quiet machine and is repeated at most every
@@ -23,6 +24,9 @@ REFERENCE_S = 0.040
 REMEASURE_S = 30.0
 #: an environment variable that overrides the measurement (a float >= 1), for a machine known slow
 OVERRIDE = "ENVTOOL_TEST_SLOWDOWN"
+#: the factor is never larger: a bound a test asserts (``took < scaled(10)`` against a ``sleep 300``)
+#: must stay able to fail
+MAX_SLOWDOWN = 5.0
 
 _lock = threading.Lock()
 _cached = (0.0, 1.0)  # (monotonic time measured, factor)
@@ -47,7 +51,7 @@ def measure() -> float:
         load = os.getloadavg()[0] / (os.cpu_count() or 1)
     except OSError:
         load = 0.0
-    return max(1.0, cpu, load)
+    return min(MAX_SLOWDOWN, max(1.0, cpu, load))
 
 
 def slowdown() -> float:
@@ -57,7 +61,7 @@ def slowdown() -> float:
     forced = os.environ.get(OVERRIDE)
     if forced:
         try:
-            return max(1.0, float(forced))
+            return min(MAX_SLOWDOWN, max(1.0, float(forced)))
         except ValueError:
             pass
     with _lock:
