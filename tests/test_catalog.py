@@ -56,6 +56,7 @@ def test_provenance_check_catches_a_pin_without_mark(tmp_path, monkeypatch):
         test_every_pin_has_a_mark_and_a_known_source("nomark")
 
 
+@pytest.mark.slow  # 5-11 s a site with two workers: the full suite only (tests/README.md, fast tier)
 @pytest.mark.parametrize("site", SITE_NAMES)
 def test_every_site_with_every_spec_resolves_and_plans(site, tmp_path):
     sf = sites.load_site(sites.find(site))

@@ -94,6 +94,7 @@ def umount(where: Path) -> None:
 
 
 # ------------------------------------------------------------------ read-only and full filesystems
+@pytest.mark.slow  # 8-10 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_read_only_filesystem_is_an_input_error_naming_the_path(shared_dir):
     need_root()
     env_dir = venv(shared_dir / "env")
@@ -115,6 +116,7 @@ def test_read_only_filesystem_is_an_input_error_naming_the_path(shared_dir):
         umount(ro)
 
 
+@pytest.mark.slow  # 8-10 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_full_filesystem_is_an_input_error_naming_the_path(shared_dir):
     need_root()
     env_dir = venv(shared_dir / "env")

@@ -285,6 +285,7 @@ def test_an_interrupted_retire_leaves_the_version_or_nothing(world):
         (os.listdir(root / "pubtest"), os.listdir(mods / "pubtest"))
 
 
+@pytest.mark.slow  # 8-10 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_retire_a_tcl_default_and_bad_input(world):
     """Environment Modules' ``.version`` marks the default too: refused, then removed with --force-default;
     a bad NAME/VERSION or a version never published is exit 2 with a message, never a traceback."""
