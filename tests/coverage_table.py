@@ -113,6 +113,7 @@ def markdown(table: dict) -> str:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root))  # this checkout's envtool, whatever is installed
     table = collect(root)
     out = json.dumps(table, indent=1) if "--json" in argv else markdown(table)
     print("\n" + out)
