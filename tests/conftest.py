@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from envtool.core.procs import EXIT_SIGNALS  # noqa: E402
 from helpers import shared, speed  # noqa: E402  (tests/ is on sys.path from here on)
 from helpers.suite_plugin import (  # noqa: E402,F401  (hooks: the tiers, the xdist groups, the phases)
-    FAST_LIMIT_S, SLOW_MARKERS, pytest_collection_modifyitems, pytest_runtest_makereport, pytest_runtest_setup)
+    pytest_collection_modifyitems, pytest_runtest_makereport, pytest_runtest_setup)
 
 def default_stop_signals():
     """``preexec_fn`` for a child the test will signal: envtool's stop signals at their default action,

@@ -46,8 +46,8 @@ def pytest_collection_modifyitems(config, items):
     The groups are then ordered longest first, as xdist hands them out in this order (its own order,
     by number of tests, is switched off: ``--no-loadscope-reorder``): the multi-node group (the
     longest chain), then the groups that build the twin or an image, then those using the
-    cpu-horovod environment, each by its number of slow tests, then the rest by size. Inside the multi-node group the tests on images come last. Inside a group the tests keep
-    their order."""
+    cpu-horovod environment, each by its number of slow tests, then the rest by size. Inside the
+    multi-node group the tests on images come last; otherwise a group's tests keep their order."""
     groups: dict = {}
     for index, item in enumerate(items):
         if any(item.get_closest_marker(m) for m in SLOW_MARKERS[1:]) and not item.get_closest_marker("slow"):
