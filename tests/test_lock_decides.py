@@ -22,6 +22,8 @@ from helpers.wheels import make_wheel
 from helpers.speed import scaled
 
 PKG, DEP = "envtool-locktest-pkg", "envtool-locktest-dep"
+#: the public index the spec names for PKG (nothing answers there: each machine has a copy)
+INDEX = "https://wheels.example.org/locktest"
 
 
 def _wheels(dest: Path, version: str, marker: str = "", dep: bool = True) -> None:
@@ -36,8 +38,9 @@ def _machine(root: Path, name: str, wheelhouse: Path) -> dict:
     """The environment of a "machine" whose pip finds packages only in ``wheelhouse`` (its own config file)."""
     conf = root / f"pip-{name}.conf"
     conf.write_text(f"[global]\nno-index = true\nfind-links = {wheelhouse}\n")
+    # the wheelhouse is this machine's copy of the spec's (imaginary) public index
     return {"PIP_CONFIG_FILE": str(conf), "PIP_FIND_LINKS": str(wheelhouse), "PIP_NO_INDEX": "1",
-            "PIP_EXTRA_INDEX_URL": "", "PIP_INDEX_URL": ""}
+            "PIP_EXTRA_INDEX_URL": "", "PIP_INDEX_URL": "", "ENVTOOL_INDEX_MIRRORS": f"{INDEX}=file://{wheelhouse}"}
 
 
 def _spec(specs: Path, name: str, layered: bool = False, extra: str = "") -> None:
@@ -50,7 +53,7 @@ def _spec(specs: Path, name: str, layered: bool = False, extra: str = "") -> Non
         venv: {{system_site_packages: {'true' if layered else 'false'}}}
         packages:
           pip:
-            - {{spec: "{PKG}", mark: I, source: t}}
+            - {{spec: "{PKG}", index: "{INDEX}", mark: I, source: t}}
         """) + extra + "horovod: {install: none}\nexpect: {check_build: null}\n")
 
 
@@ -88,11 +91,15 @@ def test_a_lock_records_no_local_url_and_the_interpreter(world):
     lock = lockio.read_lock(world["lock"])
     by_name = {p.key[1]: p for p in lock.packages}
     assert by_name[PKG].version == "1.0" and by_name[DEP].version == "1.0"
-    # not on the public index: recorded by file name, the hash of the very file pip saw
-    assert by_name[PKG].url == "envtool_locktest_pkg-1.0-py3-none-any.whl"
+    # found in this machine's copy of the spec's index: recorded at the public index, with the
+    # hash of the very file pip saw; its dependency too (it came from the same copy)
+    assert by_name[PKG].url == f"{INDEX}/envtool_locktest_pkg-1.0-py3-none-any.whl"
+    assert by_name[DEP].url == f"{INDEX}/envtool_locktest_dep-1.0-py3-none-any.whl"
     import hashlib
 
-    assert by_name[PKG].sha256 == hashlib.sha256((world["house_a"] / by_name[PKG].url).read_bytes()).hexdigest()
+    name = by_name[PKG].url.rsplit("/", 1)[-1]
+    assert by_name[PKG].sha256 == hashlib.sha256((world["house_a"] / name).read_bytes()).hexdigest()
+    assert dict(lock.pip_indexes) == {PKG: INDEX}
     assert lock.interpreter is not None and lock.interpreter.major_minor == "%d.%d" % sys.version_info[:2]
     assert dict(lock.spec_fields).keys() >= {"pip", "engine", "horovod"}
 

@@ -242,7 +242,8 @@ def check_environment(environ=None) -> None:
     system's limits; ``ENVTOOL_CACHE_DIR`` that is relative or not a directory;
     ``ENVTOOL_DEFAULT_CHANNELS`` with a control character; ``ENVTOOL_INSTALLER`` other than ``uv`` or ``pip``; ``ENVTOOL_START_METHOD``
     other than a :mod:`multiprocessing` start method; ``ENVTOOL_SITE`` with a control character;
-    ``ENVTOOL_PUBLIC_INDEX`` that is not an ``http(s)`` URL.
+    ``ENVTOOL_PUBLIC_INDEX`` that is not an ``http(s)`` URL; ``ENVTOOL_INDEX_MIRRORS`` that is not
+    ``PUBLIC=MIRROR`` words (:func:`envtool.lock.indexes.parse_mirrors`).
 
     Raises:
         UsageError: the first such variable.
@@ -296,6 +297,12 @@ def check_environment(environ=None) -> None:
     if index and (not index.startswith(("https://", "http://", "file://")) or has_control(index) or " " in index
                   or bad_bytes(index)):
         raise UsageError(f"$ENVTOOL_PUBLIC_INDEX: expected an http(s) or file URL of a package index, got {echo(index)}")
+    from envtool.lock.indexes import MIRRORS_VARIABLE, MirrorError, parse_mirrors
+
+    try:
+        parse_mirrors(env.get(MIRRORS_VARIABLE, ""))
+    except MirrorError as exc:
+        raise UsageError(f"${MIRRORS_VARIABLE} (setting index_mirrors): {str(exc)[:300]}") from None
 
 
 def load_spec(name: str, site: Optional[str] = None, site_file: Optional[str] = None, quiet: bool = False):

@@ -44,6 +44,8 @@ SETTINGS: Dict[str, Tuple[str, str, str]] = {
     "start_method": ("ENVTOOL_START_METHOD", "text", "DataLoader start method validate tests (fork, spawn, forkserver)"),
     "default_channels": ("ENVTOOL_DEFAULT_CHANNELS", "words", "conda channels for 'defaults' (a mirror)"),
     "public_index": ("ENVTOOL_PUBLIC_INDEX", "text", "the public package index URL (default https://pypi.org/simple)"),
+    "index_mirrors": ("ENVTOOL_INDEX_MIRRORS", "words", "mirrors of public package indexes, PUBLIC=MIRROR each "
+                      "(https://download.pytorch.org/whl/cpu=file:///srv/pytorch-cpu); locks record the public URL"),
     "lock_timeout": ("ENVTOOL_LOCK_TIMEOUT", "seconds", "seconds a create waits for another's prefix lock (default 300)"),
 }
 

@@ -219,6 +219,13 @@ def uv_arguments(config: Dict[str, str]) -> Tuple[Tuple[str, ...], Tuple[Tuple[s
             unsupported.append(key)
             continue
         passed.append(key)
+    if "cert" not in passed and not any(os.environ.get(v) for v in ("UV_NATIVE_TLS", "UV_SYSTEM_CERTS", "SSL_CERT_FILE")):
+        # pip trusts the system's certificate store (Debian's and Ubuntu's pip are patched to use
+        # /etc/ssl/certs; pip >= 24.2 uses truststore: https://pip.pypa.io/en/stable/topics/https-certificates/);
+        # uv trusts its own bundled roots unless told otherwise
+        # (https://docs.astral.sh/uv/concepts/authentication/certificates/), so behind a site's TLS
+        # proxy pip works and uv fails with "invalid peer certificate: UnknownIssuer"
+        env.append(("UV_NATIVE_TLS", "1"))
     if "index-url" not in passed and "--no-index" not in args:
         args = ["--index-url", PYPI_SIMPLE] + args
     args += ["--index-strategy", "unsafe-best-match"]

@@ -52,7 +52,7 @@ def lock_spec(spec: Spec, platforms: Optional[Sequence[str]] = None, site: str =
         EnvtoolError: a solve failed.
     """
     from envtool.lock import conda_resolve, pip_resolve
-    from envtool.lock.portable import make_portable
+    from envtool.lock.portable import NotPublic, make_portable
     from envtool.lock.spec_hash import field_digests, platform_hash, spec_hash
     from envtool.core.platforms import conda_platform, probe_interpreter
 
@@ -62,8 +62,15 @@ def lock_spec(spec: Spec, platforms: Optional[Sequence[str]] = None, site: str =
             raise UsageError(f"spec {spec.name!r} supports {', '.join(spec.platforms)}; --platform {p} is not one of them")
     from envtool.engines.registry import engine_for
 
+    from envtool.lock.indexes import extra_index_args, spec_indexes
+
     engine = engine_for(spec.engine)
     here = conda_platform()
+    indexes = spec_indexes(spec.packages.pip)
+    index_args, index_notes = extra_index_args(indexes) if indexes else ([], [])
+    for note in index_notes:
+        if progress:
+            progress(note)
     packages: List[LockedPackage] = []
     hashes: Dict[str, str] = {}
     interpreter = None
@@ -79,7 +86,7 @@ def lock_spec(spec: Spec, platforms: Optional[Sequence[str]] = None, site: str =
             interpreter = probe_interpreter(python)
             if pip_reqs or built:  # a bare venv locks as no packages (pip refuses to resolve nothing)
                 packages += pip_resolve.resolve(pip_reqs, platform, python=python, built_requirements=built,
-                                                progress=progress)
+                                                progress=progress, index_args=index_args)
             continue
         conda = conda_resolve.solve(spec, platform, vp, progress=progress)
         packages += conda
@@ -90,8 +97,11 @@ def lock_spec(spec: Spec, platforms: Optional[Sequence[str]] = None, site: str =
             target = pip_resolve.PipTarget(platform=platform, python_version=".".join(py.version.split(".")[:2]),
                                            glibc=vp.get("__glibc", "2.17"))
             packages += pip_resolve.resolve(pip_reqs, platform, built_requirements=built, target=target,
-                                            progress=progress)
-    packages, notes = make_portable(packages, progress=progress)
+                                            progress=progress, index_args=index_args)
+    try:
+        packages, notes = make_portable(packages, progress=progress, indexes=indexes, strict=True)
+    except NotPublic as exc:
+        raise UsageError(not_public_message(spec, exc)) from None
     for note in notes:
         if progress:
             progress(note)
@@ -99,7 +109,28 @@ def lock_spec(spec: Spec, platforms: Optional[Sequence[str]] = None, site: str =
                     content_hash=tuple(sorted(hashes.items())), spec=spec.name, spec_hash=spec_hash(spec),
                     site=site or spec.site.name, kind="solve", engine=spec.engine,
                     sources=(spec.path,) if spec.path else (), interpreter=interpreter,
-                    spec_fields=tuple(sorted(field_digests(spec).items())))
+                    spec_fields=tuple(sorted(field_digests(spec).items())), pip_indexes=tuple(sorted(indexes.items())))
+
+
+def not_public_message(spec: Spec, exc) -> str:
+    """The exit-2 message for archives a lock of ``spec`` cannot name by a public URL
+    (:class:`envtool.lock.portable.NotPublic`): each archive, where it was found, where envtool
+    looked, and the two ways on (the spec names the index; this machine maps a mirror to it)."""
+    from envtool.core.errors import echo
+
+    lines = [f"spec {spec.name!r}: a lock records where anyone can download each archive, and these were found "
+             "only on this machine:"]
+    named = {p.name: p.index for p in spec.packages.pip if p.index and p.name}
+    for name, version, url, looked in exc.entries:
+        lines.append(f"  {name} {version}: {echo(url, 200)} (not on {' or '.join(looked)})")
+        if name in named:
+            lines.append(f"    the spec names its index {named[name]}, which this machine could not reach (see above): "
+                         f"map a mirror holding the same files: envtool config set index_mirrors '{named[name]}=MIRROR_URL'")
+    where = f"{spec.path}: " if spec.path else ""
+    lines.append(f"name the public index that serves it in the spec ({where}packages.pip[i].index: https://…), and "
+                 "where this machine has a copy of that index, map it: envtool config set index_mirrors "
+                 "'PUBLIC_INDEX=MIRROR_URL' (the lock then records the public URL)")
+    return "\n".join(lines)
 
 
 def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built_keys: Optional[Dict[str, str]] = None,
@@ -133,7 +164,10 @@ def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built
     packages = snapshot.snapshot(Path(prefix), platform, lookup=lookup, built_keys=built_keys, progress=progress,
                                  known=known)
     if lookup:
-        packages, _ = make_portable(packages, progress=progress)
+        from envtool.lock.indexes import spec_indexes
+
+        packages, _ = make_portable(packages, progress=progress,
+                                    indexes=spec_indexes(spec.packages.pip) if spec is not None else None)
     python = PrefixData(Path(prefix)).python
     interpreter = None
     if python.exists():
@@ -144,7 +178,11 @@ def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built
     name, digest, engine = "", "", ""
     sources: Tuple[str, ...] = ()
     fields: Tuple[Tuple[str, str], ...] = ()
+    pip_indexes: Tuple[Tuple[str, str], ...] = ()
     if spec is not None:
+        from envtool.lock.indexes import spec_indexes
+
+        pip_indexes = tuple(sorted(spec_indexes(spec.packages.pip).items()))
         name, digest, engine = spec.name, spec_hash(spec), spec.engine
         site = site or spec.site.name
         sources = (spec.path,) if spec.path else ()
@@ -157,7 +195,7 @@ def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built
             try:
                 prev = read_lock(own)
                 name, digest, engine, site, sources = prev.spec, prev.spec_hash, prev.engine, prev.site, prev.sources
-                fields = prev.spec_fields
+                fields, pip_indexes = prev.spec_fields, prev.pip_indexes
             except UsageError:
                 pass
         if not name:
@@ -173,7 +211,8 @@ def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built
         engine = spec_engine_of_prefix(prefix)
     return LockData(packages=tuple(packages), platforms=(platform,), channels=snapshot.channels_of(packages),
                     content_hash=((platform, digest or "unknown"),), spec=name, spec_hash=digest, site=site,
-                    kind="snapshot", engine=engine, sources=sources, interpreter=interpreter, spec_fields=fields)
+                    kind="snapshot", engine=engine, sources=sources, interpreter=interpreter, spec_fields=fields,
+                    pip_indexes=pip_indexes)
 
 
 def relative_sources(data: LockData, lock_path: Path) -> LockData:

@@ -18,7 +18,7 @@ from envtool.core.atomic import umask_mode
 from envtool.core.errors import UsageError
 from envtool.core.inputs import check_input
 from envtool.lock.model import (BUILT_CATEGORY, META_BUILT_PREFIX, META_ENGINE, META_KIND, META_PACKAGES,
-                                META_PYTHON, META_SITE, META_SPEC, META_SPEC_FIELDS, META_SPEC_HASH, LockData,
+                                META_PIP_INDEXES, META_PYTHON, META_SITE, META_SPEC, META_SPEC_FIELDS, META_SPEC_HASH, LockData,
                                 LockedPackage, packages_stamp)
 from envtool.core.platforms import optional_interpreter
 
@@ -47,6 +47,8 @@ def to_conda_lock(data: LockData):
         custom[META_PYTHON] = data.interpreter.to_text()
     if data.spec_fields:
         custom[META_SPEC_FIELDS] = json.dumps(dict(data.spec_fields), sort_keys=True, separators=(",", ":"))
+    if data.pip_indexes:
+        custom[META_PIP_INDEXES] = json.dumps(dict(data.pip_indexes), sort_keys=True, separators=(",", ":"))
     custom[META_PACKAGES] = packages_stamp(data.packages)
     packages = []
     try:
@@ -109,6 +111,9 @@ def header(data: LockData, name: str) -> str:
              "Recreate the environment (packages exactly as locked, Horovod built by envtool):",
              f"    envtool create {data.spec or 'SPEC'} --lock {name} --prefix PREFIX",
              "pip entries install by name, version and SHA-256 through the installing machine's pip configuration.",
+             *(["Packages not on PyPI come from the index named in metadata.custom_metadata."
+                f"{META_PIP_INDEXES} (or a mirror of it: envtool config set index_mirrors 'PUBLIC=MIRROR')."]
+               if data.pip_indexes else []),
              f"conda-lock reads it too: conda-lock render --kind explicit {name}; conda-lock install -n ENV {name}"]
     if any(p.built for p in data.packages):
         lines.append(f"Packages in the optional category {BUILT_CATEGORY} (Horovod) are built by envtool with the "
@@ -176,12 +181,35 @@ def read_lock(path: Path) -> LockData:
         spec_fields = tuple(sorted(json.loads(custom.get(META_SPEC_FIELDS) or "{}").items()))
     except (ValueError, AttributeError):
         raise UsageError(f"{path}: metadata.custom_metadata.{META_SPEC_FIELDS}: expected a JSON object") from None
+    pip_indexes = _pip_indexes(path, custom.get(META_PIP_INDEXES))
     return LockData(
         packages=tuple(packages), platforms=tuple(meta.platforms),
         channels=tuple(c.url for c in meta.channels), content_hash=tuple(sorted(meta.content_hash.items())),
         spec=custom.get(META_SPEC, ""), spec_hash=custom.get(META_SPEC_HASH, ""), site=custom.get(META_SITE, ""),
         kind=custom.get(META_KIND, ""), engine=custom.get(META_ENGINE, ""), sources=tuple(meta.sources),
-        interpreter=optional_interpreter(custom.get(META_PYTHON)), spec_fields=spec_fields)
+        interpreter=optional_interpreter(custom.get(META_PYTHON)), spec_fields=spec_fields, pip_indexes=pip_indexes)
+
+
+def _pip_indexes(path: Path, text) -> tuple:
+    """``metadata.custom_metadata.envtool.pip_indexes`` as ``((project, https URL), …)``; a value that
+    is not a JSON object of project names to ``https://`` URLs is refused (exit 2, naming the field):
+    ``create`` hands these URLs to the installer."""
+    if not text:
+        return ()
+    from urllib.parse import urlsplit
+
+    field = f"{path}: metadata.custom_metadata.{META_PIP_INDEXES}"
+    try:
+        data = json.loads(text)
+    except (ValueError, TypeError):
+        data = None
+    if not isinstance(data, dict):
+        raise UsageError(f"{field}: expected a JSON object of project names to index URLs")
+    for name, url in data.items():
+        if not (isinstance(name, str) and isinstance(url, str) and urlsplit(url).scheme == "https"
+                and urlsplit(url).hostname and not any(c.isspace() or ord(c) < 32 for c in url)):
+            raise UsageError(f"{field}: expected https:// index URLs, got {name!r}: {url!r}"[:600])
+    return tuple(sorted(data.items()))
 
 
 def _check_entry(p: LockedPackage, where: str) -> None:

@@ -31,6 +31,9 @@ META_SPEC_FIELDS = "envtool.spec_fields"
 #: ``<count> sha256:<digest>`` over every entry (:func:`entries_digest`): a lock cut short or
 #: edited by hand no longer matches and is refused.
 META_PACKAGES = "envtool.packages"
+#: custom_metadata key: the package indexes of pip entries that are not on PyPI, a JSON object
+#: ``{project: public index URL}`` (the spec's ``index:`` pins), which ``create`` installs from.
+META_PIP_INDEXES = "envtool.pip_indexes"
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,8 @@ class LockData:
         sources: spec files, relative to the lock's directory where possible.
         interpreter: the Python the pip part was resolved for (venv locks and snapshots), or None.
         spec_fields: ``(field, digest)`` pairs of the spec's lock-relevant fields, or ``()``.
+        pip_indexes: ``(project, public index URL)`` pairs for pip entries served by an index
+            other than PyPI (the spec's ``index:`` pins), or ``()``.
     """
 
     packages: Tuple[LockedPackage, ...]
@@ -109,6 +114,7 @@ class LockData:
     sources: Tuple[str, ...] = ()
     interpreter: Optional[Interpreter] = None
     spec_fields: Tuple[Tuple[str, str], ...] = ()
+    pip_indexes: Tuple[Tuple[str, str], ...] = ()
 
     def for_platform(self, platform: str) -> List[LockedPackage]:
         """The entries for ``platform`` (conda first, then pip, in file order)."""

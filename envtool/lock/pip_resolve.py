@@ -148,7 +148,7 @@ def packages_from_report(report: Dict, platform: str, built: Optional[Dict[str, 
 
 def resolve(requirements: Sequence[str], platform: str, python: Optional[str] = None,
             built_requirements: Sequence[str] = (), target: Optional[PipTarget] = None,
-            progress: Optional[Callable[[str], None]] = None) -> List[LockedPackage]:
+            progress: Optional[Callable[[str], None]] = None, index_args: Sequence[str] = ()) -> List[LockedPackage]:
     """Resolve pip requirements for one platform with pip.
 
     Args:
@@ -160,6 +160,8 @@ def resolve(requirements: Sequence[str], platform: str, python: Optional[str] = 
         target: resolve for another platform/Python (binary wheels only); the built
             requirements' metadata comes from a ``--no-deps`` resolve on this machine.
         progress: progress callback (one line per pip run).
+        index_args: more index options for every pip run (``--extra-index-url URL`` of the spec's
+            package indexes: :func:`envtool.lock.indexes.extra_index_args`).
     Returns:
         the entries (built ones included).
     Raises:
@@ -171,7 +173,7 @@ def resolve(requirements: Sequence[str], platform: str, python: Optional[str] = 
     built = {normalize(Requirement(r).name, "pip"): r for r in built_requirements if not _is_url(r)}
     url_built = [r for r in built_requirements if _is_url(r)]
     if target is None:
-        report = run_report(python, [*requirements, *built_requirements], progress=progress)
+        report = run_report(python, [*requirements, *built_requirements], list(index_args), progress=progress)
         pkgs = packages_from_report(report, platform, built)
         return _mark_url_built(pkgs, url_built)
     # Another platform: the built ones (usually an sdist) are resolved here without their
@@ -179,14 +181,14 @@ def resolve(requirements: Sequence[str], platform: str, python: Optional[str] = 
     built_pkgs: List[LockedPackage] = []
     extra_reqs: List[str] = []
     if built_requirements:
-        report = run_report(python, list(built_requirements), ["--no-deps"], progress=progress)
+        report = run_report(python, list(built_requirements), ["--no-deps", *index_args], progress=progress)
         built_pkgs = [replace(p, dependencies=dependencies_of(item.get("metadata", {}).get("requires_dist") or [],
                                                               target.marker_environment()))
                       for p, item in zip(_mark_url_built(packages_from_report(report, platform, built), url_built),
                                          report.get("install", []))]
         for p in built_pkgs:
             extra_reqs += [name if spec == "*" else f"{name}{spec}" for name, spec in p.dependencies]
-    report = run_report(python, [*requirements, *extra_reqs], target.pip_args(), progress=progress)
+    report = run_report(python, [*requirements, *extra_reqs], [*target.pip_args(), *index_args], progress=progress)
     report["environment"] = target.marker_environment()
     return built_pkgs + packages_from_report(report, platform)
 

@@ -78,34 +78,82 @@ def _index_files(project: str, index: str) -> Dict[str, str]:
     return out
 
 
+class NotPublic(Exception):
+    """Archives a lock cannot record by a public URL (``strict`` :func:`make_portable`).
+
+    Attributes:
+        entries: ``(name, version, local URL, indexes looked on)`` per archive.
+    """
+
+    def __init__(self, entries: List[Tuple[str, str, str, Tuple[str, ...]]]):
+        self.entries = entries
+        super().__init__("; ".join(f"{n} {v}: {u}" for n, v, u, _ in entries))
+
+
 def make_portable(packages: Sequence[LockedPackage], progress: Optional[Callable[[str], None]] = None,
-                  index: Optional[str] = None) -> Tuple[List[LockedPackage], List[str]]:
-    """Replace every machine-local pip URL by its public URL or its bare file name.
+                  index: Optional[str] = None, indexes: Optional[Dict[str, str]] = None,
+                  strict: bool = False, mirror_table: Optional[Dict[str, str]] = None
+                  ) -> Tuple[List[LockedPackage], List[str]]:
+    """Replace every machine-local pip URL by its public URL (or, unless ``strict``, its bare file name).
+
+    In order: an archive fetched from a configured mirror (:mod:`envtool.lock.indexes`) is recorded
+    at the same place under the mirror's public root; any other local archive (a ``find-links``
+    folder, a ``file://`` index) is looked up by SHA-256 on its project's own index (``indexes``)
+    and on the public index.
 
     Args:
         packages: lock entries (conda entries and non-local URLs pass unchanged).
-        progress: called with one line before the index is asked.
+        progress: called with one line before an index is asked.
         index: the public index (default :func:`public_index`).
+        indexes: ``{project: public index}`` the spec names (:func:`envtool.lock.indexes.spec_indexes`).
+        strict: raise :class:`NotPublic` for archives found on no public index (a lock of a spec)
+            instead of recording them by file name (a snapshot of an environment).
+        mirror_table: mirrors (default: this machine's, :func:`envtool.lock.indexes.mirrors`).
     Returns:
         ``(entries in the same order, notes)``; a note names each entry recorded by file name.
+    Raises:
+        NotPublic: ``strict`` and some archive has no public URL.
     """
+    from envtool.lock.indexes import mirrors, to_public
+
     index = index or public_index()
-    local = [p for p in packages if p.manager == "pip" and p.url and is_local(p.url)]
-    if not local:
+    indexes = indexes or {}
+    table = mirrors() if mirror_table is None else mirror_table
+    mapped: Dict[int, str] = {}
+    for i, p in enumerate(packages):
+        if p.manager == "pip" and p.url and table:
+            public = to_public(p.url, table)
+            if public is not None:
+                mapped[i] = public
+    local = [(i, p) for i, p in enumerate(packages)
+             if i not in mapped and p.manager == "pip" and p.url and is_local(p.url)]
+    if not local and not mapped:
         return list(packages), []
-    projects = sorted({p.key[1] for p in local if p.sha256})
-    if progress and projects:
-        progress(f"looking up the public URLs of {len(projects)} locally installed archives on {index}")
+    wanted = sorted({(p.key[1], where) for _, p in local if p.sha256
+                     for where in dict.fromkeys([indexes.get(p.key[1], index), index])})
+    if progress and wanted:
+        progress(f"looking up the public URLs of {len({n for n, _ in wanted})} locally found archives on "
+                 + ", ".join(sorted({w for _, w in wanted})))
     with ThreadPoolExecutor(max_workers=8) as pool:
-        found = dict(zip(projects, pool.map(lambda name: _index_files(name, index), projects)))
-    out, notes = [], []
-    for p in packages:
-        if p in local:
-            url = found.get(p.key[1], {}).get(p.sha256) if p.sha256 else None
+        found = dict(zip(wanted, pool.map(lambda pair: _index_files(pair[0], pair[1]), wanted)))
+    out, notes, missing = [], [], []
+    for i, p in enumerate(packages):
+        if i in mapped:
+            p = replace(p, url=mapped[i])
+        elif p.manager == "pip" and p.url and is_local(p.url):
+            looked = tuple(dict.fromkeys([indexes.get(p.key[1], index), index]))
+            url = next((found.get((p.key[1], w), {}).get(p.sha256) for w in looked
+                        if p.sha256 and found.get((p.key[1], w), {}).get(p.sha256)), None)
             if url is None:
+                if strict:
+                    missing.append((p.key[1], p.version, p.url, looked))
+                    out.append(p)
+                    continue
                 url = file_name(p.url)
-                notes.append(f"pip {p.key[1]} {p.version}: {url} is not on {index}; recorded by file name "
-                             "(installs through the installing machine's pip configuration, hash checked)")
+                notes.append(f"pip {p.key[1]} {p.version}: {url} is not on {' or '.join(looked)}; recorded by file "
+                             "name (installs through the installing machine's pip configuration, hash checked)")
             p = replace(p, url=url)
         out.append(p)
+    if missing:
+        raise NotPublic(missing)
     return out, notes

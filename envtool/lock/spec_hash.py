@@ -42,7 +42,8 @@ def spec_content(spec: Spec) -> Dict[str, Any]:
         "cuda": spec.cuda.value if spec.cuda else None,
         "channels": list(spec.channels),
         "conda": [p.value for p in spec.packages.conda],
-        "pip": [p.value for p in spec.packages.pip],
+        # a pin's index only when set, so that the hashes of specs without one stay as they were
+        "pip": [p.value + (f" (index {p.index})" if p.index else "") for p in spec.packages.pip],
         "horovod": horovod,
         "site": {"name": spec.site.name, "modules": list(spec.site.modules)},
         # only when set, so that the hashes of specs without it (and their locks) stay as they were

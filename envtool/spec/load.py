@@ -33,7 +33,7 @@ HOROVOD_KEYS = ("version", "install", "source", "frameworks", "controllers", "gp
 EXPECT_KEYS = ("check_build", "dataloader_start_method", "import_warnings")
 VENV_KEYS = ("system_site_packages",)
 CHECK_BUILD_KEYS = ("frameworks", "controllers", "tensor_operations")
-PIN_KEYS = ("spec", "value", "mark", "source", "note")
+PIN_KEYS = ("spec", "value", "mark", "source", "note", "index")
 DISTRIBUTION_KEYS = ("name", "version")
 STATUS_KEYS = ("value", "since", "source", "note")
 #: Fields that hold prose (any text, shown only); every other string is checked for control characters.
@@ -339,11 +339,32 @@ def _pin(path: str, raw: Any, field: str, line: Optional[int], source_ids: Seque
         if source is not None and source_ids and source not in source_ids:
             raise r.error("source", "the id of an entry of 'sources' (" + ", ".join(source_ids) + ")", got=source)
         parsed = check_pin_value(path, value, field, r.line_of("spec" if r.has("spec") else "value"), kind)
-        return m.Pin(value=value, mark=mark, source=source, note=r.str("note"), **parsed)
+        index = r.str("index")
+        if index is not None:
+            _check_index(r, index, kind)
+        return m.Pin(value=value, mark=mark, source=source, note=r.str("note"), index=index, **parsed)
     if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
         raise SpecError(path, field, "a version string or {spec:, mark:, source:}", got=raw, line=line)
     parsed = check_pin_value(path, str(raw), field, line, kind)
     return m.Pin(value=str(raw), **parsed)
+
+
+def _check_index(r: "_Reader", index: str, kind: Optional[str]) -> None:
+    """``index`` of a pip pin: the public simple index (PEP 503) that serves the package, an
+    ``https://`` URL without credentials, query or fragment (a lock records the URLs of its files;
+    a mirror of it is configured per machine: ``index_mirrors``)."""
+    from urllib.parse import urlsplit
+
+    if kind != "pip":
+        raise r.error("index", "no 'index' here: only a pip package names its package index", got=index)
+    try:
+        parts = urlsplit(index)
+    except ValueError:
+        parts = None
+    if (parts is None or parts.scheme != "https" or not parts.hostname or parts.username or parts.password
+            or parts.query or parts.fragment or any(c.isspace() for c in index)):
+        raise r.error("index", "the https:// URL of a public package index (PEP 503 simple API), without "
+                      "credentials, query or fragment, e.g. https://download.pytorch.org/whl/cpu", got=index)
 
 
 def _pin_list(r: _Reader, key: str, source_ids, kind: Optional[str] = None) -> Tuple[m.Pin, ...]:

@@ -107,6 +107,9 @@ class Pin:
         mark: ``V``, ``V2``, ``I`` (see :data:`MARKS`) or None when the spec gives none.
         source: id of an entry of :attr:`Spec.sources`, or None.
         note: free text (e.g. why a pin differs from a seed document).
+        index: a pip pin's package index when it is not PyPI (``https://download.pytorch.org/whl/cpu``
+            for PyTorch's ``+cpu`` builds), else None. ``lock`` resolves with it and records the URLs
+            of its files; ``create`` installs from it (or a configured mirror of it).
         kind: how ``value`` was parsed at load time (pypa ``packaging`` for ``pip``, py-rattler
             ``MatchSpec`` for ``conda``, ``packaging.version`` for a bare ``version``), or None
             for a pin built in memory without parsing.
@@ -131,6 +134,7 @@ class Pin:
     mark: Optional[str] = None
     source: Optional[str] = None
     note: Optional[str] = None
+    index: Optional[str] = None
     kind: Optional[str] = None
     name: Optional[str] = None
     version: Optional[str] = None

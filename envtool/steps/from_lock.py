@@ -24,7 +24,7 @@ hash. After the build, ``verify-lock`` compares the prefix with the lock; any di
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -206,6 +206,8 @@ class LockedPipData:
         pins_file: where the pins are written for the constraint check.
         check: uv's check of the pins against pip's configured constraints (argv), or ``()``.
         check_env: the variables of that check.
+        indexes: ``{project: public index}`` the lock records (packages not on PyPI); added to
+            the install (through this machine's mirrors, when reachable) when the step runs.
     """
 
     lines: Tuple[str, ...]
@@ -214,6 +216,7 @@ class LockedPipData:
     pins_file: str
     check: Tuple[str, ...]
     check_env: Dict[str, str]
+    indexes: Dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -260,7 +263,9 @@ def plan_steps(spec: Spec, options: PlanOptions, loaded: LoadedLock, engine: Eng
             py, prefix, ["-r", str(req_file)], options, exact=True,
             notes=tuple(f"{p.key[1]} {p.version} is built by the build-horovod step from its locked source archive"
                         for p in built) + (f"{name} finds each archive through this machine's pip configuration; "
-                                           "an archive whose SHA-256 differs from the lock is refused",),
+                                           "an archive whose SHA-256 differs from the lock is refused",)
+            + tuple(f"{project} also from {index} (the index its spec names; a mirror of it when one is configured: "
+                    "index_mirrors)" for project, index in loaded.lock.pip_indexes),
             action=_install_pip,
             data=LockedPipData(
                 lines=tuple(pip_lines), req_file=str(req_file),
@@ -269,7 +274,8 @@ def plan_steps(spec: Spec, options: PlanOptions, loaded: LoadedLock, engine: Eng
                 # pip applies them itself; uv checks the locked versions against them first, with
                 # its whole share of pip's configuration (UV_CONSTRAINT included, unlike the exact install)
                 check=tuple(constraint_check_command(options.install_with, py, pins_file) or ()),
-                check_env=dict(install_env(options.install_with)))))
+                check_env=dict(install_env(options.install_with)),
+                indexes=dict(loaded.lock.pip_indexes))))
     return steps
 
 
@@ -297,22 +303,70 @@ def verify_steps(options: PlanOptions, loaded: LoadedLock) -> List[Step]:
                                                      platform=platform, prefix=str(prefix), lock=str(path)))]
 
 
+def _with_index_args(argv: Sequence[str], args: Sequence[str]) -> Tuple[str, ...]:
+    """``argv`` (an installer command ending in requirements or ``-r FILE``) with ``args`` inserted
+    before its first ``-r``, else at its end."""
+    argv = tuple(argv)
+    if not args:
+        return argv
+    at = argv.index("-r") if "-r" in argv else len(argv)
+    return argv[:at] + tuple(args) + argv[at:]
+
+
 def _install_pip(step: Step, runner: StepContext) -> None:
+    from dataclasses import replace as _replace
+
+    from envtool.lock.indexes import extra_index_args, hint_for_missing
+
     d: LockedPipData = step.data
     req = Path(d.req_file)
+    index_args: List[str] = []
+    if d.indexes:
+        runner.note("the lock's package indexes: " + ", ".join(f"{k} from {v}" for k, v in sorted(d.indexes.items())))
+        index_args, notes = extra_index_args(d.indexes)
+        for line in notes:
+            runner.note(line)
+            runner.progress(line)
     if d.check:
         pins = Path(d.pins_file)
         pins.parent.mkdir(parents=True, exist_ok=True)
         pins.write_text("\n".join(d.pins) + "\n")
         runner.note("pip's configured constraints, checked against the locked versions (as pip would):")
-        proc = runner.run(d.check, env=dict(d.check_env, PYTHONNOUSERSITE="1"), check=False)
+        proc = runner.run(_with_index_args(d.check, index_args), env=dict(d.check_env, PYTHONNOUSERSITE="1"),
+                          check=False)
         if proc.returncode != 0:
             tail = "\n".join("    " + line for line in proc.stdout.strip().splitlines()[-6:])
+            hint = hint_for_missing(proc.stdout, d.indexes)
+            if hint:  # a version no configured source has: not a constraint's doing
+                raise StepFailed(step.id, "a locked version is not on any package index this machine uses:\n"
+                                 + hint + "\n  the installer said:\n" + tail, runner.log_path)
             raise StepFailed(step.id, "pip's configured constraints refuse the locked versions (as pip would):\n"
                              + tail, runner.log_path)
     req.parent.mkdir(parents=True, exist_ok=True)
     req.write_text("\n".join(d.lines) + "\n")
-    runner.run_commands(step, env={"PYTHONNOUSERSITE": "1"})
+    install = step if not index_args else _replace(
+        step, commands=tuple(_with_index_args(c, index_args) if i == 0 else c for i, c in enumerate(step.commands)))
+    try:
+        runner.run_commands(install, env={"PYTHONNOUSERSITE": "1"})
+    except StepFailed as exc:
+        hint = hint_for_missing(_log_tail(runner.log_path), d.indexes)
+        if not hint:
+            raise
+        raise StepFailed(step.id, "a locked version is not on any package index this machine uses:\n" + hint,
+                         runner.log_path) from None
+
+
+def _log_tail(path: Optional[Path], size: int = 16384) -> str:
+    """The last ``size`` bytes of the build log (``""`` when there is none)."""
+    if path is None:
+        return ""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - size))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def _verify(step: Step, runner: StepContext) -> Dict[str, Any]:
