@@ -153,8 +153,16 @@ def test_bare_user_locks_and_creates_the_main_environment(user_home, pytorch_mir
                     'envtool create cpu-horovod --prefix "$HOME/envs/hvd" --json > create.json\n',
                     home, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    summary = json.loads((home / "lock.json").read_text())
+    assert summary["packages"]["linux-64"]["built"] == ["horovod"]
     own = lockio.read_lock(home / "cpu.conda-lock.yml")
-    torch = next(p for p in own.packages if p.key[1] == "torch")
+    assert own.spec_hash == lockio.read_lock(COMMITTED).spec_hash
+    names = {p.key[1]: p for p in own.packages}
+    # what the spec asks for, plus what torch and Horovod need, as pip resolved them
+    assert {"torch", "setuptools", "wheel", "horovod", "cloudpickle", "psutil", "pyyaml", "cffi"} <= set(names)
+    assert "cloudpickle" in dict(names["horovod"].dependencies)
+    assert names["horovod"].url == "https://files.pythonhosted.org/packages/e4/86/da559fcc1620ac7831a16ccb2ad3acb477a8da8a631f75a83b6410507210/horovod-0.28.1.tar.gz"
+    torch = names["torch"]
     assert torch.url == f"{PUBLIC}/{quote(name)}" and torch.sha256 == _torch_entry().sha256
     text = (home / "cpu.conda-lock.yml").read_text()
     assert "127.0.0.1" not in text and "file:" not in text and str(home) not in text
