@@ -3,7 +3,8 @@
 
 Every command and subcommand of :func:`envtool.cli.main.build_parser` gets a section with its
 one-line help, its usage line and a table of its arguments (flags, what they take, default,
-help), in the parser's order. The text depends on nothing but the parser (no terminal width,
+help), in the parser's order. Each command is a level-2 heading (its subcommands level 3), so the
+site's sidebar lists every command, and the page opens with a table of them all, linked. The text depends on nothing but the parser (no terminal width,
 no environment), so the committed file can be compared with a fresh one:
 ``tests/test_docs.py`` fails while ``docs/reference/cli.md`` is out of date.
 
@@ -90,6 +91,19 @@ def _section(path: List[str], help_text: str, parser: argparse.ArgumentParser, l
     return lines
 
 
+def _contents(parser: argparse.ArgumentParser, path: str) -> List[str]:
+    """Table rows linking every command and subcommand under ``path`` to its section (the anchor
+    is the heading's text made a slug by Python-Markdown's ``toc``: ``envtool cache list`` →
+    ``#envtool-cache-list``)."""
+    rows = []
+    for name, help_text, sub in _subcommands(parser):
+        full = f"{path} {name}"
+        shown = full.split(" ", 1)[1]
+        rows.append(f"| [`{shown}`](#{full.replace(' ', '-')}) | {_cell(help_text)} |")
+        rows += _contents(sub, full)
+    return rows
+
+
 def generate() -> str:
     """The whole reference page as Markdown text."""
     os.environ["COLUMNS"] = WIDTH
@@ -121,11 +135,11 @@ def generate() -> str:
         "",
         "| command | what it does |",
         "|---|---|",
-        *[f"| [`{n}`](#envtool-{n}) | {_cell(h)} |" for n, h, _ in _subcommands(parser)],
+        *_contents(parser, "envtool"),
         "",
     ]
     for name, help_text, sub in _subcommands(parser):
-        lines += _section(["envtool", name], help_text, sub, 3)
+        lines += _section(["envtool", name], help_text, sub, 2)
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -1,12 +1,16 @@
 """The documentation site: ``mkdocs build --strict`` passes (warnings are errors), and strict mode
 really catches a broken link, a missing anchor and a page left out of the nav; the generated
 command-line reference matches the parser; every ``ENVTOOL_*`` variable the package reads and
-every key the spec and site loaders accept is documented; the README's links lead to pages."""
+every key the spec and site loaders accept is documented; the README's links lead to pages; the
+built site loads nothing from another host (login nodes without internet), its command-line
+reference lists every command in the sidebar, and no stray editor or patch file ships."""
 import re
 import shutil
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -31,12 +35,91 @@ def _copy_docs(tmp_path: Path) -> Path:
     return root
 
 
-def test_docs_build_strict(tmp_path):
-    proc = _mkdocs_build(REPO, tmp_path / "site")
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory):
+    """The site built once from this checkout: (the ``mkdocs build`` process, its output folder)."""
+    out = tmp_path_factory.mktemp("site")
+    return _mkdocs_build(REPO, out), out
+
+
+def test_docs_build_strict(built_site):
+    proc, site = built_site
     assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "site" / "index.html").is_file()
-    assert (tmp_path / "site" / "reference" / "cli" / "index.html").is_file()
+    assert (site / "index.html").is_file()
+    assert (site / "reference" / "cli" / "index.html").is_file()
     assert "WARNING" not in proc.stderr, proc.stderr
+
+
+class _Loads(HTMLParser):
+    """What a page makes the browser fetch on its own: ``script``/``img``/``iframe``/``source``
+    ``src`` and ``link`` ``href`` (stylesheets, icons, fonts), plus the ``href`` of every ``a``
+    inside the element with id ``toc-collapse`` (the mkdocs theme's sidebar)."""
+
+    def __init__(self):
+        super().__init__()
+        self.loads, self.sidebar, self._sidebar_depth = [], [], 0
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if self._sidebar_depth and tag == "div":
+            self._sidebar_depth += 1
+        if a.get("id") == "toc-collapse":
+            self._sidebar_depth = 1
+        if tag in ("script", "img", "iframe", "source", "audio", "video") and a.get("src"):
+            self.loads.append(a["src"])
+        if tag == "link" and a.get("href") and a.get("rel") != "canonical":
+            self.loads.append(a["href"])
+        if tag == "a" and self._sidebar_depth and a.get("href"):
+            self.sidebar.append(a["href"])
+
+    def handle_endtag(self, tag):
+        if self._sidebar_depth and tag == "div":
+            self._sidebar_depth -= 1
+
+
+def _parse(page: Path) -> _Loads:
+    parser = _Loads()
+    parser.feed(page.read_text(encoding="utf-8"))
+    return parser
+
+
+#: ``url(...)`` and ``@import`` in a stylesheet that name another host (``http:``, ``https:`` or ``//``).
+_CSS_EXTERNAL = re.compile(r"""(?:url\(\s*['"]?|@import\s+['"])\s*(?:https?:)?//""", re.I)
+
+
+def test_built_site_loads_nothing_from_another_host(built_site):
+    """Air-gapped login nodes reach no CDN: no page may pull a script, stylesheet, font or image
+    from another host (the mkdocs theme's highlight.js comes from cdnjs unless ``highlightjs: false``,
+    https://www.mkdocs.org/user-guide/choosing-your-theme/#mkdocs)."""
+    proc, site = built_site
+    assert proc.returncode == 0, proc.stderr
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 20
+    external = [(str(p.relative_to(site)), url) for p in pages for url in _parse(p).loads
+                if urlsplit(url).scheme in ("http", "https") or urlsplit(url).netloc]
+    assert not external, f"{len(external)} external loads, e.g. {external[:3]}"
+    css = [str(p.relative_to(site)) for p in site.rglob("*.css") if _CSS_EXTERNAL.search(p.read_text(errors="replace"))]
+    assert not css, css
+
+
+def test_cli_reference_sidebar_lists_every_command(built_site):
+    from envtool.cli.main import build_parser
+    import argparse
+
+    proc, site = built_site
+    assert proc.returncode == 0, proc.stderr
+    sidebar = _parse(site / "reference" / "cli" / "index.html").sidebar
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    missing = [name for name in commands.choices if f"#envtool-{name}" not in sidebar]
+    assert not missing, f"the sidebar of the command-line reference lacks {missing}: {sidebar}"
+
+
+def test_no_stray_editor_or_patch_file_in_docs():
+    """mkdocs copies every file under docs/ into the site: a ``.orig``/``.rej`` left by ``patch``,
+    an editor's backup (``~``, ``.bak``, ``.swp``) would ship."""
+    stray = [str(p.relative_to(REPO)) for p in (REPO / "docs").rglob("*")
+             if re.search(r"(\.(orig|rej|bak|swp|swo)|~)$", p.name) or p.name.startswith(".#")]
+    assert not stray, stray
 
 
 @pytest.mark.parametrize("change, message", [

@@ -677,3 +677,27 @@ def test_extensions_spec_filter(tmp_path):
     assert "extensions(" not in (tmp_path / "none" / "named" / "1.lua").read_text()
     proc = run_envtool("modulefile", "--prefix", prefix, "--extensions", "some", env=env)
     assert proc.returncode == 2 and "--extensions" in proc.stderr
+
+
+@pytest.mark.parametrize("env_name", ["mine", "other name's env"])
+def test_help_suggests_cloning_to_a_new_prefix(tmp_path, env_name):
+    """The module's help suggests ``envtool clone PREFIX --prefix "$HOME"/envs/NAME``: for an
+    environment that itself lies in ~/envs under the module's name, that was the environment's own
+    path. The suggested lines, run by a real bash with ``HOME`` the environment's home (``envtool``
+    a function printing its arguments), must name the environment as source and another prefix."""
+    prefix = tmp_path / "envs" / env_name
+    (prefix / "bin").mkdir(parents=True)
+    proc = run_envtool("modulefile", "--prefix", prefix, "--name", "mine/1", "--root", tmp_path / "mods", "--json")
+    assert proc.returncode == 0, proc.stderr
+    help_text = json.loads(proc.stdout)["content"]["help"]
+    lines = [l.strip() for l in help_text.splitlines() if l.strip().startswith("envtool clone ")]
+    assert lines, help_text
+    shown = subprocess.run(["bash", "--norc", "--noprofile", "-c",
+                            "envtool() { printf '%s\\0' \"$@\"; }\n" + "\n".join(lines)],
+                           env={"HOME": str(tmp_path), "PATH": os.environ["PATH"]},
+                           capture_output=True, text=True, timeout=30)
+    assert shown.returncode == 0, shown.stderr
+    argv = shown.stdout.split("\0")[:-1]
+    assert argv[:2] == ["clone", str(prefix)], argv
+    target = Path(argv[argv.index("--prefix") + 1])
+    assert target.parent == tmp_path / "envs" and target != prefix, argv

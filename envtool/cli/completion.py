@@ -2,11 +2,17 @@
 
 The scripts are generated ahead of time with shtab (``scripts/gen_completions.py``) and shipped
 inside the package (``envtool/_bundled/completions`` in a wheel, ``completions/`` in a
-checkout), so completion costs envtool nothing at start-up and works from a ``pipx`` or
-``pip install --user`` install::
+checkout), so completion costs envtool nothing at start-up and works from any install (the
+README's Install section; tests/test_user_install.py runs its lines)::
 
+    mkdir -p ~/.local/share/bash-completion/completions
     envtool completion bash > ~/.local/share/bash-completion/completions/envtool
-    envtool completion zsh > ~/.zfunc/_envtool      # with fpath+=(~/.zfunc) before compinit
+    echo 'source ~/.local/share/bash-completion/completions/envtool' >> ~/.bashrc
+    mkdir -p ~/.zfunc && envtool completion zsh > ~/.zfunc/_envtool   # fpath+=(~/.zfunc) before compinit
+
+The bash script (shtab's) is self-contained: it needs none of the ``bash-completion`` package's
+functions, which only add loading on first use from that folder
+(https://github.com/scop/bash-completion#faq).
 
 ``--json`` prints ``{"shell", "path", "script"}``.
 """
@@ -20,10 +26,11 @@ FILES = {"bash": "envtool.bash", "zsh": "_envtool"}
 
 def register(sub) -> None:
     p = sub.add_parser("completion", help="print the shell completion script (bash or zsh)",
-                       description="Print envtool's completion script for SHELL on stdout. bash: "
-                                   "'envtool completion bash > ~/.local/share/bash-completion/completions/envtool'; "
-                                   "zsh: 'envtool completion zsh > ~/.zfunc/_envtool' with fpath+=(~/.zfunc) before "
-                                   "compinit.")
+                       description="Print envtool's completion script for SHELL on stdout. bash: save it "
+                                   "(e.g. to ~/.local/share/bash-completion/completions/envtool, which the "
+                                   "bash-completion package loads by itself) and source that file from ~/.bashrc "
+                                   "(no package needed); zsh: save it as _envtool in a folder added to fpath before "
+                                   "compinit (e.g. ~/.zfunc). The README's Install section has the lines.")
     p.add_argument("shell", choices=sorted(FILES), help="the shell")
     add_json(p)
     p.set_defaults(func=run)

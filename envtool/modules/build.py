@@ -112,7 +112,10 @@ def _help_text(spec: Optional[Spec], name: str, version: str, prefix: str, kind:
     if spec is not None and spec.site.modules:
         lines.append("  (loads " + ", ".join(spec.site.modules) + " first)")
     lines.append("")
-    own = '"$HOME"/envs/' + shlex.quote(name)
+    # a new prefix under ~/envs named after the module; never the environment's own folder name, so
+    # the suggestion cannot clone an environment in ~/envs onto itself
+    own_name = name if os.path.basename(os.path.normpath(prefix)) != name else f"{name}-copy"
+    own = '"$HOME"/envs/' + shlex.quote(own_name)
     lines.append("Make your own copy to add packages (this one is shared and read-only):")
     lines.append(f"  envtool clone {shlex.quote(prefix)} --prefix {own}")
     spec_arg = spec_argument(spec) if spec is not None else None
