@@ -268,3 +268,37 @@ def test_job_output_errors_count_each_message_once_across_ranks():
     said = errors_in_output(Path(__file__).parent / "data" / "slurm-mpi-none-job.out")
     assert len(said) == 3 and sum("OPAL ERROR" in s for s in said) == 1
     assert any("MPI_Init" in s for s in said) and any("not built with" in s for s in said)
+
+
+# -- issue 38: the common case submits as written ---------------------------------------------
+
+def test_pbs_starts_in_the_submit_dir_and_picks_a_queue_and_time():
+    """PBS Pro starts a job in $HOME (qsub(1B); ALCF's Polaris job scripts ``cd ${PBS_O_WORKDIR}``):
+    the script changes there unless --workdir says otherwise; without --queue the site's
+    ``batch.queue_by_nodes`` picks the queue that takes the node count, without --time its
+    ``batch.time`` is the walltime."""
+    two = script("--site", "polaris", "--module", "conda", "--nodes", "2", "--account", "A", "--", "python", "t.py")
+    body = two.split("set -e\n", 1)[1]
+    assert body.startswith('cd "${PBS_O_WORKDIR}"\n'), body
+    assert ("-q", "debug-scaling") in directives(two, "#PBS") and ("-l", "walltime=1:00:00") in directives(two, "#PBS")
+    assert "batch.time" in two
+    big = script("--site", "polaris", "--module", "conda", "--nodes", "20", "--account", "A", "--time", "3:00:00",
+                 "--queue", "preemptable", "--workdir", "/w d", "--", "python", "t.py")
+    assert ("-q", "preemptable") in directives(big, "#PBS") and ("-l", "walltime=3:00:00") in directives(big, "#PBS")
+    assert "cd '/w d'\n" in big and "PBS_O_WORKDIR" not in big and "batch.time" not in big
+    big = script("--site", "polaris", "--module", "conda", "--nodes", "20", "--account", "A", "--", "python", "t.py")
+    assert ("-q", "prod") in directives(big, "#PBS")
+
+
+def test_slurm_script_without_time_has_the_site_default(tmp_path):
+    """A Slurm site's ``batch.time`` is the ``-t`` of a script without --time; --time wins; Slurm
+    starts jobs where sbatch ran, so no cd is added; a bad ``batch.time`` is exit 2 naming it."""
+    out = script("--site", "perlmutter", "--module", "m", "--nodes", "2", "--account", "A", "--", "python", "t.py")
+    assert ("-t", "0:30:00") in directives(out, "#SBATCH") and "cd " not in out.split("set -e\n", 1)[1]
+    out = script("--site", "perlmutter", "--module", "m", "--nodes", "2", "--account", "A", "--time", "2:00:00",
+                 "--", "python", "t.py")
+    assert ("-t", "2:00:00") in directives(out, "#SBATCH") and ("-t", "0:30:00") not in directives(out, "#SBATCH")
+    bad = tmp_path / "s.yaml"
+    bad.write_text((REPO / "sites" / "perlmutter.yaml").read_text().replace('time: "00:30:00"', 'time: "30"'))
+    err = script("--site-file", bad, "--module", "m", "--nodes", "1", "--account", "A", "--", "x", expect=2)
+    assert "batch.time" in err and "H:MM:SS" in err, err

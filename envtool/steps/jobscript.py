@@ -303,7 +303,12 @@ def build_request(target: Target, nodes: int, steps: Sequence[LaunchStep], ranks
     if target.spec is not None and target.spec.expect.dataloader_start_method:
         comments.append(f"spec {target.spec.name} expects DataLoader(multiprocessing_context="
                         f"{target.spec.expect.dataloader_start_method!r}); ENVTOOL_START_METHOD names it")
-    return JobRequest(site=site, layout=layout, steps=tuple(steps), seconds=parse_time(time) if time else None,
+    seconds = parse_time(time) if time else None
+    if seconds is None and site.batch.time and site.scheduler:
+        seconds = parse_time(site.batch.time)
+        comments.append(f"wall-clock limit {site.batch.time}: the site's default (batch.time in {site.path}); "
+                        "--time sets another")
+    return JobRequest(site=site, layout=layout, steps=tuple(steps), seconds=seconds,
                       account=account, queue=queue, job_name=job_name, output=output,
                       modules=target.modules,
                       activation=activation_lines(target.prefix, target.kind) if target.prefix else (),
