@@ -268,18 +268,43 @@ def test_source_by_name_from_conda_envs_path(world, monkeypatch):
 
 @pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_venv_source_clones_as_layer(tmp_path):
-    """A module-provided Python (no conda-meta) becomes a --system-site-packages layer."""
-    src = tmp_path / "module-python"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(src)], check=True)
+    """A module-provided Python (no conda-meta) becomes a --system-site-packages layer.
+
+    Issue 38: when that source is a published version and ``envtool retire`` removes it, the
+    layer's ``.pth`` names a directory that is gone, which Python skips silently: ``list`` says
+    the clone is broken (base retired, not "ok") and ``doctor`` fails (exit 1) naming the retired
+    module, with a fix that re-clones from the version still published beside it."""
+    root, mods = tmp_path / "sw", tmp_path / "modules"
+    src = root / "modpy" / "1.0"
+    mods.mkdir()
+    for version in ("1.0", "2.0"):  # two published versions (publish's marker, as envtool publish writes it)
+        where = root / "modpy" / version
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
+        (where / ".envtool").mkdir()
+        (where / ".envtool" / "publish.json").write_text(json.dumps(
+            {"module": f"modpy/{version}", "prefix": str(where), "modulefiles": str(mods)}))
     sp = next((src / "lib").glob("python*/site-packages"))
     (sp / "modpkg.py").write_text("X = 42\n")
     target = tmp_path / "layer"
-    proc = run_envtool("clone", src, "--prefix", target, "--json")
+    state = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    proc = run_envtool("clone", src, "--prefix", target, "--json", env=state)
     assert proc.returncode == 0, proc.stderr
     out = subprocess.run([str(target / "bin/python"), "-c", "import modpkg, sys; print(modpkg.X, sys.prefix)"],
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == ["42", str(target)]
     assert "include-system-site-packages = true" in (target / "pyvenv.cfg").read_text()
+    record = json.loads((target / ".envtool" / "create.json").read_text())
+    assert record["clone_mode"] == "layer" and record["clone_of_module"] == "modpy/1.0", record
+
+    proc = run_envtool("retire", "modpy/1.0", "--root", root, env=state)
+    assert proc.returncode == 0 and not src.exists(), proc.stdout + proc.stderr
+    rows = json.loads(run_envtool("list", "--json", env=state).stdout)["environments"]
+    assert [r["status"] for r in rows if r["prefix"] == str(target)] == ["broken: base retired (modpy/1.0)"], rows
+    proc = run_envtool("doctor", "--prefix", target, "--only", "clone-base", "--json", env=state)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (found,) = json.loads(proc.stdout)["findings"]
+    assert found["status"] == "fail" and "modpy/1.0" in found["summary"] and "retired" in found["summary"], found
+    assert f"envtool clone {root / 'modpy' / '2.0'} --prefix {target} --force" in found["fix"], found
 
 
 def test_create_spec_with_clone(world, tmp_path):

@@ -350,3 +350,32 @@ def test_gpu_check_skips_with_reason_or_sees_the_gpu():
         assert f["status"] == "skipped" and "CPU-only machine" in f["summary"]
     else:
         assert f["status"] in ("ok", "fail") and f["details"]["driver"]
+
+
+def test_one_extra_pip_package_is_a_warning_whose_fix_keeps_it(tmp_path):
+    """Issue 38: one ``pip install`` beyond the environment's own lock is drift to record, not a
+    failure (every locked package is still as locked); the first fix snapshots the prefix into the
+    lock (``envtool lock --prefix``) and keeps the package, the second (``create --from-lock
+    --force``) says it removes it. Doing the first fix clears the finding. (A locked package changed
+    still fails: ``test_lock_drift``.)"""
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    pip = [sys.executable, "-m", "pip", "--python", str(env / "bin" / "python"), "install", "--quiet", "--no-index",
+           "--no-deps", "--disable-pip-version-check"]
+    lock = env / "conda-lock.yml"
+    proc = run_envtool("lock", "--prefix", env, "-o", lock, timeout=scaled(120))
+    assert proc.returncode == 0, proc.stderr
+    subprocess.run([*pip, str(make_wheel(wheels, "extrapkg", "2.0", {"extrapkg.py": "Y = 2\n"}))], check=True,
+                   timeout=scaled(120))
+    code, data, by_id = doctor_json("--prefix", env, "--only", "lock-drift")
+    drift = by_id["lock-drift"]
+    assert data["lock"] == str(lock) and code == 0 and drift["status"] == "warn", drift
+    assert "+ pip extrapkg 2.0 (not in the lock)" in drift["details"]["items"], drift
+    keep, _, recreate = drift["fix"].partition("; or ")
+    assert f"envtool lock --prefix {env} -o {lock}" in keep, drift["fix"]
+    assert "REMOVES extrapkg" in recreate and "--from-lock" in recreate and "--force" in recreate, drift["fix"]
+    assert run_envtool("lock", "--prefix", env, "-o", lock, timeout=scaled(120)).returncode == 0  # the first fix
+    code, _, by_id = doctor_json("--prefix", env, "--only", "lock-drift")
+    assert code == 0 and by_id["lock-drift"]["status"] == "ok", by_id["lock-drift"]

@@ -8,6 +8,7 @@ the seed-comparison tests are skipped, saying so, when they are not there.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -268,3 +269,119 @@ def test_job_output_errors_count_each_message_once_across_ranks():
     said = errors_in_output(Path(__file__).parent / "data" / "slurm-mpi-none-job.out")
     assert len(said) == 3 and sum("OPAL ERROR" in s for s in said) == 1
     assert any("MPI_Init" in s for s in said) and any("not built with" in s for s in said)
+
+
+# -- issue 38: the common case submits as written ---------------------------------------------
+
+def test_pbs_starts_in_the_submit_dir_and_picks_a_queue_and_time():
+    """PBS Pro starts a job in $HOME (qsub(1B); ALCF's Polaris job scripts ``cd ${PBS_O_WORKDIR}``):
+    the script changes there unless --workdir says otherwise; without --queue the site's
+    ``batch.queue_by_nodes`` picks the queue that takes the node count, without --time its
+    ``batch.time`` is the walltime."""
+    two = script("--site", "polaris", "--module", "conda", "--nodes", "2", "--account", "A", "--", "python", "t.py")
+    body = two.split("set -e\n", 1)[1]
+    assert body.startswith('cd "${PBS_O_WORKDIR}"\n'), body
+    assert ("-q", "debug-scaling") in directives(two, "#PBS") and ("-l", "walltime=1:00:00") in directives(two, "#PBS")
+    assert "batch.time" in two
+    big = script("--site", "polaris", "--module", "conda", "--nodes", "20", "--account", "A", "--time", "3:00:00",
+                 "--queue", "preemptable", "--workdir", "/w d", "--", "python", "t.py")
+    assert ("-q", "preemptable") in directives(big, "#PBS") and ("-l", "walltime=3:00:00") in directives(big, "#PBS")
+    assert "cd '/w d'\n" in big and "PBS_O_WORKDIR" not in big and "batch.time" not in big
+    big = script("--site", "polaris", "--module", "conda", "--nodes", "20", "--account", "A", "--", "python", "t.py")
+    assert ("-q", "prod") in directives(big, "#PBS")
+
+
+def test_slurm_script_without_time_has_the_site_default(tmp_path):
+    """A Slurm site's ``batch.time`` is the ``-t`` of a script without --time; --time wins; Slurm
+    starts jobs where sbatch ran, so no cd is added; a bad ``batch.time`` is exit 2 naming it."""
+    out = script("--site", "perlmutter", "--module", "m", "--nodes", "2", "--account", "A", "--", "python", "t.py")
+    assert ("-t", "0:30:00") in directives(out, "#SBATCH") and "cd " not in out.split("set -e\n", 1)[1]
+    out = script("--site", "perlmutter", "--module", "m", "--nodes", "2", "--account", "A", "--time", "2:00:00",
+                 "--", "python", "t.py")
+    assert ("-t", "2:00:00") in directives(out, "#SBATCH") and ("-t", "0:30:00") not in directives(out, "#SBATCH")
+    bad = tmp_path / "s.yaml"
+    bad.write_text((REPO / "sites" / "perlmutter.yaml").read_text().replace('time: "00:30:00"', 'time: "30"'))
+    err = script("--site-file", bad, "--module", "m", "--nodes", "1", "--account", "A", "--", "x", expect=2)
+    assert "batch.time" in err and "H:MM:SS" in err, err
+
+
+# -- issue 38: a CPU-only environment in a GPU job is said, not silently wrapped -------------------
+
+def _pip_target(site_packages: Path, *wheels: Path) -> None:
+    """A real ``pip install`` of ``wheels`` into ``site_packages`` (offline, no dependencies)."""
+    subprocess.run([sys.executable, "-m", "pip", "install", "--target", str(site_packages), "--no-index",
+                    "--no-deps", "-q", "--disable-pip-version-check", *map(str, wheels)],
+                   check=True, capture_output=True, timeout=scaled(120))
+
+
+def test_cpu_only_environment_in_a_gpu_job_is_a_warning(tmp_path):
+    """A venv whose torch is PyTorch's CPU wheel (``2.13.0+cpu``, pip-installed) in a job for
+    ``--spec perlmutter-horovod`` (4 GPUs per node, ``module load cudnn nccl``): exit 0 with the
+    script as before, and one warning on stderr and under ``warnings`` in ``--json`` naming the
+    environment, its torch, the GPUs, the modules and the spec. No warning for a CPU job on the
+    local site, nor once the venv holds a CUDA runtime wheel (``nvidia-cuda-runtime-cu12``)."""
+    from helpers.wheels import make_wheel
+
+    venv = tmp_path / "cpu-env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=scaled(60))
+    sp = next(venv.glob("lib/python*")) / "site-packages"
+    _pip_target(sp, make_wheel(tmp_path, "torch", "2.13.0+cpu", {"torch/__init__.py": "__version__ = '2.13.0+cpu'\n"}))
+    gpu_job = ("--prefix", venv, "--spec", "perlmutter-horovod", "--nodes", "2", "--account", "A",
+               "--", "python", "t.py")
+    proc = run_envtool("jobscript", *gpu_job, timeout=scaled(120))
+    assert proc.returncode == 0, proc.stderr
+    assert "--gpus-per-node=4" in proc.stdout and "module load cudnn/8.7.0 nccl/2.15.5-ofi evp-patch" in proc.stdout
+    warning = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning: ")]
+    assert len(warning) == 1, proc.stderr
+    for part in (f"environment at {venv} is CPU-only (torch 2.13.0+cpu)", "requests 4 GPUs per node",
+                 "loads cudnn/8.7.0 nccl/2.15.5-ofi (spec perlmutter-horovod's site modules)",
+                 "will not use the GPUs", "--gpus-per-rank 0"):
+        assert part in warning[0], warning[0]
+    proc = run_envtool("jobscript", *gpu_job[:-3], "--json", "--", "python", "t.py", timeout=scaled(120))
+    data = json.loads(proc.stdout)
+    assert proc.returncode == 0 and data["ok"] and data["warnings"] == [warning[0][len("warning: "):]], data
+    cpu_job = run_envtool("jobscript", "--prefix", venv, "--site", "local", "--nodes", "1", "--ranks-per-node", "2",
+                          "--json", "--", "python", "t.py", timeout=scaled(120))
+    assert cpu_job.returncode == 0 and json.loads(cpu_job.stdout)["warnings"] == [], cpu_job.stderr
+    assert "warning" not in cpu_job.stderr
+    _pip_target(sp, make_wheel(tmp_path, "nvidia-cuda-runtime-cu12", "12.4.127", {"nvidia/cuda_runtime/x.py": ""}))
+    proc = run_envtool("jobscript", *gpu_job, timeout=scaled(120))
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+
+
+def _dist(sp: Path, name: str, version: str, installer: str = "pip") -> None:
+    info = sp / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "INSTALLER").write_text(installer + "\n")
+
+
+@pytest.mark.parametrize("pip,conda,want", [
+    ([("torch", "2.13.0+cpu")], [], "torch 2.13.0+cpu"),
+    ([("torch", "1.13.1+cpu.cxx11.abi"), ("tensorflow-cpu", "2.15.0")], [],
+     "tensorflow-cpu 2.15.0, torch 1.13.1+cpu.cxx11.abi"),
+    ([("torch", "2.13.0")], [], None),                                   # PyPI's Linux torch: CUDA-capable
+    ([("torch", "2.13.0+cu121")], [], None),
+    ([("torch", "2.13.0+cpu"), ("nvidia-nccl-cu12", "2.21.5")], [], None),  # a CUDA runtime is there
+    ([("torch", "2.13.0+cpu"), ("tensorflow", "2.15.0")], [], None),    # TensorFlow may find a CUDA
+    ([("requests", "2.31.0")], [], None),                                # no framework: nothing to say
+    ([("torch", "1.12.0", "conda")], [("pytorch", "1.12.0", "py3.10_cpu_0")],
+     "conda pytorch 1.12.0 (build py3.10_cpu_0)"),
+    ([("torch", "1.12.0", "conda")], [("pytorch", "1.12.0", "py3.10_cuda11.3_cudnn8.3.2_0")], None),
+    ([], [("pytorch", "1.12.0", "py3.10_cpu_0"), ("cudatoolkit", "11.3.1", "h2bc3f7f_2")], None),
+])
+def test_cpu_only_build_reads_the_package_records(tmp_path, pip, conda, want):
+    """:func:`envtool.checks.gpu.cpu_only_build` from dist-infos and conda records alone: CPU-only
+    only when every framework is a CPU build and no GPU runtime package is there."""
+    from envtool.checks.gpu import cpu_only_build
+
+    sp = tmp_path / "lib" / "python3.11" / "site-packages"
+    sp.mkdir(parents=True)
+    for entry in pip:
+        _dist(sp, *entry)
+    if conda:
+        (tmp_path / "conda-meta").mkdir()
+        for name, version, build in conda:
+            (tmp_path / "conda-meta" / f"{name}-{version}-{build}.json").write_text(
+                json.dumps({"name": name, "version": version, "build": build, "files": []}))
+    assert cpu_only_build(tmp_path) == want

@@ -212,3 +212,30 @@ def test_doctor_reads_the_environments_records(tmp_path):
     # the bare venv lacks the lock's packages: the drift is found, not skipped
     assert found["lock-drift"]["status"] in ("warn", "fail")
     assert any("create.json" in r for r in data["records"])
+
+
+# -- a spec for another site (issue 38) -----------------------------------------------------------
+
+def test_create_for_another_sites_modules_stops_before_any_work(tmp_path):
+    """``create perlmutter-horovod`` on a machine whose Lmod has no ``cudnn/8.7.0``: exit 2 before
+    any step, naming the unknown modules in full (not Lmod's boilerplate), the spec's site and
+    what this machine is; without Lmod at all, the same with that cause."""
+    from test_modulefile import LMOD_INIT
+
+    target = tmp_path / "hvd"
+    if LMOD_INIT:
+        code = (f"source {shlex.quote(str(LMOD_INIT))} && export MODULEPATH= && "
+                f"exec {shlex.quote(sys.executable)} -m envtool create perlmutter-horovod --prefix "
+                f"{shlex.quote(str(target))} --json")
+        proc = subprocess.run(["bash", "--noprofile", "--norc", "-c", code], capture_output=True, text=True,
+                              cwd=REPO, env={k: v for k, v in os.environ.items() if k != "ENVTOOL_SITE"},
+                              timeout=scaled(120))
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        error = json.loads(proc.stdout)["error"]
+        assert "module(s) are unknown: cudnn/8.7.0, nccl/2.15.5-ofi, evp-patch" in error, error
+        assert "for site perlmutter" in error and "this machine is" in error and "Lmod has detected" not in error
+        assert "[1/" not in proc.stderr and not target.exists(), proc.stderr
+    proc = run_envtool("create", "perlmutter-horovod", "--prefix", target, env={"LMOD_CMD": "", "ENVTOOL_SITE": ""},
+                       timeout=scaled(120))
+    assert proc.returncode == 2 and "Lmod is not initialised here" in proc.stderr, proc.stderr
+    assert "for site perlmutter" in proc.stderr and "envtool specs --site" in proc.stderr and not target.exists()

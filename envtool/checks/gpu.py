@@ -1,12 +1,18 @@
 """Check 6, ``gpu``: the GPU stack — CUDA visible to the framework, Horovod built with
 CUDA/NCCL, and the NCCL version against the spec (its ``nccl`` conda pin or the site's
-``nccl/…`` module). Skipped, with the reason, on CPU-only machines."""
+``nccl/…`` module). Skipped, with the reason, on CPU-only machines.
+
+Also :func:`cpu_only_build`, which tells from an environment's package records alone (no import,
+no subprocess) that its frameworks are CPU-only builds, and :func:`gpu_modules`, which picks the
+GPU runtime modules out of a module list (``envtool jobscript`` warns when a job pairs the two).
+"""
 from __future__ import annotations
 
 import os
 import re
 import shutil
-from typing import Optional
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple, Union
 
 from envtool.checks.common import version_tuple
 from envtool.checks.registry import check, finding
@@ -37,6 +43,106 @@ def spec_nccl(spec, site) -> Optional[str]:
         if m:
             return m.group(1).rstrip(".")
     return None
+
+
+#: pip distributions of the CUDA runtime libraries (NVIDIA's ``nvidia-cuda-runtime-cu12``,
+#: ``nvidia-cudnn-cu12``, ``nvidia-nccl-cu12``, … on PyPI, which PyTorch's CUDA wheels on PyPI
+#: require: https://pypi.org/project/nvidia-cuda-runtime-cu12/), of a GPU TensorFlow
+#: (``tensorflow-gpu``, https://pypi.org/project/tensorflow-gpu/) or a CUDA MXNet
+#: (``mxnet-cu112``, https://pypi.org/project/mxnet-cu112/).
+GPU_PIP = re.compile(r"^(nvidia-[a-z0-9-]+-cu\d+|tensorflow-gpu|mxnet-cu\d+)$")
+#: conda packages of the CUDA/ROCm runtime (``cudatoolkit``, NVIDIA's ``cuda-cudart``/``cuda-runtime``,
+#: ``cudnn``, ``nccl``, ``rccl``: anaconda.org/conda-forge and anaconda.org/nvidia) and the GPU
+#: metapackages of the frameworks (``pytorch-gpu``, ``tensorflow-gpu``).
+GPU_CONDA = re.compile(r"^(cudatoolkit|cuda-cudart|cuda-runtime|cudnn|nccl|rccl|pytorch-gpu|tensorflow-gpu)$")
+#: GPU runtime modules, by the name before the version: ``cuda``/``cudatoolkit``, ``cudnn``,
+#: ``nccl``, ``rocm``, ``rccl``, ``miopen`` (``cudnn/8.7.0``, ``nccl/2.15.5-ofi``, ``nccl-2.15``,
+#: ``cudatoolkit/11.7``, ``rocm/5.6``; the NVIDIA and AMD libraries of those names).
+GPU_MODULE = re.compile(r"^(cuda|cudatoolkit|cuda-toolkit|cudnn|nccl|rocm|rccl|miopen)([-/_.]\d|/|$)", re.IGNORECASE)
+
+
+def gpu_modules(modules: Sequence[str]) -> Tuple[str, ...]:
+    """The modules of ``modules`` that load a GPU runtime (:data:`GPU_MODULE`), in order."""
+    return tuple(m for m in modules if GPU_MODULE.match(m.strip()))
+
+
+def _framework_build(name: str, version: str, build: str = "", conda: bool = False) -> str:
+    """``cpu``, ``gpu`` or ``unknown`` for one installed framework package.
+
+    pip: PyTorch's wheel index labels its CPU wheels ``+cpu`` (``+cpu.cxx11.abi``) and its
+    accelerator wheels ``+cu121``/``+rocm5.6`` (https://download.pytorch.org/whl/cpu,
+    https://pytorch.org/get-started/locally/); ``tensorflow-cpu`` is TensorFlow's CPU-only
+    distribution (https://pypi.org/project/tensorflow-cpu/); an unlabelled ``torch`` or a plain
+    ``tensorflow`` may use a CUDA found at run time, so it is ``unknown``. conda: a ``-cpu``
+    package name, or a build string with ``cpu`` and no ``cuda`` (pytorch channel ``py3.10_cpu_0``,
+    conda-forge ``cpu_py310h…``, Open-CE ``cpu_py39_pb3.19_1``) is ``cpu``; ``cuda`` in it is ``gpu``.
+    """
+    if conda:
+        low = build.lower()
+        if name.endswith("-gpu") or "cuda" in low:
+            return "gpu"
+        if name.endswith("-cpu") or "cpu" in low:
+            return "cpu"
+        return "unknown"
+    if name == "tensorflow-cpu":
+        return "cpu"
+    if name == "torch":
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            local = (Version(version).local or "").lower()
+        except InvalidVersion:
+            return "unknown"
+        if local.startswith("cpu"):
+            return "cpu"
+        if local.startswith(("cu", "rocm")):
+            return "gpu"
+    return "unknown"
+
+
+def cpu_only_build(prefix: Union[str, "os.PathLike[str]"]) -> Optional[str]:
+    """Why the environment at ``prefix`` can only compute on CPUs, or None when it may use a GPU or
+    cannot be told.
+
+    Read from the package records alone (:class:`envtool.core.prefix.PrefixData`: the
+    ``site-packages`` dist-infos and ``conda-meta/*.json``; no import, no subprocess, a few ms):
+    the environment is CPU-only when it holds at least one framework of
+    :data:`envtool.core.frameworks.FRAMEWORKS`, every framework package is a CPU-only build
+    (:func:`_framework_build`), and no package carries a GPU runtime (:data:`GPU_PIP`,
+    :data:`GPU_CONDA`). A framework whose build cannot be told (an unlabelled ``torch``, a plain
+    ``tensorflow``, ``mxnet``) makes the answer None: the caller must not warn on a guess.
+
+    Args:
+        prefix: the environment (a missing one gives None).
+    Returns:
+        the evidence as a phrase (``torch 2.13.0+cpu``; ``conda pytorch 1.12.0 (build py3.10_cpu_0)``),
+        or None.
+    """
+    from envtool.core import frameworks
+    from envtool.core.prefix import PrefixData
+
+    pd = PrefixData(Path(prefix))
+    if not pd.prefix.is_dir():
+        return None
+    cpu: List[str] = []
+    for rec in pd.conda_record_dicts:
+        name = str(rec["name"])
+        if GPU_CONDA.match(name):
+            return None
+        if frameworks.by_package(name) is not None:
+            kind = _framework_build(name, str(rec["version"]), str(rec.get("build") or ""), conda=True)
+            if kind != "cpu":
+                return None
+            cpu.append(f"conda {name} {rec['version']} (build {rec.get('build') or '?'})")
+    if any(GPU_PIP.match(d.name) for d in pd.distributions):
+        return None
+    pip_names = {n for f in frameworks.FRAMEWORKS for n in f.pip_names}
+    for dist in pd.pip_installed():  # a conda package's own dist-info (unlabelled version) was judged above
+        if dist.name in pip_names:
+            if _framework_build(dist.name, dist.version) != "cpu":
+                return None
+            cpu.append(f"{dist.name} {dist.version}")
+    return ", ".join(cpu) or None
 
 
 def gpu_machine() -> Optional[str]:

@@ -11,6 +11,9 @@
   clone it (``envtool create SPEC --clone PREFIX``).
 * ``site-modules``: modules the spec/site needs that ``LOADEDMODULES`` does not list.
 * ``lock-drift``: the prefix against ``--lock`` (``envtool.lock``).
+* ``clone-base``: a clone layered on another environment (``envtool clone`` of a venv, e.g. a
+  published version) whose base is gone (``envtool retire``): Python skips a ``.pth`` line naming
+  a missing directory without a word, so the base's packages silently vanish from the clone.
 """
 from __future__ import annotations
 
@@ -160,6 +163,59 @@ def run_site_modules(ctx):
         return finding("site-modules", "fail", f"site {site.name!r} needs modules that are not loaded: "
                        + ", ".join(missing), "module load " + shlex.join(needed), **details)
     return finding("site-modules", "ok", "loaded: " + ", ".join(needed), **details)
+
+
+def _published_siblings(source: Path):
+    """Other versions ``envtool publish`` made beside ``source`` (``ROOT/NAME/*`` with the publish
+    marker), oldest to newest by version (``packaging.version``; names that are no version last)."""
+    from packaging.version import InvalidVersion, Version
+
+    def key(p: Path):
+        try:
+            return (0, Version(p.name), "")
+        except InvalidVersion:
+            return (1, Version("0"), p.name)
+    try:
+        found = [p for p in Path(source).parent.iterdir()
+                 if p != Path(source) and (p / ".envtool" / "publish.json").is_file()]
+    except OSError:
+        return []
+    return sorted(found, key=key)
+
+
+@check("clone-base", "The environment a clone is layered on is still there", order=5,
+       fix="re-clone from an environment that exists: envtool clone SOURCE --prefix PREFIX --force")
+def clone_base(ctx):
+    """``fail`` when ``ctx.prefix`` is a layered clone whose base is gone (the fix names a published
+    version beside it, when there is one), ``ok`` when the base is there, else ``skipped``."""
+    from envtool.engines.clone_steps import layer_base
+
+    base = layer_base(Path(ctx.prefix))
+    if base is None:
+        return finding("clone-base", "skipped", "not a clone layered on another environment")
+    what = f"{base.module} ({base.source})" if base.module else base.source
+    if base.present:
+        return finding("clone-base", "ok", f"layered on {what}, which is there", source=base.source,
+                       module=base.module)
+    prefix = shlex.quote(str(ctx.prefix))
+    others = _published_siblings(Path(base.source))
+    gone = "was retired" if base.module else "is gone"
+    if others:
+        redo = f"re-clone from a version still published: envtool clone {shlex.quote(str(others[-1]))} --prefix {prefix} --force"
+        if len(others) > 1:
+            redo += f" (published beside it: {', '.join(p.name for p in others)})"
+    else:
+        redo = (f"no other version is published beside it: clone or create another environment, then "
+                f"envtool clone SOURCE --prefix {prefix} --force")
+    from envtool.core.prefix import PrefixData
+
+    sp = PrefixData(Path(ctx.prefix)).site_packages
+    keep = (f"; packages you installed into the clone are not carried over: list them first with "
+            f"{shlex.quote(str(Path(ctx.prefix) / 'bin' / 'python'))} -m pip list --path {shlex.quote(str(sp))}"
+            if sp else "")
+    return finding("clone-base", "fail", f"base {what} {gone}: this clone is layered on it, so the packages "
+                   "it provided (Horovod, the framework) are missing here", redo + keep, source=base.source, module=base.module,
+                   items=[f"{base.site_packages or base.source} no longer exists"])
 
 
 @check("lock-drift", "Drift against the lockfile (--lock)", order=73,

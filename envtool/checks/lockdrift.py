@@ -2,6 +2,9 @@
 ``envtool diff``: :func:`envtool.lock.lockio.read_lock`, :func:`envtool.lock.snapshot.snapshot`
 without index look-ups, :func:`envtool.lock.diff.compare`).
 
+Packages only added to the prefix (a user's ``pip install``) are a warning whose fix records them
+(``envtool lock --prefix``); a locked package removed or changed fails.
+
 While ``envtool.lock`` is not importable the check is skipped with that reason.
 """
 from __future__ import annotations
@@ -45,11 +48,24 @@ def check(ctx):
     items = [f"+ {p.manager} {p.key[1]} {p.version} (not in the lock)" for p in report.added]
     items += [f"- {p.manager} {p.key[1]} {p.version} (locked, not installed)" for p in report.removed]
     items += [f"~ {c.manager} {c.name}: {c.field} {c.locked} -> {c.installed}" for c in report.changed]
+    import shlex
+
     spec = ctx.spec.name if ctx.spec is not None else (lock.spec or "SPEC")
-    return finding(ID, "fail", f"drift against {ctx.lock}: {len(report.added)} added, {len(report.removed)} "
-                   f"removed, {len(report.changed)} changed",
-                   f"recreate from the lock: envtool create {spec} --from-lock {ctx.lock} --prefix {ctx.prefix} --force",
-                   items=items, **details)
+    prefix, lockfile = shlex.quote(str(ctx.prefix)), shlex.quote(str(ctx.lock))
+    recreate = (f"envtool create {shlex.quote(spec)} --from-lock {lockfile} --prefix {prefix} --force")
+    summary = (f"drift against {ctx.lock}: {len(report.added)} added, {len(report.removed)} removed, "
+               f"{len(report.changed)} changed")
+    if report.added and not (report.removed or report.changed):
+        # Only packages added (a user's `pip install`): every locked package is still there as locked,
+        # so nothing the lock promised is broken; the other checks judge what the addition does. Like
+        # pixi, which re-syncs an environment to its lock only when asked (`pixi install`), and conda,
+        # which records each change as a revision (`conda list --revisions`), this is a difference to
+        # record, not a failure: the fix keeps the package by snapshotting the prefix into the lock.
+        names = ", ".join(p.key[1] for p in report.added)
+        return finding(ID, "warn", summary + f" (only added: {names}; every locked package is as locked)",
+                       f"keep it and record it in the lock: envtool lock --prefix {prefix} -o {lockfile}; or "
+                       f"go back to the lock, which REMOVES {names}: {recreate}", items=items, **details)
+    return finding(ID, "fail", summary, f"recreate from the lock: {recreate}", items=items, **details)
 
 
 def locked_versions(ctx) -> dict:

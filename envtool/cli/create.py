@@ -38,6 +38,9 @@ def run(args) -> int:
     from envtool.cli.common import check_machine_platform
 
     check_machine_platform(spec, args.platform_mismatch_ok, say=say)
+    from envtool.steps.planner import check_site_modules
+
+    check_site_modules(spec)  # a spec for another site: exit 2 with the cause, before any work
     options = options_from_args(args, spec, site=site, say=say)
     if options.clone is not None:
         source, why = clone_source(spec, options)

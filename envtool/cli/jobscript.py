@@ -129,6 +129,9 @@ def run(args) -> int:
         req = dataclasses.replace(req, comments=req.comments + (container_run.comment(target.site, section,
                                                                                       args.image),))
     text = jobscript.render(req)
+    warnings = [w for w in (jobscript.gpu_mismatch(target, req),) if w] if args.image is None else []
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if args.output:
         out = Path(args.output)
         from envtool.core.atomic import umask_mode
@@ -153,7 +156,7 @@ def run(args) -> int:
                     "image": None if args.image is None else {"image": args.image,
                                                               "runtime": section.runtime,
                                                               "run_line": text.rstrip("\n").splitlines()[-1]},
-                    "script": text})
+                    "warnings": warnings, "script": text})
     elif args.output:
         if not getattr(args, "quiet", False):
             print(f"jobscript: wrote {args.output} ({target.site.scheduler or 'no scheduler'}, "

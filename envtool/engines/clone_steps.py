@@ -254,9 +254,77 @@ def _layer_action(step: Step, runner: StepContext) -> dict:
     if PrefixData(src).is_venv:
         src_sp, new_sp = PrefixData(src).site_packages, PrefixData(Path(d.prefix)).site_packages
         if src_sp and new_sp:
-            (new_sp / "_envtool_layer.pth").write_text(str(src_sp) + "\n")
-            runner.note(f"{new_sp}/_envtool_layer.pth -> {src_sp}")
+            (new_sp / LAYER_PTH).write_text(str(src_sp) + "\n")
+            runner.note(f"{new_sp}/{LAYER_PTH} -> {src_sp}")
     return {"source": str(src), "mode": "layer"}
+
+
+#: The ``.pth`` file a layer on a venv source writes into its own site-packages: one line, the
+#: source's site-packages (Python's ``site`` module adds each existing directory a ``.pth`` line
+#: names to ``sys.path`` and silently skips one that does not exist:
+#: https://docs.python.org/3/library/site.html). So a layer whose source is removed still runs,
+#: without the source's packages: :func:`layer_base` tells.
+LAYER_PTH = "_envtool_layer.pth"
+
+
+@dataclass(frozen=True)
+class LayerBase:
+    """What a layered clone stands on (:func:`layer_base`).
+
+    Attributes:
+        source: the source prefix the layer was made from (its record's ``clone_of``, else the
+            parent of the site-packages the ``.pth`` names).
+        site_packages: the source's site-packages the layer's ``.pth`` names, or None (a layer on
+            a non-venv Python: the source's interpreter is the layer's base).
+        module: ``NAME/VERSION`` when the source was a version ``envtool publish`` made (recorded
+            at clone time), else None.
+        present: whether the source is still there (its site-packages, else its prefix).
+    """
+
+    source: str
+    site_packages: Optional[str]
+    module: Optional[str]
+    present: bool
+
+
+def layer_base(prefix: Path) -> Optional[LayerBase]:
+    """The base of ``prefix`` when it is a clone layered on another environment, else None.
+
+    A layer is recognised by :data:`LAYER_PTH` in its site-packages (``envtool clone`` and
+    ``create --clone`` of a venv source) or by a record (``.envtool/create.json``) with
+    ``clone_mode: layer``; the record's ``clone_of`` and ``clone_of_module`` name the source.
+    Nothing is run; unreadable files count as absent.
+    """
+    import json
+    import os
+
+    from envtool.core.prefix import PrefixData
+
+    rec: Dict[str, Any] = {}
+    try:
+        with open(Path(prefix) / ".envtool" / "create.json", "rb") as fh:
+            data = json.loads(fh.read(16 * 1024 * 1024).decode("utf-8"))
+        rec = data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        pass
+    sp = PrefixData(Path(prefix)).site_packages
+    named = None
+    try:
+        if sp is not None:
+            lines = [ln.strip() for ln in (sp / LAYER_PTH).read_text(errors="replace").splitlines() if ln.strip()]
+            named = lines[0] if lines and os.path.isabs(lines[0]) else None
+    except OSError:
+        pass
+    if named is None and rec.get("clone_mode") != "layer":
+        return None
+    source = rec.get("clone_of") if isinstance(rec.get("clone_of"), str) else None
+    if source is None and named is not None:
+        source = str(Path(named).parent.parent.parent)  # PREFIX/lib/pythonX.Y/site-packages
+    if source is None:
+        return None
+    module = rec.get("clone_of_module") if isinstance(rec.get("clone_of_module"), str) else None
+    present = os.path.isdir(named) if named is not None else os.path.isdir(source)
+    return LayerBase(source=source, site_packages=named, module=module, present=present)
 
 
 def _copy_action(step: Step, runner: StepContext) -> dict:

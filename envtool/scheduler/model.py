@@ -134,8 +134,12 @@ class JobRequest:
 
     @property
     def effective_queue(self) -> Optional[str]:
-        """``queue`` or the site's ``batch.queue``."""
-        return self.queue or getattr(self.site.batch, "queue", None)
+        """``queue``, else the site's queue for this many nodes (``batch.queue_by_nodes``, then
+        ``batch.queue``: :meth:`envtool.spec.sites.BatchSection.queue_for`)."""
+        if self.queue:
+            return self.queue
+        pick = getattr(self.site.batch, "queue_for", None)
+        return pick(self.layout.nodes) if pick is not None else getattr(self.site.batch, "queue", None)
 
 
 #: The variables that tell each controller which network interface to use between nodes, each

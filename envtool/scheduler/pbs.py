@@ -26,6 +26,12 @@ DIRECTIVE = "#PBS"
 #: the registered launcher job scripts use unless the site file names one (``batch.launcher``)
 DEFAULT_LAUNCHER: Optional[str] = "mpiexec"
 SUBMIT_STDIN = False
+#: PBS Pro starts a batch job in the user's home directory, not where ``qsub`` ran, and names the
+#: submission directory in this variable (qsub(1B), "PBS_O_WORKDIR"; ALCF's Polaris job scripts
+#: begin with ``cd ${PBS_O_WORKDIR}``: https://docs.alcf.anl.gov/polaris/running-jobs/). A job
+#: script without ``--workdir`` changes to it first (:func:`envtool.scheduler.script.render`);
+#: schedulers that start the job where it was submitted (Slurm, LSF) declare none.
+SUBMIT_DIR_VAR = "PBS_O_WORKDIR"
 QUEUED = ("Q", "H", "W", "T", "S")
 RUNNING = ("R", "E", "B")
 FINISHED = ("F", "X")

@@ -162,6 +162,8 @@ def render(req: JobRequest, version: str = "") -> str:
     body: List[str] = []
     if req.workdir:
         body.append(f"cd {shlex.quote(req.workdir)}")
+    elif getattr(sched, "SUBMIT_DIR_VAR", None):  # the scheduler starts jobs elsewhere (PBS: in $HOME)
+        body.append(f'cd "${{{sched.SUBMIT_DIR_VAR}}}"')
     launch = req.launcher or launcher_mod.for_site(site)
     from envtool.scheduler import stage as stage_mod
 

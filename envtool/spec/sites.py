@@ -86,7 +86,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from envtool.core.errors import SpecError
 from envtool.core.inputs import check_input
@@ -112,8 +112,10 @@ CONTAINER_BASE_RE = re.compile(r"debian:[a-z]+|(?:oci-archive|dir):/[A-Za-z0-9_.
 #: (expanded by the job's shell inside double quotes: nothing else in it can be expanded or run)
 NODE_LOCAL_PATH_RE = re.compile(r"/(?:[A-Za-z0-9_.+@%,=:/-]|\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\})*")
 DETECT_KEYS = ("env", "hostname", "source")
-BATCH_KEYS = ("source", "cpus_per_node", "queue", "queue_option", "constraint", "gpu_option", "mpi",
-              "account_required", "directives", "env", "module_use", "shell", "interface", "launcher")
+BATCH_KEYS = ("source", "cpus_per_node", "queue", "queue_by_nodes", "queue_option", "constraint", "gpu_option",
+              "mpi", "account_required", "directives", "env", "module_use", "shell", "interface", "launcher", "time")
+#: A wall-clock limit as every scheduler here reads it: ``H:MM:SS`` or ``D-H:MM:SS``.
+BATCH_TIME_RE = re.compile(r"(?:\d+-)?\d+:[0-5]\d:[0-5]\d")
 #: A network interface name as Linux allows it (IFNAMSIZ 16 with the NUL, no '/', ':' or space:
 #: dev_valid_name() in torvalds/linux@v6.6:net/core/dev.c), narrowed to the characters real NICs use.
 INTERFACE_RE = re.compile(r"[A-Za-z0-9_.@-]{1,15}")
@@ -195,6 +197,11 @@ class BatchSection:
         launcher: the registered launcher (:func:`envtool.spec.registry.launcher_names`: ``srun``,
             ``jsrun``, ``mpiexec``, ``aprun``, ``mpirun``) whose words job scripts build from the job's
             layout, chosen apart from the scheduler; None: the scheduler's default launcher.
+        time: the wall-clock limit (``H:MM:SS`` or ``D-H:MM:SS``) job scripts ask for when
+            ``--time`` is not given, or None (the scheduler's own default then applies).
+        queue_by_nodes: ``(max_nodes, queue)`` pairs, ascending: without ``--queue`` a job of N nodes
+            goes to the first queue whose ``max_nodes`` is at least N (a site whose queues take
+            different node counts, such as Polaris's ``debug-scaling`` and ``prod``); before ``queue``.
     """
 
     source: Optional[str] = None
@@ -212,6 +219,16 @@ class BatchSection:
     env_paths: Tuple[Tuple[str, str, str], ...] = ()
     interface: Optional[str] = None
     launcher: Optional[str] = None
+    time: Optional[str] = None
+    queue_by_nodes: Tuple[Tuple[int, str], ...] = ()
+
+    def queue_for(self, nodes: int) -> Optional[str]:
+        """The queue a job of ``nodes`` nodes goes to without ``--queue``: the first of
+        ``queue_by_nodes`` that takes that many nodes, else ``queue`` (None when neither says)."""
+        for most, name in self.queue_by_nodes:
+            if nodes <= most:
+                return name
+        return self.queue
 
 
 @dataclass(frozen=True)
@@ -966,7 +983,21 @@ def _batch(spath: str, raw, source_ids) -> BatchSection:
         cpus_per_node = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     else:
         cpus_per_node = b.int("cpus_per_node", 0)
-    return BatchSection(interface=interface,
+    time = b.str("time")
+    if time is not None and not BATCH_TIME_RE.fullmatch(time):
+        raise b.error("time", "a wall-clock limit H:MM:SS or D-H:MM:SS (quoted: \"00:30:00\")", got=time)
+    by_nodes = data.get("queue_by_nodes")
+    pairs: List[Tuple[int, str]] = []
+    if by_nodes is not None:
+        if not isinstance(by_nodes, dict) or not by_nodes:
+            raise b.error("queue_by_nodes", "a mapping MAX_NODES: QUEUE (10: debug-scaling)", got=by_nodes)
+        for most, name in by_nodes.items():
+            if isinstance(most, bool) or not isinstance(most, int) or most < 1 or not isinstance(name, str) \
+                    or not name or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+                raise b.error("queue_by_nodes", "MAX_NODES (a positive integer): QUEUE (a queue name)",
+                              got={most: name})
+            pairs.append((most, name))
+    return BatchSection(interface=interface, time=time, queue_by_nodes=tuple(sorted(pairs)),
                         source=source, cpus_per_node=cpus_per_node, queue=b.str("queue"),
                         queue_option=b.one_of("queue_option", QUEUE_OPTIONS, default="partition"),
                         constraint=b.str("constraint"),

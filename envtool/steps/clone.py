@@ -19,20 +19,30 @@ from envtool.core.targets import check_outside_source
 from envtool.spec.names import check_prefix
 
 
-def _write_record(build: Path, target: Path, src: Path) -> None:
+def _write_record(build: Path, target: Path, src: Path, mode: str = "copy") -> None:
     """Write the clone's own record, ``.envtool/create.json`` (as ``create`` does), naming the final
     prefix and the source: what ``envtool list`` and ``envtool remove`` take as proof that envtool
-    made it (a record copied from the source named the source's prefix and is replaced)."""
+    made it (a record copied from the source named the source's prefix and is replaced).
+
+    ``mode`` (``layer`` when the clone stands on the source, else ``copy``) is kept as
+    ``clone_mode``, and a source that ``envtool publish`` made names its module
+    (``clone_of_module``, from its ``.envtool/publish.json``): what ``list`` and ``doctor`` need to
+    say that a layer's base was retired (:func:`envtool.engines.clone_steps.layer_base`)."""
     import json
     import time
+
+    from envtool.steps.lifecycle import PUBLISH_RECORD, read_record
+
+    pub = read_record(src, PUBLISH_RECORD) or {}
+    module = pub.get("module") if isinstance(pub.get("module"), str) else None
 
     meta = build / ".envtool"
     if meta.is_symlink() or (meta.exists() and not meta.is_dir()):
         meta.unlink()
     meta.mkdir(exist_ok=True)
     (meta / "create.json").write_text(json.dumps({
-        "spec": None, "clone_of": str(src), "prefix": str(target), "created": time.time(), "steps": [],
-        "results": {}}, indent=2) + "\n")
+        "spec": None, "clone_of": str(src), "clone_mode": mode, "clone_of_module": module, "prefix": str(target),
+        "created": time.time(), "steps": [], "results": {}}, indent=2) + "\n")
 
 
 @dataclass
@@ -110,7 +120,7 @@ def clone_env(source: str, prefix: Path, engine: str = "rattler", mode: str = "l
                 reloc = rewrite_prefix(build, str(build), str(target))
                 runner.note(f"relocated: {len(reloc.rewritten)} text files named the build prefix; "
                             f"{len(reloc.binaries)} binaries do")
-            _write_record(build, target, src)
+            _write_record(build, target, src, mode="layer" if kind == "venv" and mode == "layer" else "copy")
             runner.note(f"moving {build} -> {target}")
             tx.commit()
             runner.note(f"clone ready at {target}")

@@ -47,6 +47,8 @@ class Target:
         launcher: the site's :class:`envtool.scheduler.launcher.Launcher`.
         kind: ``venv`` or ``conda`` where ``prefix`` is not on this machine (a staged copy), else None.
         stage: the :class:`envtool.scheduler.stage.Stage` that puts ``prefix`` on each node, or None.
+        cpu_only: why the environment (for a staged one, the pack's source on this machine) computes
+            on CPUs only (:func:`envtool.checks.gpu.cpu_only_build`: ``torch 2.13.0+cpu``), else None.
     """
 
     site: SiteFile
@@ -61,6 +63,7 @@ class Target:
     env_paths: Tuple[Tuple[str, str, str], ...] = ()
     kind: Optional[str] = None
     stage: Optional[Stage] = None
+    cpu_only: Optional[str] = None
 
 
 def spec_of_prefix(prefix: Path) -> Optional[str]:
@@ -156,9 +159,12 @@ def resolve_target(prefix: Optional[str] = None, module: Optional[str] = None, s
     spec_site = resolved_spec.site if resolved_spec is not None and not mismatch else None
     env, env_paths = job_env(sf, resolved_spec, spec_site.env if spec_site is not None else sf.env,
                              spec_site.env_paths if spec_site is not None else sf.env_paths)
+    from envtool.checks.gpu import cpu_only_build
+
     return Target(site=sf, spec=resolved_spec, prefix=pfx, module=module, modules=tuple(modules),
                   env=env, env_paths=env_paths, launcher=launcher_mod.for_site(sf, mapping),
-                  python=str(PrefixData(pfx).python) if pfx else "python")
+                  python=str(PrefixData(pfx).python) if pfx else "python",
+                  cpu_only=cpu_only_build(pfx) if pfx is not None else None)
 
 
 def job_env(sf, resolved_spec, site_env, site_env_paths):
@@ -303,7 +309,12 @@ def build_request(target: Target, nodes: int, steps: Sequence[LaunchStep], ranks
     if target.spec is not None and target.spec.expect.dataloader_start_method:
         comments.append(f"spec {target.spec.name} expects DataLoader(multiprocessing_context="
                         f"{target.spec.expect.dataloader_start_method!r}); ENVTOOL_START_METHOD names it")
-    return JobRequest(site=site, layout=layout, steps=tuple(steps), seconds=parse_time(time) if time else None,
+    seconds = parse_time(time) if time else None
+    if seconds is None and site.batch.time and site.scheduler:
+        seconds = parse_time(site.batch.time)
+        comments.append(f"wall-clock limit {site.batch.time}: the site's default (batch.time in {site.path}); "
+                        "--time sets another")
+    return JobRequest(site=site, layout=layout, steps=tuple(steps), seconds=seconds,
                       account=account, queue=queue, job_name=job_name, output=output,
                       modules=target.modules,
                       activation=activation_lines(target.prefix, target.kind) if target.prefix else (),
@@ -312,6 +323,48 @@ def build_request(target: Target, nodes: int, steps: Sequence[LaunchStep], ranks
                       comments=tuple(comments), env_notes=tuple(notes.items()), stage=target.stage,
                       extra_directives=tuple(site.node_local.directives)
                       if target.stage is not None and site.node_local is not None else ())
+
+
+def gpu_mismatch(target: Target, req: JobRequest) -> Optional[str]:
+    """A warning when a CPU-only environment runs in a job that asks for GPUs or loads GPU modules
+    (issue 38: a CPU venv wrapped in ``module load cudnn nccl`` and a 4-GPU request for
+    ``--spec perlmutter-horovod``), else None.
+
+    Not an error: the script runs (the ranks compute on the nodes' CPUs), as a CPU smoke test on a
+    GPU partition may mean to; it costs GPU allocation the ranks never use.
+
+    Args:
+        target: the job's :class:`Target` (its ``cpu_only`` evidence).
+        req: the :class:`JobRequest` (its layout's GPUs and the modules it loads).
+    Returns:
+        one line naming the environment and its evidence, the GPUs asked, the GPU modules and where
+        they come from, and what to do; or None.
+    """
+    from envtool.checks.gpu import gpu_modules
+
+    if not target.cpu_only:
+        return None
+    lay = req.layout
+    gpus = lay.ranks_per_node * lay.gpus_per_rank
+    mods = gpu_modules(req.modules)
+    if not gpus and not mods:
+        return None
+    asks, cpu_job = [], []
+    if gpus:
+        asks.append(f"requests {gpus} GPU{'s' if gpus > 1 else ''} per node ({lay.ranks_per_node} "
+                    f"rank{'s' if lay.ranks_per_node > 1 else ''} x {lay.gpus_per_rank} GPU"
+                    f"{'s' if lay.gpus_per_rank > 1 else ''})")
+        cpu_job.append("--gpus-per-rank 0")
+    if mods:
+        spec = target.spec
+        from_spec = spec is not None and set(mods) <= set(spec.site.modules)
+        asks.append(f"loads {' '.join(mods)} (" + (f"spec {spec.name}'s site modules" if from_spec
+                                                   else f"site {target.site.name}'s modules") + ")")
+        cpu_job.append("the --spec of a CPU stack" if from_spec else "a --site-file without them")
+    where = str(target.prefix) if target.stage is None else f"{target.stage.file} (staged to {target.prefix})"
+    return (f"the environment at {where} is CPU-only ({target.cpu_only}) but the job script "
+            f"{' and '.join(asks)}: the ranks will not use the GPUs; use an environment made from a GPU spec, "
+            f"or for a CPU job give {' and '.join(cpu_job)}")
 
 
 def render(req: JobRequest) -> str:

@@ -103,8 +103,10 @@ def status_of(prefix: Path) -> EnvironmentStatus:
     Returns:
         ``{"status": ..., "spec", "created", "module"}``; ``status`` is ``ok`` (envtool's record
         names this prefix), ``published`` (also published as a module), ``missing`` (nothing
-        there), or ``not envtool's`` (something else is there now: no record, or one that names
-        another prefix).
+        there), ``not envtool's`` (something else is there now: no record, or one that names
+        another prefix), or ``broken: base retired (NAME/VERSION)`` / ``broken: base missing (PATH)``
+        (a clone layered on an environment that is gone: its packages went with it;
+        :func:`envtool.engines.clone_steps.layer_base`).
     """
     prefix = Path(prefix)
     if not os.path.lexists(prefix):
@@ -115,7 +117,13 @@ def status_of(prefix: Path) -> EnvironmentStatus:
     pub = read_record(prefix, PUBLISH_RECORD)
     spec = _text(rec.get("spec")) or (f"clone of {rec['clone_of']}" if isinstance(rec.get("clone_of"), str)
                                        else None)
-    return {"status": "published" if pub else "ok", "spec": spec, "created": _epoch(rec.get("created")),
+    from envtool.engines.clone_steps import layer_base
+
+    base = layer_base(prefix)
+    status = "published" if pub else "ok"
+    if base is not None and not base.present:
+        status = f"broken: base retired ({base.module})" if base.module else f"broken: base missing ({base.source})"
+    return {"status": status, "spec": spec, "created": _epoch(rec.get("created")),
             "module": _text(pub.get("module")) if pub else None}
 
 

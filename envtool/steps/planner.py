@@ -49,6 +49,55 @@ def _load_modules(step: Step, runner: StepContext) -> None:
     exec(compile(proc.stdout, "<lmod>", "exec"), {"os": os})  # Lmod's own output for Python
 
 
+def check_site_modules(spec: Spec, environ=None) -> None:
+    """Before ``create`` does any work: the spec's site modules must be loadable here.
+
+    Each module is asked of Lmod with ``$LMOD_CMD python is-avail MODULE`` (exit 1 when Lmod knows
+    no such module; Lmod's ``module is-avail``, https://lmod.readthedocs.io/en/latest/010_user.html),
+    so a spec for another site stops at once with the cause, not after Lmod's boilerplate.
+
+    Args:
+        spec: the resolved spec (``spec.site.modules``, ``spec.site.name``).
+        environ: the environment to read ``LMOD_CMD`` and ``MODULEPATH`` from (default ``os.environ``).
+    Raises:
+        UsageError: Lmod is not initialised, or it knows none of some module (exit 2), naming the
+            modules, the spec's site and the site detected on this machine, with what to do.
+    """
+    import subprocess
+
+    from envtool.core.errors import UsageError
+    from envtool.spec import sites
+
+    mods = tuple(spec.site.modules)
+    if not mods:
+        return
+    env = dict(os.environ if environ is None else environ)
+    lmod = env.get("LMOD_CMD")
+    unknown: List[str] = []
+    if lmod:
+        for m in mods:
+            try:
+                proc = subprocess.run([lmod, "python", "is-avail", m], capture_output=True, text=True, env=env,
+                                      timeout=120)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise UsageError(f"$LMOD_CMD {lmod}: cannot ask Lmod whether {m} exists ({exc})") from None
+            if proc.returncode != 0:
+                unknown.append(m)
+        if not unknown:
+            return
+    found = sites.detect(env)
+    here = f"this machine is detected as site {found.name} ({found.reason})" if found is not None \
+        else "this machine is not detected as any site"
+    cause = (f"Lmod says: module(s) are unknown: {', '.join(unknown)}" if lmod
+             else "Lmod is not initialised here ($LMOD_CMD is unset)")
+    mine = found.name if found is not None else "local"
+    raise UsageError(
+        f"spec {spec.name} is for site {spec.site.name or '?'} and loads its modules {' '.join(mods)}; {cause}; "
+        f"{here}. Nothing was done. Run create on {spec.site.name or 'that site'}, pick a spec for this machine "
+        f"(envtool specs --site {shlex.quote(mine)}), or see the steps without running them "
+        f"(envtool plan {shlex.quote(spec.name)})")
+
+
 def make_plan(spec: Spec, options: PlanOptions) -> Plan:
     """The ordered plan for ``spec`` at ``options.prefix``.
 
