@@ -98,7 +98,7 @@ def describe(name: str, site: Optional[str] = None, site_file: Optional[str] = N
     for field, pin in spec.pins():
         pins.append({"field": field, "value": pin.value, "mark": pin.mark,
                      "mark_meaning": MARKS.get(pin.mark or "", "no mark"), "source": pin.source,
-                     **where(pin.source), "note": pin.note,
+                     **where(pin.source), "note": pin.note, "index": pin.index,
                      "defined_in": _defined_in(chain, field, overrides, site_path)})
     h = spec.horovod
     horovod = {"version": h.version.value if h.version else None, "install": h.install, "source": h.source,
@@ -169,6 +169,8 @@ def format_text(d: Dict[str, Any]) -> str:
         where = Path(p["defined_in"]).name if p["defined_in"] else "?"
         lines.append(f"  {p['field'].ljust(width)}  {p['value'].ljust(vwidth)}  [{p['mark'] or '-'}] "
                      f"{p['source'] or '-'} ({where})" + (f" - {p['note']}" if p["note"] else ""))
+        if p.get("index"):
+            lines.append(f"  {''.ljust(width)}  from the index {p['index']}")
     h = d["horovod"]
     lines += ["", f"Horovod: {h['version'] or '-'} ({h['install']})"]
     if h["source"]:
