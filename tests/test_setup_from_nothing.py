@@ -134,7 +134,7 @@ def test_plan_names_missing_build_tools_and_the_fix(tmp_path):
     text = "\n".join(notes)
     assert "cmake" in text and "mpicxx" in text and "mpirun" in text
     assert "sudo apt-get install cmake libopenmpi-dev openmpi-bin" in text
-    assert "python3 -m pip install --user cmake" in text
+    assert "uv tool install cmake" in text and "pip install --user" not in text  # PEP 668 refuses --user
 
 
 def test_create_refuses_before_building_when_a_tool_is_missing(tmp_path):

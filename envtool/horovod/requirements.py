@@ -87,7 +87,7 @@ def fix_lines(absent: Sequence[BuildTool], site_name: str = "", site_modules: Se
             CMake and MPI on that site), if it names any.
     Returns:
         lines such as ``module load gcc cmake openmpi``, ``sudo apt-get install g++ cmake`` and
-        ``python3 -m pip install --user cmake``; empty when nothing is missing.
+        ``uv tool install cmake``; empty when nothing is missing.
     """
     if not absent:
         return []
@@ -101,7 +101,11 @@ def fix_lines(absent: Sequence[BuildTool], site_name: str = "", site_modules: Se
                  + "   # Debian/Ubuntu, as root")
     pips = sorted({t.pip for t in absent if t.pip})
     if pips:
-        lines.append("python3 -m pip install --user " + " ".join(shlex.quote(p) for p in pips) + "   # no root needed")
+        # not `pip install --user`: Debian 12 and Ubuntu 23.04+ refuse it (externally-managed-environment,
+        # PEP 668: https://peps.python.org/pep-0668/); uv and pipx install a tool into a venv of its own
+        # (https://docs.astral.sh/uv/guides/tools/), uv comes with envtool
+        quoted = " ".join(shlex.quote(p) for p in pips)
+        lines.append(f"uv tool install {quoted}   # no root needed (or: pipx install {quoted}); puts it in ~/.local/bin")
     return lines
 
 
