@@ -201,14 +201,12 @@ def emit_json(code: int, error: Optional[str] = None) -> None:
         code: the exit status.
         error: the error message when the command failed with one (it overrides ``ok`` and
             ``error`` of what the command reported before failing).
-    A command whose result is a list (``specs``, ``doctor --list``) prints the list when it exits 0;
-    otherwise the list goes under ``result``.
+    Every command, on every way out, prints this one object (the envelope): a command reports its
+    lists under a key of its own (``specs``: ``specs``, ``doctor --list``: ``checks``); anything
+    handed over that is not a mapping goes under ``result``.
     """
     global _pending
     held, _pending = _pending or [], None
-    if len(held) == 1 and isinstance(held[0], list) and code == 0 and error is None:
-        print_json(held[0])
-        return
     out: dict = {}
     for obj in held:
         if isinstance(obj, dict):

@@ -40,6 +40,26 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         raise UsageErrorExit(f"{self.prog}: error: {message}")
 
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but an argument no parser knows is reported by the (sub)command that was
+        given (``envtool cache prune --bogus`` prints ``cache prune``'s usage, as conda, pixi and uv
+        do), not by the top-level parser that argparse's sub-parsers hand their leftovers to."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            leaf_parser(self, parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+
+def leaf_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the innermost (sub)command ``args`` chose (``cache prune``'s for ``envtool cache
+    prune``), following each sub-parser action's ``dest``; ``parser`` itself when none was chosen."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        chosen = getattr(args, subs[0].dest, None) if subs else None
+        if not chosen or chosen not in subs[0].choices:
+            return parser
+        parser = subs[0].choices[chosen]
+
 
 class UsageErrorExit(Exception):
     """A command-line usage error found by argparse (exit 2)."""

@@ -107,8 +107,8 @@ def run(args) -> int:
         rows = _with_mapped_sites(rows, errors)
     retired = _retired_sites([n for r in rows for n in r.site.split(",")], args.site, args.site_file)
     if args.json:
-        print_json([{**r.to_dict(), "site_retired": next((retired[n] for n in r.site.split(",") if retired.get(n)),
-                                                         None)} for r in rows])
+        print_json({"specs": [{**r.to_dict(), "site_retired": next((retired[n] for n in r.site.split(",")
+                                                                     if retired.get(n)), None)} for r in rows]})
     elif not rows:
         print("no spec matches")
     else:
