@@ -357,6 +357,41 @@ def environment_arg(text: str) -> Path:
     return prefix
 
 
+def add_environment_argument(parser, help_text: str, spec_ok: bool = False) -> None:
+    """``--prefix PREFIX``, the one documented way to name an environment (as every command that
+    acts on one takes it), and the positional ``PREFIX`` these commands took before, kept as its
+    alias (``envtool remove ./envs/x`` and ``envtool remove --prefix ./envs/x`` are the same).
+    :func:`prefix_given` reads them back.
+
+    Args:
+        parser: the command's parser.
+        help_text: what the environment is for (``the environment to delete``).
+        spec_ok: a spec name is also taken (its default prefix ./envs/SPEC, :func:`environment_arg`).
+    """
+    what = "PREFIX|SPEC" if spec_ok else "PREFIX"
+    parser.add_argument("--prefix", type=path_arg, metavar=what, help=help_text + (
+        " (a prefix, or a spec name: its default prefix ./envs/SPEC)" if spec_ok else ""))
+    parser.add_argument("prefix_positional", nargs="?", type=path_arg, metavar=what, default=None,
+                        help="the same as --prefix (the older spelling, kept as an alias)")
+
+
+def prefix_given(args) -> str:
+    """The environment named by ``--prefix`` or the positional alias of :func:`add_environment_argument`.
+
+    Raises:
+        UsageError: neither was given, or both name different places (exit 2).
+    """
+    from envtool.core.errors import UsageError, echo
+
+    flag, positional = getattr(args, "prefix", None), getattr(args, "prefix_positional", None)
+    if flag and positional and os.path.abspath(flag) != os.path.abspath(positional):
+        raise UsageError(f"--prefix {echo(flag)} and PREFIX {echo(positional)} name different environments; "
+                         "give one (--prefix is the documented way, the positional its alias)")
+    if not (flag or positional):
+        raise UsageError("expected the environment: --prefix PREFIX (or PREFIX alone)")
+    return flag or positional
+
+
 def add_spec_site(parser) -> None:
     """``--site NAME`` and ``--site-file FILE`` (site overlays)."""
     parser.add_argument("--site", type=name_arg, help="resolve the spec for this site (bundled: summit, perlmutter, "

@@ -136,20 +136,10 @@ def run(args) -> int:
 
 
 def _table_width():
-    """Columns the table may use: the terminal's width when stdout is one, else ``COLUMNS`` when
-    set (a number), else None (no limit: output for a pipe or a file keeps every column)."""
-    import os
-    import sys
-
+    """Columns the table may use (:func:`envtool.core.term.table_width`)."""
     from envtool.core import term
 
-    if term.is_terminal(sys.stdout):
-        return term.width(sys.stdout)
-    try:
-        cols = int(os.environ.get("COLUMNS", ""))
-    except ValueError:
-        return None
-    return max(20, cols) if cols > 0 else None
+    return term.table_width()
 
 
 def _with_mapped_sites(rows, errors):
