@@ -20,7 +20,7 @@ from envtool.core.errors import EXIT_INTERRUPTED
 #: skipped (each issue adds its own).
 COMMANDS = ("create", "plan", "check_build", "specs", "show", "diff_specs", "clone", "lock", "diff",
             "modulefile", "publish", "retire", "sbom", "pack", "image", "doctor", "jobscript", "validate", "cache", "completion",
-            "list", "remove", "info")
+            "list", "remove", "info", "config")
 
 
 def _command_module(argv: List[str]) -> Optional[str]:
@@ -250,7 +250,8 @@ def _run(argv: List[str]):
         from envtool.cli.settings import apply as apply_settings
 
         check_environment()  # the variables first: a bad one is named as the variable
-        apply_settings()  # then the configuration files under them (a bad one is named with its file)
+        if not getattr(args, "settings_later", False):  # 'config' reads the files itself (to fix a bad one)
+            apply_settings()  # then the configuration files under them (a bad one is named with its file)
         with procs.command_scope():  # children die with the command; signals exit 130
             return int(args.func(args) or 0), None
     except UsageErrorExit as exc:
