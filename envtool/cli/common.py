@@ -156,6 +156,100 @@ def add_json(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
 
 
+#: Every command that deletes or replaces something, with what: each has ``--dry-run`` (say what
+#: would go, delete nothing; tests/test_cli_conventions.py checks this against the parser, and that
+#: no other command's help speaks of deleting or replacing). A command name as typed (``cache prune``).
+DESTRUCTIVE = {
+    "remove": "deletes an environment envtool made",
+    "retire": "deletes a published version (environment, SBOM, modulefile)",
+    "cache prune": "deletes old cached wheels, build logs and unlinked bytecode",
+    "publish": "--force rebuilds and replaces published stacks",
+    "create": "--force replaces the environment at the prefix",
+    "clone": "--force replaces the environment at the prefix",
+    "pack": "--force replaces the output file",
+    "modulefile": "rewrites NAME/VERSION's modulefile; --force replaces one in the other format",
+}
+
+#: Commands that ask before deleting when run interactively (:func:`confirm`), each with ``-y/--yes``.
+CONFIRMING = ("remove", "retire", "cache prune")
+
+
+def add_dry_run(parser, what: str = "deleted or replaced") -> None:
+    """``--dry-run``: check everything, say what would be ``what``, and change nothing."""
+    parser.add_argument("--dry-run", action="store_true", help=f"check and show what would be {what}; change nothing")
+
+
+def replacement_preview(target, force: bool) -> Optional[str]:
+    """For ``--dry-run`` of a command that makes an environment at ``target``: the checks the
+    build would make before touching anything (:class:`envtool.steps.transaction.BuildTransaction`).
+
+    Returns:
+        the path that ``--force`` would replace, or None when nothing is there.
+    Raises:
+        TargetExists: something is there and ``force`` is not given (exit 2).
+        UsageError: ``force`` is given but what is there is not an environment that may be
+            replaced (:func:`envtool.core.targets.check_replaceable`, exit 2).
+    """
+    from envtool.core.errors import TargetExists
+    from envtool.core.targets import check_replaceable
+
+    target = Path(os.path.abspath(target))
+    if not os.path.lexists(target):
+        return None
+    if not force:
+        raise TargetExists(target)
+    check_replaceable(target)
+    return str(target)
+
+
+def add_yes(parser) -> None:
+    """``-y/--yes``: do not ask before deleting (:func:`confirm`)."""
+    parser.add_argument("-y", "--yes", action="store_true",
+                        help="do not ask for confirmation (asked only when stdin is a terminal)")
+
+
+def will_ask(args) -> bool:
+    """Whether :func:`confirm` would ask (see there): stdin and stdout are terminals and none of
+    ``--yes``, ``--json``, ``--dry-run`` was given."""
+    from envtool.core.term import is_terminal
+
+    if getattr(args, "yes", False) or getattr(args, "json", False) or getattr(args, "dry_run", False):
+        return False
+    return is_terminal(sys.stdin) and is_terminal(sys.stdout)
+
+
+def confirm(args, question: str) -> bool:
+    """Ask ``question`` ``Proceed ([y]/n)?`` as ``conda clean``/``conda remove`` do
+    (https://docs.conda.io/projects/conda/en/stable/commands/clean.html: ``-y, --yes`` "Sets any
+    confirmation values to 'yes' automatically"), but only when it can be answered: stdin and
+    stdout are terminals, and neither ``--yes``, ``--json`` nor ``--dry-run`` was given. A script,
+    a pipe or a batch job is never asked (conda too takes an empty answer as yes and ``--json`` as
+    ``--yes``), so what ran unattended before runs the same.
+
+    Args:
+        args: the parsed arguments (``yes``, ``json``, ``dry_run``).
+        question: what would be done, one line (printed before the prompt).
+    Returns:
+        True to go on (an empty answer is yes), False when the answer was no or stdin ended.
+    """
+    if not will_ask(args):
+        return True
+    print(question)
+    while True:
+        sys.stdout.write("Proceed ([y]/n)? ")
+        sys.stdout.flush()
+        answer = sys.stdin.readline()
+        if not answer:  # end of input (Ctrl-D): no
+            print()
+            return False
+        answer = answer.strip().lower()
+        if answer in ("", "y", "yes"):
+            return True
+        if answer in ("n", "no"):
+            return False
+        print(f"Invalid choice: {answer}")
+
+
 def add_no_size(parser, what: str) -> None:
     """Add ``--no-size`` (skip measuring ``what``, e.g. ``the caches``) and ``--json`` to a listing
     command."""

@@ -7,7 +7,7 @@ environment that cannot be packed is refused with the reason (exit 2).
 """
 from __future__ import annotations
 
-from envtool.cli.common import add_environment_argument, add_json, path_arg, print_json
+from envtool.cli.common import add_dry_run, add_environment_argument, add_json, path_arg, print_json
 
 
 def register(sub) -> None:
@@ -24,6 +24,7 @@ def register(sub) -> None:
     p.add_argument("--dest-prefix", type=path_arg, metavar="DIR",
                    help="squashfs: the directory the image will be mounted at (default: the environment's prefix)")
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    add_dry_run(p, "written or replaced")
     add_json(p)
     p.set_defaults(func=run)
 
@@ -42,6 +43,21 @@ def run(args) -> int:
         if not quiet:
             print(f"pack: {text}", file=sys.stderr, flush=True)
 
+    if args.dry_run:
+        import os
+
+        from envtool.steps.pack import kind_of, output_path
+
+        absolute = Path(os.path.abspath(prefix))
+        kind = kind_of(absolute)  # an environment that cannot be packed is refused here too (exit 2)
+        out = output_path(absolute, args.format, Path(args.output) if args.output else None, args.force)
+        replaces = out.exists() or out.is_symlink()
+        if args.json:
+            print_json({"dry_run": True, "prefix": str(absolute), "kind": kind, "path": str(out), "replaces": replaces})
+        else:
+            print(f"dry run: would pack the {kind} environment {absolute} into {out}"
+                  + (" (replacing that file)" if replaces else "") + "; nothing was changed")
+        return 0
     result = pack.pack(prefix, args.format, Path(args.output) if args.output else None, args.dest_prefix,
                        force=args.force, progress=say)
     if args.json:
