@@ -215,6 +215,11 @@ def test_config_set_refuses_an_unknown_key_and_a_bad_value(tmp_path):
         assert not user.exists()
     proc = run_envtool("config", "set", "site", "x", "--system", env=env)  # no /etc directory here
     assert proc.returncode == 2 and str(tmp_path / "etc") in proc.stderr and not (tmp_path / "etc").exists()
+    (tmp_path / "etc").mkdir()  # a site-wide directory this user may write: --system writes there
+    assert run_envtool("config", "set", "site", "local", "--system", env=env).returncode == 0
+    assert (tmp_path / "etc" / "config.yaml").read_text() == "site: local\n" and not user.exists()
+    row = json.loads(run_envtool("config", "get", "site", "--json", env=env).stdout)
+    assert row["effective"] == "local" and row["origin"] == "system", row
 
 
 def test_config_shows_an_environment_variable_overriding_the_file(tmp_path):
