@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 OUT = {"bash": REPO / "completions" / "envtool.bash", "zsh": REPO / "completions" / "_envtool"}
 SPEC_DESTS = {"spec", "a", "b"}  # positional spec names (create, plan, show, lock, …; diff-specs A B) and --spec
 FILE_DESTS = {"site_file", "lock", "output", "from_file", "script"}
-DIR_DESTS = {"prefix", "modulefile_root", "root", "modulefiles", "lock_dir", "to"}
+DIR_DESTS = {"prefix", "prefix_positional", "modulefile_root", "root", "modulefiles", "lock_dir", "to"}
 
 
 def _preamble(shell: str, specs, sites) -> str:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -272,3 +274,29 @@ def test_remove_interrupted_leaves_all_or_nothing(tmp_path):
     left = [p for p in os.listdir(tmp_path) if p.startswith(".big.")]  # aside copy, lock file
     assert left == [], left
     assert "Traceback" not in err and (proc.returncode == 0 or "interrupted" in err), err
+
+
+def test_list_fits_60_columns(tmp_path):
+    """Issue 38: ``list`` at COLUMNS=60 leaves no line over 60 characters (each environment as a
+    block: its prefix, then its fields wrapped below it); without a width (a pipe) it stays one
+    row per environment."""
+    env = _home(tmp_path)
+    work = Path(tempfile.mkdtemp(prefix="el-", dir="/tmp"))  # short prefixes: each fits on its line
+    try:
+        for name in ("first", "second"):
+            made = work / "envs" / name
+            (made / ".envtool").mkdir(parents=True)
+            (made / ".envtool" / "create.json").write_text(json.dumps({
+                "spec": "a-spec-with-a-rather-long-name-for-narrow-terminals", "prefix": str(made),
+                "created": 1700000000.0}))
+        narrow = run_envtool("list", env=dict(env, COLUMNS="60"), cwd=work)
+        assert narrow.returncode == 0, narrow.stderr
+        lines = narrow.stdout.splitlines()
+        assert all(len(line) <= 60 for line in lines), [line for line in lines if len(line) > 60]
+        assert str(work / "envs" / "first") in lines and str(work / "envs" / "second") in lines
+        assert "a-spec-with-a-rather-long-name-for-narrow-terminals" in narrow.stdout
+        wide = run_envtool("list", env=dict(env, COLUMNS=""), cwd=work)  # a pipe, no width: no limit
+        rows = [line for line in wide.stdout.splitlines() if line.startswith(str(work))]
+        assert len(rows) == 2 and all("a-spec-with-a-rather-long-name" in row and " ok" in row for row in rows)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -38,9 +38,9 @@ def test_summit_is_retired_in_show_and_specs():
     assert proc.returncode == 0, proc.stderr
     note = next(x for x in proc.stdout.splitlines() if x.startswith("note: site summit is retired: "))
     assert "decommissioned 2024-11-15" in note and f"(source: {OLCF_2024})" in note
-    rows = json.loads(run_envtool("specs", "--site", "summit", "--json").stdout)
+    rows = json.loads(run_envtool("specs", "--site", "summit", "--json").stdout)["specs"]
     assert rows and all(r["site_retired"].startswith("decommissioned 2024-11-15") for r in rows)
-    rows = json.loads(run_envtool("specs", "--site", "perlmutter", "--json").stdout)
+    rows = json.loads(run_envtool("specs", "--site", "perlmutter", "--json").stdout)["specs"]
     assert rows and all(r["site_retired"] is None for r in rows)
 
 

@@ -23,9 +23,16 @@ def ok(*args, env=None):
     return proc.stdout
 
 
+def spec_rows(*args):
+    """The rows of ``envtool specs --json ARGS`` (under ``specs`` of the one JSON envelope)."""
+    data = json.loads(ok("specs", "--json", *args))
+    assert data["ok"] is True and data["exit"] == 0 and data["error"] is None
+    return data["specs"]
+
+
 def test_specs_table_and_json_carry_the_same_rows():
     table = ok("specs")
-    rows = json.loads(ok("specs", "--json"))
+    rows = spec_rows()
     names = [r["name"] for r in rows]
     assert "open-ce-base" not in names and "ibm-wml-ce-base" not in names  # abstract parents
     for name in ("ibm-wml-ce-1.6.1", "open-ce-1.11", "polaris-conda-2023-10-04", "nersc-tensorflow-2.9.0",
@@ -41,21 +48,21 @@ def test_specs_table_and_json_carry_the_same_rows():
 
 
 def test_specs_filters_and_sort():
-    rows = json.loads(ok("specs", "--json", "--distribution", "open-ce", "--has", "horovod>=0.21",
-                         "--sort", "horovod"))
+    rows = spec_rows("--distribution", "open-ce", "--has", "horovod>=0.21",
+                     "--sort", "horovod")
     assert rows and all(r["distribution"] == "open-ce" for r in rows)
     assert "open-ce-1.0.1" not in [r["name"] for r in rows] and "open-ce-1.1.3" in [r["name"] for r in rows]
     from packaging.version import Version
 
     versions = [Version(r["horovod"]) for r in rows]
     assert versions == sorted(versions)
-    torch1 = json.loads(ok("specs", "--json", "--has", "torch<2", "--has", "cuda>=11"))
+    torch1 = spec_rows("--has", "torch<2", "--has", "cuda>=11")
     assert {r["name"] for r in torch1} >= {"open-ce-1.8", "polaris-conda-2022-07-19"}
     assert "open-ce-1.9" not in {r["name"] for r in torch1} and "open-ce-1.0.1" not in {r["name"] for r in torch1}
 
 
 def test_specs_for_a_site_leaves_out_what_it_cannot_run():
-    names = [r["name"] for r in json.loads(ok("specs", "--json", "--site", "summit"))]
+    names = [r["name"] for r in spec_rows("--site", "summit")]
     assert "open-ce-1.1.3" in names and "cpu-horovod" not in names and "polaris-conda-2022-07-19" not in names
 
 
@@ -181,7 +188,7 @@ def test_plan_applies_the_spec_env_to_install_steps():
 # --- status (issue 16) -------------------------------------------------------------------------------
 
 def test_specs_show_status_wml_ce_archived():
-    rows = {r["name"]: r for r in json.loads(ok("specs", "--json"))}
+    rows = {r["name"]: r for r in spec_rows()}
     for name in ("ibm-wml-ce-1.6.1", "ibm-wml-ce-1.6.2", "ibm-wml-ce-1.7.0"):
         assert rows[name]["status"] == "archived"
     assert rows["open-ce-1.11"]["status"] == "active" and rows["cpu-horovod"]["status"] == "active"

@@ -216,13 +216,13 @@ def test_specs_site_column_and_site_filter():
 
     from conftest import run_envtool
 
-    rows = {r["name"]: r for r in json.loads(run_envtool("specs", "--json", timeout=scaled(300)).stdout)}
+    rows = {r["name"]: r for r in json.loads(run_envtool("specs", "--json", timeout=scaled(300)).stdout)["specs"]}
     assert rows["open-ce-1.1.3"]["site"] == "bede,summit"  # both site files map it in stacks
     assert rows["open-ce-1.11"]["site"] == "bede"  # bede's open-ce-* glob; summit lists no 1.11
     assert rows["ibm-wml-ce-1.6.1"]["site"] == "bede,summit"
     assert rows["cpu-horovod"]["site"] == "local" and rows["polaris-conda-2023-10-04"]["site"] == "polaris"
     proc = run_envtool("specs", "--json", "--site", "perlmutter", timeout=scaled(300))
-    names = {r["name"] for r in json.loads(proc.stdout)}
+    names = {r["name"] for r in json.loads(proc.stdout)["specs"]}
     assert names == {"perlmutter-horovod", "nersc-pytorch-1.13.1", "nersc-tensorflow-2.9.0"}, names
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Dict
 
-from envtool.cli.common import add_json, finite_number_arg, path_arg, print_json
+from envtool.cli.common import add_dry_run, add_json, add_yes, finite_number_arg, path_arg, print_json
 
 
 #: argparse ``type`` for ``--older-than``: a finite number of days >= 0.
@@ -30,6 +30,8 @@ def register(sub) -> None:
                                        "older than DAYS days, and kept bytecode no environment links")
     pr.add_argument("--older-than", type=_days_arg, default=30.0, metavar="DAYS",
                     help="delete entries not used for this many days (default 30; 0 deletes every entry)")
+    add_dry_run(pr, "deleted")
+    add_yes(pr)
     add_json(pr)
     pr.set_defaults(func=run_prune)
     pub = csub.add_parser("publish", help="copy cached wheels into a site cache directory (admin)",
@@ -124,35 +126,59 @@ def run_list(args) -> int:
 
 
 def run_prune(args) -> int:
+    """Prune the cache: with ``--dry-run`` only say what would go; on a terminal ask first, as
+    ``conda clean`` does (:func:`envtool.cli.common.confirm`; ``-y`` does not ask)."""
+    from envtool.cli.common import confirm, will_ask
+    from envtool.core.paths import cache_root
     from envtool.horovod import cache
 
     from envtool.engines.installer import prune_bytecode
 
     wc = cache.WheelCache()
-    gone = wc.prune(args.older_than * 86400.0)
-    pyc_count, pyc_bytes = prune_bytecode()
-    log_count, log_bytes = _prune_logs(args.older_than * 86400.0)
+    seconds = args.older_than * 86400.0
+    dry = args.dry_run or will_ask(args)  # what would go, before asking (or instead of deleting)
+    if dry:
+        gone = wc.prune(seconds, dry_run=True)
+        pyc_count, pyc_bytes = prune_bytecode(dry_run=True)
+        log_count, log_bytes = _prune_logs(seconds, dry_run=True)
+        total = sum(e.size for e in gone) + pyc_bytes + log_bytes
+        if not args.dry_run and (gone or pyc_count or log_count) and not confirm(
+                args, f"cache prune will delete {len(gone)} wheel entr{'y' if len(gone) == 1 else 'ies'}, "
+                      f"{log_count} build log(s) and {pyc_count} bytecode file(s) from {cache_root()} "
+                      f"({_size(total)})"):
+            print("nothing was deleted")
+            return 0
+    if not args.dry_run:
+        gone = wc.prune(seconds)
+        pyc_count, pyc_bytes = prune_bytecode()
+        log_count, log_bytes = _prune_logs(seconds)
+    verb = "would delete" if args.dry_run else "deleted"
     if args.json:
-        print_json({"cache": str(wc.dir), "older_than_days": args.older_than,
+        print_json({"cache": str(wc.dir), "older_than_days": args.older_than, "dry_run": args.dry_run,
                     "deleted": [e.to_json() for e in gone], "freed_bytes": sum(e.size for e in gone),
                     "bytecode": {"deleted": pyc_count, "freed_bytes": pyc_bytes},
                     "logs": {"deleted": log_count, "freed_bytes": log_bytes},
                     "total_freed_bytes": sum(e.size for e in gone) + pyc_bytes + log_bytes})
         return 0
     if pyc_count:
-        print(f"deleted {pyc_count} kept bytecode file(s) no environment links ({_size(pyc_bytes)})")
+        print(f"{verb} {pyc_count} kept bytecode file(s) no environment links ({_size(pyc_bytes)})")
     if log_count:
-        print(f"deleted {log_count} build log(s) older than {args.older_than:g} days ({_size(log_bytes)})")
+        print(f"{verb} {log_count} build log(s) older than {args.older_than:g} days ({_size(log_bytes)})")
     for e in gone:
-        print(f"deleted {e.digest} ({e.wheel.name if e.wheel else 'incomplete'}, {_size(e.size)})")
-    print(f"pruned {len(gone)} entr{'y' if len(gone) == 1 else 'ies'} from {wc.dir}, freed "
-          f"{_size(sum(e.size for e in gone))}")
+        print(f"{verb} {e.digest} ({e.wheel.name if e.wheel else 'incomplete'}, {_size(e.size)})")
+    if args.dry_run:
+        print(f"would prune {len(gone)} entr{'y' if len(gone) == 1 else 'ies'} from {wc.dir}, freeing "
+              f"{_size(sum(e.size for e in gone))}; nothing was deleted (dry run)")
+    else:
+        print(f"pruned {len(gone)} entr{'y' if len(gone) == 1 else 'ies'} from {wc.dir}, freed "
+              f"{_size(sum(e.size for e in gone))}")
     return 0
 
 
-def _prune_logs(older_than: float):
+def _prune_logs(older_than: float, dry_run: bool = False):
     """Delete build logs (``<cache>/logs/*.log``, regular files of the user) not written for
-    ``older_than`` seconds; returns ``(count, bytes)``. A log being written is never that old."""
+    ``older_than`` seconds (``dry_run``: only count them); returns ``(count, bytes)``. A log being
+    written is never that old."""
     import os
     import stat
     import time
@@ -173,7 +199,8 @@ def _prune_logs(older_than: float):
             if not name.endswith(".log") or not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
                 continue
             if now - st.st_mtime >= older_than:
-                os.unlink(path)
+                if not dry_run:
+                    os.unlink(path)
                 count += 1
                 freed += st.st_size
         except OSError:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 
-from envtool.cli.common import add_engine_option, add_json, name_arg, path_arg, print_json
+from envtool.cli.common import add_dry_run, add_engine_option, add_json, name_arg, path_arg, print_json
 
 
 def register(sub) -> None:
@@ -23,6 +23,7 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace the environment at the target (once the clone is complete); only an "
                         "environment is replaced, never another directory, a symlink, the current or home "
                         "directory or an envtool cache (exit 2)")
+    add_dry_run(p, "replaced (with --force)")
     add_json(p)
     p.set_defaults(func=run)
 
@@ -31,6 +32,16 @@ def run(args) -> int:
     from envtool.steps.clone import clone_env
     from envtool.core.errors import EnvtoolError
 
+    if args.dry_run:
+        from envtool.cli.common import replacement_preview
+
+        replaces = replacement_preview(args.prefix, args.force)
+        if args.json:
+            print_json({"dry_run": True, "source": args.source or None, "prefix": args.prefix, "replaces": replaces})
+        else:
+            print(f"dry run: would clone {args.source or '$CONDA_PREFIX'} into {args.prefix}"
+                  + (" (replacing the environment there)" if replaces else "") + "; nothing was changed")
+        return 0
     try:
         result = clone_env(args.source, args.prefix, engine=args.engine, mode=args.mode, force=args.force,
                            verify_content=args.verify_source == "content", verbose=args.verbose,

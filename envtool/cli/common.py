@@ -156,6 +156,100 @@ def add_json(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
 
 
+#: Every command that deletes or replaces something, with what: each has ``--dry-run`` (say what
+#: would go, delete nothing; tests/test_cli_conventions.py checks this against the parser, and that
+#: no other command's help speaks of deleting or replacing). A command name as typed (``cache prune``).
+DESTRUCTIVE = {
+    "remove": "deletes an environment envtool made",
+    "retire": "deletes a published version (environment, SBOM, modulefile)",
+    "cache prune": "deletes old cached wheels, build logs and unlinked bytecode",
+    "publish": "--force rebuilds and replaces published stacks",
+    "create": "--force replaces the environment at the prefix",
+    "clone": "--force replaces the environment at the prefix",
+    "pack": "--force replaces the output file",
+    "modulefile": "rewrites NAME/VERSION's modulefile; --force replaces one in the other format",
+}
+
+#: Commands that ask before deleting when run interactively (:func:`confirm`), each with ``-y/--yes``.
+CONFIRMING = ("remove", "retire", "cache prune")
+
+
+def add_dry_run(parser, what: str = "deleted or replaced") -> None:
+    """``--dry-run``: check everything, say what would be ``what``, and change nothing."""
+    parser.add_argument("--dry-run", action="store_true", help=f"check and show what would be {what}; change nothing")
+
+
+def replacement_preview(target, force: bool) -> Optional[str]:
+    """For ``--dry-run`` of a command that makes an environment at ``target``: the checks the
+    build would make before touching anything (:class:`envtool.steps.transaction.BuildTransaction`).
+
+    Returns:
+        the path that ``--force`` would replace, or None when nothing is there.
+    Raises:
+        TargetExists: something is there and ``force`` is not given (exit 2).
+        UsageError: ``force`` is given but what is there is not an environment that may be
+            replaced (:func:`envtool.core.targets.check_replaceable`, exit 2).
+    """
+    from envtool.core.errors import TargetExists
+    from envtool.core.targets import check_replaceable
+
+    target = Path(os.path.abspath(target))
+    if not os.path.lexists(target):
+        return None
+    if not force:
+        raise TargetExists(target)
+    check_replaceable(target)
+    return str(target)
+
+
+def add_yes(parser) -> None:
+    """``-y/--yes``: do not ask before deleting (:func:`confirm`)."""
+    parser.add_argument("-y", "--yes", action="store_true",
+                        help="do not ask for confirmation (asked only when stdin is a terminal)")
+
+
+def will_ask(args) -> bool:
+    """Whether :func:`confirm` would ask (see there): stdin and stdout are terminals and none of
+    ``--yes``, ``--json``, ``--dry-run`` was given."""
+    from envtool.core.term import is_terminal
+
+    if getattr(args, "yes", False) or getattr(args, "json", False) or getattr(args, "dry_run", False):
+        return False
+    return is_terminal(sys.stdin) and is_terminal(sys.stdout)
+
+
+def confirm(args, question: str) -> bool:
+    """Ask ``question`` ``Proceed ([y]/n)?`` as ``conda clean``/``conda remove`` do
+    (https://docs.conda.io/projects/conda/en/stable/commands/clean.html: ``-y, --yes`` "Sets any
+    confirmation values to 'yes' automatically"), but only when it can be answered: stdin and
+    stdout are terminals, and neither ``--yes``, ``--json`` nor ``--dry-run`` was given. A script,
+    a pipe or a batch job is never asked (conda too takes an empty answer as yes and ``--json`` as
+    ``--yes``), so what ran unattended before runs the same.
+
+    Args:
+        args: the parsed arguments (``yes``, ``json``, ``dry_run``).
+        question: what would be done, one line (printed before the prompt).
+    Returns:
+        True to go on (an empty answer is yes), False when the answer was no or stdin ended.
+    """
+    if not will_ask(args):
+        return True
+    print(question)
+    while True:
+        sys.stdout.write("Proceed ([y]/n)? ")
+        sys.stdout.flush()
+        answer = sys.stdin.readline()
+        if not answer:  # end of input (Ctrl-D): no
+            print()
+            return False
+        answer = answer.strip().lower()
+        if answer in ("", "y", "yes"):
+            return True
+        if answer in ("n", "no"):
+            return False
+        print(f"Invalid choice: {answer}")
+
+
 def add_no_size(parser, what: str) -> None:
     """Add ``--no-size`` (skip measuring ``what``, e.g. ``the caches``) and ``--json`` to a listing
     command."""
@@ -201,14 +295,12 @@ def emit_json(code: int, error: Optional[str] = None) -> None:
         code: the exit status.
         error: the error message when the command failed with one (it overrides ``ok`` and
             ``error`` of what the command reported before failing).
-    A command whose result is a list (``specs``, ``doctor --list``) prints the list when it exits 0;
-    otherwise the list goes under ``result``.
+    Every command, on every way out, prints this one object (the envelope): a command reports its
+    lists under a key of its own (``specs``: ``specs``, ``doctor --list``: ``checks``); anything
+    handed over that is not a mapping goes under ``result``.
     """
     global _pending
     held, _pending = _pending or [], None
-    if len(held) == 1 and isinstance(held[0], list) and code == 0 and error is None:
-        print_json(held[0])
-        return
     out: dict = {}
     for obj in held:
         if isinstance(obj, dict):
@@ -364,6 +456,41 @@ def environment_arg(text: str) -> Path:
         raise UsageError(f"{text}: neither an environment directory nor a spec with an environment at "
                          f"its default prefix {prefix} (envtool create {text})")
     return prefix
+
+
+def add_environment_argument(parser, help_text: str, spec_ok: bool = False) -> None:
+    """``--prefix PREFIX``, the one documented way to name an environment (as every command that
+    acts on one takes it), and the positional ``PREFIX`` these commands took before, kept as its
+    alias (``envtool remove ./envs/x`` and ``envtool remove --prefix ./envs/x`` are the same).
+    :func:`prefix_given` reads them back.
+
+    Args:
+        parser: the command's parser.
+        help_text: what the environment is for (``the environment to delete``).
+        spec_ok: a spec name is also taken (its default prefix ./envs/SPEC, :func:`environment_arg`).
+    """
+    what = "PREFIX|SPEC" if spec_ok else "PREFIX"
+    parser.add_argument("--prefix", type=path_arg, metavar=what, help=help_text + (
+        " (a prefix, or a spec name: its default prefix ./envs/SPEC)" if spec_ok else ""))
+    parser.add_argument("prefix_positional", nargs="?", type=path_arg, metavar=what, default=None,
+                        help="the same as --prefix (the older spelling, kept as an alias)")
+
+
+def prefix_given(args) -> str:
+    """The environment named by ``--prefix`` or the positional alias of :func:`add_environment_argument`.
+
+    Raises:
+        UsageError: neither was given, or both name different places (exit 2).
+    """
+    from envtool.core.errors import UsageError, echo
+
+    flag, positional = getattr(args, "prefix", None), getattr(args, "prefix_positional", None)
+    if flag and positional and os.path.abspath(flag) != os.path.abspath(positional):
+        raise UsageError(f"--prefix {echo(flag)} and PREFIX {echo(positional)} name different environments; "
+                         "give one (--prefix is the documented way, the positional its alias)")
+    if not (flag or positional):
+        raise UsageError("expected the environment: --prefix PREFIX (or PREFIX alone)")
+    return flag or positional
 
 
 def add_spec_site(parser) -> None:

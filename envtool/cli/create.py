@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from envtool.cli.common import add_plan_options, load_spec_site, print_json
+from envtool.cli.common import add_dry_run, add_plan_options, load_spec_site, print_json
 
 
 def register(sub) -> None:
@@ -15,6 +15,7 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace the environment at the target (once the new one is complete); only an "
                         "environment is replaced, never another directory, a symlink, the current or home "
                         "directory or an envtool cache (exit 2)")
+    add_dry_run(p, "replaced (with --force) and the plan")
     p.set_defaults(func=run)
 
 
@@ -42,6 +43,8 @@ def run(args) -> int:
 
     check_site_modules(spec)  # a spec for another site: exit 2 with the cause, before any work
     options = options_from_args(args, spec, site=site, say=say)
+    if args.dry_run:
+        return _dry_run(args, spec, site, options)
     if options.clone is not None:
         source, why = clone_source(spec, options)
         say(f"clone source: {source or '$CONDA_PREFIX'} ({why})")
@@ -71,6 +74,24 @@ def run(args) -> int:
     if result.relocation.get("binaries") and args.verbose:
         print(f"note: {len(result.relocation['binaries'])} binary file(s) still name the temporary build prefix "
               "(RUNPATH entries or compiled-in strings; listed in the build log)", file=sys.stderr)
+    return 0
+
+
+def _dry_run(args, spec, site, options) -> int:
+    """``create --dry-run``: the target checks the build makes first (what ``--force`` would
+    replace, or the refusal, exit 2) and ``envtool plan``'s steps; nothing is made or changed."""
+    from envtool.cli.common import replacement_preview
+    from envtool.cli.plan import options_from_args
+    from envtool.steps.planner import format_plan, make_plan
+
+    replaces = replacement_preview(options.prefix, args.force)
+    plan = make_plan(spec, options_from_args(args, spec, preview=True, site=site))
+    if args.json:
+        print_json({"dry_run": True, "prefix": str(options.prefix), "replaces": replaces, "plan": plan.to_dict()})
+        return 0
+    print(format_plan(plan))
+    print(f"dry run: would {'replace the environment at' if replaces else 'create'} {options.prefix}; "
+          "nothing was changed")
     return 0
 
 

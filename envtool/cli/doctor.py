@@ -248,7 +248,8 @@ def run(args) -> int:
     if args.list:
         checks = registry.all_checks()
         if args.json:
-            print_json([{"id": c.id, "title": c.title, "fix": c.fix, "needs": list(c.needs)} for c in checks])
+            print_json({"checks": [{"id": c.id, "title": c.title, "fix": c.fix, "needs": list(c.needs)}
+                                   for c in checks]})
         else:
             for c in checks:
                 print(f"{c.id:<18} {c.title}")

@@ -1,4 +1,4 @@
-"""``envtool image SPEC|PREFIX --output DIR [--site S|--site-file F] [--format dir,squashfs,oci] [--compile-horovod] [--json]``:
+"""``envtool image --prefix PREFIX|SPEC --output DIR [--site S|--site-file F] [--format dir,squashfs,oci] [--compile-horovod] [--json]``:
 a container image of an environment, built from its lockfile (:mod:`envtool.steps.image`).
 
 Prints each form's path and size, the build time and the ``libmpi`` Horovod links inside the image;
@@ -6,7 +6,7 @@ Prints each form's path and size, the build time and the ``libmpi`` Horovod link
 """
 from __future__ import annotations
 
-from envtool.cli.common import add_json, path_arg, print_json
+from envtool.cli.common import add_environment_argument, add_json, path_arg, print_json
 
 
 def register(sub) -> None:
@@ -20,8 +20,7 @@ def register(sub) -> None:
                                    "/opt/env/share/envtool/sbom.cdx.json. Forms: dir (ch-run DIR/rootfs), squashfs "
                                    "(DIR/image.sqfs) and oci (DIR/oci, an OCI image layout, tag env). Runs as root. "
                                    "See docs/guides/containers.md.")
-    p.add_argument("env", type=path_arg, metavar="SPEC|PREFIX",
-                   help="the environment's prefix, or a spec name (its default prefix ./envs/SPEC)")
+    add_environment_argument(p, "the environment", spec_ok=True)
     p.add_argument("--output", "-o", required=True, type=path_arg, metavar="DIR",
                    help="the directory to create (must not exist)")
     p.add_argument("--site", help="a bundled site whose container section to use")
@@ -42,12 +41,12 @@ def run(args) -> int:
     import sys
     from pathlib import Path
 
-    from envtool.cli.common import environment_arg
+    from envtool.cli.common import environment_arg, prefix_given
     from envtool.core.errors import UsageError
     from envtool.spec import sites
     from envtool.steps import image
 
-    prefix = environment_arg(args.env)
+    prefix = environment_arg(prefix_given(args))
     site = None
     if args.site_file:
         site = sites.load_site(Path(args.site_file))

@@ -12,7 +12,8 @@ def register(sub) -> None:
                                     "installers, caches with sizes, and where logs go",
                        description="What envtool would use here: its version and interpreter; the configuration "
                                    "files read (user ~/.config/envtool/config.yaml, site-wide "
-                                   "/etc/envtool/config.yaml) and each setting's effective value and origin; the "
+                                   "/etc/envtool/config.yaml) and each setting's effective value (its default when "
+                                   "nothing sets it) and origin ('envtool config' changes them); the "
                                    "site detected; the installers found; the caches envtool's runs fill (envtool's "
                                    "own, uv's, pip's) with their sizes on disk; where build logs go.")
     add_no_size(p, "the caches")
@@ -120,8 +121,9 @@ def run(args) -> int:
     print("settings (value: from):")
     width = max(len(s["setting"]) for s in d["settings"])
     for s in d["settings"]:
-        print(f"  {s['setting'].ljust(width)}  {s['value'] if s['value'] is not None else '(default)'}  "
-              f"[{s['from']}]")
+        value = s["value"] if s["value"] is not None else \
+            (f"{s['default']} (default)" if s["default"] is not None else "(none)")
+        print(f"  {s['setting'].ljust(width)}  {value}  [{s['from']}]")
     site = d["site"]
     print("site: " + ("none detected (jobscript and create use 'local'; set site in the configuration or "
                       "ENVTOOL_SITE)" if site is None else site.get("error") or

@@ -20,7 +20,7 @@ from envtool.core.errors import EXIT_INTERRUPTED
 #: skipped (each issue adds its own).
 COMMANDS = ("create", "plan", "check_build", "specs", "show", "diff_specs", "clone", "lock", "diff",
             "modulefile", "publish", "retire", "sbom", "pack", "image", "doctor", "jobscript", "validate", "cache", "completion",
-            "list", "remove", "info")
+            "list", "remove", "info", "config")
 
 
 def _command_module(argv: List[str]) -> Optional[str]:
@@ -39,6 +39,26 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         self.print_usage(sys.stderr)
         raise UsageErrorExit(f"{self.prog}: error: {message}")
+
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but an argument no parser knows is reported by the (sub)command that was
+        given (``envtool cache prune --bogus`` prints ``cache prune``'s usage, as conda, pixi and uv
+        do), not by the top-level parser that argparse's sub-parsers hand their leftovers to."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            leaf_parser(self, parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+
+def leaf_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the innermost (sub)command ``args`` chose (``cache prune``'s for ``envtool cache
+    prune``), following each sub-parser action's ``dest``; ``parser`` itself when none was chosen."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        chosen = getattr(args, subs[0].dest, None) if subs else None
+        if not chosen or chosen not in subs[0].choices:
+            return parser
+        parser = subs[0].choices[chosen]
 
 
 class UsageErrorExit(Exception):
@@ -230,7 +250,8 @@ def _run(argv: List[str]):
         from envtool.cli.settings import apply as apply_settings
 
         check_environment()  # the variables first: a bad one is named as the variable
-        apply_settings()  # then the configuration files under them (a bad one is named with its file)
+        if not getattr(args, "settings_later", False):  # 'config' reads the files itself (to fix a bad one)
+            apply_settings()  # then the configuration files under them (a bad one is named with its file)
         with procs.command_scope():  # children die with the command; signals exit 130
             return int(args.func(args) or 0), None
     except UsageErrorExit as exc:

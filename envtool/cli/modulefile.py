@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from envtool.cli.common import add_json, add_spec_site, load_spec, name_arg, path_arg, print_json
+from envtool.cli.common import add_dry_run, add_json, add_spec_site, load_spec, name_arg, path_arg, print_json
 from envtool.modules import registry
 from envtool.modules.content import EXTENSIONS_CHOICES
 
@@ -36,6 +36,7 @@ def register(sub) -> None:
     add_spec_site(p)
     p.add_argument("--force", action="store_true",
                    help="replace a modulefile of the same NAME/VERSION in the other format (without it: exit 2)")
+    add_dry_run(p, "written or replaced")
     add_json(p)
     p.set_defaults(func=run)
 
@@ -55,10 +56,36 @@ def run(args) -> int:
     root = Path(os.path.abspath(args.root)) if args.root else Path(os.getcwd()) / "modulefiles"
     content = build_content(Path(args.prefix), spec=spec, name=name, version=version, extensions=args.extensions)
     existed = modulefile_path(root, content, args.format).exists()
+    if args.dry_run:
+        return _dry_run(args, content, root, existed)
     path = write_modulefile(content, root, args.format, default=args.default, force=args.force)
     if args.json:
         print_json({"path": str(path), "root": str(root), "module": content.full_name, "format": args.format,
                     "default": bool(args.default), "replaced": existed, "content": content.to_dict()})
     else:
         print(path)
+    return 0
+
+
+def _dry_run(args, content, root, existed: bool) -> int:
+    """``modulefile --dry-run``: the file that would be written, what it would replace (the same
+    file, or with ``--force`` NAME/VERSION's modulefile in the other format), or the refusal
+    without ``--force`` (exit 2); nothing is written."""
+    from envtool.core.errors import UsageError
+    from envtool.modules import modulefile_path
+    from envtool.modules import other_format, other_format_message
+
+    path = modulefile_path(root, content, args.format)
+    found = other_format(root, content, args.format)
+    if found is not None and not args.force:
+        raise UsageError(f"{other_format_message(found[0], found[1], content.full_name)}: pass --force to replace it "
+                         f"with {path}")
+    replaces = [str(path)] if existed else []
+    replaces += [str(found[0])] if found is not None else []
+    if args.json:
+        print_json({"dry_run": True, "path": str(path), "root": str(root), "module": content.full_name,
+                    "format": args.format, "replaces": replaces})
+    else:
+        print(f"dry run: would write {path}" + (f" (replacing {', '.join(replaces)})" if replaces else "")
+              + "; nothing was changed")
     return 0

@@ -1,4 +1,4 @@
-"""``envtool pack PREFIX|SPEC --format squashfs|tar [-o FILE] [--json]``: one file from an environment,
+"""``envtool pack --prefix PREFIX|SPEC --format squashfs|tar [-o FILE] [--json]``: one file from an environment,
 with its lockfile and SBOM, for staging to node-local storage (:mod:`envtool.steps.pack`).
 
 Prints the file, its size and the lock hash (sha256 of the lockfile inside); ``--json``:
@@ -7,7 +7,7 @@ environment that cannot be packed is refused with the reason (exit 2).
 """
 from __future__ import annotations
 
-from envtool.cli.common import add_json, path_arg, print_json
+from envtool.cli.common import add_dry_run, add_environment_argument, add_json, path_arg, print_json
 
 
 def register(sub) -> None:
@@ -17,14 +17,14 @@ def register(sub) -> None:
                                    "venvs are relocated by envtool and need their base interpreter at the same path "
                                    "on the compute nodes. The file carries the lockfile (its sha256 is printed) and a "
                                    "CycloneDX SBOM. See docs/staging.md.")
-    p.add_argument("env", type=path_arg, metavar="PREFIX|SPEC",
-                   help="the environment's prefix, or a spec name (its default prefix ./envs/SPEC)")
+    add_environment_argument(p, "the environment", spec_ok=True)
     p.add_argument("--format", required=True, choices=("squashfs", "tar"),
                    help="tar: unpacked on each node (then relocated); squashfs: mounted read-only with squashfuse")
     p.add_argument("-o", "--output", type=path_arg, metavar="FILE", help="the file to write (default ./NAME.FORMAT)")
     p.add_argument("--dest-prefix", type=path_arg, metavar="DIR",
                    help="squashfs: the directory the image will be mounted at (default: the environment's prefix)")
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    add_dry_run(p, "written or replaced")
     add_json(p)
     p.set_defaults(func=run)
 
@@ -33,16 +33,31 @@ def run(args) -> int:
     import sys
     from pathlib import Path
 
-    from envtool.cli.common import environment_arg
+    from envtool.cli.common import environment_arg, prefix_given
     from envtool.steps import pack
 
-    prefix = environment_arg(args.env)
+    prefix = environment_arg(prefix_given(args))
     quiet = args.quiet or args.json
 
     def say(text: str) -> None:
         if not quiet:
             print(f"pack: {text}", file=sys.stderr, flush=True)
 
+    if args.dry_run:
+        import os
+
+        from envtool.steps.pack import kind_of, output_path
+
+        absolute = Path(os.path.abspath(prefix))
+        kind = kind_of(absolute)  # an environment that cannot be packed is refused here too (exit 2)
+        out = output_path(absolute, args.format, Path(args.output) if args.output else None, args.force)
+        replaces = out.exists() or out.is_symlink()
+        if args.json:
+            print_json({"dry_run": True, "prefix": str(absolute), "kind": kind, "path": str(out), "replaces": replaces})
+        else:
+            print(f"dry run: would pack the {kind} environment {absolute} into {out}"
+                  + (" (replacing that file)" if replaces else "") + "; nothing was changed")
+        return 0
     result = pack.pack(prefix, args.format, Path(args.output) if args.output else None, args.dest_prefix,
                        force=args.force, progress=say)
     if args.json:

@@ -1,7 +1,7 @@
-"""``envtool remove PREFIX``: delete an environment envtool made (all or nothing)."""
+"""``envtool remove --prefix PREFIX`` (or ``envtool remove PREFIX``): delete an environment envtool made (all or nothing)."""
 from __future__ import annotations
 
-from envtool.cli.common import add_json, path_arg, print_json
+from envtool.cli.common import add_dry_run, add_environment_argument, add_json, add_yes, prefix_given, print_json
 
 
 def register(sub) -> None:
@@ -11,8 +11,9 @@ def register(sub) -> None:
                                    "symbolic link, the current or home directory, a cache, a published module: "
                                    "use 'envtool retire') is refused with exit 2 and nothing touched. The prefix is "
                                    "renamed aside first, then deleted, so an interruption leaves all or nothing.")
-    p.add_argument("prefix", type=path_arg, metavar="PREFIX", help="the environment to delete")
-    p.add_argument("--dry-run", action="store_true", help="check and show what would be deleted; change nothing")
+    add_environment_argument(p, "the environment to delete")
+    add_dry_run(p, "deleted")
+    add_yes(p)
     add_json(p)
     p.set_defaults(func=run)
 
@@ -27,7 +28,16 @@ def run(args) -> int:
         if not (args.quiet or args.json):
             print(line, file=sys.stderr)
 
-    result = remove_environment(args.prefix, dry_run=args.dry_run, say=say)
+    from envtool.cli.common import confirm, will_ask
+
+    prefix = prefix_given(args)
+    if will_ask(args):  # on a terminal: say what goes and ask, as 'conda remove --all' does
+        plan = remove_environment(prefix, dry_run=True, say=say)
+        if not confirm(args, f"remove will delete {plan['prefix']} (spec {plan['spec'] or '?'}, "
+                             f"{human(plan['size'])})"):
+            print("nothing was removed")
+            return 0
+    result = remove_environment(prefix, dry_run=args.dry_run, say=say)
     if args.json:
         print_json(result)
         return 0

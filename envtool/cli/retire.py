@@ -6,7 +6,7 @@ default without ``--force-default`` (:func:`envtool.steps.publish.retire`).
 """
 from __future__ import annotations
 
-from envtool.cli.common import add_json, path_arg, print_json
+from envtool.cli.common import add_dry_run, add_json, add_yes, path_arg, print_json
 
 
 def register(sub) -> None:
@@ -21,7 +21,8 @@ def register(sub) -> None:
                    help="the --modulefiles it was published to (default: the one its publish record names)")
     p.add_argument("--force-default", action="store_true",
                    help="retire it even while it is the module's default (the default marker goes too)")
-    p.add_argument("--dry-run", action="store_true", help="say what would be removed and remove nothing")
+    add_dry_run(p, "removed")
+    add_yes(p)
     add_json(p)
     p.set_defaults(func=run)
 
@@ -32,6 +33,14 @@ def run(args) -> int:
     from envtool.core.errors import EnvtoolError
     from envtool.steps.publish import retire
 
+    from envtool.cli.common import confirm, will_ask
+
+    if will_ask(args):  # on a terminal: say what goes and ask (-y does not)
+        plan = retire(args.module, Path(args.root), Path(args.modulefiles) if args.modulefiles else None,
+                      force_default=args.force_default, dry_run=True, quiet=True)
+        if not confirm(args, f"retiring {plan.module} will remove: " + ", ".join(str(p) for p in plan.removed)):
+            print("nothing was removed")
+            return 0
     try:
         result = retire(args.module, Path(args.root), Path(args.modulefiles) if args.modulefiles else None,
                         force_default=args.force_default, dry_run=args.dry_run, quiet=args.quiet or args.json)

@@ -28,7 +28,7 @@ import difflib
 import os
 import stat
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 #: setting -> (environment variable, kind, meaning). Kinds: ``path`` (one directory), ``paths``
 #: (directories, a list or ``:``-separated), ``words`` (a list or a space/comma-separated string),
@@ -48,6 +48,49 @@ SETTINGS: Dict[str, Tuple[str, str, str]] = {
                       "(https://download.pytorch.org/whl/cpu=file:///srv/pytorch-cpu); locks record the public URL"),
     "lock_timeout": ("ENVTOOL_LOCK_TIMEOUT", "seconds", "seconds a create waits for another's prefix lock (default 300)"),
 }
+
+def _default_cache_dir() -> str:
+    from envtool.core.paths import default_cache_root
+
+    return str(default_cache_root())
+
+
+def _default_channels() -> str:
+    from envtool.spec.channels import DEFAULT_CHANNELS
+
+    return " ".join(DEFAULT_CHANNELS)
+
+
+def _default_public_index() -> str:
+    from envtool.lock.portable import DEFAULT_PUBLIC_INDEX
+
+    return DEFAULT_PUBLIC_INDEX
+
+
+def _default_lock_timeout() -> str:
+    from envtool.steps.transaction import LOCK_TIMEOUT
+
+    return f"{LOCK_TIMEOUT:g}"
+
+
+#: setting -> a callable giving envtool's built-in default as the variable's text, computed now
+#: (``cache_dir`` follows ``$XDG_CACHE_HOME``). A setting of :data:`SETTINGS` not named here has
+#: no default value (``site``: detected; the search paths: the bundled files only), which
+#: ``envtool config list`` and ``envtool info`` show as ``(none)``; a new setting needs nothing here.
+DEFAULTS: Dict[str, Callable[[], Optional[str]]] = {
+    "cache_dir": _default_cache_dir,
+    "installer": lambda: "uv",
+    "default_channels": _default_channels,
+    "public_index": _default_public_index,
+    "lock_timeout": _default_lock_timeout,
+}
+
+
+def default(key: str) -> Optional[str]:
+    """envtool's built-in default of setting ``key`` as the variable's text, or None when it has none."""
+    make = DEFAULTS.get(key)
+    return make() if make is not None else None
+
 
 #: Where each setting's value came from after :func:`apply`: setting -> description.
 _origins: Dict[str, str] = {}
@@ -120,11 +163,23 @@ def read_file(path: Path) -> Dict[str, str]:
             file and the setting).
         SpecError: not YAML, or too large or deep (exit 2, naming the file and line).
     """
-    from envtool.core.errors import UsageError, echo
-    from envtool.cli.common import check_environment
-    from envtool.spec.yamlload import load_yaml
+    return check_mapping(path, load_mapping(path))
 
-    from envtool.core.errors import SpecError
+
+def load_mapping(path: Path) -> Dict[Any, Any]:
+    """A configuration file's YAML mapping as written, not yet checked (:func:`check_mapping`);
+    the file must be the caller's or root's and writable by no one else (:func:`_check_file`).
+
+    Args:
+        path: the file (must exist).
+    Returns:
+        the mapping (empty for an empty file), in the file's order.
+    Raises:
+        UsageError: not a mapping, or a file others can write (exit 2, naming the file).
+        SpecError: not YAML, or too large or deep (exit 2, naming the file and line).
+    """
+    from envtool.core.errors import SpecError, UsageError
+    from envtool.spec.yamlload import load_yaml
 
     _check_file(path)
     try:
@@ -137,13 +192,42 @@ def read_file(path: Path) -> Dict[str, str]:
         return {}
     if not isinstance(data, dict):
         raise UsageError(f"{path}: expected a mapping of settings ({', '.join(SETTINGS)}), got {type(data).__name__}")
+    return data
+
+
+def unknown_setting(where: str, key: str):
+    """The error for a name that is not a setting: exit 2, naming ``where`` (a file, or ``config``)
+    and the closest setting (:func:`difflib.get_close_matches`) with every setting's name.
+
+    Returns:
+        a :class:`~envtool.core.errors.UsageError` to raise.
+    """
+    from envtool.core.errors import UsageError, echo
+
+    close = difflib.get_close_matches(str(key).lower().removeprefix("envtool_"), list(SETTINGS), n=1)
+    return UsageError(f"{where}: {echo(str(key), 80)}: not a setting" + (f" (did you mean {close[0]}?)" if close else "")
+                      + f"; expected one of {', '.join(SETTINGS)}")
+
+
+def check_mapping(path: Path, data: Dict[Any, Any]) -> Dict[str, str]:
+    """The settings of a configuration file's mapping as ``{VARIABLE: text}``, each checked as
+    :func:`apply` checks them (used by :func:`read_file` and by ``envtool config set``, so a value
+    that ``set`` writes is one that every later command reads).
+
+    Args:
+        path: the file the mapping is (or will be) in: named in every error.
+        data: setting -> value, as YAML gives them.
+    Raises:
+        UsageError: an unknown setting (with the closest name), a wrong type or a value the
+            variable would not accept (exit 2, naming the file and the setting).
+    """
+    from envtool.core.errors import UsageError
+    from envtool.cli.common import check_environment
+
     out: Dict[str, str] = {}
     for key, value in data.items():
         if key not in SETTINGS:
-            close = difflib.get_close_matches(str(key).lower().removeprefix("envtool_"), list(SETTINGS), n=1)
-            raise UsageError(f"{path}: {echo(str(key), 80)}: not a setting"
-                             + (f" (did you mean {close[0]}?)" if close else "")
-                             + f"; expected one of {', '.join(SETTINGS)}")
+            raise unknown_setting(str(path), key)
         var, kind, _ = SETTINGS[key]
         out[var] = _as_variable(path, str(key), value, kind)
         try:
@@ -186,17 +270,31 @@ def apply() -> None:
             _origins[key] = "default"
 
 
+def origin_kind(origin: str) -> str:
+    """What kind of place an origin of :func:`effective` is: ``environment``, ``user`` (the user's
+    file), ``system`` (the site-wide file) or ``default``."""
+    if origin.startswith("environment"):
+        return "environment"
+    if origin == "default":
+        return "default"
+    return "user" if origin == str(user_file()) else "system"
+
+
 def effective() -> List[Dict[str, Optional[str]]]:
     """Each setting with its value now and where it came from (after :func:`apply`).
 
     Returns:
-        ``[{"setting", "variable", "value" (None: the default), "from", "meaning"}]``.
+        ``[{"setting", "variable", "value" (None: the default), "from" (``environment ($VAR)``, a
+        file's path, or ``default``), "origin" (:func:`origin_kind`), "default" (envtool's built-in
+        value, :func:`default`; None: none), "effective" (the value, else the default), "meaning"}]``.
     """
     out = []
     for key, (var, _, meaning) in SETTINGS.items():
         value = os.environ.get(var) or None
         origin = _origins.get(key) or (f"environment (${var})" if value else "default")
-        out.append({"setting": key, "variable": var, "value": value, "from": origin, "meaning": meaning})
+        fallback = default(key)
+        out.append({"setting": key, "variable": var, "value": value, "from": origin, "origin": origin_kind(origin),
+                    "default": fallback, "effective": value if value is not None else fallback, "meaning": meaning})
     return out
 
 

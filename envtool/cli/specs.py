@@ -107,8 +107,8 @@ def run(args) -> int:
         rows = _with_mapped_sites(rows, errors)
     retired = _retired_sites([n for r in rows for n in r.site.split(",")], args.site, args.site_file)
     if args.json:
-        print_json([{**r.to_dict(), "site_retired": next((retired[n] for n in r.site.split(",") if retired.get(n)),
-                                                         None)} for r in rows])
+        print_json({"specs": [{**r.to_dict(), "site_retired": next((retired[n] for n in r.site.split(",")
+                                                                     if retired.get(n)), None)} for r in rows]})
     elif not rows:
         print("no spec matches")
     else:
@@ -136,20 +136,10 @@ def run(args) -> int:
 
 
 def _table_width():
-    """Columns the table may use: the terminal's width when stdout is one, else ``COLUMNS`` when
-    set (a number), else None (no limit: output for a pipe or a file keeps every column)."""
-    import os
-    import sys
-
+    """Columns the table may use (:func:`envtool.core.term.table_width`)."""
     from envtool.core import term
 
-    if term.is_terminal(sys.stdout):
-        return term.width(sys.stdout)
-    try:
-        cols = int(os.environ.get("COLUMNS", ""))
-    except ValueError:
-        return None
-    return max(20, cols) if cols > 0 else None
+    return term.table_width()
 
 
 def _with_mapped_sites(rows, errors):

@@ -26,6 +26,13 @@ def cache_root() -> Path:
     """The cache directory (not created; :func:`cache_dir` creates it)."""
     if os.environ.get("ENVTOOL_CACHE_DIR"):
         return Path(os.environ["ENVTOOL_CACHE_DIR"])
+    return default_cache_root()
+
+
+def default_cache_root() -> Path:
+    """The cache directory when ``$ENVTOOL_CACHE_DIR`` is unset: ``$XDG_CACHE_HOME/envtool``, else
+    ``~/.cache/envtool`` (XDG Base Directory Specification,
+    https://specifications.freedesktop.org/basedir-spec/latest/)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "envtool"
 

@@ -50,6 +50,20 @@ def width(stream: Optional[IO[str]] = None) -> int:
     return max(20, cols)
 
 
+def table_width(stream: Optional[IO[str]] = None) -> Optional[int]:
+    """Columns a table printed to ``stream`` (default stdout) may use: the terminal's width when
+    ``stream`` is one, else ``COLUMNS`` when set to a number (at least 20), else None: no limit,
+    so output for a pipe or a file keeps every column and whole lines."""
+    stream = stream if stream is not None else sys.stdout
+    if is_terminal(stream):
+        return width(stream)
+    try:
+        cols = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        return None
+    return max(20, cols) if cols > 0 else None
+
+
 def fit(text: str, columns: int) -> str:
     """``text`` (one line) cut to at most ``columns`` characters, ending in an ellipsis when cut."""
     text = text.replace("\n", " ").replace("\r", " ")

@@ -409,7 +409,7 @@ def constraint_check_command(installer: Optional[Installer], py: str, pins_file:
             "--dry-run", "--no-deps", "-r", pins_file)
 
 
-def prune_bytecode(store: Optional[Path] = None) -> Tuple[int, int]:
+def prune_bytecode(store: Optional[Path] = None, dry_run: bool = False) -> Tuple[int, int]:
     """Delete the kept bytecode (:func:`compile_command`) that no environment links any more.
 
     An entry whose link count is 1 is held by the store alone: every environment that shared it
@@ -418,8 +418,9 @@ def prune_bytecode(store: Optional[Path] = None) -> Tuple[int, int]:
 
     Args:
         store: the bytecode store (default ``<envtool cache>/bytecode``).
+        dry_run: delete nothing; count what would be deleted.
     Returns:
-        ``(entries deleted, bytes freed)``.
+        ``(entries deleted, bytes freed)`` (with ``dry_run``: that would be).
     """
     from envtool.core.paths import cache_root
 
@@ -434,12 +435,15 @@ def prune_bytecode(store: Optional[Path] = None) -> Tuple[int, int]:
         try:
             st = entry.stat(follow_symlinks=False)
             if entry.name.endswith(".pyc") and entry.is_file(follow_symlinks=False) and st.st_nlink == 1:
-                os.unlink(entry.path)
+                if not dry_run:
+                    os.unlink(entry.path)
                 count += 1
                 freed += st.st_size
                 names.discard(entry.name)
         except OSError:
             continue
+    if dry_run:
+        return count, freed
     for entry in entries:  # a hash sidecar (envtool.probes.bytecode) whose entry is gone
         if entry.name.endswith(".pyc.sha256") and entry.name[:-len(".sha256")] not in names:
             try:

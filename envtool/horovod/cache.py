@@ -382,15 +382,16 @@ class WheelCache:
                 continue
         return sorted(out, key=lambda e: -e.mtime)
 
-    def prune(self, older_than: float, now: Optional[float] = None) -> List[Entry]:
+    def prune(self, older_than: float, now: Optional[float] = None, dry_run: bool = False) -> List[Entry]:
         """Delete entries not used for ``older_than`` seconds, incomplete entries, and leftovers of
         interrupted stores (``.tmp-*`` older than a day).
 
         Args:
             older_than: age in seconds (``0`` deletes every entry).
             now: the current time (seconds since the epoch; default ``time.time()``).
+            dry_run: delete nothing; return what would be deleted.
         Returns:
-            the entries deleted.
+            the entries deleted (with ``dry_run``: those that would be).
         Raises:
             PermissionError: the cache is read-only.
         """
@@ -400,8 +401,11 @@ class WheelCache:
         gone = []
         for e in self.entries():
             if now - e.mtime >= older_than or e.wheel is None or e.key is None:
-                shutil.rmtree(e.path, ignore_errors=True)
+                if not dry_run:
+                    shutil.rmtree(e.path, ignore_errors=True)
                 gone.append(e)
+        if dry_run:
+            return gone
         try:
             for p in self.dir.glob(".tmp-*"):
                 if now - p.stat().st_mtime > 86400:

@@ -217,6 +217,7 @@ def resolve_staged(stage_file: str, prefix: Optional[str] = None, spec: Optional
     """
     import dataclasses
     import os
+    import shlex
     import re
     import secrets
 
@@ -233,7 +234,7 @@ def resolve_staged(stage_file: str, prefix: Optional[str] = None, spec: Optional
         if mine != lock:
             raise UsageError(f"--stage {stage_file}: packed from an environment whose lockfile sha256 is {lock[:12]}, "
                              f"but --prefix {prefix} has {(mine or 'none')[:12]}: pack it again "
-                             f"(envtool pack {prefix} --format {manifest['format']})")
+                             f"(envtool pack --prefix {shlex.quote(str(prefix))} --format {manifest['format']})")
         source = Path(prefix).absolute()
     target = resolve_target(str(source), None, spec, site, site_file, here=False, retired_ok=retired_ok,
                             platform_mismatch_ok=platform_mismatch_ok)
@@ -260,8 +261,8 @@ def resolve_staged(stage_file: str, prefix: Optional[str] = None, spec: Optional
         if not staged.startswith(root.rstrip("/") + "/"):
             raise UsageError(f"--stage {stage_file}: a squashfs image mounted at {staged or '?'}, which is not under "
                              f"site {sf.name}'s node-local storage {root} (node_local.path in {sf.path}); pack it for "
-                             f"a mount point there: envtool pack {source} --format squashfs --dest-prefix "
-                             f"{root}/{name}")
+                             f"a mount point there: envtool pack --prefix {shlex.quote(str(source))} --format squashfs "
+                             f"--dest-prefix {shlex.quote(f'{root}/{name}')}")
         copy = f"{root}/envtool-{name}-{token}.squashfs"
     src = dict(sf.sources).get(nl.source, "")
     stage = Stage(file=str(file), format=fmt, kind=str(manifest["kind"]), prefix=staged, copy=copy,

@@ -319,6 +319,33 @@ def default_output(prefix: Path, fmt: str) -> Path:
     return Path.cwd() / f"{Path(prefix).name}.{fmt}"
 
 
+def output_path(prefix: Path, fmt: str, output: Optional[Path] = None, force: bool = False) -> Path:
+    """The file :func:`pack` would write, checked as it checks it before packing (also what
+    ``pack --dry-run`` reports).
+
+    Args:
+        prefix: the environment (absolute).
+        fmt: ``tar`` or ``squashfs``.
+        output: the file asked for (default :func:`default_output`).
+        force: an existing file may be replaced.
+    Returns:
+        the absolute path.
+    Raises:
+        UsageError: its directory does not exist, it is a directory, it exists without ``force``,
+            or it lies inside the environment (exit 2).
+    """
+    out = Path(os.path.abspath(output)) if output else default_output(prefix, fmt)
+    if not out.parent.is_dir():
+        raise UsageError(f"-o {out}: the directory {out.parent} does not exist")
+    if out.is_dir():
+        raise UsageError(f"-o {out}: is a directory; expected a file name")
+    if (out.exists() or out.is_symlink()) and not force:
+        raise UsageError(f"-o {out}: exists; remove it or give --force to replace it")
+    if str(out).startswith(str(prefix) + os.sep):
+        raise UsageError(f"-o {out}: inside the environment being packed; write it elsewhere")
+    return out
+
+
 def pack(prefix: Path, fmt: str, output: Optional[Path] = None, dest_prefix: Optional[str] = None,
          force: bool = False, progress: Progress = lambda s: None) -> PackResult:
     """Pack the environment at ``prefix`` into one file (see the module docstring).
@@ -344,15 +371,7 @@ def pack(prefix: Path, fmt: str, output: Optional[Path] = None, dest_prefix: Opt
         raise UsageError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     prefix = Path(os.path.abspath(prefix))
     kind = kind_of(prefix)
-    out = Path(os.path.abspath(output)) if output else default_output(prefix, fmt)
-    if not out.parent.is_dir():
-        raise UsageError(f"-o {out}: the directory {out.parent} does not exist")
-    if out.is_dir():
-        raise UsageError(f"-o {out}: is a directory; expected a file name")
-    if (out.exists() or out.is_symlink()) and not force:
-        raise UsageError(f"-o {out}: exists; remove it or give --force to replace it")
-    if str(out).startswith(str(prefix) + os.sep):
-        raise UsageError(f"-o {out}: inside the environment being packed; write it elsewhere")
+    out = output_path(prefix, fmt, output, force)
     dest = None
     if fmt == "squashfs":
         if shutil.which("mksquashfs") is None:
