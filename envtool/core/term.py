@@ -17,9 +17,10 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import textwrap
 import threading
 import time
-from typing import IO, Optional
+from typing import IO, List, Optional
 
 #: ECMA-48 erase in line (to its end) after a carriage return: rewrite the current line.
 CLEAR_LINE = "\r\x1b[K"
@@ -56,6 +57,24 @@ def fit(text: str, columns: int) -> str:
     if len(text) <= columns:
         return text
     return text[:max(0, columns - 1)].rstrip() + ELLIPSIS
+
+
+def wrap(text: str, columns: int, first: str = "", rest: str = "") -> List[str]:
+    """``text`` as lines of at most ``columns`` characters, the first starting with ``first`` and
+    the others with ``rest`` (:func:`textwrap.wrap`). Words are never split and hyphens are not
+    break points, so a path, URL or command stays whole (and one longer than the line stays
+    over it: cutting it would break a copy and paste).
+
+    Args:
+        text: one paragraph (newlines are treated as spaces).
+        columns: the width (e.g. :func:`width`).
+        first: printed before the first line (counted in the width).
+        rest: printed before each following line (counted in the width).
+    Returns:
+        the lines (at least one).
+    """
+    return textwrap.wrap(text, width=max(columns, len(rest) + 10), initial_indent=first, subsequent_indent=rest,
+                         break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
 
 
 def colour_enabled(stream: Optional[IO[str]] = None) -> bool:
