@@ -128,10 +128,16 @@ def run_prune(args) -> int:
 
     from envtool.engines.installer import prune_bytecode
 
+    from envtool.cli.common import progress_lines
+
     wc = cache.WheelCache()
-    gone = wc.prune(args.older_than * 86400.0)
-    pyc_count, pyc_bytes = prune_bytecode()
-    log_count, log_bytes = _prune_logs(args.older_than * 86400.0)
+    with progress_lines(args, "cache prune: ") as say:  # stderr; a terminal: the phase with its clock
+        say(f"pruning the wheel cache {wc.dir}")
+        gone = wc.prune(args.older_than * 86400.0)
+        say("deleting kept bytecode that no environment links")
+        pyc_count, pyc_bytes = prune_bytecode()
+        say(f"deleting build logs older than {args.older_than:g} days")
+        log_count, log_bytes = _prune_logs(args.older_than * 86400.0)
     if args.json:
         print_json({"cache": str(wc.dir), "older_than_days": args.older_than,
                     "deleted": [e.to_json() for e in gone], "freed_bytes": sum(e.size for e in gone),

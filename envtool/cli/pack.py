@@ -30,21 +30,15 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    import sys
     from pathlib import Path
 
-    from envtool.cli.common import environment_arg
+    from envtool.cli.common import environment_arg, progress_lines
     from envtool.steps import pack
 
     prefix = environment_arg(args.env)
-    quiet = args.quiet or args.json
-
-    def say(text: str) -> None:
-        if not quiet:
-            print(f"pack: {text}", file=sys.stderr, flush=True)
-
-    result = pack.pack(prefix, args.format, Path(args.output) if args.output else None, args.dest_prefix,
-                       force=args.force, progress=say)
+    with progress_lines(args, "pack: ") as say:  # a terminal: the phase with its clock; else one line each
+        result = pack.pack(prefix, args.format, Path(args.output) if args.output else None, args.dest_prefix,
+                           force=args.force, progress=say)
     if args.json:
         print_json(result.to_dict())
         return 0

@@ -457,6 +457,7 @@ def _refresh_spider(modulefiles: Path, say: Callable[[str], None]) -> List[str]:
     paths = [p for p in os.environ.get("MODULEPATH", "").split(":") if p]
     if str(modulefiles) not in paths:
         paths.append(str(modulefiles))
+    say("refreshing Lmod's spider cache " + ", ".join(str(c) for c in caches))
     refreshed = spider.refresh(":".join(paths), caches)
     say("refreshed Lmod's spider cache: " + ", ".join(refreshed))
     return refreshed
@@ -895,6 +896,7 @@ def _retire_paths(result: RetireResult, name: str, version: str, root: Path, mod
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a signal held back is raised here
         for src, dst in aside:
+            say(f"deleting {src} (no longer visible there)")
             try:
                 _remove(dst)
             except OSError as exc:
