@@ -153,7 +153,7 @@ def read_input(name: str, what: str, limit: int = MAX_INPUT) -> str:
 
 
 @contextmanager
-def progress_lines(args, prefix: str) -> Iterator[Callable[[str], None]]:
+def progress_lines(args, prefix: str, after: float = 0.0) -> Iterator[Callable[[str], None]]:
     """A ``say(text)`` for a command's waits: each phase on stderr as ``PREFIX text``, on a terminal
     one line redrawn with its clock (:class:`envtool.core.term.LiveStatus`, cut to the width);
     nothing with ``-q`` or ``--json`` (whose stdout stays one JSON document). The live line is
@@ -162,11 +162,13 @@ def progress_lines(args, prefix: str) -> Iterator[Callable[[str], None]]:
     Args:
         args: the parsed arguments (``quiet``, ``json`` read when present).
         prefix: put before each line (``remove: ``).
+        after: seconds of silence first (:class:`envtool.core.term.DelayedStatus`): for a
+            command that is usually quicker than that; 0: every phase is said at once.
     """
-    from envtool.core.term import LiveStatus
+    from envtool.core.term import DelayedStatus, LiveStatus
 
     quiet = bool(getattr(args, "quiet", False) or getattr(args, "json", False))
-    with LiveStatus(prefix, sys.stderr) as live:
+    with (DelayedStatus(prefix, after, sys.stderr) if after > 0 else LiveStatus(prefix, sys.stderr)) as live:
         yield (lambda text: None) if quiet else live.update
 
 

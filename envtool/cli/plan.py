@@ -65,9 +65,16 @@ def run(args) -> int:
 
     check_machine_platform(spec, args.platform_mismatch_ok,
                            say=None if args.json else (lambda line: print(line, file=sys.stderr)))
-    options = options_from_args(args, spec, preview=True, site=site)
-    plan = make_plan(spec, options)
-    horovod = forecast(plan)  # from a wheel cache or compiled, and how long (issue 38)
+    from envtool.cli.common import progress_lines
+
+    # usually under 2 s: said on stderr only when it takes longer (a loaded machine, a slow file system)
+    with progress_lines(args, "plan: ", after=2.0) as say:
+        say("reading the lock and the spec")
+        options = options_from_args(args, spec, preview=True, site=site)
+        say("probing the machine (installer, compiler, CMake, MPI)")
+        plan = make_plan(spec, options)
+        say("looking up the Horovod wheel caches")
+        horovod = forecast(plan)  # from a wheel cache or compiled, and how long (issue 38)
     if args.json:
         data = plan.to_dict()
         data["horovod"] = horovod
