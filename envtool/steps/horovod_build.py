@@ -395,8 +395,8 @@ def forecast(plan: Any) -> Optional[Dict[str, Any]]:
     Returns:
         None when the plan builds no Horovod; else ``{"source": "cache"|"compile", "key",
         "key_inputs", "wheel", "cache_dir", "estimate_seconds", "estimate_basis", "key_known", "why"}``
-        (``key``/``wheel``/``cache_dir`` null unless known; the estimate null for a cache hit).
-        ``key_known`` is False when the lock does not decide the key (:func:`expected_install`):
+        (``key``/``wheel``/``cache_dir`` null unless known; the estimate null for a cache hit),
+        with ``"missing_tools"`` when a compile needs tools this machine lacks. ``key_known`` is False when the lock does not decide the key (:func:`expected_install`):
         the step looks the cache up when it runs, and ``source`` is then ``compile`` unless
         that look finds the build.
     """
@@ -416,6 +416,8 @@ def forecast(plan: Any) -> Optional[Dict[str, Any]]:
         if wheel is not None and hit is not None:
             out.update(source="cache", wheel=str(wheel), cache_dir=str(hit.dir))
             return out
+    if d.missing_tools:
+        out["missing_tools"] = system_tools.describe(d.missing_tools)
     rec = _recorded_compile(caches)
     if rec is not None:
         out["estimate_seconds"] = rec["seconds"]
@@ -436,6 +438,8 @@ def forecast_line(f: Dict[str, Any]) -> str:
     line = f"Horovod: compile (~{minutes} min; {f['estimate_basis']})"
     if not f["key_known"]:
         line += f"; unless a wheel cache holds the build ({f['why']})"
+    if f.get("missing_tools"):
+        line += f"; the compile needs {f['missing_tools']}, not found here (see the build step's note)"
     return line
 
 
