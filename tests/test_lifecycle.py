@@ -247,6 +247,29 @@ def test_cache_list_counts_everything_and_prune_trims_old_logs(tmp_path):
     assert sorted(os.listdir(cache / "logs")) == ["new.log"]
 
 
+def test_remove_and_cache_prune_say_each_wait_on_stderr(tmp_path):
+    """Issue 38 (friction 5): ``remove`` (5-16 s on a real environment) and ``cache prune`` say each
+    phase on stderr as it starts (one line each when stderr is not a terminal); ``--json`` keeps
+    stderr free of them and stdout one JSON document."""
+    env = _home(tmp_path)
+    made = tmp_path / "made"
+    (made / ".envtool").mkdir(parents=True)
+    (made / ".envtool" / "create.json").write_text(json.dumps({"spec": "bare", "prefix": str(made)}))
+    proc = run_envtool("remove", made, env=env)
+    assert proc.returncode == 0 and not os.path.lexists(made), proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[0] == f"remove: measuring {made}", proc.stderr
+    assert lines[1].startswith(f"remove: deleting {made} (") and lines[1].endswith(" B; no longer visible there)")
+    assert proc.stdout.startswith(f"removed {made}")
+    proc = run_envtool("cache", "prune", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"cache prune: pruning the wheel cache {env['ENVTOOL_CACHE_DIR']}/horovod-wheels" in proc.stderr.splitlines()
+    assert "cache prune: deleting kept bytecode that no environment links" in proc.stderr
+    quiet = run_envtool("cache", "prune", "--json", env=env)
+    assert quiet.returncode == 0 and "cache prune:" not in quiet.stderr, quiet.stderr
+    json.loads(quiet.stdout)
+
+
 def test_remove_interrupted_leaves_all_or_nothing(tmp_path):
     """SIGINT while the aside copy is being deleted: exit 130, the prefix is gone and nothing is left
     beside it (the environment is never half there)."""

@@ -183,6 +183,9 @@ def test_venv_squashfs_mounted_runs_without_the_source(venv_env, tmp_path, tools
     dest = tmp_path / "mnt" / "venv"
     proc, data = pack(venv_env, "squashfs", out, "--dest-prefix", dest)
     assert proc.returncode == 0, proc.stderr
+    # zstd, as the image's squashfs form (envtool.core.squashfs): 14x faster to write than gzip
+    sb = subprocess.run(["unsquashfs", "-s", str(out)], capture_output=True, text=True, timeout=scaled(60))
+    assert "Compression zstd" in sb.stdout, sb.stdout + sb.stderr
     r = hidden(venv_env, f"mkdir -p {dest} && squashfuse {out} {dest} && trap 'fusermount -u {dest}' EXIT && "
                          f"{dest}/bin/hello-pack && sha256sum {dest}/conda-lock.yml")
     assert r.returncode == 0, r.stderr

@@ -3,7 +3,7 @@ import json
 import sys
 import textwrap
 
-from conftest import run_envtool
+from conftest import REPO, run_envtool
 from envtool.checks import scan
 
 RISKY = textwrap.dedent('''\
@@ -117,7 +117,28 @@ def test_cli_script_check_names_file_and_line(tmp_path):
     assert any(item.startswith(f"{script}:11: [dataloader-workers] DataLoader") for item in f["details"]["items"])
     assert any(item.startswith(f"{script}:12: [dataloader-workers] (info)") for item in f["details"]["items"])
     text = run_envtool("doctor", "--prefix", sys.prefix, "--only", "script", "--script", script)
-    assert f"{script}:7: [fork-start-method]" in text.stdout
+    assert f"{script}:7: [fork-start-method]" in " ".join(text.stdout.split())  # lines wrapped to 80 columns
+
+
+
+def test_cli_script_findings_fit_80_columns_and_say_the_launch_once(tmp_path):
+    """Issue 38 (friction 8): each finding wraps to COLUMNS, the launch assumed is said once per
+    program instead of on every finding; --json keeps every issue's message whole."""
+    (tmp_path / "train.py").write_text(RISKY)
+    env = {"COLUMNS": "80", "PYTHONPATH": str(REPO)}  # run from tmp_path: the paths shown are short
+    text = run_envtool("doctor", "--prefix", sys.prefix, "--only", "script", "--script", "train.py", env=env,
+                       cwd=tmp_path)
+    assert text.returncode == 0, text.stderr
+    assert max(len(line) for line in text.stdout.splitlines()) <= 80, text.stdout
+    assert text.stdout.count("launch assumed") == 1, text.stdout
+    flat = " ".join(text.stdout.split())
+    assert "launch assumed for train.py: Horovod" in flat
+    assert "train.py:7: [fork-start-method]" in flat and "train.py:11: [dataloader-workers] DataLoader" in flat
+    data = json.loads(run_envtool("doctor", "--prefix", sys.prefix, "--only", "script", "--script", "train.py",
+                                  "--json", env=env, cwd=tmp_path).stdout)
+    issues = data["findings"][0]["details"]["issues"]
+    launch_specific = [i for i in issues if i["rule"] not in ("syntax", "no-main-guard")]
+    assert launch_specific and all("[launch assumed: Horovod" in i["message"] for i in launch_specific)
 
 
 # -- the project scan (issue 18) ----------------------------------------------------------------
@@ -348,7 +369,7 @@ def test_cli_info_only_is_ok_and_shown_with_verbose(tmp_path):
     assert proc.returncode == 0 and "ok" in proc.stdout and "1 unproven note" in proc.stdout
     assert "[lr-not-scaled]" not in proc.stdout
     verbose = run_envtool("-v", "doctor", "--prefix", sys.prefix, "--only", "script", "--script", lib)
-    assert f"{lib}:5: [lr-not-scaled] (info)" in verbose.stdout, verbose.stdout + verbose.stderr
+    assert f"{lib}:5: [lr-not-scaled] (info)" in " ".join(verbose.stdout.split()), verbose.stdout + verbose.stderr
 
 
 def test_horovod_examples_findings_match_the_classified_set():

@@ -167,3 +167,46 @@ def test_create_hits_a_read_only_site_cache_without_compiling(tmp_path, cpu_horo
     finally:
         _writable(mismatch)
         _writable(good)
+
+
+def test_plan_says_whether_horovod_comes_from_a_cache_or_is_compiled(tmp_path, monkeypatch):
+    """Issue 38 (friction 6): ``plan`` computes the build step's own cache key from the lock
+    (``build_key``, the function the step runs) and looks it up without using the entry: an empty
+    cache says compile with the stated default estimate, a compile recorded here gives the
+    estimate, an entry under that key in a site cache makes ``plan`` and ``publish --dry-run`` say
+    "from cache KEY (PATH)". The first two looks run in this process (the same functions the CLI
+    calls), the last through the CLI."""
+    from envtool.core.plan import PlanOptions
+    from envtool.spec.catalog import load_spec
+    from envtool.steps import from_lock
+    from envtool.steps.horovod_build import forecast
+    from envtool.steps.planner import make_plan
+
+    env = {"ENVTOOL_CACHE_DIR": str(tmp_path / "user"), "ENVTOOL_CACHE_PATH": str(tmp_path / "site")}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    spec = load_spec("cpu-horovod")
+    plan = make_plan(spec, PlanOptions(prefix=tmp_path / "env", from_lock=from_lock.choose(spec).path, preview=True))
+    hvd = forecast(plan)
+    assert hvd["source"] == "compile" and hvd["key_known"] and hvd["wheel"] is None, hvd
+    assert hvd["estimate_seconds"] == 891 and "891 s measured on 2 shared cores" in hvd["estimate_basis"]
+    key = cache.key_from_json(hvd["key_inputs"])
+    assert key.digest() == hvd["key"] and key.frameworks == (("torch", "2.13.0+cpu"),)  # as locked
+    wheel = tmp_path / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+    wheel.write_bytes(b"not a real wheel: plan only proves the entry (key.json, size, SHA-256)")
+    # a compile recorded on this machine (another build) is the estimate
+    cache.WheelCache(tmp_path / "user").store(replace(key, requirement="horovod==0.27.0"), wheel, seconds=150)
+    hvd = forecast(plan)
+    assert hvd["source"] == "compile" and hvd["estimate_seconds"] == 150, hvd
+    assert hvd["estimate_basis"].startswith("the last compile here took 150 s")
+    # the build this plan makes, in a site cache
+    cache.WheelCache(tmp_path / "site").store(key, wheel)
+    line = f"Horovod: from cache {key.digest()} ({tmp_path}/site/horovod-wheels/{key.digest()}/{wheel.name})"
+    proc = run_envtool("plan", "cpu-horovod", "--prefix", tmp_path / "env", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert line in proc.stdout.splitlines(), proc.stdout
+    proc = run_envtool("publish", "cpu-horovod", "--root", tmp_path / "sw", "--modulefiles", tmp_path / "mf",
+                       "--dry-run", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "  " + line in proc.stdout.splitlines(), proc.stdout
+    assert not (tmp_path / "sw").exists()

@@ -6,11 +6,12 @@ items (printed with ``-v``, always in ``--json``). ``details.mechanisms`` names,
 fired, what would satisfy it (:data:`envtool.checks.scan.MECHANISMS`); ``details.programs`` the
 entry points, the launch assumed for each and why; ``details.suppressed`` the issues silenced by
 ``# envtool: ignore[rule]`` comments; ``details.omitted`` the issues past the report's cap. The
-check never fails: ``doctor --strict`` / ``--fail-on`` turns remaining issues into exit status 1.
+text items say the launch assumed once per program (``launch assumed for ENTRY: …``) and list its
+issues below without it; ``details.issues`` keeps each message whole. The check never fails: ``doctor --strict`` / ``--fail-on`` turns remaining issues into exit status 1.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict
+from typing import TYPE_CHECKING, Any, Dict, List
 
 from envtool.checks.model import Context, Finding
 from envtool.checks.registry import check, finding
@@ -36,6 +37,40 @@ def run_scan(ctx: Context) -> "ScanReport":
     return ctx.script_report
 
 
+def _items(issues, programs) -> List[str]:
+    """The report's lines: per program (in the order its first issue comes), ``launch assumed for
+    ENTRY: …`` once when any of its messages carries that note, then its issues as
+    ``PATH:LINE: [rule] message; fix: …`` with the note taken off.
+
+    Args:
+        issues: the :class:`~envtool.checks.scan.ScanIssue` list, in report order.
+        programs: the report's programs (``entry``, ``launch``, ``reason``).
+    Returns:
+        the lines.
+    """
+    from envtool.checks.scan.model import LAUNCHES, assumed_text
+
+    known = {p["entry"]: p for p in programs if p.get("launch") in LAUNCHES}
+    notes = {entry: assumed_text(p["launch"], p["reason"]) for entry, p in known.items()}
+    groups: Dict[str, List[str]] = {}
+    headed = set()
+    for i in issues:
+        note = notes.get(i.entry, "")
+        message = i.message
+        if note and message.endswith(note):
+            message = message[:-len(note)]
+            headed.add(i.entry)
+        groups.setdefault(i.entry, []).append(
+            f"{i.path}:{i.line}: [{i.rule}]{' (info)' if i.level == 'info' else ''} {message}; fix: {i.fix}")
+    items: List[str] = []
+    for entry, lines in groups.items():
+        if entry in headed:
+            p = known[entry]
+            items.append(f"launch assumed for {entry}: {LAUNCHES[p['launch']]}, because: {p['reason']}")
+        items += lines
+    return items
+
+
 @check(ID, "Training script scan (--script)", order=40,
        fix="apply the change named on each line")
 def run(ctx: Context) -> Finding:
@@ -48,8 +83,7 @@ def run(ctx: Context) -> Finding:
     issues = report.issues
     names = ", ".join(str(p) for p in ctx.scripts)
     files = sorted({i.path for i in issues})
-    items = [f"{i.path}:{i.line}: [{i.rule}]{' (info)' if i.level == 'info' else ''} {i.message}; fix: {i.fix}"
-             for i in issues]
+    items = _items(issues, report.programs)
     if report.omitted:
         items.append(f"... {report.omitted} more issue(s) not listed (the report keeps the first {len(issues)})")
     warns = [i for i in issues if i.level != "info"]

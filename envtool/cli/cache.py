@@ -134,6 +134,8 @@ def run_prune(args) -> int:
 
     from envtool.engines.installer import prune_bytecode
 
+    from envtool.cli.common import progress_lines
+
     wc = cache.WheelCache()
     seconds = args.older_than * 86400.0
     dry = args.dry_run or will_ask(args)  # what would go, before asking (or instead of deleting)
@@ -149,9 +151,13 @@ def run_prune(args) -> int:
             print("nothing was deleted")
             return 0
     if not args.dry_run:
-        gone = wc.prune(seconds)
-        pyc_count, pyc_bytes = prune_bytecode()
-        log_count, log_bytes = _prune_logs(seconds)
+        with progress_lines(args, "cache prune: ") as say:  # stderr; a terminal: the phase with its clock
+            say(f"pruning the wheel cache {wc.dir}")
+            gone = wc.prune(seconds)
+            say("deleting kept bytecode that no environment links")
+            pyc_count, pyc_bytes = prune_bytecode()
+            say(f"deleting build logs older than {args.older_than:g} days")
+            log_count, log_bytes = _prune_logs(seconds)
     verb = "would delete" if args.dry_run else "deleted"
     if args.json:
         print_json({"cache": str(wc.dir), "older_than_days": args.older_than, "dry_run": args.dry_run,

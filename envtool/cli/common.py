@@ -4,8 +4,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
 
 def path_arg(text: str) -> str:
@@ -149,6 +150,26 @@ def read_input(name: str, what: str, limit: int = MAX_INPUT) -> str:
     if len(data) > limit:
         raise UsageError(f"{what} {echo(name)}: expected at most {limit // (1024 * 1024)} MiB of text, got more")
     return data.decode("utf-8", errors="replace")
+
+
+@contextmanager
+def progress_lines(args, prefix: str, after: float = 0.0) -> Iterator[Callable[[str], None]]:
+    """A ``say(text)`` for a command's waits: each phase on stderr as ``PREFIX text``, on a terminal
+    one line redrawn with its clock (:class:`envtool.core.term.LiveStatus`, cut to the width);
+    nothing with ``-q`` or ``--json`` (whose stdout stays one JSON document). The live line is
+    erased when the block ends.
+
+    Args:
+        args: the parsed arguments (``quiet``, ``json`` read when present).
+        prefix: put before each line (``remove: ``).
+        after: seconds of silence first (:class:`envtool.core.term.DelayedStatus`): for a
+            command that is usually quicker than that; 0: every phase is said at once.
+    """
+    from envtool.core.term import DelayedStatus, LiveStatus
+
+    quiet = bool(getattr(args, "quiet", False) or getattr(args, "json", False))
+    with (DelayedStatus(prefix, after, sys.stderr) if after > 0 else LiveStatus(prefix, sys.stderr)) as live:
+        yield (lambda text: None) if quiet else live.update
 
 
 def add_json(parser) -> None:

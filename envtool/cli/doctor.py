@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from envtool.cli.common import add_json, name_arg, path_arg, print_json, seconds_arg
+from envtool.core import term
 from envtool.core.term import LiveStatus, paint
 
 _MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "skipped": "skip"}
@@ -223,21 +224,31 @@ def fail_level(args) -> Optional[str]:
     return level
 
 
-def format_text(findings, verbose: bool = False) -> str:
-    """The human report: ``STATUS  id  summary``, then items and ``fix:`` indented."""
+def format_text(findings, verbose: bool = False, columns: Optional[int] = None) -> str:
+    """The human report: ``STATUS  id  summary``, then items and ``fix:`` indented.
+
+    The summary, the items and ``-v``'s details are wrapped to ``columns`` (default: stdout's
+    width, :func:`envtool.core.term.width`: the terminal's, else ``COLUMNS``, else 80), each
+    continuation line indented under its text. A ``fix:`` line is left whole: it often holds a
+    command to paste, which a line break would cut in two."""
+    columns = columns or term.width(sys.stdout)
     lines = []
     width = max([len(f.id) for f in findings] + [10])
+    pad = " " * (5 + 1 + width + 4)
     for f in findings:
         mark = _MARK[f.status]
-        lines.append(paint(mark, _COLOUR[f.status]) + " " * (6 - len(mark)) + f"{f.id:<{width}}  {f.summary}")
+        head = term.wrap(f"{mark}{' ' * (6 - len(mark))}{f.id:<{width}}  {f.summary}", columns,
+                         rest=" " * (6 + width + 2))
+        head[0] = paint(mark, _COLOUR[f.status]) + head[0][len(mark):]
+        lines += head
         for item in f.details.get("items", []) if (verbose or f.status in ("warn", "fail")) else []:
-            lines.append(f"{'':<5} {'':<{width}}    - {item}")
+            lines += term.wrap(item, columns, first=pad + "- ", rest=pad + "  ")
         if f.fix and f.status in ("warn", "fail"):
-            lines.append(f"{'':<5} {'':<{width}}    fix: {f.fix}")
+            lines.append(f"{pad}fix: {f.fix}")
         if verbose:
             for k, v in f.details.items():
                 if k != "items":
-                    lines.append(f"{'':<5} {'':<{width}}    {k.replace('_', ' ')}: {human(v)}")
+                    lines += term.wrap(f"{k.replace('_', ' ')}: {human(v)}", columns, first=pad, rest=pad + "  ")
     return "\n".join(lines)
 
 

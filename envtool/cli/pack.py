@@ -30,19 +30,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    import sys
     from pathlib import Path
 
-    from envtool.cli.common import environment_arg, prefix_given
+    from envtool.cli.common import environment_arg, prefix_given, progress_lines
     from envtool.steps import pack
 
     prefix = environment_arg(prefix_given(args))
-    quiet = args.quiet or args.json
-
-    def say(text: str) -> None:
-        if not quiet:
-            print(f"pack: {text}", file=sys.stderr, flush=True)
-
     if args.dry_run:
         import os
 
@@ -58,8 +51,9 @@ def run(args) -> int:
             print(f"dry run: would pack the {kind} environment {absolute} into {out}"
                   + (" (replacing that file)" if replaces else "") + "; nothing was changed")
         return 0
-    result = pack.pack(prefix, args.format, Path(args.output) if args.output else None, args.dest_prefix,
-                       force=args.force, progress=say)
+    with progress_lines(args, "pack: ") as say:  # a terminal: the phase with its clock; else one line each
+        result = pack.pack(prefix, args.format, Path(args.output) if args.output else None, args.dest_prefix,
+                           force=args.force, progress=say)
     if args.json:
         print_json(result.to_dict())
         return 0

@@ -1,4 +1,7 @@
-"""``envtool plan SPEC``: print the ordered steps with their exact commands; changes nothing."""
+"""``envtool plan SPEC``: print the ordered steps with their exact commands, then one line saying
+whether Horovod will come from a wheel cache or be compiled (and about how long that takes);
+changes nothing. ``--json``: the plan, with ``horovod`` (:func:`envtool.steps.horovod_build.forecast`,
+null when the plan builds no Horovod)."""
 from __future__ import annotations
 
 import sys
@@ -53,6 +56,7 @@ def options_from_args(args, spec, preview: bool = False, site=None, say=None):
 
 def run(args) -> int:
     from envtool.cli.common import check_generated_inputs
+    from envtool.steps.horovod_build import forecast, forecast_line
     from envtool.steps.planner import format_plan, make_plan
 
     check_generated_inputs(args, positional_spec=True)
@@ -61,10 +65,19 @@ def run(args) -> int:
 
     check_machine_platform(spec, args.platform_mismatch_ok,
                            say=None if args.json else (lambda line: print(line, file=sys.stderr)))
-    options = options_from_args(args, spec, preview=True, site=site)
-    plan = make_plan(spec, options)
+    from envtool.cli.common import progress_lines
+
+    # usually under 2 s: said on stderr only when it takes longer (a loaded machine, a slow file system)
+    with progress_lines(args, "plan: ", after=2.0) as say:
+        say("reading the lock and the spec")
+        options = options_from_args(args, spec, preview=True, site=site)
+        say("probing the machine (installer, compiler, CMake, MPI)")
+        plan = make_plan(spec, options)
+        say("looking up the Horovod wheel caches")
+        horovod = forecast(plan)  # from a wheel cache or compiled, and how long (issue 38)
     if args.json:
         data = plan.to_dict()
+        data["horovod"] = horovod
         if options.clone is not None:
             from envtool.steps.planner import clone_source
 
@@ -73,4 +86,6 @@ def run(args) -> int:
         print_json(data)
     else:
         print(format_plan(plan))
+        if horovod is not None:
+            print(forecast_line(horovod))
     return 0

@@ -89,6 +89,10 @@ def run(args) -> int:
                 print(f"  packages: {s.lock['reason']}")
             for step in s.steps:
                 print(f"  step {step}")
+            if s.horovod:
+                from envtool.steps.horovod_build import forecast_line
+
+                print(f"  {forecast_line(s.horovod)}")
         if result.spider_caches:
             print("would refresh Lmod's spider cache: " + ", ".join(result.spider_caches))
         return 0

@@ -24,6 +24,8 @@ def run(args) -> int:
     from envtool.core.sizes import human
     from envtool.steps.lifecycle import remove_environment
 
+    from envtool.cli.common import progress_lines
+
     def say(line: str) -> None:
         if not (args.quiet or args.json):
             print(line, file=sys.stderr)
@@ -37,7 +39,8 @@ def run(args) -> int:
                              f"{human(plan['size'])})"):
             print("nothing was removed")
             return 0
-    result = remove_environment(prefix, dry_run=args.dry_run, say=say)
+    with progress_lines(args, "remove: ") as status:
+        result = remove_environment(prefix, dry_run=args.dry_run, say=status)
     if args.json:
         print_json(result)
         return 0

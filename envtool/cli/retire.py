@@ -33,7 +33,7 @@ def run(args) -> int:
     from envtool.core.errors import EnvtoolError
     from envtool.steps.publish import retire
 
-    from envtool.cli.common import confirm, will_ask
+    from envtool.cli.common import confirm, progress_lines, will_ask
 
     if will_ask(args):  # on a terminal: say what goes and ask (-y does not)
         plan = retire(args.module, Path(args.root), Path(args.modulefiles) if args.modulefiles else None,
@@ -42,8 +42,10 @@ def run(args) -> int:
             print("nothing was removed")
             return 0
     try:
-        result = retire(args.module, Path(args.root), Path(args.modulefiles) if args.modulefiles else None,
-                        force_default=args.force_default, dry_run=args.dry_run, quiet=args.quiet or args.json)
+        with progress_lines(args, "retire: ") as say:  # stderr; a terminal: the phase with its clock
+            result = retire(args.module, Path(args.root), Path(args.modulefiles) if args.modulefiles else None,
+                            force_default=args.force_default, dry_run=args.dry_run, quiet=args.quiet or args.json,
+                            progress=say)
     except EnvtoolError as exc:
         if args.json:
             print_json({"ok": False, "error": str(exc), "exit": exc.exit_status})

@@ -17,9 +17,10 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import textwrap
 import threading
 import time
-from typing import IO, Optional
+from typing import IO, List, Optional
 
 #: ECMA-48 erase in line (to its end) after a carriage return: rewrite the current line.
 CLEAR_LINE = "\r\x1b[K"
@@ -70,6 +71,24 @@ def fit(text: str, columns: int) -> str:
     if len(text) <= columns:
         return text
     return text[:max(0, columns - 1)].rstrip() + ELLIPSIS
+
+
+def wrap(text: str, columns: int, first: str = "", rest: str = "") -> List[str]:
+    """``text`` as lines of at most ``columns`` characters, the first starting with ``first`` and
+    the others with ``rest`` (:func:`textwrap.wrap`). Words are never split and hyphens are not
+    break points, so a path, URL or command stays whole (and one longer than the line stays
+    over it: cutting it would break a copy and paste).
+
+    Args:
+        text: one paragraph (newlines are treated as spaces).
+        columns: the width (e.g. :func:`width`).
+        first: printed before the first line (counted in the width).
+        rest: printed before each following line (counted in the width).
+    Returns:
+        the lines (at least one).
+    """
+    return textwrap.wrap(text, width=max(columns, len(rest) + 10), initial_indent=first, subsequent_indent=rest,
+                         break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
 
 
 def colour_enabled(stream: Optional[IO[str]] = None) -> bool:
@@ -203,3 +222,59 @@ class LiveStatus:
             self.stream.flush()
         except (OSError, ValueError):
             pass
+
+
+class DelayedStatus:
+    """A :class:`LiveStatus` that shows nothing for the first ``after`` seconds: a command that is
+    usually quick (``plan``) stays silent, and one that takes longer says what it is doing from
+    then on (the status current at that moment, then each later one).
+
+    Args:
+        prefix: put before every status (``plan: ``).
+        after: seconds of silence (counted from the first :meth:`update`).
+        stream: where it goes (stderr).
+        live: redraw in place; None (default): when ``stream`` is a terminal.
+    """
+
+    def __init__(self, prefix: str = "", after: float = 2.0, stream: Optional[IO[str]] = None,
+                 live: Optional[bool] = None):
+        self.status = LiveStatus(prefix, stream, live)
+        self.after = after
+        self.text: Optional[str] = None
+        self.shown = False
+        self._lock = threading.Lock()
+        self._timer: Optional[threading.Timer] = None
+
+    def __enter__(self) -> "DelayedStatus":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def update(self, text: str, keep: bool = True) -> None:
+        """Make ``text`` the current status (shown at once when the silence is over; see
+        :meth:`LiveStatus.update` for ``keep``)."""
+        with self._lock:
+            self.text = text
+            if self.shown:
+                self.status.update(text, keep)
+                return
+            if self._timer is None:
+                self._timer = threading.Timer(self.after, self._show)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _show(self) -> None:
+        with self._lock:
+            if self.shown or self.text is None:
+                return
+            self.shown = True
+            self.status.update(self.text)
+
+    def stop(self) -> None:
+        """Cancel a pending status and erase the live line (:meth:`LiveStatus.stop`)."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+            self.text = None
+        self.status.stop()

@@ -32,6 +32,7 @@ import json
 import os
 import pwd
 import shutil
+import socket
 import stat
 import tempfile
 import time
@@ -153,6 +154,20 @@ def _read_record(entry: Path) -> Optional[WheelRecord]:
     return rec
 
 
+def compile_record(entry: Path) -> Optional[Dict]:
+    """The compile an entry's ``key.json`` records (``"compiled": {"seconds", "host", "cpus",
+    "when"}``, written by :meth:`WheelCache.store` after a build), or None (none recorded: an
+    entry from an older envtool, a published copy, an unreadable file)."""
+    try:
+        rec = json.loads((entry / "key.json").read_text(encoding="utf-8")).get("compiled")
+        if isinstance(rec, dict) and float(rec["seconds"]) > 0:
+            return {"seconds": float(rec["seconds"]), "host": str(rec.get("host", "")),
+                    "cpus": rec.get("cpus"), "when": str(rec.get("when", ""))}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return None
+
+
 def file_sha256(path: Path) -> str:
     """SHA-256 of a file's bytes (hex), read in 1 MiB blocks.
 
@@ -166,8 +181,10 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _key_json(key: BuildKey, wheel: Path, sha256: str) -> str:
+def _key_json(key: BuildKey, wheel: Path, sha256: str, compiled: Optional[Dict] = None) -> str:
     data = asdict(key)
+    if compiled:
+        data["compiled"] = compiled
     data["wheel"] = {"file": wheel.name, "size": wheel.stat().st_size, "sha256": sha256}
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
@@ -258,7 +275,7 @@ class WheelCache:
     def __repr__(self) -> str:
         return f"WheelCache({str(self.root)!r}{', read_only=True' if self.read_only else ''})"
 
-    def find(self, key: BuildKey, want_sha256: str = "") -> Tuple[Optional[Path], str]:
+    def find(self, key: BuildKey, want_sha256: str = "", mark_used: bool = True) -> Tuple[Optional[Path], str]:
         """The proven wheel for ``key``, or why there is none.
 
         The entry ``horovod-wheels/<digest>`` is used when nobody but the cache's owner can write it
@@ -272,6 +289,8 @@ class WheelCache:
         Args:
             key: the wanted build key.
             want_sha256: the SHA-256 the wheel must have (a lock's), or ``""``.
+            mark_used: on a hit in a writable cache, mark the entry used (False: ``plan``'s
+                look, which uses nothing).
         Returns:
             ``(wheel, "")`` on a hit; ``(None, "")`` when there is no entry; ``(None, reason)``
             when the entry is there but not used (``reason`` says why, naming the path).
@@ -311,7 +330,7 @@ class WheelCache:
         if size != rec.size or got != rec.sha256:
             return None, (f"{wheel}: not the wheel key.json records (SHA-256 {got}, {size} bytes; recorded "
                           f"{rec.sha256}, {rec.size} bytes)")
-        if not self.read_only:
+        if not self.read_only and mark_used:
             try:
                 os.utime(entry)
             except OSError:
@@ -322,10 +341,19 @@ class WheelCache:
         """The proven cached wheel for ``key`` (:meth:`find`), or None."""
         return self.find(key, want_sha256)[0]
 
-    def store(self, key: BuildKey, wheel: Path, log_text: Optional[str] = None) -> Path:
+    def store(self, key: BuildKey, wheel: Path, log_text: Optional[str] = None,
+              seconds: Optional[float] = None) -> Path:
         """Copy ``wheel`` (and its build output ``log_text``) into the cache under ``key``; its
-        ``key.json`` records the wheel's file name, size and SHA-256. The cache's directories are
-        private (``0700``, :func:`envtool.core.paths.ensure_dir`), its files ``0600``.
+        ``key.json`` records the wheel's file name, size and SHA-256, and with ``seconds`` the
+        compile (:func:`compile_record`). The cache's directories are private (``0700``,
+        :func:`envtool.core.paths.ensure_dir`), its files ``0600``.
+
+        Args:
+            key: the build's key.
+            wheel: the built wheel.
+            log_text: the build's output, kept as ``build.log``.
+            seconds: how long the compile took (wall clock), recorded with this host's name and
+                CPU count for ``plan``'s estimate of the next compile.
 
         Returns:
             the cached wheel's path.
@@ -340,7 +368,11 @@ class WheelCache:
         final = self.dir / key.digest()
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.dir))
         shutil.copyfile(wheel, tmp / wheel.name)
-        (tmp / "key.json").write_text(_key_json(key, tmp / wheel.name, file_sha256(tmp / wheel.name)))
+        compiled = None
+        if seconds is not None:
+            compiled = {"seconds": round(float(seconds), 1), "host": socket.gethostname(), "cpus": os.cpu_count(),
+                        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        (tmp / "key.json").write_text(_key_json(key, tmp / wheel.name, file_sha256(tmp / wheel.name), compiled))
         if log_text is not None:
             (tmp / "build.log").write_text(log_text, encoding="utf-8", errors="replace")
         for f in tmp.iterdir():
@@ -446,7 +478,8 @@ def chain(site_caches: Iterable[str] = (), group: Optional[str] = None) -> Tuple
 
 
 def lookup_chain(caches: Sequence[WheelCache], key: BuildKey, want_sha256: str = "",
-                 skipped: Optional[List[Tuple[WheelCache, str]]] = None) -> Tuple[Optional[Path], Optional[WheelCache]]:
+                 skipped: Optional[List[Tuple[WheelCache, str]]] = None,
+                 mark_used: bool = True) -> Tuple[Optional[Path], Optional[WheelCache]]:
     """The first cache of ``caches`` with a proven wheel for ``key`` (:meth:`WheelCache.find`).
 
     Args:
@@ -454,11 +487,12 @@ def lookup_chain(caches: Sequence[WheelCache], key: BuildKey, want_sha256: str =
         key: the wanted build key.
         want_sha256: the SHA-256 the wheel must have (a lock's), or ``""``.
         skipped: when given, ``(cache, reason)`` is appended for each cache whose entry was not used.
+        mark_used: see :meth:`WheelCache.find`.
     Returns:
         ``(wheel, cache)``, or ``(None, None)``.
     """
     for c in caches:
-        wheel, reason = c.find(key, want_sha256)
+        wheel, reason = c.find(key, want_sha256, mark_used=mark_used)
         if wheel is not None:
             return wheel, c
         if reason and skipped is not None:

@@ -12,8 +12,9 @@ import json
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from packaging.version import Version
@@ -70,6 +71,10 @@ class BuildDecision:
             ``build_cache_group``), or None.
         wheel_sha256: the SHA-256 of the Horovod wheel the lock records (a lock of an environment
             records the installed wheel), or ``""``: then only a cached wheel of that hash is used.
+        expected: what the run's probe (:func:`probe_env`) will report, when the lock decides it:
+            ``{"python_tag": …, "frameworks": {key: [distribution, version]}}`` (see
+            :func:`expected_install`), else None: the cache key is known only when the step runs.
+        expected_why: why :attr:`expected` is None (for ``plan``), else ``""``.
     """
 
     prefix: Path
@@ -90,6 +95,8 @@ class BuildDecision:
     fix: Tuple[str, ...] = ()
     cache_group: Optional[str] = None
     wheel_sha256: str = ""
+    expected: Optional[Dict[str, Any]] = None
+    expected_why: str = ""
 
     @property
     def python(self) -> str:
@@ -97,7 +104,7 @@ class BuildDecision:
         return str(PrefixData(self.prefix).python)
 
 
-def plan_steps(spec: Spec, options: PlanOptions, locked: Any = None) -> List[Step]:
+def plan_steps(spec: Spec, options: PlanOptions, locked: Any = None, loaded: Any = None) -> List[Step]:
     """The ``build-horovod`` step, or none when Horovod is not pip-built.
 
     The toolchain (CMake, the real C++ compiler, MPI) is read from ``options.machine`` (probed
@@ -112,6 +119,9 @@ def plan_steps(spec: Spec, options: PlanOptions, locked: Any = None) -> List[Ste
             installing from a lock, else None. Its dependencies were installed from the lock, so
             the wheel goes in with ``--no-deps``; when the entry is the source archive (a solve
             lock) the download is checked against its SHA-256 (``--require-hashes``).
+        loaded: the :class:`~envtool.steps.from_lock.LoadedLock` installed before the build, or
+            None (a solve, a clone): it decides the frameworks and Python the build will see
+            (:func:`expected_install`), hence the cache key ``plan`` can look up.
     """
     h = spec.horovod
     if h.install != "pip-build":
@@ -184,7 +194,8 @@ def plan_steps(spec: Spec, options: PlanOptions, locked: Any = None) -> List[Ste
         compiler=probed.compiler, mpi=probed.mpi, platform=probed.platform, rules=rule_ids,
         fix_env=tuple(fix_env), sdist_sha256=sdist_hash, no_deps=locked is not None,
         caches=tuple(c.root for c in caches), missing_tools=absent, fix=fix_lines,
-        cache_group=spec.site.build_cache_group, wheel_sha256=wheel_hash)
+        cache_group=spec.site.build_cache_group, wheel_sha256=wheel_hash,
+        **dict(zip(("expected", "expected_why"), expected_install(loaded))))
     from envtool.engines.rattler import build_package_steps
 
     before, after = build_package_steps(spec, Path(options.work_prefix), Path(options.prefix))
@@ -280,6 +291,158 @@ def expand_prefix_vars(build_vars: Dict[str, str], prefix: Path) -> Dict[str, st
     return {k: _PREFIX_REF.sub(lambda m: str(prefix), v) for k, v in build_vars.items()}
 
 
+def build_key(d: BuildDecision, info: Dict) -> "wheel_cache.BuildKey":
+    """The wheel cache key of the build ``d`` makes in an environment that reports ``info``: the one
+    computation of it, used by the step when it runs and by ``plan``'s look-ahead (:func:`forecast`).
+
+    Args:
+        d: the step's decision.
+        info: what :func:`probe_env` reports (``python_tag``, ``frameworks``), or the same shape
+            from :func:`expected_install`.
+    Returns:
+        the :class:`~envtool.horovod.cache.BuildKey` (fix rules from :func:`rules_for_run`).
+    """
+    installed = info["frameworks"]
+    return wheel_cache.BuildKey(
+        requirement=d.requirement,
+        build_env=tuple(cache_relevant(list(d.build_env))),
+        frameworks=tuple(sorted((v[0], v[1]) for v in installed.values())),
+        python_tag=info["python_tag"],
+        compiler=d.compiler,
+        platform=d.platform,
+        mpi=d.mpi,
+        fixes=tuple(r.id for r in rules_for_run(d, installed)),
+    )
+
+
+def decision_caches(d: BuildDecision) -> List["wheel_cache.WheelCache"]:
+    """The wheel caches the build consults, in order: the user's (written), then the site's (read-only)."""
+    roots = d.caches or (wheel_cache.cache_root(),)
+    return [wheel_cache.WheelCache(roots[0])] + [wheel_cache.WheelCache(r, read_only=True, group=d.cache_group)
+                                                 for r in roots[1:]]
+
+
+def expected_install(loaded: Any) -> Tuple[Optional[Dict[str, Any]], str]:
+    """What :func:`probe_env` will report in an environment installed from ``loaded``, decided from
+    the lock alone: the framework distributions are picked from its pip entries exactly as the
+    probe picks them (:func:`envtool.probes.framework_versions.installed`, ``FRAMEWORK_DISTS``
+    order), the Python tag from the interpreter the lock was resolved for (``envtool.python``)
+    or its conda ``python`` entry, as the probe derives it from ``sys.implementation.cache_tag``
+    (``cpython-311`` → ``cp311``, https://docs.python.org/3/library/sys.html#sys.implementation).
+
+    Args:
+        loaded: a :class:`~envtool.steps.from_lock.LoadedLock`, or None.
+    Returns:
+        ``(info, "")``, or ``(None, why)`` when the lock does not decide it: no lock (a solve or
+        a clone decides the versions when run), a framework from a conda package (its
+        distribution's metadata version is not the conda record's), no interpreter recorded,
+        or an interpreter other than CPython.
+    """
+    from envtool.probes.framework_versions import installed, python_tag
+
+    if loaded is None:
+        return None, "no lock: the framework versions are decided when the environment is made"
+    entries = loaded.entries()
+    conda_fw = {n for f in frameworks.FRAMEWORKS for n in f.conda_names}
+    on_conda = sorted({p.name for p in entries if p.manager == "conda" and p.name in conda_fw})
+    if on_conda:
+        return None, f"{', '.join(on_conda)} from conda: its installed version is known when run"
+    pip = {p.key[1]: p.version for p in entries if p.manager == "pip"}
+
+    def version(dist: str) -> str:
+        from packaging.utils import canonicalize_name
+
+        return pip[canonicalize_name(dist)]  # KeyError is a LookupError: not in the lock
+
+    interp = loaded.lock.interpreter
+    if interp is not None:
+        impl, major_minor = interp.implementation, interp.major_minor
+    else:
+        conda_python = next((p.version for p in entries if p.manager == "conda" and p.name == "python"), None)
+        impl, major_minor = "cpython", ".".join((conda_python or "").split(".")[:2])
+    if impl != "cpython" or major_minor.count(".") != 1:
+        return None, "the lock records no CPython interpreter"
+    return {"python_tag": python_tag("cpython-" + major_minor.replace(".", "")),
+            "frameworks": installed(FRAMEWORK_DISTS, version)}, ""
+
+
+#: The estimate of a compile when none is recorded on this machine: Horovod 0.28.1 with PyTorch,
+#: MPI and Gloo took 891 s on 2 shared cores (envtool issue 38, a researcher's first run; about 4
+#: minutes on a quiet 2-core machine: docs/reference/horovod.md).
+DEFAULT_COMPILE_SECONDS = 891.0
+DEFAULT_COMPILE_BASIS = "none recorded on this machine; 891 s measured on 2 shared cores"
+
+
+def _recorded_compile(caches: List["wheel_cache.WheelCache"]) -> Optional[Dict]:
+    """The latest compile recorded in the user's cache (``caches[0]``) on this host, or None."""
+    import socket
+
+    host = socket.gethostname()
+    best = None
+    for e in caches[0].entries():
+        rec = wheel_cache.compile_record(e.path)
+        if rec and rec["host"] == host and (best is None or rec["when"] > best["when"]):
+            best = dict(rec, entry=e.digest)
+    return best
+
+
+def forecast(plan: Any) -> Optional[Dict[str, Any]]:
+    """Whether the plan's ``build-horovod`` step will take Horovod from a wheel cache or compile it,
+    without changing anything (no cache entry is marked used).
+
+    Args:
+        plan: a :class:`~envtool.core.plan.Plan`.
+    Returns:
+        None when the plan builds no Horovod; else ``{"source": "cache"|"compile", "key",
+        "key_inputs", "wheel", "cache_dir", "estimate_seconds", "estimate_basis", "key_known", "why"}``
+        (``key``/``wheel``/``cache_dir`` null unless known; the estimate null for a cache hit),
+        with ``"missing_tools"`` when a compile needs tools this machine lacks. ``key_known`` is False when the lock does not decide the key (:func:`expected_install`):
+        the step looks the cache up when it runs, and ``source`` is then ``compile`` unless
+        that look finds the build.
+    """
+    step = next((s for s in plan.steps if s.id == "build-horovod"), None)
+    if step is None or not isinstance(step.data, BuildDecision):
+        return None
+    d: BuildDecision = step.data
+    caches = decision_caches(d)
+    out: Dict[str, Any] = {"source": "compile", "key": None, "key_inputs": None, "wheel": None, "cache_dir": None,
+                           "estimate_seconds": None, "estimate_basis": None, "key_known": d.expected is not None,
+                           "why": d.expected_why or None}
+    if d.expected is not None:
+        key = build_key(d, d.expected)
+        out["key"] = key.digest()
+        out["key_inputs"] = asdict(key)
+        wheel, hit = wheel_cache.lookup_chain(caches, key, d.wheel_sha256, mark_used=False)
+        if wheel is not None and hit is not None:
+            out.update(source="cache", wheel=str(wheel), cache_dir=str(hit.dir))
+            return out
+    if d.missing_tools:
+        out["missing_tools"] = system_tools.describe(d.missing_tools)
+    rec = _recorded_compile(caches)
+    if rec is not None:
+        out["estimate_seconds"] = rec["seconds"]
+        out["estimate_basis"] = (f"the last compile here took {rec['seconds']:.0f} s ({rec['when']}, "
+                                 f"{rec['cpus']} CPUs, cache entry {rec['entry']})")
+    else:
+        out["estimate_seconds"] = DEFAULT_COMPILE_SECONDS
+        out["estimate_basis"] = DEFAULT_COMPILE_BASIS
+    return out
+
+
+def forecast_line(f: Dict[str, Any]) -> str:
+    """One line for people from :func:`forecast`: ``Horovod: from cache KEY (PATH)`` or
+    ``Horovod: compile (~N min; basis)``."""
+    if f["source"] == "cache":
+        return f"Horovod: from cache {f['key']} ({f['wheel']})"
+    minutes = max(1, round(f["estimate_seconds"] / 60))
+    line = f"Horovod: compile (~{minutes} min; {f['estimate_basis']})"
+    if not f["key_known"]:
+        line += f"; unless a wheel cache holds the build ({f['why']})"
+    if f.get("missing_tools"):
+        line += f"; the compile needs {f['missing_tools']}, not found here (see the build step's note)"
+    return line
+
+
 def _run_build(step: Step, runner) -> Dict:
     """Build (or take from the cache) and install the wheel the step's :class:`BuildDecision` describes.
 
@@ -305,19 +468,8 @@ def _run_build(step: Step, runner) -> Dict:
     for rule in rules:
         runner.note(f"applying fix rule {rule.id}: {rule.title}")
         build_vars.update(rule.prepare(wrapper_dir(), build_vars))
-    key = wheel_cache.BuildKey(
-        requirement=d.requirement,
-        build_env=tuple(cache_relevant(list(d.build_env))),
-        frameworks=tuple(sorted((v[0], v[1]) for v in installed.values())),
-        python_tag=info["python_tag"],
-        compiler=d.compiler,
-        platform=d.platform,
-        mpi=d.mpi,
-        fixes=tuple(r.id for r in rules),
-    )
-    roots = d.caches or (wheel_cache.cache_root(),)
-    caches = [wheel_cache.WheelCache(roots[0])] + [wheel_cache.WheelCache(r, read_only=True, group=d.cache_group)
-                                                    for r in roots[1:]]
+    key = build_key(d, info)
+    caches = decision_caches(d)
     skipped: List[Tuple[Any, str]] = []  # (wheel_cache.WheelCache, why it was skipped)
     wheel, hit = cached_wheel(caches, key, d.wheel_sha256, runner, skipped)
     result = {"cache_key": key.digest(), "cache_hit": wheel is not None, "locked_wheel_sha256": d.wheel_sha256 or None,
@@ -341,12 +493,13 @@ def _run_build(step: Step, runner) -> Dict:
                 reqs = tmp / "requirements.txt"
                 reqs.write_text(f"{d.requirement} --hash=sha256:{d.sdist_sha256}\n")
                 source = ["-r", str(reqs), "--require-hashes"]
+            started = time.monotonic()
             proc = runner.run(pip_wheel_argv(d.python, str(tmp), source), env={**build_vars, **UNBUFFERED},
                               progress="compiling Horovod")
             built = sorted(tmp.glob("horovod-*.whl"))
             if not built:
                 raise StepFailed(step.id, f"pip wheel produced no horovod wheel in {tmp}", runner.log_path)
-            wheel = cache.store(key, built[0], log_text=proc.stdout)
+            wheel = cache.store(key, built[0], log_text=proc.stdout, seconds=time.monotonic() - started)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         if d.wheel_sha256:

@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from envtool.core import squashfs
 from envtool.core.errors import UsageError
 from envtool.spec.sites import ContainerSection
 from envtool.steps.image_root import (IMAGE_PREFIX, PROGRESS_AFTER, WHEELHOUSE, ImageError, Steps, in_root,
@@ -108,13 +109,6 @@ class ImageResult:
     def to_dict(self) -> Dict:
         """A JSON-ready mapping of the fields."""
         return asdict(self)
-
-
-#: mksquashfs's compressor for the squashfs form: zstd at level 3 wrote torch's 447 MB ``lib/``
-#: 14x faster than mksquashfs's default (gzip level 9) at the same size here (2.3 s vs 34 s, 121 vs
-#: 122 MB, squashfs-tools 4.5.1); squashfuse (which ``ch-run`` uses) and Linux >= 4.14 read zstd
-#: (https://github.com/vasi/squashfuse, "zstd"; torvalds/linux@v4.14:fs/squashfs/zstd_wrapper.c).
-SQUASHFS_COMPRESSION = ("-comp", "zstd", "-Xcompression-level", "3")
 
 
 def _keep_log(log: Path, want: Path) -> Path:
@@ -476,8 +470,7 @@ def build_image(prefix: Path, output: Path, formats: Sequence[str], container: O
         out_tmp.mkdir()
         if "squashfs" in formats:
             steps.run("squashfs", "Write the squashfs image",
-                      ["mksquashfs", str(root), str(out_tmp / "image.sqfs"), "-noappend", "-quiet", "-no-progress",
-                       *SQUASHFS_COMPRESSION])
+                      squashfs.mksquashfs_argv(root, out_tmp / "image.sqfs"))
         if "oci" in formats:
             oci = out_tmp / "oci"
             label = f"{SBOM_LABEL}={SBOM_PATH}"

@@ -236,7 +236,8 @@ def remove_environment(prefix: Path, dry_run: bool = False,
     Args:
         prefix: the environment (as given).
         dry_run: check and measure only; nothing is changed.
-        say: a callable taking one line for people (the lock wait, swept leftovers), or None.
+        say: a callable taking one line for people (each phase that can take a while: measuring,
+            deleting; the lock wait; swept leftovers), or None.
     Returns:
         ``{"prefix", "spec", "size" (bytes), "removed" (bool), "dry_run", "swept" (paths)}``.
     Raises:
@@ -248,8 +249,12 @@ def remove_environment(prefix: Path, dry_run: bool = False,
     from envtool.core.sizes import tree_size
     from envtool.steps.transaction import PrefixLock
 
+    from envtool.core.sizes import human
+
+    say = say or (lambda line: None)
     prefix = Path(os.path.abspath(prefix))
     rec = check_removable(prefix)
+    say(f"measuring {prefix}")
     size = tree_size(prefix)
     result: Removal = {"prefix": str(prefix), "spec": _text(rec.get("spec")), "size": size, "removed": False,
                        "dry_run": dry_run, "swept": []}
@@ -269,6 +274,7 @@ def remove_environment(prefix: Path, dry_run: bool = False,
             raise UsageError(f"cannot remove {prefix}: " + (condition_message(exc) or exc.strerror or str(exc))
                              + "; nothing was touched") from None
         result["removed"] = True
+        say(f"deleting {prefix} ({human(size)}; no longer visible there)")
         try:
             procs.remove_path(aside)
         finally:  # interrupted or not, the environment is gone: the aside copy goes too

@@ -51,7 +51,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from envtool.core import procs
+from envtool.core import procs, squashfs
 from envtool.core.errors import CheckFailed, UsageError
 from envtool.core.prefix import PYTHON, PrefixData
 
@@ -541,7 +541,7 @@ def _pack_venv(prefix: Path, fmt: str, built: Path, dest: Optional[str], manifes
         if d.is_dir() and not d.is_symlink():
             shutil.copystat(d, root / d.relative_to(prefix))
     shutil.copystat(prefix, root)
-    argv = ["mksquashfs", str(root), str(built), "-noappend", "-no-progress", "-quiet"]
+    argv = squashfs.mksquashfs_argv(root, built)
     proc = procs.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         text, _ = proc.communicate()

@@ -118,7 +118,7 @@ def make_plan(spec: Spec, options: PlanOptions) -> Plan:
         steps += from_lock.plan_steps(spec, options, loaded, engine)
     else:
         steps += engine.create_steps(spec, options)
-    steps += horovod_build.plan_steps(spec, options, locked=loaded.built("horovod") if loaded else None)
+    steps += horovod_build.plan_steps(spec, options, locked=loaded.built("horovod") if loaded else None, loaded=loaded)
     if loaded is not None:
         steps += from_lock.verify_steps(options, loaded)
     steps += validate.plan_steps(spec, options)

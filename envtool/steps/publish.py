@@ -72,6 +72,8 @@ class Published:
         lock: ``{"file": lock or None, "reason": …}``: where the packages came from (None when
             nothing was built).
         steps: ``"id: title"`` of each step ``create`` ran (or, for a dry run, would run).
+        horovod: a dry run's look-ahead at the Horovod build: from a wheel cache or compiled
+            (:func:`envtool.steps.horovod_build.forecast`), or None (no build, or not a dry run).
     """
 
     spec: str
@@ -84,13 +86,14 @@ class Published:
     seconds: float = 0.0
     lock: Optional[Dict[str, object]] = None
     steps: List[str] = field(default_factory=list)
+    horovod: Optional[Dict[str, object]] = None
 
     def to_dict(self) -> Dict[str, object]:
         """JSON-ready form."""
         return {"spec": self.spec, "module": self.module, "prefix": str(self.prefix),
                 "modulefile": str(self.modulefile), "sbom": str(self.sbom), "action": self.action,
                 "log": str(self.log) if self.log else None, "seconds": round(self.seconds, 1),
-                "lock": self.lock, "steps": self.steps}
+                "lock": self.lock, "steps": self.steps, "horovod": self.horovod}
 
 
 @dataclass
@@ -384,6 +387,7 @@ def _group_name(gid: Optional[int]) -> Optional[str]:
 def _dry_run(stacks: List[_Stack], root: Path, modulefiles: Path, gid: Optional[int], umask: int,
              mod_umask: int, default: bool, fmt: str) -> PublishResult:
     """What :func:`publish` would do, as a :class:`PublishResult` with ``changes`` (nothing is touched)."""
+    from envtool.steps.horovod_build import forecast
     from envtool.steps.planner import make_plan
 
     group = _group_name(gid)
@@ -416,6 +420,7 @@ def _dry_run(stacks: List[_Stack], root: Path, modulefiles: Path, gid: Optional[
     result = PublishResult(dry_run=True)
     for st in stacks:
         steps: List[str] = []
+        horovod = None
         if st.options is not None:   # None: unchanged, nothing is built
             dirs(st.target.parent, umask)
             ro_dir = stat.filemode(stat.S_IFDIR | published_mode(True, True, gid is not None, umask, True))
@@ -430,6 +435,7 @@ def _dry_run(stacks: List[_Stack], root: Path, modulefiles: Path, gid: Optional[
             assert st.options is not None  # _prepare gives every stack it builds its options
             plan = make_plan(st.spec, replace(st.options, preview=True))
             steps = [f"{s.id}: {s.title}" for s in plan.steps]
+            horovod = forecast(plan)
         if default:
             from envtool.modules.registry import get
 
@@ -437,7 +443,7 @@ def _dry_run(stacks: List[_Stack], root: Path, modulefiles: Path, gid: Optional[
             change(marker, "write", "default marker",
                    note=f"makes {st.module} the default of {st.spec.name}")
         result.stacks.append(Published(st.spec.name, st.module, st.target, st.modulefile, st.sbom,
-                                       st.action, lock=_lock_dict(st.options), steps=steps))
+                                       st.action, lock=_lock_dict(st.options), steps=steps, horovod=horovod))
     result.changes = changes
     if any(s.action != "unchanged" for s in stacks) or default:
         from envtool.modules import spider
@@ -457,6 +463,7 @@ def _refresh_spider(modulefiles: Path, say: Callable[[str], None]) -> List[str]:
     paths = [p for p in os.environ.get("MODULEPATH", "").split(":") if p]
     if str(modulefiles) not in paths:
         paths.append(str(modulefiles))
+    say("refreshing Lmod's spider cache " + ", ".join(str(c) for c in caches))
     refreshed = spider.refresh(":".join(paths), caches)
     say("refreshed Lmod's spider cache: " + ", ".join(refreshed))
     return refreshed
@@ -895,6 +902,7 @@ def _retire_paths(result: RetireResult, name: str, version: str, root: Path, mod
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a signal held back is raised here
         for src, dst in aside:
+            say(f"deleting {src} (no longer visible there)")
             try:
                 _remove(dst)
             except OSError as exc:

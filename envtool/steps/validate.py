@@ -109,6 +109,26 @@ def _allreduce(prefix: Path):
     return proc.returncode == 0 and probes.parse_allreduce(proc.stdout, 2), output
 
 
+def _say_each_probe(runner, names: Dict[Any, str]) -> None:
+    """Progress of the concurrent probes (together 10-15 s on 2 cores): which run, then each as it
+    finishes with its time (the verdicts follow once all are in).
+
+    Args:
+        runner: the step runner (its ``progress`` lines go to stderr unless quiet).
+        names: future → what it probes (None keys, probes not run, are left out).
+    """
+    import time
+    from concurrent.futures import as_completed
+
+    running = {f: n for f, n in names.items() if f is not None}
+    if not running:
+        return
+    started = time.monotonic()
+    runner.progress("      running " + ", ".join(running.values()) + " (concurrently)")
+    for future in as_completed(running):
+        runner.progress(f"      {running[future]} finished ({time.monotonic() - started:.1f} s)")
+
+
 def _run_validate(step: Step, runner) -> dict:
     """Run the probes concurrently (each is its own subprocess), then judge them in order."""
     from concurrent.futures import ThreadPoolExecutor
@@ -127,6 +147,8 @@ def _run_validate(step: Step, runner) -> dict:
         cb_future = pool.submit(_check_build, prefix) if expected is not None else None
         ar_future = pool.submit(_allreduce, prefix) if d.allreduce else None
         dl_future = pool.submit(probes.dataloader, python, method) if method else None
+        _say_each_probe(runner, {cb_future: "horovodrun --check-build", ar_future: "2-rank Gloo allreduce",
+                                 dl_future: f"DataLoader ({method})", im_future: "clean imports"})
     if cb_future is not None and expected is not None:
         text, error = cb_future.result()
         if error:

@@ -17,6 +17,19 @@ LAUNCHES: Dict[str, str] = {
 }
 
 
+def assumed_text(launch: str, reason: str) -> str:
+    """The note a launch-specific message carries (`` [launch assumed: …, because: …]``), and the
+    one line ``doctor`` prints once per program instead of on each of its findings.
+
+    Args:
+        launch: a key of :data:`LAUNCHES`.
+        reason: why that launch was assumed, in words.
+    Returns:
+        the note, with its leading space.
+    """
+    return f" [launch assumed: {LAUNCHES[launch]}, because: {reason}]"
+
+
 @dataclass(frozen=True)
 class ScanIssue:
     """One risky pattern.

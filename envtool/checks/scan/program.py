@@ -20,7 +20,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from envtool.checks.scan.astutil import const_str, dotted, kwarg, last_name
 from envtool.checks.scan.facts import CallSite, DictIndex, FuncFacts, ModuleFacts
-from envtool.checks.scan.model import LAUNCHES
+from envtool.checks.scan.model import assumed_text
 
 #: optimizer constructors by dotted name (``torch.optim.SGD``, ``keras.optimizers.Adam``, ``tf.train.*Optimizer``).
 OPTIMIZER_RE = re.compile(r"(^|\.)(optim\.(?!lr_scheduler)[A-Z]\w*|optimizers\.[A-Z]\w*|train\.\w+Optimizer)$")
@@ -219,7 +219,7 @@ class Program:
 
     def assumed(self) -> str:
         """`` [launch: …, because …]``: appended to every launch-specific message."""
-        return f" [launch assumed: {LAUNCHES[self.launch]}, because: {self.launch_reason}]"
+        return assumed_text(self.launch, self.launch_reason)
 
     def add(self, mod: ModuleFacts, line: int, rule: str, message: str, fix: str, level: str = "warn") -> None:
         """Report a finding of rule ``rule`` at ``mod``:``line`` (``level`` ``warn`` or ``info``); the
