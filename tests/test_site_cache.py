@@ -103,6 +103,20 @@ def test_cache_cli_list_publish_prune(tmp_path, cpu_horovod_env):
     assert [e["digest"] for e in data["entries"]] == [entry.digest, "0123456789abcdef0123"]
     assert data["entries"][0]["build_log"] is True and data["entries"][0]["key"]["requirement"]
 
+    # --dry-run: says what it would do and makes nothing, not even the site root
+    proc = run_envtool("cache", "publish", "--to", tmp_path / "site", "--dry-run", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert [e["status"] for e in json.loads(proc.stdout)["entries"]] == ["would publish", "would publish"]
+    assert not (tmp_path / "site").exists()
+    # something in an entry's place that envtool did not make is left alone (the entry skipped)
+    squatter = tmp_path / "site" / "horovod-wheels" / entry.digest
+    squatter.parent.mkdir(parents=True)
+    squatter.write_text("not a cache entry\n")
+    proc = run_envtool("cache", "publish", "--to", tmp_path / "site", "--key", entry.digest, "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["entries"][0]["status"] == "skipped"
+    assert squatter.read_text() == "not a cache entry\n"
+    squatter.unlink()
     proc = run_envtool("cache", "publish", "--to", tmp_path / "site", "--key", entry.digest[:8], "--json", env=env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["entries"][0]["status"] == "published"

@@ -38,11 +38,14 @@ def register(sub) -> None:
                           description="Copy the user's cached Horovod wheels, each with its key.json and build.log, "
                                       "into DIR/horovod-wheels/<key>/, group-readable (files g+r, directories "
                                       "g+rx). Users then set ENVTOOL_CACHE_PATH=DIR (or the site file lists DIR "
-                                      "under build_caches) and a create whose build key matches never compiles.")
+                                      "under build_caches) and a create whose build key matches never compiles. A "
+                                      "stale entry published earlier under the same key is replaced; anything "
+                                      "else in its place is left alone.")
     pub.add_argument("--to", required=True, type=path_arg, metavar="DIR", help="the site cache root")
     pub.add_argument("--key", action="append", default=[], metavar="DIGEST",
                      help="publish only this entry (a key digest or its first characters, as 'cache list' shows; "
                           "repeatable; default: every complete entry)")
+    add_dry_run(pub, "copied or replaced")
     add_json(pub)
     pub.set_defaults(func=run_publish)
     p.set_defaults(func=_no_action, cache_parser=p)
@@ -234,14 +237,19 @@ def run_publish(args) -> int:
     if not entries:
         raise UsageError(f"nothing to publish: {wc.dir} holds no built wheel")
     try:
-        results = cache.publish(entries, Path(args.to))
+        results = cache.publish(entries, Path(args.to), dry_run=args.dry_run)
     except OSError as exc:
         raise UsageError(f"cannot publish into {args.to}: {exc.strerror or exc}") from None
     if args.json:
-        print_json({"to": str(Path(args.to) / "horovod-wheels"), "entries": results})
+        print_json({"to": str(Path(args.to) / "horovod-wheels"), "dry_run": args.dry_run, "entries": results})
     else:
         for r in results:
             print(f"{r['status']}: {r['digest']} {r.get('wheel') or ''}{' (' + r['reason'] + ')' if r.get('reason') else ''}")
-        print(f"users: export {cache.CACHE_PATH_VAR}={Path(args.to).resolve()} (or list it under build_caches in the "
-              "site file)")
+        if args.dry_run:
+            print("dry run: nothing was copied or replaced")
+        else:
+            import shlex
+
+            print(f"users: export {cache.CACHE_PATH_VAR}={shlex.quote(str(Path(args.to).resolve()))} (or list it "
+                  "under build_caches in the site file)")
     return 0

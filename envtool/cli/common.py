@@ -184,6 +184,7 @@ DESTRUCTIVE = {
     "remove": "deletes an environment envtool made",
     "retire": "deletes a published version (environment, SBOM, modulefile)",
     "cache prune": "deletes old cached wheels, build logs and unlinked bytecode",
+    "cache publish": "replaces a stale entry published earlier under the same key",
     "publish": "--force rebuilds and replaces published stacks",
     "create": "--force replaces the environment at the prefix",
     "clone": "--force replaces the environment at the prefix",

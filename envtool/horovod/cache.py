@@ -500,7 +500,7 @@ def lookup_chain(caches: Sequence[WheelCache], key: BuildKey, want_sha256: str =
     return None, None
 
 
-def publish(entries: Sequence[Entry], to: Path) -> List[Dict]:
+def publish(entries: Sequence[Entry], to: Path, dry_run: bool = False) -> List[Dict]:
     """Copy cache entries into the site cache root ``to`` (``to/horovod-wheels/<digest>/``), each
     atomically (copied beside, then renamed), readable by the group and writable by the publisher
     alone (files ``0644`` less what the umask takes, then ``g+r``; directories it creates lose group
@@ -509,19 +509,26 @@ def publish(entries: Sequence[Entry], to: Path) -> List[Dict]:
     Each entry's wheel is proven first: its ``key.json`` must record the wheel (file, size,
     SHA-256) and the wheel must match; an entry of an older envtool that records none gets the
     hash of its wheel recorded (it is the publisher's own cache). An entry already published and
-    proven (same digest, same key, same wheel) is left as it is; one that does not prove itself is
-    replaced.
+    proven (same digest, same key, same wheel) is left as it is; a cache entry (a directory with a
+    ``key.json``) under the same digest that does not prove itself is replaced; anything else there
+    (a file, a symbolic link, a directory without ``key.json``: not an entry envtool made) is left
+    alone and the entry skipped.
 
     Args:
         entries: the entries to publish (complete ones: a wheel and a readable key).
-        to: the site cache root (created when missing).
+        to: the site cache root (created when missing, unless ``dry_run``).
+        dry_run: change nothing; the statuses say what would happen (``would publish``,
+            ``would replace``).
     Returns:
-        one ``{"digest", "wheel", "status": "published"|"already there"|"skipped", "reason"?}`` per entry.
+        one ``{"digest", "wheel", "status": "published"|"replaced"|"already there"|"skipped"|"would publish"|
+        "would replace", "reason"?}`` per entry.
     Raises:
         OSError: ``to`` cannot be created or written.
     """
     dest_dir = Path(to) / "horovod-wheels"
     for d in (Path(to), dest_dir):
+        if dry_run:
+            break
         if not d.is_dir():
             d.mkdir(parents=True, exist_ok=True)
             os.chmod(d, stat.S_IMODE(d.stat().st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
@@ -544,8 +551,20 @@ def publish(entries: Sequence[Entry], to: Path) -> List[Dict]:
             out.append({"digest": e.digest, "wheel": e.wheel.name, "status": "skipped",
                         "reason": f"its SHA-256 {sha} is not the {rec.sha256} key.json records"})
             continue
-        if site.lookup(e.key, want_sha256=sha) is not None:
+        if dest_dir.is_dir() and site.lookup(e.key, want_sha256=sha) is not None:
             out.append({"digest": e.digest, "wheel": e.wheel.name, "status": "already there"})
+            continue
+        final = dest_dir / e.digest
+        stale = os.path.lexists(final)
+        if stale and not (final.is_dir() and not final.is_symlink() and (final / "key.json").is_file()
+                          and not (final / "key.json").is_symlink()):
+            out.append({"digest": e.digest, "wheel": e.wheel.name, "status": "skipped",
+                        "reason": f"{final} is not a cache entry envtool made (no key.json, or a file or link); "
+                                  "left as it is"})
+            continue
+        if dry_run:
+            out.append({"digest": e.digest, "wheel": e.wheel.name,
+                        "status": "would replace" if stale else "would publish"})
             continue
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=dest_dir))
         try:
@@ -560,17 +579,13 @@ def publish(entries: Sequence[Entry], to: Path) -> List[Dict]:
                 _group_readable(f)
             os.chmod(tmp, 0o755 & ~_umask())
             _group_readable(tmp)
-            final = dest_dir / e.digest
-            if os.path.lexists(final):  # a stale or mismatching entry under this digest: replace it
-                if final.is_dir() and not final.is_symlink():
-                    shutil.rmtree(final)
-                else:
-                    os.unlink(final)
+            if stale:  # a stale or mismatching entry under this digest (checked above): replace it
+                shutil.rmtree(final)
             os.rename(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        out.append({"digest": e.digest, "wheel": e.wheel.name, "status": "published"})
+        out.append({"digest": e.digest, "wheel": e.wheel.name, "status": "replaced" if stale else "published"})
     return out
 
 
