@@ -169,7 +169,7 @@ def test_lock_check_fails_naming_a_changed_spec(tmp_path):
 # --- pip resolved by pip, with hashes ------------------------------------------------------
 
 # `envtool lock cpu-horovod` (pip resolved by pip, with hashes and public URLs) runs in
-# tests/test_first_hour.py, as a user without our machines' pip configuration
+# tests/test_user_install.py, as a user without our machines' pip configuration
 
 
 def test_pip_part_for_another_platform_takes_that_platforms_wheels():

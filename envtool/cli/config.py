@@ -15,6 +15,8 @@ other settings; YAML comments in the file are not kept (PyYAML writes the mappin
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from envtool.cli.common import add_json, print_json
 
 
@@ -200,14 +202,28 @@ def _parse(key: str, text: str):
 
 
 def _write(path, data) -> None:
-    """Replace ``path`` with the mapping ``data`` (YAML), atomically; its directory is made if need be."""
+    """Replace ``path`` with the mapping ``data`` (YAML), atomically; its directory is made if need be.
+
+    An existing file keeps its permission bits (a file the user made ``0600`` stays so; a new one
+    is ``0600``: a mirror or cache path is nobody else's business), and a symbolic
+    link (a dotfiles checkout) is written through: its target is replaced, the link stays. YAML
+    comments in the file are not kept (PyYAML reads none).
+    """
+    import os
+    import stat
+
     import yaml
 
     from envtool.core.atomic import write_text_atomic
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    target = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        mode = 0o600
     text = yaml.safe_dump(_plain(data), sort_keys=False, default_flow_style=False, allow_unicode=True) if data else ""
-    write_text_atomic(path, text, mode=0o644)
+    write_text_atomic(target, text, mode=mode)
 
 
 def _current(path):

@@ -301,11 +301,13 @@ def layer_base(prefix: Path) -> Optional[LayerBase]:
     from envtool.core.prefix import PrefixData
 
     rec: Dict[str, Any] = {}
+    record = Path(prefix) / ".envtool" / "create.json"
     try:
-        with open(Path(prefix) / ".envtool" / "create.json", "rb") as fh:
-            data = json.loads(fh.read(16 * 1024 * 1024).decode("utf-8"))
-        rec = data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
+        if not os.path.islink(record):  # a link is not a record envtool wrote
+            with open(record, "rb") as fh:
+                data = json.loads(fh.read(16 * 1024 * 1024).decode("utf-8"))
+            rec = data if isinstance(data, dict) else {}
+    except (OSError, ValueError, RecursionError):
         pass
     sp = PrefixData(Path(prefix)).site_packages
     named = None

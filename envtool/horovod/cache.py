@@ -159,11 +159,16 @@ def compile_record(entry: Path) -> Optional[Dict]:
     "when"}``, written by :meth:`WheelCache.store` after a build), or None (none recorded: an
     entry from an older envtool, a published copy, an unreadable file)."""
     try:
-        rec = json.loads((entry / "key.json").read_text(encoding="utf-8")).get("compiled")
-        if isinstance(rec, dict) and float(rec["seconds"]) > 0:
-            return {"seconds": float(rec["seconds"]), "host": str(rec.get("host", "")),
-                    "cpus": rec.get("cpus"), "when": str(rec.get("when", ""))}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        import math
+
+        rec = json.loads((entry / "key.json").read_text(encoding="utf-8")[:1 << 20]).get("compiled")
+        seconds = float(rec["seconds"]) if isinstance(rec, dict) else 0.0
+        if math.isfinite(seconds) and 0 < seconds < 7 * 86400:  # a week: no compile takes longer
+            cpus = rec.get("cpus")
+            return {"seconds": seconds, "host": str(rec.get("host", ""))[:200],
+                    "cpus": cpus if isinstance(cpus, int) and not isinstance(cpus, bool) else None,
+                    "when": str(rec.get("when", ""))[:64]}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         pass
     return None
 

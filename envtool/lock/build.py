@@ -166,8 +166,19 @@ def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built
     if lookup:
         from envtool.lock.indexes import spec_indexes
 
-        packages, _ = make_portable(packages, progress=progress,
-                                    indexes=spec_indexes(spec.packages.pip) if spec is not None else None)
+        if spec is not None:
+            indexes = spec_indexes(spec.packages.pip)
+        else:  # the indexes the environment's own lock records (it was installed from them)
+            indexes = {}
+            own = Path(prefix) / "conda-lock.yml"
+            if own.is_file():
+                from envtool.lock.lockio import read_lock
+
+                try:
+                    indexes = dict(read_lock(own).pip_indexes)
+                except UsageError:
+                    indexes = {}
+        packages, _ = make_portable(packages, progress=progress, indexes=indexes)
     python = PrefixData(Path(prefix)).python
     interpreter = None
     if python.exists():

@@ -12,8 +12,12 @@ machines) maps it to a **mirror** holding the same files under another root, as 
 
 (setting ``index_mirrors`` in ``config.yaml``: ``PUBLIC=MIRROR`` words). envtool resolves and
 installs through the mirror and records the public URL: a file at ``MIRROR/rest`` is recorded as
-``PUBLIC/rest``. A mirror may be an index served over http(s), a ``file://`` index, or a
-``file://`` folder of archives (a wheelhouse).
+``PUBLIC/rest`` (the mirror is declared to hold the public index's tree; envtool does not check
+that the public file exists, it cannot reach it). A mirror may be an index served over https, over
+http (the mirror's host is then trusted for plain HTTP: pip's ``--trusted-host``, which uv takes too),
+a ``file://`` index, or a ``file://`` folder of archives (a wheelhouse, given as ``--find-links``).
+A mirror URL carries no user name or password (a URL would show them in the process list and in
+envtool's output): give the mirror's credentials to pip and uv through ``~/.netrc`` or a keyring.
 """
 from __future__ import annotations
 
@@ -44,18 +48,38 @@ def parse_mirrors(text: str) -> Dict[str, str]:
             that is not an ``http(s)://`` or ``file://`` URL.
     """
     out: Dict[str, str] = {}
+    if len(text) > 65536:
+        raise MirrorError(f"{len(text)} characters: expected at most 65536")
     for word in text.replace(",", " ").split():
         public, sep, mirror = word.partition("=")
         if not sep or not public or not mirror:
-            raise MirrorError(f"{word!r}: expected PUBLIC=MIRROR, e.g. "
-                              "https://download.pytorch.org/whl/cpu=http://mirror.example/whl/cpu")
-        if urlsplit(public).scheme != "https" or not urlsplit(public).hostname:
-            raise MirrorError(f"{word!r}: the public index must be an https:// URL, got {public!r}")
-        parts = urlsplit(mirror)
-        if parts.scheme not in ("http", "https", "file") or (parts.scheme != "file" and not parts.hostname):
-            raise MirrorError(f"{word!r}: the mirror must be an http(s):// or file:// URL, got {mirror!r}")
-        out[public.rstrip("/")] = mirror.rstrip("/")
+            raise MirrorError(f"{word[:200]!r}: expected PUBLIC=MIRROR, e.g. "
+                              "https://download.pytorch.org/whl/cpu=https://mirror.example/whl/cpu")
+        try:
+            pub, mir = urlsplit(public), urlsplit(mirror)
+            pub.port, mir.port  # noqa: B018 - a bad port raises here, not later
+        except ValueError as exc:
+            raise MirrorError(f"{word[:200]!r}: not a URL ({exc})") from None
+        if pub.scheme != "https" or not pub.hostname or pub.query or pub.fragment:
+            raise MirrorError(f"{word[:200]!r}: the public index must be an https:// URL without query or "
+                              f"fragment, got {public[:200]!r}")
+        if mir.scheme not in ("http", "https", "file") or (mir.scheme != "file" and not mir.hostname) \
+                or mir.query or mir.fragment or (mir.scheme == "file" and len(mir.path.rstrip("/")) < 2):
+            raise MirrorError(f"{word[:200]!r}: the mirror must be an http(s):// URL or a file:// folder (not /), "
+                              f"without query or fragment, got {mirror[:200]!r}")
+        if pub.username or pub.password or mir.username or mir.password:
+            raise MirrorError(f"{pub.scheme}://{pub.hostname}/…={mir.scheme}://{mir.hostname or ''}/…: no user "
+                              "name or password in a mirror URL (it would show in the process list and in "
+                              "envtool's output); give them to pip and uv through ~/.netrc or a keyring")
+        out[_canonical(public)] = _canonical(mirror)
     return out
+
+
+def _canonical(url: str) -> str:
+    """``url`` with its scheme and host in lower case and no trailing slash (hosts compare so)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.lower()
+    return f"{parts.scheme.lower()}://{netloc}{parts.path}".rstrip("/")
 
 
 def mirrors(environ: Optional[Dict[str, str]] = None) -> Dict[str, str]:
@@ -78,8 +102,9 @@ def _under(url: str, root: str) -> Optional[str]:
 def through_mirror(index: str, table: Optional[Dict[str, str]] = None) -> str:
     """The URL this machine uses for the public ``index`` (its mirror, or itself)."""
     table = mirrors() if table is None else table
+    key = _canonical(index)
     for public, mirror in table.items():
-        rest = _under(index.rstrip("/"), public)
+        rest = _under(key, public)
         if rest is not None:
             return mirror + rest
     return index.rstrip("/")
@@ -90,6 +115,10 @@ def to_public(url: str, table: Optional[Dict[str, str]] = None) -> Optional[str]
     under no mirror. ``file://`` URLs are compared after resolving symbolic links of the mirror
     root (pip reports the real path of a ``file://`` index it was given)."""
     table = mirrors() if table is None else table
+    try:
+        url = _canonical(url)
+    except ValueError:
+        return None
     for public, mirror in table.items():
         roots = [mirror]
         if mirror.startswith("file://"):
@@ -105,8 +134,10 @@ def to_public(url: str, table: Optional[Dict[str, str]] = None) -> Optional[str]
 def unreachable(index: str, project: str = "", timeout: float = PROBE_TIMEOUT) -> Optional[str]:
     """Why ``index`` (a URL as this machine uses it) cannot be reached, or None when it answers.
 
-    An ``http(s)`` index is asked for ``INDEX/PROJECT/`` (or ``INDEX/``) with one request; any HTTP
-    answer but a server error means it is reachable. A ``file://`` index is reachable when its
+    An ``http(s)`` index is asked for ``INDEX/PROJECT/`` (or ``INDEX/``) with one ``GET``; any answer
+    (an HTTP error status, a TLS certificate this process does not trust — pip and uv have their
+    own trust settings —, a malformed reply) means something is there: only a failed name lookup, a
+    refused or timed-out connection count as unreachable. A ``file://`` index is reachable when its
     folder exists.
 
     Args:
@@ -119,20 +150,32 @@ def unreachable(index: str, project: str = "", timeout: float = PROBE_TIMEOUT) -
     parts = urlsplit(index)
     if parts.scheme == "file":
         return None if os.path.isdir(parts.path) else f"{parts.path} is not a folder"
+    import http.client
+    import socket
+    import ssl
     from urllib.error import HTTPError, URLError
     from urllib.request import Request, urlopen
 
     url = index.rstrip("/") + "/" + (project + "/" if project else "")
     try:
-        with urlopen(Request(url, method="HEAD"), timeout=timeout):  # noqa: S310 - http(s) checked above
+        with urlopen(Request(url), timeout=timeout) as resp:  # noqa: S310 - http(s) checked above
+            resp.read(1)
             return None
-    except HTTPError as exc:
-        return None if exc.code < 500 else f"HTTP {exc.code}"
+    except HTTPError:
+        return None
     except URLError as exc:
         reason = exc.reason
-        return str(getattr(reason, "strerror", None) or reason)
-    except (OSError, ValueError) as exc:
+        if isinstance(reason, (ssl.SSLError, ssl.CertificateError)):
+            return None
+        if isinstance(reason, (socket.gaierror, ConnectionError, socket.timeout, TimeoutError, OSError)):
+            return str(getattr(reason, "strerror", None) or reason)
+        return None
+    except (socket.timeout, TimeoutError, ConnectionError) as exc:
         return str(exc) or type(exc).__name__
+    except (http.client.HTTPException, ssl.SSLError, ValueError):
+        return None
+    except OSError as exc:
+        return str(exc.strerror or exc)
 
 
 def spec_indexes(pins: Sequence[object]) -> Dict[str, str]:
@@ -183,8 +226,26 @@ def extra_index_args(indexes: Dict[str, str], table: Optional[Dict[str, str]] = 
                          f"machine's pip configuration, or configure a mirror: envtool config set index_mirrors "
                          f"'{index}=MIRROR_URL'")
             continue
-        args += ["--extra-index-url", used]
+        args += _source_args(used)
     return args, notes
+
+
+def _source_args(url: str) -> List[str]:
+    """Installer options that add ``url`` as a source: ``--find-links`` for a ``file://`` folder that
+    holds archives at its top (a wheelhouse), else ``--extra-index-url``; with ``--trusted-host
+    HOST`` for plain ``http`` (pip ignores an http index on a host it does not trust; uv takes the same
+    option as an alias of ``--allow-insecure-host``)."""
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        try:
+            flat = any(e.is_file() and e.name.endswith((".whl", ".tar.gz", ".zip")) for e in os.scandir(parts.path))
+        except OSError:
+            flat = False
+        return ["--find-links", url] if flat else ["--extra-index-url", url]
+    out = ["--extra-index-url", url]
+    if parts.scheme == "http" and parts.hostname:
+        out += ["--trusted-host", parts.hostname]
+    return out
 
 
 def hint_for_missing(output: str, indexes: Dict[str, str], table: Optional[Dict[str, str]] = None) -> str:
@@ -203,6 +264,7 @@ def hint_for_missing(output: str, indexes: Dict[str, str], table: Optional[Dict[
     table = mirrors() if table is None else table
     names = re.findall(r"(?:no version of|No matching distribution found for|Could not find a version that "
                        r"satisfies the requirement)\s+([A-Za-z0-9_.\-]+)", output)
+    names += re.findall(r"Because ([A-Za-z0-9_.\-]+?)(?:==\S+)? was not found in the package registry", output)
     lines = []
     for raw in dict.fromkeys(names):
         name = normalize(raw, "pip")

@@ -179,7 +179,7 @@ def read_lock(path: Path) -> LockData:
     _check_complete(path, packages, custom.get(META_PACKAGES, ""))
     try:
         spec_fields = tuple(sorted(json.loads(custom.get(META_SPEC_FIELDS) or "{}").items()))
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         raise UsageError(f"{path}: metadata.custom_metadata.{META_SPEC_FIELDS}: expected a JSON object") from None
     pip_indexes = _pip_indexes(path, custom.get(META_PIP_INDEXES))
     return LockData(
@@ -191,24 +191,41 @@ def read_lock(path: Path) -> LockData:
 
 
 def _pip_indexes(path: Path, text) -> tuple:
-    """``metadata.custom_metadata.envtool.pip_indexes`` as ``((project, https URL), …)``; a value that
-    is not a JSON object of project names to ``https://`` URLs is refused (exit 2, naming the field):
-    ``create`` hands these URLs to the installer."""
+    """``metadata.custom_metadata.envtool.pip_indexes`` as ``((project, https URL), …)``. ``create``
+    hands these URLs to the installer and prints them, so the value must be a JSON object of
+    normalized project names (PEP 503: lower case letters, digits, ``-``, ``_``, ``.``) to ``https://``
+    URLs without credentials, query, fragment or control characters, as a spec's ``index:`` (at most
+    256 entries); anything else is refused (exit 2, naming the field)."""
     if not text:
         return ()
+    import re
     from urllib.parse import urlsplit
 
     field = f"{path}: metadata.custom_metadata.{META_PIP_INDEXES}"
     try:
-        data = json.loads(text)
-    except (ValueError, TypeError):
+        data = json.loads(text) if len(text) <= 65536 else None
+    except (ValueError, TypeError, RecursionError):
         data = None
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or len(data) > 256:
         raise UsageError(f"{field}: expected a JSON object of project names to index URLs")
+
+    def good(name, url) -> bool:
+        if not (isinstance(name, str) and re.fullmatch(r"[a-z0-9]([a-z0-9._-]{0,200}[a-z0-9])?", name)
+                and isinstance(url, str) and len(url) <= 2048):
+            return False
+        if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+            return False
+        try:
+            parts = urlsplit(url)
+        except ValueError:
+            return False
+        return (parts.scheme == "https" and bool(parts.hostname) and not parts.username and not parts.password
+                and not parts.query and not parts.fragment)
+
     for name, url in data.items():
-        if not (isinstance(name, str) and isinstance(url, str) and urlsplit(url).scheme == "https"
-                and urlsplit(url).hostname and not any(c.isspace() or ord(c) < 32 for c in url)):
-            raise UsageError(f"{field}: expected https:// index URLs, got {name!r}: {url!r}"[:600])
+        if not good(name, url):
+            raise UsageError(f"{field}: expected normalized project names and https:// index URLs without "
+                             f"credentials, query or fragment, got {ascii(name)[:100]}: {ascii(url)[:300]}")
     return tuple(sorted(data.items()))
 
 

@@ -19,9 +19,11 @@ a lock looks each record up in that channel.
 """
 from __future__ import annotations
 
+import http.client
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
+from html.parser import HTMLParser
 from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import unquote, urlsplit
@@ -60,21 +62,61 @@ def file_name(url: str) -> str:
     return unquote(urlsplit(url).path.rsplit("/", 1)[-1]) if "://" in url else url.rsplit("/", 1)[-1]
 
 
+class _Anchors(HTMLParser):
+    """The ``href`` of every ``<a>`` of a PEP 503 project page (the standard library's HTML parser)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: List[str] = []
+
+    def handle_starttag(self, tag, attrs) -> None:
+        if tag == "a":
+            href = dict(attrs).get("href")
+            if href:
+                self.hrefs.append(href)
+
+
 def _index_files(project: str, index: str) -> Dict[str, str]:
-    """SHA-256 → URL of every file of ``project`` on ``index`` (PEP 691 JSON); ``{}`` on any failure."""
+    """SHA-256 → absolute URL of every file of ``project`` on ``index``, ``{}`` on any failure.
+
+    The project page is asked for in the JSON form (PEP 691) and read in whichever form the index
+    answers: JSON (``files[].hashes.sha256``), or HTML (PEP 503: ``<a href="…#sha256=…">``, which
+    PyTorch's ``download.pytorch.org/whl/…`` serves). Relative URLs are joined with the page's.
+    """
+    from urllib.parse import urldefrag, urljoin
     from urllib.request import Request, urlopen
 
-    req = Request(f"{index}/{project}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    page = f"{index}/{project}/"
+    req = Request(page, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
     try:
         with urlopen(req, timeout=LOOKUP_TIMEOUT) as resp:  # noqa: S310 - https index from config
-            data = json.loads(resp.read(64 << 20).decode("utf-8"))
-    except (OSError, ValueError):
+            kind = resp.headers.get_content_type()
+            body = resp.read(64 << 20).decode("utf-8", "replace")
+            page = resp.geturl() or page
+    except (OSError, ValueError, http.client.HTTPException):
         return {}
     out: Dict[str, str] = {}
-    for f in data.get("files", []) if isinstance(data, dict) else []:
-        digest = ((f or {}).get("hashes") or {}).get("sha256")
-        if digest and f.get("url"):
-            out[digest] = f["url"]
+    if "json" in kind:
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):
+            return {}
+        for f in data.get("files", []) if isinstance(data, dict) else []:
+            if not isinstance(f, dict):
+                continue
+            digest = (f.get("hashes") or {}).get("sha256") if isinstance(f.get("hashes"), dict) else None
+            if isinstance(digest, str) and isinstance(f.get("url"), str) and f["url"]:
+                out[digest.lower()] = urljoin(page, f["url"])
+        return out
+    parser = _Anchors()
+    try:
+        parser.feed(body)
+    except (ValueError, AssertionError):
+        return out
+    for href in parser.hrefs:
+        url, frag = urldefrag(urljoin(page, href))
+        if frag.startswith("sha256="):
+            out[frag[len("sha256="):].lower()] = url
     return out
 
 
@@ -134,8 +176,20 @@ def make_portable(packages: Sequence[LockedPackage], progress: Optional[Callable
     if progress and wanted:
         progress(f"looking up the public URLs of {len({n for n, _ in wanted})} locally found archives on "
                  + ", ".join(sorted({w for _, w in wanted})))
+    from envtool.lock.indexes import through_mirror
+
+    def look(pair: Tuple[str, str]) -> Dict[str, str]:
+        """The public index's files, asked of its mirror when this machine has one (then mapped back:
+        a file the mirror serves outside its root has no public URL here)."""
+        name, where = pair
+        used = through_mirror(where, table)
+        files = _index_files(name, used)
+        if used == where.rstrip("/"):
+            return files
+        return {digest: public for digest, url in files.items() if (public := to_public(url, table))}
+
     with ThreadPoolExecutor(max_workers=8) as pool:
-        found = dict(zip(wanted, pool.map(lambda pair: _index_files(pair[0], pair[1]), wanted)))
+        found = dict(zip(wanted, pool.map(look, wanted)))
     out, notes, missing = [], [], []
     for i, p in enumerate(packages):
         if i in mapped:

@@ -313,6 +313,24 @@ def _with_index_args(argv: Sequence[str], args: Sequence[str]) -> Tuple[str, ...
     return argv[:at] + tuple(args) + argv[at:]
 
 
+def _split_index_args(args: Sequence[str], env: Dict[str, str]) -> Tuple[List[str], Dict[str, str]]:
+    """``args`` (``--extra-index-url URL`` / ``--find-links URL`` / ``--trusted-host HOST`` pairs) for an
+    installer whose variables are ``env``: where uv already takes that kind of source from a
+    variable (``UV_EXTRA_INDEX_URL``, ``UV_FIND_LINKS``: how envtool hands uv pip's sources that
+    carry credentials), the URL joins the variable — uv ignores the variable once the option is on
+    its command line — else it stays an option. Returns ``(options, variables to set)``."""
+    joins = {"--extra-index-url": ("UV_EXTRA_INDEX_URL", " "), "--find-links": ("UV_FIND_LINKS", ",")}
+    out: List[str] = []
+    extra: Dict[str, str] = {}
+    for option, value in zip(args[::2], args[1::2]):
+        var, sep = joins.get(option, ("", ""))
+        if var and env.get(var):
+            extra[var] = (extra.get(var) or env[var]) + sep + value
+        else:
+            out += [option, value]
+    return out, extra
+
+
 def _install_pip(step: Step, runner: StepContext) -> None:
     from dataclasses import replace as _replace
 
@@ -332,8 +350,9 @@ def _install_pip(step: Step, runner: StepContext) -> None:
         pins.parent.mkdir(parents=True, exist_ok=True)
         pins.write_text("\n".join(d.pins) + "\n")
         runner.note("pip's configured constraints, checked against the locked versions (as pip would):")
-        proc = runner.run(_with_index_args(d.check, index_args), env=dict(d.check_env, PYTHONNOUSERSITE="1"),
-                          check=False)
+        check_args, check_vars = _split_index_args(index_args, d.check_env)
+        proc = runner.run(_with_index_args(d.check, check_args),
+                          env=dict(d.check_env, PYTHONNOUSERSITE="1", **check_vars), check=False)
         if proc.returncode != 0:
             tail = "\n".join("    " + line for line in proc.stdout.strip().splitlines()[-6:])
             hint = hint_for_missing(proc.stdout, d.indexes)
@@ -344,16 +363,19 @@ def _install_pip(step: Step, runner: StepContext) -> None:
                              + tail, runner.log_path)
     req.parent.mkdir(parents=True, exist_ok=True)
     req.write_text("\n".join(d.lines) + "\n")
-    install = step if not index_args else _replace(
-        step, commands=tuple(_with_index_args(c, index_args) if i == 0 else c for i, c in enumerate(step.commands)))
+    install_args, install_vars = _split_index_args(index_args, dict(step.env))
+    install = step if not install_args else _replace(
+        step, commands=tuple(_with_index_args(c, install_args) if i == 0 else c for i, c in enumerate(step.commands)))
     try:
-        runner.run_commands(install, env={"PYTHONNOUSERSITE": "1"})
-    except StepFailed as exc:
-        hint = hint_for_missing(_log_tail(runner.log_path), d.indexes)
+        runner.run_commands(install, env={"PYTHONNOUSERSITE": "1", **install_vars})
+    except StepFailed:
+        said = _log_tail(runner.log_path)
+        hint = hint_for_missing(said, d.indexes)
         if not hint:
             raise
-        raise StepFailed(step.id, "a locked version is not on any package index this machine uses:\n" + hint,
-                         runner.log_path) from None
+        tail = "\n".join("    " + line for line in said.strip().splitlines()[-6:])
+        raise StepFailed(step.id, "a locked version is not on any package index this machine uses:\n" + hint
+                         + "\n  the installer said:\n" + tail, runner.log_path) from None
 
 
 def _log_tail(path: Optional[Path], size: int = 16384) -> str:

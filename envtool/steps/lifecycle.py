@@ -43,7 +43,7 @@ def read_record(prefix: Path, name: str = CREATE_RECORD) -> Optional[dict]:
         if len(raw) > _MAX_RECORD:
             return None
         data = json.loads(raw.decode("utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: "[[[[…" nested past Python's limit
         return None
     return data if isinstance(data, dict) else None
 

@@ -52,9 +52,12 @@ def _load_modules(step: Step, runner: StepContext) -> None:
 def check_site_modules(spec: Spec, environ=None) -> None:
     """Before ``create`` does any work: the spec's site modules must be loadable here.
 
-    Each module is asked of Lmod with ``$LMOD_CMD python is-avail MODULE`` (exit 1 when Lmod knows
-    no such module; Lmod's ``module is-avail``, https://lmod.readthedocs.io/en/latest/010_user.html),
-    so a spec for another site stops at once with the cause, not after Lmod's boilerplate.
+    Lmod is asked to load them all, in order, in a child process whose output is discarded
+    (``$LMOD_CMD python load M1 M2 …``: Lmod prints the code a shell would run and exits 1 when a
+    module is unknown; https://lmod.readthedocs.io/en/latest/010_user.html). In order, so that a
+    module that a hierarchy shows only after an earlier one is loaded (a compiler, then its MPI) is
+    found as the ``load-modules`` step would find it. A spec for another site stops at once with
+    Lmod's first error paragraph as the cause, not after Lmod's boilerplate.
 
     Args:
         spec: the resolved spec (``spec.site.modules``, ``spec.site.name``).
@@ -73,29 +76,37 @@ def check_site_modules(spec: Spec, environ=None) -> None:
         return
     env = dict(os.environ if environ is None else environ)
     lmod = env.get("LMOD_CMD")
-    unknown: List[str] = []
+    said = ""
     if lmod:
-        for m in mods:
-            try:
-                proc = subprocess.run([lmod, "python", "is-avail", m], capture_output=True, text=True, env=env,
-                                      timeout=120)
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                raise UsageError(f"$LMOD_CMD {lmod}: cannot ask Lmod whether {m} exists ({exc})") from None
-            if proc.returncode != 0:
-                unknown.append(m)
-        if not unknown:
+        try:
+            proc = subprocess.run([lmod, "python", "load", *mods], capture_output=True, text=True, env=env,
+                                  timeout=120, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise UsageError(f"$LMOD_CMD {lmod}: cannot ask Lmod to load {' '.join(mods)} ({exc})") from None
+        if proc.returncode == 0:
             return
+        said = _lmod_error(proc.stderr) or f"exit {proc.returncode}"
     found = sites.detect(env)
     here = f"this machine is detected as site {found.name} ({found.reason})" if found is not None \
         else "this machine is not detected as any site"
-    cause = (f"Lmod says: module(s) are unknown: {', '.join(unknown)}" if lmod
-             else "Lmod is not initialised here ($LMOD_CMD is unset)")
+    cause = (f"Lmod says: {said}" if lmod else "Lmod is not initialised here ($LMOD_CMD is unset)")
     mine = found.name if found is not None else "local"
     raise UsageError(
         f"spec {spec.name} is for site {spec.site.name or '?'} and loads its modules {' '.join(mods)}; {cause}; "
         f"{here}. Nothing was done. Run create on {spec.site.name or 'that site'}, pick a spec for this machine "
         f"(envtool specs --site {shlex.quote(mine)}), or see the steps without running them "
         f"(envtool plan {shlex.quote(spec.name)})")
+
+
+def _lmod_error(stderr: str, limit: int = 400) -> str:
+    """Lmod's error paragraph (``The following module(s) are unknown: "cudnn/8.7.0"``) on one line,
+    without its advice boilerplate; ``""`` when there is none. At most ``limit`` characters."""
+    text = stderr.replace("\r", "")
+    at = text.find("Lmod has detected the following error:")
+    if at < 0:
+        return ""
+    para = text[at + len("Lmod has detected the following error:"):].strip().split("\n\n", 1)[0]
+    return " ".join(para.split())[:limit]
 
 
 def make_plan(spec: Spec, options: PlanOptions) -> Plan:
