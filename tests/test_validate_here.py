@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -14,13 +17,17 @@ from helpers.speed import scaled
 def test_validate_here_every_controller_and_benchmark_plot(cpu_horovod_env, tmp_path):
     pytest.importorskip("matplotlib", reason="--plot needs matplotlib (the test extra installs it)")
     png = tmp_path / "scaling.png"
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    proc = run_envtool("validate", "--prefix", cpu_horovod_env, "--benchmark", "--steps", "5", "--plot", png,
-                       "--json", timeout=1200, env={"TMPDIR": str(tmp)})
-    assert proc.returncode == 0, proc.stderr + proc.stdout
-    # a passing run leaves no run directory behind (torch keeps its own torchinductor_USER cache there)
-    assert [p.name for p in tmp.iterdir() if p.name.startswith("envtool-")] == []
+    # a short TMPDIR: the DataLoader's forkserver binds a Unix socket under it, and a socket path
+    # has at most 107 bytes (unix(7)), which pytest's own temporary paths come close to
+    tmp = Path(tempfile.mkdtemp(prefix="etv-", dir="/tmp"))
+    try:
+        proc = run_envtool("validate", "--prefix", cpu_horovod_env, "--benchmark", "--steps", "5", "--plot", png,
+                           "--json", timeout=1200, env={"TMPDIR": str(tmp)})
+        assert proc.returncode == 0, proc.stderr + proc.stdout
+        # a passing run leaves no run directory behind (torch keeps its own torchinductor_USER cache there)
+        assert [p.name for p in tmp.iterdir() if p.name.startswith("envtool-")] == []
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     data = json.loads(proc.stdout)
     assert data["check_build"]["ok"] and data["spec"] == "cpu-horovod"
     assert sorted(data["runs"]) == ["gloo", "mpi"]

@@ -512,7 +512,7 @@ def prefix_given(args) -> str:
                          "give one (--prefix is the documented way, the positional its alias)")
     if not (flag or positional):
         raise UsageError("expected the environment: --prefix PREFIX (or PREFIX alone)")
-    return flag or positional
+    return str(flag or positional)
 
 
 def add_spec_site(parser) -> None:

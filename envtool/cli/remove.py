@@ -32,7 +32,9 @@ def run(args) -> int:
 
     from envtool.cli.common import confirm, will_ask
 
-    prefix = prefix_given(args)
+    from pathlib import Path
+
+    prefix = Path(prefix_given(args))
     if will_ask(args):  # on a terminal: say what goes and ask, as 'conda remove --all' does
         plan = remove_environment(prefix, dry_run=True, say=say)
         if not confirm(args, f"remove will delete {plan['prefix']} (spec {plan['spec'] or '?'}, "

@@ -284,6 +284,11 @@ class Scheduler(Protocol):
         DEFAULT_LAUNCHER: the registered launcher job scripts use when the site file names none
             in ``batch.launcher`` (``srun``), or None: the site's ``launcher`` template as written.
         SUBMIT_STDIN: the submit command reads the script on standard input (``bsub < SCRIPT``).
+
+    Optional, declared only by the schedulers that have it:
+        SUBMIT_DIR_VAR: the variable naming the submission directory when the scheduler starts a
+            job elsewhere (PBS: ``PBS_O_WORKDIR``; a job starts in ``$HOME``); job scripts without
+            ``--workdir`` change to it first (:func:`envtool.scheduler.script.render`).
     """
 
     NAME: str

@@ -163,7 +163,7 @@ def render(req: JobRequest, version: str = "") -> str:
     if req.workdir:
         body.append(f"cd {shlex.quote(req.workdir)}")
     elif getattr(sched, "SUBMIT_DIR_VAR", None):  # the scheduler starts jobs elsewhere (PBS: in $HOME)
-        body.append(f'cd "${{{sched.SUBMIT_DIR_VAR}}}"')
+        body.append(f'cd "${{{getattr(sched, "SUBMIT_DIR_VAR")}}}"')
     launch = req.launcher or launcher_mod.for_site(site)
     from envtool.scheduler import stage as stage_mod
 

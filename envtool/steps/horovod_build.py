@@ -188,6 +188,7 @@ def plan_steps(spec: Spec, options: PlanOptions, locked: Any = None, loaded: Any
     if absent:
         notes.append("a compile needs " + system_tools.describe(absent) + ": not found here; "
                      + "; or ".join(fix_lines))
+    expected, expected_why = expected_install(loaded)
     decision = BuildDecision(
         prefix=Path(options.work_prefix), requirement=req, version=str(version) if version else None,
         build_env=tuple(env), requested=requested, toolchain=toolchain,
@@ -195,7 +196,7 @@ def plan_steps(spec: Spec, options: PlanOptions, locked: Any = None, loaded: Any
         fix_env=tuple(fix_env), sdist_sha256=sdist_hash, no_deps=locked is not None,
         caches=tuple(c.root for c in caches), missing_tools=absent, fix=fix_lines,
         cache_group=spec.site.build_cache_group, wheel_sha256=wheel_hash,
-        **dict(zip(("expected", "expected_why"), expected_install(loaded))))
+        expected=expected, expected_why=expected_why)
     from envtool.engines.rattler import build_package_steps
 
     before, after = build_package_steps(spec, Path(options.work_prefix), Path(options.prefix))

@@ -359,8 +359,8 @@ def gpu_mismatch(target: Target, req: JobRequest) -> Optional[str]:
     if mods:
         spec = target.spec
         from_spec = spec is not None and set(mods) <= set(spec.site.modules)
-        asks.append(f"loads {' '.join(mods)} (" + (f"spec {spec.name}'s site modules" if from_spec
-                                                   else f"site {target.site.name}'s modules") + ")")
+        whose = f"spec {spec.name}'s site modules" if spec is not None and from_spec else f"site {target.site.name}'s modules"
+        asks.append(f"loads {' '.join(mods)} ({whose})")
         cpu_job.append("the --spec of a CPU stack" if from_spec else "a --site-file without them")
     where = str(target.prefix) if target.stage is None else f"{target.stage.file} (staged to {target.prefix})"
     return (f"the environment at {where} is CPU-only ({target.cpu_only}) but the job script "
