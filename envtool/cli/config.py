@@ -41,7 +41,8 @@ def register(sub) -> None:
                                      "checked as every command checks it: a setting that does not exist or a value "
                                      "the setting does not take is refused (exit 2) and nothing is written. Lists "
                                      "(spec_path, cache_path, site_path, lock_path) take directories separated by "
-                                     "':'; default_channels takes names separated by spaces or commas; lock_timeout "
+                                     "':'; default_channels takes names separated by spaces or commas; index_mirrors "
+                                     "PUBLIC=MIRROR pairs separated by spaces or commas; lock_timeout "
                                      "a number of seconds.")
     st.add_argument("key", metavar="KEY", help="a setting (see 'envtool config list')")
     st.add_argument("value", metavar="VALUE", help="its value")

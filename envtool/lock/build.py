@@ -120,7 +120,9 @@ def not_public_message(spec: Spec, exc) -> str:
 
     lines = [f"spec {spec.name!r}: a lock records where anyone can download each archive, and these were found "
              "only on this machine:"]
-    named = {p.name: p.index for p in spec.packages.pip if p.index and p.name}
+    from envtool.lock.indexes import spec_indexes
+
+    named = spec_indexes(spec.packages.pip)
     for name, version, url, looked in exc.entries:
         lines.append(f"  {name} {version}: {echo(url, 200)} (not on {' or '.join(looked)})")
         if name in named:
@@ -163,29 +165,6 @@ def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built
     platform = conda_platform()
     packages = snapshot.snapshot(Path(prefix), platform, lookup=lookup, built_keys=built_keys, progress=progress,
                                  known=known)
-    if lookup:
-        from envtool.lock.indexes import spec_indexes
-
-        if spec is not None:
-            indexes = spec_indexes(spec.packages.pip)
-        else:  # the indexes the environment's own lock records (it was installed from them)
-            indexes = {}
-            own = Path(prefix) / "conda-lock.yml"
-            if own.is_file():
-                from envtool.lock.lockio import read_lock
-
-                try:
-                    indexes = dict(read_lock(own).pip_indexes)
-                except UsageError:
-                    indexes = {}
-        packages, _ = make_portable(packages, progress=progress, indexes=indexes)
-    python = PrefixData(Path(prefix)).python
-    interpreter = None
-    if python.exists():
-        try:
-            interpreter = probe_interpreter(str(python))
-        except EnvtoolError:
-            interpreter = None
     name, digest, engine = "", "", ""
     sources: Tuple[str, ...] = ()
     fields: Tuple[Tuple[str, str], ...] = ()
@@ -198,7 +177,7 @@ def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built
         site = site or spec.site.name
         sources = (spec.path,) if spec.path else ()
         fields = tuple(sorted(field_digests(spec).items()))
-    else:
+    else:  # what the environment's own lock recorded (its indexes: it was installed from them)
         own = Path(prefix) / "conda-lock.yml"
         if own.is_file():
             from envtool.lock.lockio import read_lock
@@ -209,13 +188,22 @@ def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built
                 fields, pip_indexes = prev.spec_fields, prev.pip_indexes
             except UsageError:
                 pass
-        if not name:
-            import json
+    if lookup:
+        packages, _ = make_portable(packages, progress=progress, indexes=dict(pip_indexes))
+    python = PrefixData(Path(prefix)).python
+    interpreter = None
+    if python.exists():
+        try:
+            interpreter = probe_interpreter(str(python))
+        except EnvtoolError:
+            interpreter = None
+    if spec is None and not name:
+        import json
 
-            try:
-                name = json.loads((Path(prefix) / ".envtool" / "create.json").read_text()).get("spec", "")
-            except (OSError, ValueError):
-                name = ""
+        try:
+            name = json.loads((Path(prefix) / ".envtool" / "create.json").read_text()).get("spec", "")
+        except (OSError, ValueError, RecursionError, AttributeError):
+            name = ""
     if not engine:
         from envtool.engines.registry import spec_engine_of_prefix
 

@@ -4,15 +4,18 @@ How envtool locks pip packages (chosen for issue 10 and documented in the README
 
 * **Installing** a pip entry never uses its URL: it is ``name==version --hash=sha256:…`` handed to
   pip with ``--require-hashes``, so the installing machine's own pip configuration (index,
-  mirror, ``find-links`` wheelhouse) finds the archive and pip refuses any archive whose SHA-256
+  mirror, ``find-links`` wheelhouse), plus the package indexes the lock records
+  (:mod:`envtool.lock.indexes`), finds the archive and pip refuses any archive whose SHA-256
   differs. A lock written against a local mirror installs on a machine that only has PyPI, and
   the other way round.
-* **Recording**: pip reports the URL it downloaded from. A URL on this machine (``file://``, a
-  bare path, or a loopback host — a local mirror or wheelhouse) is replaced by the URL of the
-  same file (same SHA-256) on the public index, looked up with the PEP 691 JSON simple API
-  (``$ENVTOOL_PUBLIC_INDEX``, default ``https://pypi.org/simple``). A file the public index does
-  not have (a wheel from a private wheelhouse, a locally built Horovod wheel) is recorded by its
-  file name alone, which names the artifact without pointing anywhere.
+* **Recording**: pip reports the URL it downloaded from. A file fetched from a configured mirror
+  is recorded under the mirror's public root; any other URL on this machine (``file://``, a bare
+  path, or a loopback host — a local wheelhouse) is replaced by the URL of the same file (same
+  SHA-256) on its package's index or the public index (``$ENVTOOL_PUBLIC_INDEX``, default
+  ``https://pypi.org/simple``), read in the JSON (PEP 691) or HTML (PEP 503) simple API. A lock of
+  a spec refuses a file no public index has (:class:`NotPublic`); a snapshot of an environment (a
+  locally built Horovod wheel) records it by its file name, which names the artifact without
+  pointing anywhere.
 
 Conda entries keep their channel URLs: the channel is part of the spec, and a conda install from
 a lock looks each record up in that channel.
