@@ -15,12 +15,14 @@ import re
 import subprocess
 from typing import Dict, List, Optional, Tuple
 
-from envtool.scheduler.model import JobRequest, JobState, SchedulerOutputError, output_error
+from envtool.scheduler.model import Capabilities, JobRequest, JobState, SchedulerOutputError, output_error
 
 NAME = "cobalt"
 DIRECTIVE = "#COBALT"
 #: the registered launcher job scripts use unless the site file names one (``batch.launcher``)
 DEFAULT_LAUNCHER: Optional[str] = "aprun"
+#: submits to a queue; none of the extras of :class:`~envtool.scheduler.model.Capabilities`
+CAPABILITIES = Capabilities()
 SUBMIT_STDIN = False
 #: qstat state words
 QUEUED = ("queued", "user_hold")

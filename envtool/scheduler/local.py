@@ -8,13 +8,15 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple
 
 from envtool.core.errors import UsageError
-from envtool.scheduler.model import JobRequest, JobState, output_error
+from envtool.scheduler.model import Capabilities, JobRequest, JobState, output_error
 
 NAME = "local"
 DIRECTIVE: Optional[str] = None
 #: None: job scripts use the site's ``launcher`` template as written (horovodrun on localhost)
 DEFAULT_LAUNCHER: Optional[str] = None
 SUBMIT_STDIN = False
+#: the job script runs here, as a child process; nothing is queued
+CAPABILITIES = Capabilities(submits=False)
 
 
 def directives(req: JobRequest) -> List[Tuple[str, ...]]:

@@ -22,12 +22,14 @@ import re
 import subprocess
 from typing import Dict, List, Optional, Tuple
 
-from envtool.scheduler.model import JobRequest, JobState, SchedulerOutputError, phase_of, output_error
+from envtool.scheduler.model import Capabilities, JobRequest, JobState, SchedulerOutputError, phase_of, output_error
 
 NAME = "lsf"
 DIRECTIVE = "#BSUB"
 #: the registered launcher job scripts use unless the site file names one (``batch.launcher``)
 DEFAULT_LAUNCHER: Optional[str] = "jsrun"
+#: submits to a queue; none of the extras of :class:`~envtool.scheduler.model.Capabilities`
+CAPABILITIES = Capabilities()
 SUBMIT_STDIN = True
 #: bjobs STAT values (IBM, "Job states": https://www.ibm.com/docs/en/SSWRJV_10.1.0/lsf_users_guide/job_states.html)
 QUEUED = ("PEND", "PSUSP", "WAIT")

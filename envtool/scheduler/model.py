@@ -273,6 +273,48 @@ def output_error(command: str, expected: str, stdout: str) -> SchedulerOutputErr
                                 f"{command}: expected {expected}, got no output")
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a scheduler can do, declared once by its module (``CAPABILITIES``); the steps that write
+    and run jobs consult these instead of the scheduler's name (as ReFrame's scheduler back-ends
+    declare what they support, ``reframe-hpc/reframe@v4.5.0:reframe/core/schedulers/__init__.py``).
+
+    Attributes:
+        submits: jobs go to a queue and are watched there; False: the job script runs on this
+            machine as a child process (``local``).
+        broadcast: the words before ``SRC DEST`` of the command that copies one file to every node
+            of the running job (Slurm: ``sbcast --force``, sbcast(1),
+            https://slurm.schedmd.com/sbcast.html), or ``()``: a per-node task copies it.
+        label_output: variables that make the launcher prefix each output line with its task number
+            (Slurm: ``SLURM_LABELIO=1``, srun(1) ``--label``, https://slurm.schedmd.com/srun.html#OPT_label),
+            or ``()``.
+        overlap: the option a per-node step needs to run beside the job's other steps (Slurm:
+            ``--overlap``, srun(1) https://slurm.schedmd.com/srun.html#OPT_overlap), or ``""``.
+        preflight: a pre-flight task can run on every node before the ranks start
+            (:mod:`envtool.validate.preflight`), with the launcher choosing each step's PMI plugin.
+        names_nodes: the scheduler can name the nodes of a job and the ones that stopped
+            responding, and its launcher names the node where a step could not start
+            (``job_nodes``, ``unresponsive_nodes``, ``parse_launch_failures``).
+        step_launcher: the launcher validation steps need (their own PMI plugin per step, ``srun
+            --mpi=none``), whatever the site's job-script launcher; ``""``: the site's.
+    """
+
+    submits: bool = True
+    broadcast: Tuple[str, ...] = ()
+    label_output: Tuple[Tuple[str, str], ...] = ()
+    overlap: str = ""
+    preflight: bool = False
+    names_nodes: bool = False
+    step_launcher: str = ""
+
+
+def capabilities(sched: object) -> Capabilities:
+    """The :class:`Capabilities` scheduler module ``sched`` declares (``CAPABILITIES``); a module
+    that declares none can submit and do nothing more."""
+    caps = getattr(sched, "CAPABILITIES", None)
+    return caps if isinstance(caps, Capabilities) else Capabilities()
+
+
 class Scheduler(Protocol):
     """What a scheduler module provides (each one in ``envtool/scheduler/``, registered in
     :data:`envtool.spec.registry.SCHEDULERS`; a module satisfies the protocol with module-level
@@ -284,6 +326,7 @@ class Scheduler(Protocol):
         DEFAULT_LAUNCHER: the registered launcher job scripts use when the site file names none
             in ``batch.launcher`` (``srun``), or None: the site's ``launcher`` template as written.
         SUBMIT_STDIN: the submit command reads the script on standard input (``bsub < SCRIPT``).
+        CAPABILITIES: what it can do (:class:`Capabilities`); read through :func:`capabilities`.
 
     Optional, declared only by the schedulers that have it:
         SUBMIT_DIR_VAR: the variable naming the submission directory when the scheduler starts a
@@ -295,6 +338,7 @@ class Scheduler(Protocol):
     DIRECTIVE: Optional[str]
     DEFAULT_LAUNCHER: Optional[str]
     SUBMIT_STDIN: bool
+    CAPABILITIES: Capabilities
 
     def directives(self, req: JobRequest) -> List[Tuple[str, ...]]:
         """Directive arguments (one tuple of words per ``DIRECTIVE`` line) for ``req``."""

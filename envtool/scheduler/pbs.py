@@ -19,12 +19,14 @@ import re
 import subprocess
 from typing import Dict, List, Optional, Tuple
 
-from envtool.scheduler.model import JobRequest, JobState, SchedulerOutputError, phase_of, hms, output_error
+from envtool.scheduler.model import Capabilities, JobRequest, JobState, SchedulerOutputError, phase_of, hms, output_error
 
 NAME = "pbs"
 DIRECTIVE = "#PBS"
 #: the registered launcher job scripts use unless the site file names one (``batch.launcher``)
 DEFAULT_LAUNCHER: Optional[str] = "mpiexec"
+#: submits to a queue; none of the extras of :class:`~envtool.scheduler.model.Capabilities`
+CAPABILITIES = Capabilities()
 SUBMIT_STDIN = False
 #: PBS Pro starts a batch job in the user's home directory, not where ``qsub`` ran, and names the
 #: submission directory in this variable (qsub(1B), "PBS_O_WORKDIR"; ALCF's Polaris job scripts

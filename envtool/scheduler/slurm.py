@@ -26,15 +26,17 @@ import re
 import subprocess
 from typing import Dict, List, Optional, Tuple
 
-from envtool.scheduler.model import JobRequest, JobState, SchedulerOutputError, phase_of, hms, missing, output_error
+from envtool.scheduler.model import Capabilities, JobRequest, JobState, SchedulerOutputError, phase_of, hms, missing, output_error
 
 NAME = "slurm"
 DIRECTIVE = "#SBATCH"
 #: the registered launcher job scripts use unless the site file names one (``batch.launcher``)
 DEFAULT_LAUNCHER: Optional[str] = "srun"
 SUBMIT_STDIN = False
-#: validation jobs start with the pre-flight (:mod:`envtool.validate.preflight`)
-PREFLIGHT = True
+#: what Slurm can do: ``sbcast`` a file to the job's nodes, ``srun --label`` output, ``srun --overlap``
+#: per-node steps, a pre-flight per node, nodes named by ``sinfo``/``srun``, validation steps on ``srun --mpi=``
+CAPABILITIES = Capabilities(broadcast=("sbcast", "--force"), label_output=(("SLURM_LABELIO", "1"),),
+                            overlap="--overlap", preflight=True, names_nodes=True, step_launcher="srun")
 #: Job states (``squeue %T``) that mean "waiting", "running", or finished.
 QUEUED = ("PENDING", "CONFIGURING", "REQUEUED", "RESV_DEL_HOLD", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED",
           "RESIZING")

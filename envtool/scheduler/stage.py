@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from envtool.core.errors import UsageError
+from envtool.scheduler.model import capabilities
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class Stage:
 
 def _per_node(req, sched) -> List[str]:
     per_node = getattr(sched, "per_node_argv", None)
-    if sched.NAME == "local":
+    if not capabilities(sched).submits:  # one node, this machine: no launcher needed
         return []
     if per_node is None:
         raise UsageError(f"--stage: staging is written for Slurm, LSF and PBS sites; site {req.site.name} "
@@ -80,8 +81,9 @@ def _per_node(req, sched) -> List[str]:
 
 def _broadcast(req, sched, stage: Stage) -> List[str]:
     """The words that put ``stage.file`` at ``stage.copy`` on every node."""
-    if sched.NAME == "slurm":
-        return ["sbcast", "--force", stage.file, stage.copy]
+    broadcast = capabilities(sched).broadcast
+    if broadcast:
+        return list(broadcast) + [stage.file, stage.copy]
     return _per_node(req, sched) + ["cp", "--", stage.file, stage.copy]
 
 
@@ -168,8 +170,9 @@ def prologue(req, sched) -> List[str]:
         return lines
     lines.append(_q(per_node + ["mkdir", "-p", "--", stage.prefix]))
     mount = ["squashfuse", "-f", stage.copy, stage.prefix]
-    if sched.NAME == "slurm":
-        step = per_node[:1] + ["--overlap"] + per_node[1:] + mount
+    overlap = capabilities(sched).overlap
+    if overlap:
+        step = per_node[:1] + [overlap] + per_node[1:] + mount
     else:
         step = per_node + mount
     lines += [_q(step) + " &", "ENVTOOL_STAGE_MOUNT=$!",

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypedDi
 
 from envtool.core import procs
 from envtool.core.errors import CheckFailed, EnvtoolError, UsageError
-from envtool.scheduler.model import LaunchStep, Layout, SchedulerOutputError
+from envtool.scheduler.model import LaunchStep, Layout, SchedulerOutputError, capabilities
 from envtool.steps.jobscript import Target, build_request, render
 from envtool.validate import ranks as rk
 from envtool.validate import sweep
@@ -285,7 +285,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     sched = scheduler.get(target.site.scheduler)
     poll_max = job_poll_max()   # a bad ENVTOOL_JOB_POLL is refused before anything is written or submitted
     launcher_note: Optional[str] = None
-    with_preflight = getattr(sched, "PREFLIGHT", False) and image is None
+    with_preflight = capabilities(sched).preflight and image is None
     if image is not None and preflight_only:
         raise UsageError("--preflight checks the environment's prefix on every node; with --image the image "
                          "carries the environment: drop --preflight")
@@ -297,7 +297,8 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     if image is not None and benchmark:
         raise UsageError("--benchmark runs on the host's environment: with --image drop --benchmark (the image's "
                          "ranks are validated by check-build and the allreduce)")
-    if sched.NAME == "slurm" and target.launcher is not None and target.launcher.program != "srun":
+    step_launcher = capabilities(sched).step_launcher
+    if step_launcher and target.launcher is not None and target.launcher.program != step_launcher:
         # validation steps start ranks with their own PMI plugin (--mpi=none for Gloo and
         # torch.distributed), which only srun takes; the site's batch.launcher stays for job scripts
         import dataclasses
@@ -305,11 +306,11 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
         from envtool.scheduler.launcher import Launcher
 
         chosen = target.launcher.program
-        launcher_note = (f"ranks are started with srun (the site's launcher {chosen} is for job scripts; "
-                         "the validation's steps need srun --mpi=)")
+        launcher_note = (f"ranks are started with {step_launcher} (the site's launcher {chosen} is for job "
+                         f"scripts; the validation's steps choose their own PMI plugin, which {step_launcher} takes)")
         progress(f"validate: {launcher_note}")
-        target = dataclasses.replace(target, launcher=Launcher(program="srun", template="srun",
-                                                               scheduler="slurm", native=True))
+        target = dataclasses.replace(target, launcher=Launcher(program=step_launcher, template=step_launcher,
+                                                               scheduler=sched.NAME, native=True))
     if image is not None:  # checked before anything is written
         from envtool.steps.container_run import container_of, image_path
 
@@ -373,7 +374,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
                     wrap=(python, str(rdv), kind, str(run_dir), phase, wait, "--"), mpi="none", may_fail=True))
     # srun labels each line with its task number (srun(1): SLURM_LABELIO, same as --label): a hang
     # can then name the last line each rank printed
-    extra_env = [("PYTHONUNBUFFERED", "1")] + ([("SLURM_LABELIO", "1")] if sched.NAME == "slurm" else [])
+    extra_env = [("PYTHONUNBUFFERED", "1")] + list(capabilities(sched).label_output)
     req = build_request(target, nodes, job_steps, ranks_per_node, gpus_per_rank, time_limit, account, queue,
                         "envtool-validate", str(run_dir / "job.out"), str(run_dir), extra_env=extra_env)
     lay = req.layout
@@ -406,7 +407,7 @@ def run_job(target: Target, nodes: int, ranks_per_node: Optional[int], gpus_per_
     old_term = signal.signal(signal.SIGTERM, _raise_terminated) if _main_thread() else None
     watch = JobWatch(output=run_dir / "job.out")
     try:
-        if sched.NAME == "local":
+        if not capabilities(sched).submits:
             state, code = _run_local_script(script, run_dir, progress, timeout)
             result.update(job_id=None, state=state, exit_status=code)
         else:
@@ -514,7 +515,7 @@ def _stage_failed(stage, output: Path) -> str:
 def _lost_nodes(sched, job_id, watch: JobWatch, run_dir: Path, script: Path) -> List[str]:
     """Problems naming the nodes of the job whose slurmd stopped responding, or where srun could
     not start a step (from the job output), each with a fix line; [] for other schedulers."""
-    if job_id is None or not hasattr(sched, "unresponsive_nodes"):
+    if job_id is None or not capabilities(sched).names_nodes:
         return []
     nodes = watch.nodes or sched.job_nodes(job_id)
     lost = dict(watch.lost)

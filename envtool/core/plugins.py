@@ -1,0 +1,173 @@
+"""One registry idiom for every plug-in point (core layer): :class:`Registry` ``[T]``.
+
+Engines, schedulers, launchers, module writers, container runtimes, scan rules, doctor checks and
+validation checks each keep one :class:`Registry`. An entry is a name bound to either the object
+itself or a ``module:attribute`` string that is imported only when the entry is first asked for,
+so listing names (``--help``, completions, a site file's check) imports no plug-in.
+
+Third-party packages register through the ``envtool.plugins`` entry-point group (the
+packaging specification's entry points,
+https://packaging.python.org/en/latest/specifications/entry-points/): an entry point named
+``KIND.NAME`` whose value is ``module:attribute`` adds ``NAME`` to the registry of ``KIND``
+(``scheduler.flux = "envtool_flux:SCHEDULER"``). Its metadata is read once per process, when a
+registry of that kind is first listed or asked; the module is imported only when the entry is
+used. This is the shape of conda's plugin manager, which finds plug-ins through the
+``conda`` entry-point group (``conda/conda@24.1.0:conda/plugins/manager.py``), without pluggy's
+hook calls: a plug-in here is one object of the kind's typed interface.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Callable, Dict, Generic, List, Optional, Tuple, TypeVar, Union
+
+#: The entry-point group third-party plug-ins register in.
+GROUP = "envtool.plugins"
+
+T = TypeVar("T")
+
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+_TARGET_RE = re.compile(r"[A-Za-z_][\w.]*(?::[A-Za-z_][\w.]*)?")
+#: kind → its registry (one per kind; entry points are dealt out by kind).
+_REGISTRIES: Dict[str, "Registry"] = {}
+_ENTRY_POINTS: Optional[Dict[str, List[Tuple[str, str, str]]]] = None
+
+
+class UnknownPlugin(KeyError):
+    """No plug-in of that name in a registry (a ``KeyError``; the CLI layers turn it into exit 2)."""
+
+
+def _entry_points() -> Dict[str, List[Tuple[str, str, str]]]:
+    """kind → ``(name, target, distribution)`` of every ``envtool.plugins`` entry point, read once."""
+    global _ENTRY_POINTS
+    if _ENTRY_POINTS is None:
+        from importlib import metadata
+
+        found: Dict[str, List[Tuple[str, str, str]]] = {}
+        for ep in metadata.entry_points(group=GROUP):
+            kind, dot, name = ep.name.partition(".")
+            dist = getattr(getattr(ep, "dist", None), "name", "") or ""
+            if dot and _NAME_RE.fullmatch(name) and _TARGET_RE.fullmatch(ep.value.replace(" ", "")):
+                found.setdefault(kind, []).append((name, ep.value.replace(" ", ""), dist))
+        _ENTRY_POINTS = found
+    return _ENTRY_POINTS
+
+
+def _load(target: str) -> object:
+    module, _, attr = target.partition(":")
+    obj: object = importlib.import_module(module)
+    for part in attr.split(".") if attr else ():
+        obj = getattr(obj, part)
+    return obj
+
+
+class Registry(Generic[T]):
+    """Name → plug-in of one kind (``engine``, ``scheduler`` …), in registration order.
+
+    Args:
+        kind: the plug-in kind, also the first part of its entry-point names.
+        check: called with each object when it is first loaded; raises ``TypeError`` or
+            ``ValueError`` when the object does not implement the kind's interface.
+        entry_points: also take this kind's ``envtool.plugins`` entry points (default True).
+    Raises:
+        ValueError: a second registry of the same kind (a programming error).
+    """
+
+    def __init__(self, kind: str, check: Optional[Callable[[object], None]] = None,
+                 entry_points: bool = True) -> None:
+        if kind in _REGISTRIES:
+            raise ValueError(f"a registry of kind {kind!r} exists already")
+        self.kind = kind
+        self._check = check
+        self._targets: Dict[str, Union[str, T]] = {}
+        self._summaries: Dict[str, str] = {}
+        self._origins: Dict[str, str] = {}
+        self._loaded: Dict[str, T] = {}
+        self._entry_points = entry_points
+        self._eps_taken = False
+        _REGISTRIES[kind] = self
+
+    def register(self, name: str, target: Union[str, T], summary: str = "", origin: str = "envtool") -> None:
+        """Add ``name``: ``target`` is the plug-in object or its ``module:attribute`` (imported on first use).
+
+        Raises:
+            ValueError: a malformed name or target, or ``name`` already bound to another target.
+        """
+        if not _NAME_RE.fullmatch(name):
+            raise ValueError(f"{self.kind} name {name!r}: expected letters, digits, '.', '_', '+' or '-' "
+                             f"(at most 64, starting with a letter or digit)")
+        if isinstance(target, str) and not _TARGET_RE.fullmatch(target):
+            raise ValueError(f"{self.kind} {name}: {target!r} is not 'module' or 'module:attribute'")
+        if name in self._targets and self._targets[name] is not target and self._targets[name] != target:
+            raise ValueError(f"{self.kind} {name} is already registered (by {self._origins[name]})")
+        self._targets[name] = target
+        self._summaries[name] = summary
+        self._origins[name] = origin
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (tests that add a toy plug-in take it away again); no error when absent."""
+        for table in (self._targets, self._summaries, self._origins, self._loaded):
+            table.pop(name, None)
+
+    def _take_entry_points(self) -> None:
+        if self._entry_points and not self._eps_taken:
+            self._eps_taken = True
+            for name, target, dist in _entry_points().get(self.kind, ()):
+                if name not in self._targets:  # a built-in name is never replaced by a plug-in
+                    self._targets[name] = target
+                    self._summaries[name] = ""
+                    self._origins[name] = f"entry point of {dist or 'an installed distribution'}"
+
+    def names(self) -> Tuple[str, ...]:
+        """Every registered name, built-ins first, then entry points (no plug-in is imported)."""
+        self._take_entry_points()
+        return tuple(self._targets)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self.names()
+
+    def summary(self, name: str) -> str:
+        """The one-line summary given at registration ("" when none)."""
+        self._take_entry_points()
+        return self._summaries.get(name, "")
+
+    def origin(self, name: str) -> str:
+        """Who registered ``name``: ``envtool`` or ``entry point of DIST``."""
+        self._take_entry_points()
+        return self._origins.get(name, "")
+
+    def get(self, name: str) -> T:
+        """The plug-in registered as ``name``, imported on first use.
+
+        Raises:
+            UnknownPlugin: no such name (the message lists the registered ones).
+            ImportError, AttributeError: its ``module:attribute`` cannot be loaded.
+            TypeError, ValueError: the registry's check refuses the loaded object.
+        """
+        if name in self._loaded:
+            return self._loaded[name]
+        self._take_entry_points()
+        if name not in self._targets:
+            raise UnknownPlugin(f"unknown {self.kind} {name!r}; expected one of {', '.join(self._targets)}")
+        target = self._targets[name]
+        obj = _load(target) if isinstance(target, str) else target
+        if self._check is not None:
+            self._check(obj)
+        self._loaded[name] = obj  # type: ignore[assignment]
+        return obj  # type: ignore[return-value]
+
+    def items(self) -> List[Tuple[str, T]]:
+        """``(name, plug-in)`` for every entry, in order (imports every one)."""
+        return [(n, self.get(n)) for n in self.names()]
+
+
+def registry(kind: str) -> Registry:
+    """The registry of ``kind``.
+
+    Raises:
+        UnknownPlugin: no registry of that kind has been made (its module is not imported yet).
+    """
+    try:
+        return _REGISTRIES[kind]
+    except KeyError:
+        raise UnknownPlugin(f"no plug-in registry of kind {kind!r}") from None
