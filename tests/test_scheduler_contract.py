@@ -67,7 +67,7 @@ def toy():
     """Register the toy scheduler (the one registration) for one test, then remove it."""
     registry.register_scheduler("toy", "helpers.toy_scheduler")
     yield scheduler.get("toy")
-    registry.SCHEDULERS.pop("toy", None)
+    registry.SCHEDULERS.unregister("toy")
 
 
 def _names():

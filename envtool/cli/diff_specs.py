@@ -1,10 +1,12 @@
 """``envtool diff-specs A B``: what changes between two stacks (e.g. Open-CE 1.1.3 -> 1.2)."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from envtool.cli.common import name_arg, add_json, load_spec, path_arg, print_json
-from envtool.spec.model import Pin, Spec
+
+if TYPE_CHECKING:  # annotations only: 'envtool --help' need not import the spec model
+    from envtool.spec.model import Pin, Spec
 
 
 def register(sub: Any) -> None:

@@ -233,10 +233,17 @@ def _interrupt_in(exc: BaseException) -> Optional[BaseException]:
     return None
 
 
+def redact(text: str) -> str:
+    """``text`` with URL passwords hidden (:func:`envtool.core.plan.redact`), imported only when an
+    error is reported: the plan model is not needed to print ``--help``."""
+    from envtool.core.plan import redact as plan_redact
+
+    return plan_redact(text)
+
+
 def _run(argv: List[str]):
     """Parse ``argv`` and run the command; returns ``(exit status, error message or None)``."""
     from envtool.core.errors import EXIT_INTERNAL, EXIT_USAGE, ConditionError, EnvtoolError, condition_message
-    from envtool.core.plan import redact  # a URL's password is never printed
 
     from envtool.core import procs
 

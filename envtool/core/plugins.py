@@ -18,8 +18,13 @@ hook calls: a plug-in here is one object of the kind's typed interface.
 from __future__ import annotations
 
 import importlib
+import os
 import re
-from typing import Callable, Dict, Generic, List, Optional, Tuple, TypeVar, Union
+import sys
+from pathlib import Path
+from typing import Callable, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar, Union
+
+from envtool.core.errors import UsageError
 
 #: The entry-point group third-party plug-ins register in.
 GROUP = "envtool.plugins"
@@ -33,24 +38,84 @@ _REGISTRIES: Dict[str, "Registry"] = {}
 _ENTRY_POINTS: Optional[Dict[str, List[Tuple[str, str, str]]]] = None
 
 
-class UnknownPlugin(KeyError):
-    """No plug-in of that name in a registry (a ``KeyError``; the CLI layers turn it into exit 2)."""
+class UnknownPlugin(UsageError, KeyError):
+    """No plug-in of that name in a registry.
+
+    A :class:`~envtool.core.errors.UsageError` (a name that escapes to the CLI is exit 2 with this
+    message) and a ``KeyError`` (callers that look a name up may catch it as one).
+    """
+
+    def __str__(self) -> str:  # KeyError's str() would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+def _candidates() -> Optional[List[str]]:
+    """The ``*.dist-info``/``*.egg-info`` folders on ``sys.path`` whose ``entry_points.txt`` names
+    :data:`GROUP`, or None when a ``sys.path`` entry is not a folder (a zip: only
+    :mod:`importlib.metadata` can look inside it).
+
+    A pre-filter, not a parser: a distribution can declare an entry point of the group only in that
+    file (the entry-points specification), so one without the group's name in it is skipped. This
+    costs a few milliseconds where :func:`importlib.metadata.entry_points` (importing the module
+    and reading every distribution's metadata) costs about 40 ms here, on every command that lists
+    plug-in names.
+    """
+    found: List[str] = []
+    needle = GROUP.encode()
+    for entry in sys.path:
+        path = entry or "."
+        if not os.path.isdir(path):
+            if os.path.exists(path):
+                return None
+            continue
+        try:
+            listing = list(os.scandir(path))
+        except OSError:
+            continue
+        for item in listing:
+            if item.name.endswith((".dist-info", ".egg-info")):
+                try:
+                    with open(os.path.join(item.path, "entry_points.txt"), "rb") as handle:
+                        if needle in handle.read():
+                            found.append(item.path)
+                except OSError:
+                    continue
+    return found
 
 
 def _entry_points() -> Dict[str, List[Tuple[str, str, str]]]:
-    """kind → ``(name, target, distribution)`` of every ``envtool.plugins`` entry point, read once."""
-    global _ENTRY_POINTS
-    if _ENTRY_POINTS is None:
-        from importlib import metadata
+    """kind → ``(name, target, distribution)`` of every ``envtool.plugins`` entry point, read once.
 
-        found: Dict[str, List[Tuple[str, str, str]]] = {}
-        for ep in metadata.entry_points(group=GROUP):
-            kind, dot, name = ep.name.partition(".")
-            dist = getattr(getattr(ep, "dist", None), "name", "") or ""
-            if dot and _NAME_RE.fullmatch(name) and _TARGET_RE.fullmatch(ep.value.replace(" ", "")):
-                found.setdefault(kind, []).append((name, ep.value.replace(" ", ""), dist))
+    The entry points are read by :mod:`importlib.metadata`, from the distributions that
+    :func:`_candidates` leaves (all of them when it cannot pre-filter); a distribution found twice
+    on ``sys.path`` counts once, the first (as :func:`importlib.metadata.entry_points` does).
+    """
+    global _ENTRY_POINTS
+    if _ENTRY_POINTS is not None:
+        return _ENTRY_POINTS
+    candidates = _candidates()
+    found: Dict[str, List[Tuple[str, str, str]]] = {}
+    if candidates == []:
         _ENTRY_POINTS = found
-    return _ENTRY_POINTS
+        return found
+    from importlib import metadata
+
+    dists = (metadata.distributions() if candidates is None
+             else (metadata.PathDistribution(Path(c)) for c in candidates))
+    seen = set()
+    for dist in dists:
+        dist_name = (dist.metadata["Name"] or "") if dist.metadata else ""
+        key = re.sub(r"[-_.]+", "-", dist_name).lower()
+        if key in seen:
+            continue
+        seen.add(key)
+        for ep in dist.entry_points:
+            kind, dot, name = ep.name.partition(".")
+            target = ep.value.replace(" ", "")
+            if ep.group == GROUP and dot and _NAME_RE.fullmatch(name) and _TARGET_RE.fullmatch(target):
+                found.setdefault(kind, []).append((name, target, dist_name))
+    _ENTRY_POINTS = found
+    return found
 
 
 def _load(target: str) -> object:
@@ -98,8 +163,10 @@ class Registry(Generic[T]):
                              f"(at most 64, starting with a letter or digit)")
         if isinstance(target, str) and not _TARGET_RE.fullmatch(target):
             raise ValueError(f"{self.kind} {name}: {target!r} is not 'module' or 'module:attribute'")
-        if name in self._targets and self._targets[name] is not target and self._targets[name] != target:
+        taken = name in self._targets and self._targets[name] is not target and self._targets[name] != target
+        if taken and not (origin == "envtool" and self._origins[name] != "envtool"):
             raise ValueError(f"{self.kind} {name} is already registered (by {self._origins[name]})")
+        self._loaded.pop(name, None)  # a built-in registered after the entry points were read wins
         self._targets[name] = target
         self._summaries[name] = summary
         self._origins[name] = origin
@@ -125,6 +192,21 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name in self.names()
+
+    def __iter__(self) -> Iterator[str]:
+        """The names, as :meth:`names` gives them (so ``choices=registry`` and ``list(registry)`` work)."""
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self.names())
+
+    def is_builtin(self, name: str) -> bool:
+        """Whether ``name`` was registered by envtool itself (not by an entry point)."""
+        return self.origin(name) == "envtool"
+
+    def loaded(self) -> Dict[str, T]:
+        """The entries imported so far, by name (a copy; imports nothing)."""
+        return dict(self._loaded)
 
     def summary(self, name: str) -> str:
         """The one-line summary given at registration ("" when none)."""

@@ -2,7 +2,8 @@
 an external conda/mamba/micromamba), behind the interface of :mod:`envtool.engines.base` and
 looked up in :mod:`envtool.engines.registry`.
 
-The built-in engine modules are imported here, once; each registers itself at its
-end (``--help`` lists them in registration order). A new engine is one module plus its import here.
+Importing this package imports no engine: :mod:`envtool.engines.registry` names the built-in
+engines as ``module:attribute`` strings (``--help`` lists them in that order) and imports an
+engine's module when the engine is first used. A new engine is one module plus one line there
+(or, outside envtool, one ``engine.NAME`` entry point in the ``envtool.plugins`` group).
 """
-from envtool.engines import rattler, external, venv  # noqa: F401,I001  (imported to register the engines)

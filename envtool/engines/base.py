@@ -6,9 +6,10 @@ this machine is probed once, up front (:meth:`Engine.probe_tools`, :func:`envtoo
 into the :class:`~envtool.core.plan.MachineFacts` the planner hands over in
 :attr:`PlanOptions.machine <envtool.core.plan.PlanOptions>`.
 
-An engine is one module: a subclass of :class:`Engine` and one call of
-:func:`envtool.engines.registry.register` at its end (the package imports the built-in engine
-modules once, :mod:`envtool.engines`). This module imports no engine.
+An engine is one module: a subclass of :class:`Engine`, named by one line in
+:mod:`envtool.engines.registry` (its ``module:attribute``, imported on first use) or, from another
+distribution, by an ``engine.NAME`` entry point of the ``envtool.plugins`` group. This module
+imports no engine.
 """
 from __future__ import annotations
 

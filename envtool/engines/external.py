@@ -15,7 +15,6 @@ from envtool.core.plan import PlanOptions, Step, StepContext
 from envtool.engines.base import CloneSettings, Engine, InstalledPackage, LockInstall
 from envtool.engines.pip import spec_pip_steps
 from envtool.engines.rattler import RattlerEngine
-from envtool.engines.registry import deprecate, register
 from envtool.engines.rattler_api import package_cache
 from envtool.spec.model import Spec
 
@@ -164,6 +163,7 @@ def _external_action(step: Step, runner: StepContext) -> dict:
     return {"tool": step.data.tool, "prefix": doc.get("prefix"), "linked": len(actions.get("LINK", []))}
 
 
-for _tool in ("conda", "mamba", "micromamba"):
-    register(functools.partial(ExternalCondaEngine, _tool), name=_tool, summary=f"an external {_tool} executable on PATH")
-deprecate("conda-external", "conda")
+#: The factories :mod:`envtool.engines.registry` names ``conda``, ``mamba`` and ``micromamba``.
+CONDA = functools.partial(ExternalCondaEngine, "conda")
+MAMBA = functools.partial(ExternalCondaEngine, "mamba")
+MICROMAMBA = functools.partial(ExternalCondaEngine, "micromamba")

@@ -17,7 +17,6 @@ from envtool.engines.base import CloneSettings, Engine, InstalledPackage, LockIn
 from envtool.engines.clone_steps import clone_source_steps
 from envtool.engines.pip import spec_pip_steps
 from envtool.engines.venv import create_venv_step
-from envtool.engines.registry import register
 from envtool.engines.rattler_api import (run_sync, install_records, package_cache, parse_virtual_packages, platform_for,
                                          quote_path as _q, read_prefix_records, solve_records, spec_virtual_packages)
 from envtool.spec.channels import expand
@@ -355,6 +354,3 @@ def _drop_conda_horovod(step: Step, runner: StepContext) -> dict:
     except EnvtoolError as exc:
         raise StepFailed(step.id, str(exc), runner.log_path) from None
     return {"removed": label}
-
-
-register(RattlerEngine, default_for="conda")

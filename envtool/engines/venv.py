@@ -16,7 +16,6 @@ from typing import List, Optional, Tuple
 from envtool.core.prefix import PrefixData
 from envtool.engines.base import Engine, InstalledPackage, LockInstall
 from envtool.engines.pip import pip_install_step
-from envtool.engines.registry import register
 from envtool.core.errors import UsageError
 from envtool.spec.model import Spec
 from envtool.core.plan import PlanOptions, Step
@@ -138,7 +137,5 @@ class VenvEngine(Engine):
         return [InstalledPackage(name=d.name, version=d.version, manager="pip")
                 for d in PrefixData(prefix).distributions]
 
-
-register(VenvEngine, default_for="venv")
 
 __all__ = ["VenvEngine", "create_venv_step", "find_interpreter", "pip_install_step"]

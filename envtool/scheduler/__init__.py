@@ -10,34 +10,54 @@ job-script template (``templates/jobscript.sh``). This package imports only the 
 (:mod:`envtool.spec`, :mod:`envtool.core`).
 
 The names and modules are registered once, in :mod:`envtool.spec.registry` (the site-file
-reader checks names against the same table).
+reader checks names against the same tables); another distribution adds a scheduler or a
+launcher through the ``envtool.plugins`` entry-point group (``scheduler.NAME = "module"``).
 """
 from __future__ import annotations
 
-import importlib
 from typing import Optional, cast
 
+from envtool.core.errors import UsageError
 from envtool.scheduler.model import LaunchProgram, Scheduler
 from envtool.spec import registry
 
+#: What every scheduler module defines (:class:`~envtool.scheduler.model.Scheduler`).
+_SCHEDULER_NAMES = ("NAME", "DIRECTIVE", "DEFAULT_LAUNCHER", "SUBMIT_STDIN", "directives", "submit_argv",
+                    "parse_submit", "status_argv", "parse_status", "state", "cancel_argv")
+
 
 def get(name: Optional[str]) -> Scheduler:
-    """The module of scheduler ``name`` (a registered name; None or ``none`` gives ``local``).
+    """The module of scheduler ``name`` (a registered name; None or ``none`` gives ``local``), imported
+    on first use.
 
     Returns:
         the module, which implements :class:`~envtool.scheduler.model.Scheduler`.
     Raises:
-        KeyError: an unregistered name (site files are checked on load, so only a bug gets here).
+        envtool.core.plugins.UnknownPlugin: an unregistered name (a ``UsageError`` and a ``KeyError``;
+            site files are checked on load, so only a caller's mistake gets here).
+        UsageError: a plug-in scheduler that lacks part of the interface (exit 2, naming what).
+        ImportError: its module cannot be imported.
     """
     key = registry.NO_SCHEDULER if name in (None, registry.NONE) else str(name)
-    return cast(Scheduler, importlib.import_module(registry.SCHEDULERS[key]))
+    sched = registry.SCHEDULERS.get(key)
+    missing = [n for n in _SCHEDULER_NAMES if not hasattr(sched, n)]
+    if missing:
+        raise UsageError(f"scheduler {key} ({registry.SCHEDULERS.origin(key)}): "
+                         f"{getattr(sched, '__name__', sched)!r} lacks {', '.join(missing)} "
+                         f"(see envtool.scheduler.model.Scheduler)")
+    return cast(Scheduler, sched)
 
 
 def get_launcher(name: str) -> LaunchProgram:
-    """The registered launcher ``name`` (``srun``, ``jsrun``, ``mpiexec``, ``aprun``, ``mpirun`` …).
+    """The registered launcher ``name`` (``srun``, ``jsrun``, ``mpiexec``, ``aprun``, ``mpirun`` …),
+    imported on first use.
 
     Raises:
-        KeyError: an unregistered name.
+        envtool.core.plugins.UnknownPlugin: an unregistered name (a ``UsageError`` and a ``KeyError``).
+        UsageError: a plug-in launcher without ``launch_argv``.
     """
-    module, _, attr = registry.LAUNCHERS[name].partition(":")
-    return cast(LaunchProgram, getattr(importlib.import_module(module), attr))
+    launcher = registry.LAUNCHERS.get(name)
+    if not callable(getattr(launcher, "launch_argv", None)):
+        raise UsageError(f"launcher {name} ({registry.LAUNCHERS.origin(name)}): {launcher!r} has no launch_argv "
+                         f"(see envtool.scheduler.model.LaunchProgram)")
+    return cast(LaunchProgram, launcher)

@@ -2,29 +2,28 @@
 
 The site-file reader (:mod:`envtool.spec.sites`, this layer) checks a site's ``scheduler`` and
 ``batch.launcher`` against these names; :func:`envtool.scheduler.get` and
-:func:`envtool.scheduler.launcher.get_launcher` (the layer above) import the registered modules.
-Both sides read the same table, and the spec layer never imports the scheduler layer: an entry
-holds the implementing module's dotted path as a string, imported only by the scheduler layer.
+:func:`envtool.scheduler.get_launcher` (the layer above) load the registered modules.
+Both sides read the same tables, two :class:`envtool.core.plugins.Registry` objects, and the spec
+layer never imports the scheduler layer: an entry holds the implementing module's dotted path as
+a string, imported on first use by the scheduler layer.
 
 Adding a scheduler is one new module (implementing :class:`envtool.scheduler.model.Scheduler`)
-plus one :func:`register_scheduler` call (or one line in :data:`SCHEDULERS`). A launcher is one
-object implementing :class:`envtool.scheduler.model.LaunchProgram` plus one
-:func:`register_launcher`. This follows ReFrame's registry of scheduler and launcher back-ends
-keyed by the name a configuration file uses (``reframe-hpc/reframe@v4.5.0:reframe/core/backends.py``).
+plus one :func:`register_scheduler` call (or one line below). A launcher is one object
+implementing :class:`envtool.scheduler.model.LaunchProgram` plus one :func:`register_launcher`.
+Another distribution adds either through the ``envtool.plugins`` entry-point group:
+``scheduler.NAME = "module"`` (or ``"module:attribute"``) and ``launcher.NAME = "module:attribute"``.
+This follows ReFrame's registry of scheduler and launcher back-ends keyed by the name a
+configuration file uses (``reframe-hpc/reframe@v4.5.0:reframe/core/backends.py``).
 """
 from __future__ import annotations
 
-import re
-from typing import Dict, Tuple
+from typing import Tuple
 
-#: scheduler name (a site file's ``scheduler``) → dotted path of the module implementing it.
-SCHEDULERS: Dict[str, str] = {
-    "slurm": "envtool.scheduler.slurm",
-    "lsf": "envtool.scheduler.lsf",
-    "pbs": "envtool.scheduler.pbs",
-    "cobalt": "envtool.scheduler.cobalt",
-    "local": "envtool.scheduler.local",
-}
+from envtool.core.plugins import Registry
+
+#: scheduler name (a site file's ``scheduler``) → the module implementing it (a dotted path,
+#: imported on first use).
+SCHEDULERS: Registry[object] = Registry("scheduler")
 #: the registered scheduler of a site without one (a site file writes ``scheduler: none``).
 NO_SCHEDULER = "local"
 #: what a site file writes for "no scheduler" (its jobs run on this machine with :data:`NO_SCHEDULER`).
@@ -32,36 +31,18 @@ NONE = "none"
 
 #: launcher name (a site file's ``batch.launcher``, the program's name) → ``module:attribute`` of
 #: the object that builds its job-script words from a layout.
-LAUNCHERS: Dict[str, str] = {
-    "srun": "envtool.scheduler.launchers:SRUN",
-    "jsrun": "envtool.scheduler.launchers:JSRUN",
-    "mpiexec": "envtool.scheduler.launchers:PALS_MPIEXEC",
-    "aprun": "envtool.scheduler.launchers:APRUN",
-    "mpirun": "envtool.scheduler.launchers:MPIRUN",
-}
-
-_NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
-_TARGET_RE = re.compile(r"[A-Za-z_][\w.]*(?::[A-Za-z_]\w*)?")
-
-
-def _register(table: Dict[str, str], kind: str, name: str, target: str) -> None:
-    if not _NAME_RE.fullmatch(name) or name == NONE:
-        raise ValueError(f"{kind} name {name!r}: expected lower-case letters, digits, '_' or '-' "
-                         f"(at most 32, not {NONE!r})")
-    if not _TARGET_RE.fullmatch(target):
-        raise ValueError(f"{kind} {name}: {target!r} is not a dotted module path (optionally ':attribute')")
-    if table.get(name, target) != target:
-        raise ValueError(f"{kind} {name} is already registered as {table[name]}")
-    table[name] = target
+LAUNCHERS: Registry[object] = Registry("launcher")
 
 
 def register_scheduler(name: str, module: str) -> None:
     """Register scheduler ``name`` as implemented by ``module`` (a dotted path, imported on first use).
 
     Raises:
-        ValueError: a malformed name or path, or ``name`` already registered to another module.
+        ValueError: a malformed name or path, ``none``, or ``name`` already registered to another module.
     """
-    _register(SCHEDULERS, "scheduler", name, module)
+    if name == NONE:
+        raise ValueError(f"scheduler name {NONE!r} is what a site file writes for no scheduler")
+    SCHEDULERS.register(name, module)
 
 
 def register_launcher(name: str, target: str) -> None:
@@ -70,15 +51,22 @@ def register_launcher(name: str, target: str) -> None:
     Raises:
         ValueError: a malformed name or path, or ``name`` already registered elsewhere.
     """
-    _register(LAUNCHERS, "launcher", name, target)
+    LAUNCHERS.register(name, target)
+
+
+for _name in ("slurm", "lsf", "pbs", "cobalt", "local"):
+    register_scheduler(_name, f"envtool.scheduler.{_name}")
+for _name, _attr in (("srun", "SRUN"), ("jsrun", "JSRUN"), ("mpiexec", "PALS_MPIEXEC"), ("aprun", "APRUN"),
+                     ("mpirun", "MPIRUN")):
+    register_launcher(_name, f"envtool.scheduler.launchers:{_attr}")
 
 
 def site_scheduler_names() -> Tuple[str, ...]:
     """What a site file's ``scheduler`` may be: every registered scheduler except :data:`NO_SCHEDULER`,
     then ``none``."""
-    return tuple(n for n in SCHEDULERS if n != NO_SCHEDULER) + (NONE,)
+    return tuple(n for n in SCHEDULERS.names() if n not in (NO_SCHEDULER, NONE)) + (NONE,)
 
 
 def launcher_names() -> Tuple[str, ...]:
     """What a site file's ``batch.launcher`` may be: every registered launcher."""
-    return tuple(LAUNCHERS)
+    return LAUNCHERS.names()
