@@ -188,7 +188,8 @@ class Registry(Generic[T]):
     def names(self) -> Tuple[str, ...]:
         """Every registered name, built-ins first, then entry points (no plug-in is imported)."""
         self._take_entry_points()
-        return tuple(self._targets)
+        builtin = [n for n in self._targets if self._origins[n] == "envtool"]
+        return tuple(builtin + [n for n in self._targets if self._origins[n] != "envtool"])
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name in self.names()

@@ -92,7 +92,7 @@ def canonical(name: str, warn: Optional[Callable[[str], None]] = None) -> str:
             f"warning: --engine {name} is deprecated; use --engine {new}")
         return new
     if name not in ENGINES:
-        raise UsageError(f"--engine {name!r}: unknown engine; expected one of {', '.join(ENGINES.names())}")
+        raise UsageError(f"--engine: unknown engine {name!r}; expected one of {', '.join(ENGINES.names())}")
     return name
 
 
