@@ -34,7 +34,7 @@ import contextlib, io
 from envtool.engines import registry as engines
 from envtool.spec import registry as sched
 from envtool.modules import registry as writers
-assert engines.names()[:5] == ("rattler", "conda", "mamba", "micromamba", "venv"), engines.names()
+assert engines.names()[:5] == ("venv", "rattler", "conda", "mamba", "micromamba"), engines.names()
 assert "rattler: embedded py-rattler" in engines.choices_help()
 assert "slurm" in sched.site_scheduler_names() and "srun" in sched.launcher_names()
 assert "lua" in writers.names()

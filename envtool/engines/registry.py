@@ -141,10 +141,10 @@ def spec_engine_of_prefix(prefix: "object") -> str:
 
 
 # The built-in engines, in ``--help`` order: named here, imported on first use.
+register("envtool.engines.venv:VenvEngine", name="venv", summary="python -m venv and pip (default for venv specs)",
+         default_for="venv")
 register("envtool.engines.rattler:RattlerEngine", name="rattler",
          summary="embedded py-rattler (default for conda specs)", default_for="conda")
 for _tool in ("conda", "mamba", "micromamba"):
     register(f"envtool.engines.external:{_tool.upper()}", name=_tool, summary=f"an external {_tool} executable on PATH")
-register("envtool.engines.venv:VenvEngine", name="venv", summary="python -m venv and pip (default for venv specs)",
-         default_for="venv")
 deprecate("conda-external", "conda")
