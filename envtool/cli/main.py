@@ -241,42 +241,81 @@ def redact(text: str) -> str:
     return plan_redact(text)
 
 
+def _dispatch(argv: List[str]):
+    """Parse ``argv`` and run the command (errors propagate); returns ``(exit status, None)``."""
+    from envtool.core import procs
+    from envtool.core.errors import EXIT_USAGE
+
+    parser = build_parser(only=_command_module(argv))
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE, "no command given (see 'envtool --help')"
+    from envtool.cli.common import check_environment
+    from envtool.cli.settings import apply as apply_settings
+
+    check_environment()  # the variables first: a bad one is named as the variable
+    if not getattr(args, "settings_later", False):  # 'config' reads the files itself (to fix a bad one)
+        apply_settings()  # then the configuration files under them (a bad one is named with its file)
+    with procs.command_scope():  # children die with the command; signals exit 130
+        return int(args.func(args) or 0), None
+
+
+def _envtool_error(exc):
+    """Report an :class:`~envtool.core.errors.EnvtoolError` (its own exit status), with its outcome
+    and build log (as keys too under ``--json``)."""
+    message = redact(str(exc))
+    print(f"envtool: error: {message}", file=sys.stderr)
+    if exc.outcome:
+        print(f"envtool: {exc.outcome}", file=sys.stderr)
+    if exc.log:
+        print(f"envtool: build log: {exc.log}", file=sys.stderr)
+    from envtool.cli.common import collecting_json, print_json
+
+    if (exc.log or exc.outcome) and collecting_json():  # under --json the same facts, as keys
+        print_json({k: str(v) for k, v in (("log", exc.log), ("outcome", exc.outcome)) if v})
+    return exc.exit_status, message
+
+
+def _unexpected(exc: BaseException):
+    """Report an exception that is not envtool's: a condition of the machine or the input (exit 2,
+    or 1 when a build step met it), else an internal error (exit 3)."""
+    from envtool.core.errors import EXIT_INTERNAL, EXIT_USAGE, ConditionError, condition_message
+
+    log = getattr(exc, "log", None)
+    outcome = getattr(exc, "outcome", "")
+    condition = condition_message(exc)
+    if condition is None and isinstance(exc, MemoryError):
+        condition = ("out of memory: an input is too large or endless (a device such as /dev/zero?), or the "
+                     "machine has too little memory for this command")
+    if condition is not None:
+        # a condition of the machine or the input, not a bug: 1 when a build step met it
+        error = ConditionError(redact(condition), exit_status=1 if log else EXIT_USAGE)
+        print(f"envtool: error: {error}", file=sys.stderr)
+        if outcome:
+            print(f"envtool: {outcome}", file=sys.stderr)
+        if log:
+            print(f"envtool: build log: {log}" if os.path.exists(log) else
+                  f"envtool: no build log could be written at {log}", file=sys.stderr)
+        return error.exit_status, str(error)
+    message = f"{type(exc).__name__}: {redact(str(exc)[:500])}"
+    print(f"envtool: internal error: {message} (set ENVTOOL_DEBUG=1 for a traceback; please report it)"
+          + (f"; build log: {log}" if log else ""), file=sys.stderr)
+    return EXIT_INTERNAL, f"internal error: {message}"
+
+
 def _run(argv: List[str]):
     """Parse ``argv`` and run the command; returns ``(exit status, error message or None)``."""
-    from envtool.core.errors import EXIT_INTERNAL, EXIT_USAGE, ConditionError, EnvtoolError, condition_message
-
-    from envtool.core import procs
+    from envtool.core.errors import EXIT_USAGE, EnvtoolError
 
     try:
-        parser = build_parser(only=_command_module(argv))
-        args = parser.parse_args(argv)
-        if not getattr(args, "func", None):
-            parser.print_help(sys.stderr)
-            return EXIT_USAGE, "no command given (see 'envtool --help')"
-        from envtool.cli.common import check_environment
-        from envtool.cli.settings import apply as apply_settings
-
-        check_environment()  # the variables first: a bad one is named as the variable
-        if not getattr(args, "settings_later", False):  # 'config' reads the files itself (to fix a bad one)
-            apply_settings()  # then the configuration files under them (a bad one is named with its file)
-        with procs.command_scope():  # children die with the command; signals exit 130
-            return int(args.func(args) or 0), None
+        return _dispatch(argv)
     except UsageErrorExit as exc:
         message = str(exc)
         print(f"{message}", file=sys.stderr)
         return EXIT_USAGE, message
     except EnvtoolError as exc:
-        message = redact(str(exc))
-        print(f"envtool: error: {message}", file=sys.stderr)
-        if exc.outcome:
-            print(f"envtool: {exc.outcome}", file=sys.stderr)
-        if exc.log:
-            print(f"envtool: build log: {exc.log}", file=sys.stderr)
-        from envtool.cli.common import collecting_json, print_json
-
-        if (exc.log or exc.outcome) and collecting_json():  # under --json the same facts, as keys
-            print_json({k: str(v) for k, v in (("log", exc.log), ("outcome", exc.outcome)) if v})
-        return exc.exit_status, message
+        return _envtool_error(exc)
     except KeyboardInterrupt as exc:
         return _interrupted(exc)
     except BrokenPipeError:
@@ -287,23 +326,4 @@ def _run(argv: List[str]):
             return _interrupted(interrupt)
         if os.environ.get("ENVTOOL_DEBUG"):
             raise
-        log = getattr(exc, "log", None)
-        outcome = getattr(exc, "outcome", "")
-        condition = condition_message(exc)
-        if condition is None and isinstance(exc, MemoryError):
-            condition = ("out of memory: an input is too large or endless (a device such as /dev/zero?), or the "
-                         "machine has too little memory for this command")
-        if condition is not None:
-            # a condition of the machine or the input, not a bug: 1 when a build step met it
-            error = ConditionError(redact(condition), exit_status=1 if log else EXIT_USAGE)
-            print(f"envtool: error: {error}", file=sys.stderr)
-            if outcome:
-                print(f"envtool: {outcome}", file=sys.stderr)
-            if log:
-                print(f"envtool: build log: {log}" if os.path.exists(log) else
-                      f"envtool: no build log could be written at {log}", file=sys.stderr)
-            return error.exit_status, str(error)
-        message = f"{type(exc).__name__}: {redact(str(exc)[:500])}"
-        print(f"envtool: internal error: {message} (set ENVTOOL_DEBUG=1 for a traceback; please report it)"
-              + (f"; build log: {log}" if log else ""), file=sys.stderr)
-        return EXIT_INTERNAL, f"internal error: {message}"
+        return _unexpected(exc)
