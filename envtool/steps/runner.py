@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Dict, List, Mapping, Optional, Sequence
+from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from envtool.core import procs
 from envtool.core.errors import CheckFailed, StepFailed, naming
@@ -40,6 +40,7 @@ class Runner:
         live: redraw progress in place; None (default): when stderr is a terminal.
         results: what steps report (``validate`` puts its comparison here), by step id.
         timings: seconds each finished step took, by step id.
+        say: where progress lines go instead of stderr (a command's live status line), or None.
     """
 
     log_path: Path
@@ -50,6 +51,7 @@ class Runner:
     timings: Dict[str, float] = field(default_factory=dict)
     _log: Optional[IO[str]] = None
     current: Optional[Step] = None
+    say: Optional[Callable[[str], None]] = None
 
     def __enter__(self) -> "Runner":
         from envtool.core.paths import ensure_dir
@@ -80,7 +82,11 @@ class Runner:
 
     def progress(self, text: str) -> None:
         """A progress line on stderr (unless quiet)."""
-        if not self.quiet:
+        if self.quiet:
+            return
+        if self.say is not None:
+            self.say(text)
+        else:
             print(text, file=sys.stderr, flush=True)
 
     def run(self, argv: Sequence[str], env: Optional[Mapping[str, str]] = None, cwd: Optional[Path] = None,
@@ -199,8 +205,7 @@ class Runner:
             self.run_commands(step)
         self.timings[step.id] = time.monotonic() - started
         self.note(f"<== {step.id} done in {self.timings[step.id]:.1f} s")
-        if not self.quiet:
-            print(f"      done in {self.timings[step.id]:.1f} s", file=sys.stderr, flush=True)
+        self.progress(f"      done in {self.timings[step.id]:.1f} s")
         self.current = None
 
     def run_commands(self, step: Step, env: Optional[Mapping[str, str]] = None) -> None:

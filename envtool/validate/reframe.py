@@ -41,6 +41,9 @@ SETTINGS_MARK = "# ReFrame settings written by envtool"
 #: ``squeue`` polls with ``squeue`` (for clusters without accounting)
 #: (https://reframe-hpc.readthedocs.io/en/stable/config_reference.html, ``scheduler``).
 SCHEDULERS = ("slurm", "squeue")
+#: The envtool schedulers whose sites the export writes a ReFrame partition for (ReFrame's Slurm
+#: backends with the ``srun`` launcher).
+SITE_SCHEDULERS = ("slurm",)
 #: check-build's sections as the test matches them (``Available <Section>:``).
 _SECTION_TITLES = {"frameworks": "frameworks", "controllers": "controllers", "tensor_operations": "tensor operations"}
 

@@ -129,6 +129,58 @@ def _say_each_probe(runner, names: Dict[Any, str]) -> None:
         runner.progress(f"      {running[future]} finished ({time.monotonic() - started:.1f} s)")
 
 
+def _judge_check_build(step: Step, runner, cb_future, expected, result: dict, problems: List[str]) -> None:
+    text, error = cb_future.result()
+    if error:
+        raise StepFailed(step.id, error, runner.log_path)
+    runner.note("horovodrun --check-build output:\n" + text)
+    try:
+        found = checkbuild.parse(text)
+    except checkbuild.CheckBuildParseError as exc:
+        raise StepFailed(step.id, str(exc), runner.log_path) from None
+    comparison = checkbuild.compare(found, expected)
+    result["check_build"] = {"found": found.to_dict(), "comparison": comparison.to_dict()}
+    result["table"] = checkbuild.format_table(comparison)
+    if not comparison.ok:
+        problems.append("horovodrun --check-build lacks " + ", ".join(
+            f"{r.name} ({r.section.replace('_', ' ')})" for r in comparison.missing))
+
+
+def _judge_allreduce(runner, ar_future, result: dict, problems: List[str]) -> None:
+    ok, output = ar_future.result()
+    runner.note("2-rank Gloo allreduce output:\n" + output)
+    result["allreduce"] = {"ranks": 2, "controller": "gloo", "ok": ok}
+    if not ok:
+        problems.append("the 2-rank Gloo allreduce did not return the expected average")
+
+
+def _judge_dataloader(runner, dl_future, method, result: dict, problems: List[str]) -> None:
+    dl = dl_future.result()
+    runner.note(f"DataLoader probe: {dl}")
+    result["dataloader"] = dl.to_dict()
+    if not dl.ok:
+        problems.append(f"DataLoader with start method {method!r} failed: {dl.error}")
+
+
+def _judge_imports(runner, im_future, spec: Spec, modules, result: dict, problems: List[str]) -> None:
+    imported, error = im_future.result()
+    if error:
+        problems.append(f"importing {', '.join(modules)} gave no answer: {error}")
+        return
+    unexpected = probes.unexpected_warnings(imported, spec.expect.import_warnings)
+    result["imports"] = {"modules": [r.to_dict() for r in imported],
+                         "unexpected": [{"module": m, "warning": w} for m, w in unexpected]}
+    for r in imported:
+        runner.note(f"import {r.module}: " + ("ok" if r.ok else f"FAILED ({r.error})") + f", {r.seconds:.2f} s"
+                    + "".join(f"\n  printed: {line}" for line in r.printed()))
+    failed = [r for r in imported if not r.ok]
+    if failed:
+        problems.append("; ".join(f"import {r.module} failed: {r.error}" for r in failed))
+    for m, w in unexpected:
+        problems.append(f"import {m} printed a warning the spec does not expect: {w} "
+                        "(fix its cause, or accept it with a pattern under expect.import_warnings)")
+
+
 def _run_validate(step: Step, runner) -> dict:
     """Run the probes concurrently (each is its own subprocess), then judge them in order."""
     from concurrent.futures import ThreadPoolExecutor
@@ -150,49 +202,13 @@ def _run_validate(step: Step, runner) -> dict:
         _say_each_probe(runner, {cb_future: "horovodrun --check-build", ar_future: "2-rank Gloo allreduce",
                                  dl_future: f"DataLoader ({method})", im_future: "clean imports"})
     if cb_future is not None and expected is not None:
-        text, error = cb_future.result()
-        if error:
-            raise StepFailed(step.id, error, runner.log_path)
-        runner.note("horovodrun --check-build output:\n" + text)
-        try:
-            found = checkbuild.parse(text)
-        except checkbuild.CheckBuildParseError as exc:
-            raise StepFailed(step.id, str(exc), runner.log_path) from None
-        comparison = checkbuild.compare(found, expected)
-        result["check_build"] = {"found": found.to_dict(), "comparison": comparison.to_dict()}
-        result["table"] = checkbuild.format_table(comparison)
-        if not comparison.ok:
-            problems.append("horovodrun --check-build lacks " + ", ".join(
-                f"{r.name} ({r.section.replace('_', ' ')})" for r in comparison.missing))
+        _judge_check_build(step, runner, cb_future, expected, result, problems)
     if ar_future is not None:
-        ok, output = ar_future.result()
-        runner.note("2-rank Gloo allreduce output:\n" + output)
-        result["allreduce"] = {"ranks": 2, "controller": "gloo", "ok": ok}
-        if not ok:
-            problems.append("the 2-rank Gloo allreduce did not return the expected average")
+        _judge_allreduce(runner, ar_future, result, problems)
     if dl_future is not None:
-        dl = dl_future.result()
-        runner.note(f"DataLoader probe: {dl}")
-        result["dataloader"] = dl.to_dict()
-        if not dl.ok:
-            problems.append(f"DataLoader with start method {method!r} failed: {dl.error}")
+        _judge_dataloader(runner, dl_future, method, result, problems)
     if im_future is not None:
-        imported, error = im_future.result()
-        if error:
-            problems.append(f"importing {', '.join(modules)} gave no answer: {error}")
-        else:
-            unexpected = probes.unexpected_warnings(imported, spec.expect.import_warnings)
-            result["imports"] = {"modules": [r.to_dict() for r in imported],
-                                 "unexpected": [{"module": m, "warning": w} for m, w in unexpected]}
-            for r in imported:
-                runner.note(f"import {r.module}: " + ("ok" if r.ok else f"FAILED ({r.error})") + f", {r.seconds:.2f} s"
-                            + "".join(f"\n  printed: {line}" for line in r.printed()))
-            failed = [r for r in imported if not r.ok]
-            if failed:
-                problems.append("; ".join(f"import {r.module} failed: {r.error}" for r in failed))
-            for m, w in unexpected:
-                problems.append(f"import {m} printed a warning the spec does not expect: {w} "
-                                "(fix its cause, or accept it with a pattern under expect.import_warnings)")
+        _judge_imports(runner, im_future, spec, modules, result, problems)
     result["ok"] = not problems
     result["problems"] = problems
     if problems:

@@ -1,0 +1,114 @@
+"""Validation checks as data (issue 39, item 2) and ``validate --submit --dry-run`` (item 1): the
+checks a site implies, the plan printed without writing or submitting anything, and a toy check
+and launch (tests/helpers/toy_validation.py) registered, selected and written into the job script."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import run_envtool
+from helpers.speed import scaled
+
+
+def _site(tmp_path: Path, scheduler: str = "slurm", gpus: int = 0) -> Path:
+    path = tmp_path / f"{scheduler}.yaml"
+    path.write_text(f"""name: toy{scheduler}
+summary: a site for the dry run
+platforms: [linux-64]
+scheduler: {scheduler}
+gpus_per_node: {gpus}
+batch:
+  cpus_per_node: 4
+  mpi: pmix
+""")
+    return path
+
+
+@pytest.fixture(scope="module")
+def venv_prefix(tmp_path_factory) -> Path:
+    prefix = tmp_path_factory.mktemp("env") / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True, timeout=scaled(120))
+    return prefix
+
+
+def _dry(tmp_path, prefix, site, *extra):
+    return ["validate", "--prefix", str(prefix), "--site-file", str(site), "--submit", "--nodes", "2",
+            "--ranks-per-node", "2", "--workdir", str(tmp_path / "run"), "--dry-run", *extra]
+
+
+def test_dry_run_prints_the_plan_and_submits_nothing(tmp_path, venv_prefix):
+    proc = run_envtool(*_dry(tmp_path, venv_prefix, _site(tmp_path)))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for step in ("[preflight]", "[write-script]", "[submit]", "[watch]", "[collect]", "[judge]"):
+        assert step in out, out
+    assert "checks: horovod-mpi, horovod-gloo, torch-gloo" in out
+    assert "#SBATCH" in out and "--mpi=none" in out and "rendezvous.py" in out
+    assert f"submit: sbatch --parsable {tmp_path / 'run' / 'job.sh'}" in out
+    assert not (tmp_path / "run").exists()  # nothing written
+
+
+def test_dry_run_json_is_the_plan(tmp_path, venv_prefix):
+    proc = run_envtool(*_dry(tmp_path, venv_prefix, _site(tmp_path), "--json"))
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)["plan"]
+    assert [c["name"] for c in plan["checks"]] == ["horovod-mpi", "horovod-gloo", "torch-gloo"]
+    assert [s["id"] for s in plan["steps"]] == ["preflight", "write-script", "submit", "watch", "collect", "judge"]
+    assert plan["submit"][0] == "sbatch" and plan["script_text"].startswith("#!")
+    assert plan["layout"] == {"nodes": 2, "ranks": 4, "ranks_per_node": 2}
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_site_without_a_step_launcher_runs_the_site_launch_only(tmp_path, venv_prefix):
+    """PBS has no per-step PMI choice (``srun --mpi=none``): no rendezvous checks, no pre-flight."""
+    proc = run_envtool(*_dry(tmp_path, venv_prefix, _site(tmp_path, "pbs"), "--json"))
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)["plan"]
+    assert [c["name"] for c in plan["checks"]] == ["horovod-mpi"] and plan["preflight"] is False
+    assert plan["submit"][0] == "qsub" and "--mpi=none" not in plan["script_text"]
+
+
+def test_dry_run_needs_submit(tmp_path, venv_prefix):
+    proc = run_envtool("validate", "--prefix", venv_prefix, "--dry-run", "--json")
+    assert proc.returncode == 2 and "add --submit" in json.loads(proc.stdout)["error"]
+
+
+def test_a_toy_check_and_launch_are_selected_and_written_into_the_job_script(tmp_path, venv_prefix, capsys):
+    """One file (tests/helpers/toy_validation.py) and one registration each: the toy check is
+    selected where its device and framework fit, and its launch writes its line into the script."""
+    from envtool.cli.main import main
+    from envtool.validate import checks as vc
+
+    vc.CHECKS.register("toy-tf-nccl", "helpers.toy_validation:TOY")
+    vc.CHECKS.register("toy-tf-gloo", "helpers.toy_validation:TOY_CPU")
+    vc.LAUNCHES.register("toyrun", "helpers.toy_validation:LAUNCH")
+    try:
+        picked = [c.name for c in vc.select(vc.Selection(where="job", frameworks=("tensorflow",), gpus=True))]
+        assert picked == ["toy-tf-nccl"]  # no step launcher: no rendezvous checks; pytorch ones left out
+        assert "toy-tf-nccl" not in [c.name for c in vc.select(vc.Selection(where="job", gpus=False))]
+        code = main(_dry(tmp_path, venv_prefix, _site(tmp_path), "--json"))
+        plan = json.loads(capsys.readouterr().out)["plan"]
+    finally:
+        vc.CHECKS.unregister("toy-tf-nccl")
+        vc.CHECKS.unregister("toy-tf-gloo")
+        vc.LAUNCHES.unregister("toyrun")
+    assert code == 0
+    names = [c["name"] for c in plan["checks"]]
+    assert names == ["horovod-mpi", "horovod-gloo", "torch-gloo", "toy-tf-gloo"], names  # the site has no GPUs
+    assert "toyrun --nproc auto" in plan["script_text"] and "probe-toy --controller toy" in plan["script_text"]
+    assert "toy-tf-nccl" not in vc.CHECKS.names()
+
+
+def test_a_check_that_is_not_a_validation_check_is_refused():
+    from envtool.validate import checks as vc
+
+    vc.CHECKS.register("broken", object())
+    try:
+        with pytest.raises(TypeError, match="must be a ValidationCheck"):
+            vc.select(vc.Selection(where="job"))
+    finally:
+        vc.CHECKS.unregister("broken")
