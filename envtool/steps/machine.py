@@ -4,9 +4,10 @@ Everything the planner and the engines would otherwise ask the machine while com
 gathered here into a :class:`~envtool.core.plan.MachineFacts` carried in
 :attr:`PlanOptions.machine <envtool.core.plan.PlanOptions.machine>`: the installer for pip
 packages (uv's version and pip's configuration, :func:`envtool.engines.installer.decide`), the
-executables the engine drives, and for a Horovod built with pip the toolchain (CMake and C++
-versions), the compiler's and MPI's version lines and the system tools a compile needs. Composing
-the steps then reads values only.
+executables the engine drives, the interpreter a venv is made with and the wheels that seed it,
+the interpreter a lock is checked against, and for a Horovod built with pip the toolchain (CMake
+and C++ versions, the C++ compiler on ``PATH``), the compiler's and MPI's version lines and the
+system tools a compile needs. Composing the steps then reads values only.
 """
 from __future__ import annotations
 
