@@ -22,9 +22,10 @@ TUTORIAL_ARGV = ["python", "KISTI-DL-tutorial-using-horovod/src/tensorflow/tf_ke
 
 def test_registry_has_one_runtime_per_site_file_name():
     from envtool.spec.sites import CONTAINER_RUNTIMES
-    assert sorted(containers.REGISTRY) == sorted(CONTAINER_RUNTIMES)
-    for name, rt in containers.REGISTRY.items():
-        assert rt.name == name and rt.program and rt.source
+    assert containers.REGISTRY is CONTAINER_RUNTIMES
+    assert CONTAINER_RUNTIMES.names() == ("shifter", "podman-hpc", "apptainer", "charliecloud")
+    for name, rt in CONTAINER_RUNTIMES.items():
+        assert rt.name == name and rt.program and rt.source and containers.runtime(name) is rt
 
 
 def test_shifter_matches_the_tutorial_line():

@@ -89,10 +89,21 @@ class MachineFacts:
         build: the Horovod build's probes (:class:`envtool.steps.machine.BuildProbe`: toolchain,
             compiler and MPI version lines, missing system tools), or None when the spec does not
             build Horovod with pip.
+        base_python: the interpreter a venv for the spec is made with
+            (:func:`envtool.engines.venv.find_interpreter`), ``""`` when the Python the spec pins is
+            not on ``PATH``, or None when not probed (the venv step then looks it up itself).
+        seed_wheels: the wheels ``ensurepip`` would seed a venv with
+            (:func:`envtool.engines.venv.bundled_seed_wheels` of :attr:`base_python`).
+        lock_interpreter: the interpreter the lock being installed is checked against
+            (:class:`envtool.core.platforms.Interpreter`; :func:`envtool.steps.from_lock.load_checked`),
+            or None when no lock is installed or the spec's engine provides Python itself (conda).
     """
 
     tools: Tuple[Tuple[str, str], ...] = ()
     build: Any = None
+    base_python: Optional[str] = None
+    seed_wheels: Tuple[str, ...] = ()
+    lock_interpreter: Any = None
 
     def tool(self, name: str) -> Optional[str]:
         """The absolute path of executable ``name`` when it was found, else None."""

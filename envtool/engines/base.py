@@ -70,8 +70,10 @@ class LockInstall:
     lookup: Optional[Callable[[Sequence[Any], Sequence[str], str, Callable[[str], None]], List[Any]]] = None
 
     def managed(self, manager: str) -> Tuple[Any, ...]:
-        """The entries of ``manager`` (``conda`` or ``pip``)."""
-        return tuple(p for p in self.entries if p.manager == manager)
+        """The entries of ``manager`` (``conda`` or ``pip``) that are installed from the lock as they
+        are: a *built* entry (``LockedPackage.built``, Horovod) is made by the ``build-horovod`` step
+        from its locked source archive, never installed by the engine (as ``install-locked-pip``
+        leaves it out, :func:`envtool.steps.from_lock.requirements_lines`)."""
         return tuple(p for p in self.entries if p.manager == manager and not p.built)
 
 

@@ -21,21 +21,39 @@ from envtool.spec.model import Spec
 from envtool.core.plan import PlanOptions, Step
 
 
-def find_interpreter(spec: Spec) -> str:
-    """The base interpreter for the venv: ``python<X.Y>`` matching ``spec.python``, else this one.
+def _wanted(spec: Spec) -> Tuple[str, str]:
+    """``(version as written, X.Y)`` of the Python the spec pins."""
+    assert spec.python is not None
+    want = spec.python.version or spec.python.value.strip()
+    return want, ".".join(want.split(".")[:2])
 
+
+def look_up_interpreter(spec: Spec) -> str:
+    """The base interpreter for the venv: ``python<X.Y>`` on ``PATH`` matching ``spec.python``, else
+    this one; ``""`` when the spec pins a Python that is not on ``PATH``. This is the probe
+    (``shutil.which``) :func:`envtool.steps.machine.probe` runs once before a plan is composed."""
+    if spec.python is None:
+        return sys.executable
+    _, major_minor = _wanted(spec)
+    if f"{sys.version_info.major}.{sys.version_info.minor}" == major_minor:
+        return sys.executable
+    return shutil.which(f"python{major_minor}") or ""
+
+
+def find_interpreter(spec: Spec, probed: Optional[str] = None) -> str:
+    """The base interpreter for the venv (:func:`look_up_interpreter`).
+
+    Args:
+        spec: the spec.
+        probed: what :func:`look_up_interpreter` found before planning
+            (:attr:`MachineFacts.base_python <envtool.core.plan.MachineFacts.base_python>`), or
+            None to look it up now.
     Raises:
         UsageError: the spec pins a Python that is not on ``PATH``.
     """
-    if spec.python is None:
-        return sys.executable
-    want = spec.python.version or spec.python.value.strip()
-    parts = want.split(".")
-    major_minor = ".".join(parts[:2])
-    if f"{sys.version_info.major}.{sys.version_info.minor}" == major_minor:
-        return sys.executable
-    found = shutil.which(f"python{major_minor}")
+    found = look_up_interpreter(spec) if probed is None else probed
     if not found:
+        want, major_minor = _wanted(spec)
         raise UsageError(f"spec {spec.name!r} pins Python {want}, but no python{major_minor} is on PATH "
                          f"(this is Python {sys.version_info.major}.{sys.version_info.minor}); "
                          "install it or use a conda spec")
@@ -73,10 +91,14 @@ def create_venv_step(spec: Spec, options: PlanOptions, notes: Tuple[str, ...] = 
     # built in a temporary sibling: the prompt is the final prefix's name, not the build directory's
     layer: Tuple[str, ...] = ("--system-site-packages",) if layered else ()
     layer += ("--prompt", Path(options.prefix).name)
-    base = find_interpreter(spec)
+    facts = options.machine
+    probed = facts is not None and facts.base_python is not None
+    base = find_interpreter(spec, facts.base_python if probed else None)  # type: ignore[union-attr]
     prefix = str(options.work_prefix)
     inst = options.install_with
-    seeds = bundled_seed_wheels(base) if inst is not None and inst.name == "uv" else []
+    seeds: List[Path] = []
+    if inst is not None and inst.name == "uv":
+        seeds = [Path(w) for w in facts.seed_wheels] if probed else bundled_seed_wheels(base)  # type: ignore[union-attr]
     title = f"Create a venv at {options.prefix}" + (" over the base interpreter's packages" if layered else "")
     if inst is None or not seeds:
         return Step(id="create-venv", title=title, commands=((base, "-m", "venv", *layer, prefix),),
@@ -138,4 +160,4 @@ class VenvEngine(Engine):
                 for d in PrefixData(prefix).distributions]
 
 
-__all__ = ["VenvEngine", "create_venv_step", "find_interpreter", "pip_install_step"]
+__all__ = ["VenvEngine", "create_venv_step", "find_interpreter", "look_up_interpreter", "pip_install_step"]

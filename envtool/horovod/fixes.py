@@ -166,9 +166,20 @@ def _torch_cxx17_write(workdir: Path) -> None:
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
+def default_cxx() -> str:
+    """The C++ compiler on ``PATH`` when the build names none: ``c++``, else ``g++`` (absolute
+    paths), else ``c++``. A probe (``shutil.which``): ``plan`` runs it once, before composing."""
+    return shutil.which("c++") or shutil.which("g++") or "c++"
+
+
+#: The key of a fix rule's ``env`` that carries :func:`default_cxx` as probed before planning
+#: (never set in a build's environment).
+PROBED_CXX = "envtool:probed-c++"
+
+
 def _torch_cxx17_variables(workdir: Path, env: Mapping[str, str]) -> List[Tuple[str, str]]:
     wrapper = workdir / "c++17-wrapper"
-    real = env.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
+    real = env.get("CXX") or env.get(PROBED_CXX) or default_cxx()
     if os.path.basename(real) == wrapper.name:
         real = shutil.which("g++") or "g++"
     return [("CXX", str(wrapper)), ("ENVTOOL_REAL_CXX", real)]

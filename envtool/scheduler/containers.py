@@ -3,7 +3,8 @@
 A site file's ``container`` section (:class:`envtool.spec.sites.ContainerSection`) names the runtime
 its ranks use; :func:`wrap` prefixes a rank's command with that runtime's words, so a job script's
 run line is ``<launcher words> <runtime words> IMAGE <command>``. One small class per runtime, one
-registration each (:data:`REGISTRY`), all satisfying the :class:`Runtime` protocol:
+registration each in :data:`envtool.spec.registry.CONTAINER_RUNTIMES` (the one table of runtime
+names, which the site-file reader checks against), all satisfying the :class:`Runtime` protocol:
 
 - Shifter (NERSC): ``shifter --module=gpu,nccl-2.15 --image=IMAGE argv…`` — the KISTI Perlmutter
   tutorial's line, ``hwang2006/distributed-training-with-horovod-on-perlmutter@db9db9a20292:README.md#L471``;
@@ -26,9 +27,10 @@ only the spec layer and the core errors.
 from __future__ import annotations
 
 import shlex
-from typing import Callable, Dict, List, Optional, Protocol, Sequence, Tuple, TypeVar
+from typing import List, Optional, Protocol, Sequence, Tuple
 
 from envtool.core.errors import UsageError
+from envtool.spec.registry import CONTAINER_RUNTIMES
 from envtool.spec.sites import ContainerSection
 
 #: Where ``envtool image`` puts the environment inside an image (the image carries it, so a job
@@ -46,12 +48,15 @@ class Runtime(Protocol):
         source: the public source of the words it writes (``repo@ref:path`` or URL).
         modules: the site modules it understands, or None when any name is the site's to define
             (Shifter's udiImage modules).
+        path_image: the image is a path on the host (a directory, SquashFS or SIF file: Apptainer,
+            Charliecloud), not a name in the runtime's own store (Shifter, podman-hpc).
     """
 
     name: str
     program: str
     source: str
     modules: Optional[Tuple[str, ...]]
+    path_image: bool
 
     def words(self, modules: Sequence[str], image: str, binds: Sequence[Tuple[str, str]]) -> List[str]:
         """The runtime's words before the rank's command (image included; for Charliecloud also
@@ -59,26 +64,17 @@ class Runtime(Protocol):
         ...
 
 
-R = TypeVar("R", bound=Runtime)
-
-#: runtime name (``container.runtime``) → its :class:`Runtime`.
-REGISTRY: Dict[str, Runtime] = {}
-
-
-def register(cls: Callable[[], R]) -> Callable[[], R]:
-    """Class decorator: instantiate ``cls`` once and add it to :data:`REGISTRY` under its ``name``.
-
-    Raises:
-        ValueError: a second runtime registers the same name (a bug).
-    """
-    runtime = cls()
-    if runtime.name in REGISTRY:
-        raise ValueError(f"container runtime {runtime.name!r} registered twice")
-    REGISTRY[runtime.name] = runtime
-    return cls
+#: runtime name (``container.runtime``) → its :class:`Runtime` (the registry of
+#: :mod:`envtool.spec.registry`, which names each runtime's object here without importing it).
+REGISTRY = CONTAINER_RUNTIMES
 
 
-@register
+def _check(obj: object) -> None:
+    """Refuse a registered object that is not a :class:`Runtime` (no ``name``/``program``/``words``)."""
+    if not all(hasattr(obj, a) for a in ("name", "program", "source", "modules", "path_image", "words")):
+        raise TypeError(f"container runtime {obj!r} lacks name, program, source, modules, path_image or words()")
+
+
 class Shifter:
     """NERSC's Shifter: ``shifter --module=M1,M2 --image=IMAGE [--volume=S:D;…] argv…``.
 
@@ -92,6 +88,7 @@ class Shifter:
 
     name = "shifter"
     program = "shifter"
+    path_image = False
     source = "hwang2006/distributed-training-with-horovod-on-perlmutter@db9db9a20292:README.md#L471"
     modules: Optional[Tuple[str, ...]] = None
 
@@ -106,7 +103,6 @@ class Shifter:
         return out
 
 
-@register
 class PodmanHPC:
     """NERSC's podman-hpc: ``podman-hpc run --rm --mpi --gpu [--volume=S:D…] IMAGE argv…``.
 
@@ -119,6 +115,7 @@ class PodmanHPC:
 
     name = "podman-hpc"
     program = "podman-hpc"
+    path_image = False
     source = ("NERSC/podman-hpc@01b02d6e552f:etc/modules.d/mpich.yaml (cli_arg: mpi), "
               "etc/modules.d/gpu.yaml (cli_arg: gpu)")
     modules: Optional[Tuple[str, ...]] = ("mpi", "gpu", "nccl", "cuda-mpi", "openmpi-pmi2", "openmpi-pmix",
@@ -133,7 +130,6 @@ class PodmanHPC:
         return out
 
 
-@register
 class Apptainer:
     """Apptainer: ``apptainer exec [--nv] [--bind S:D…] IMAGE argv…``.
 
@@ -144,6 +140,7 @@ class Apptainer:
 
     name = "apptainer"
     program = "apptainer"
+    path_image = True
     source = "https://apptainer.org/docs/user/1.2/bind_paths_and_mounts.html"
     modules: Optional[Tuple[str, ...]] = ("nv", "rocm", "nvccli")
 
@@ -157,7 +154,6 @@ class Apptainer:
         return out
 
 
-@register
 class Charliecloud:
     """Charliecloud's ``ch-run [--join] [-b S:D…] IMAGE -- argv…`` (``hpc/charliecloud@v0.31:doc/ch-run.rst``).
 
@@ -168,6 +164,7 @@ class Charliecloud:
 
     name = "charliecloud"
     program = "ch-run"
+    path_image = True
     source = "hpc/charliecloud@v0.31:doc/ch-run.rst"
     modules: Optional[Tuple[str, ...]] = ("join",)
 
@@ -188,11 +185,18 @@ def runtime(name: str) -> Runtime:
         UsageError: no runtime of that name (site files are checked on load, so only a hand-made
             :class:`ContainerSection` gets here).
     """
-    try:
-        return REGISTRY[name]
-    except KeyError:
+    if name not in REGISTRY:
         raise UsageError(f"container.runtime: {name!r} is not a container runtime envtool knows; expected one of "
-                         + ", ".join(sorted(REGISTRY))) from None
+                         + ", ".join(sorted(REGISTRY.names())))
+    rt = REGISTRY.get(name)
+    _check(rt)
+    return rt
+
+
+SHIFTER = Shifter()
+PODMAN_HPC = PodmanHPC()
+APPTAINER = Apptainer()
+CHARLIECLOUD = Charliecloud()
 
 
 def _bind_pair(text: str) -> Tuple[str, str]:

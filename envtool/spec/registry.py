@@ -70,3 +70,23 @@ def site_scheduler_names() -> Tuple[str, ...]:
 def launcher_names() -> Tuple[str, ...]:
     """What a site file's ``batch.launcher`` may be: every registered launcher."""
     return LAUNCHERS.names()
+
+
+#: container runtime name (a site file's ``container.runtime``) → ``module:attribute`` of its
+#: :class:`envtool.scheduler.containers.Runtime`, imported only when a run line is written. The one
+#: table of runtime names: the site-file reader checks ``container.runtime`` against it and
+#: :func:`envtool.scheduler.containers.runtime` loads from it. A new runtime is one class implementing
+#: ``Runtime`` plus one ``CONTAINER_RUNTIMES.register(NAME, "module:ATTR")`` (or an
+#: ``envtool.plugins`` entry point ``container-runtime.NAME``).
+CONTAINER_RUNTIMES: Registry = Registry("container-runtime")
+for _name, _target in (("shifter", "envtool.scheduler.containers:SHIFTER"),
+                       ("podman-hpc", "envtool.scheduler.containers:PODMAN_HPC"),
+                       ("apptainer", "envtool.scheduler.containers:APPTAINER"),
+                       ("charliecloud", "envtool.scheduler.containers:CHARLIECLOUD")):
+    CONTAINER_RUNTIMES.register(_name, _target)
+
+
+def container_runtime_names() -> Tuple[str, ...]:
+    """What a site file's ``container.runtime`` may be: every registered container runtime (none is
+    imported)."""
+    return CONTAINER_RUNTIMES.names()

@@ -90,19 +90,16 @@ def resolve_image_target(spec: Optional[str] = None, site: Optional[str] = None,
     return target, section
 
 
-#: runtimes whose image is a path on the host (a directory, SquashFS or SIF file), not a name
-PATH_IMAGE_RUNTIMES = ("charliecloud", "apptainer")
-
-
 def image_path(section: ContainerSection, image: str, must_exist: bool = False) -> str:
-    """``image`` as the job sees it: for a runtime that runs a path (:data:`PATH_IMAGE_RUNTIMES`)
-    the absolute path (a job script changes directory before its steps), else the name as given
-    (Shifter and podman-hpc name images from their own stores).
+    """``image`` as the job sees it: for a runtime that runs a path (its ``path_image``:
+    Charliecloud, Apptainer) the absolute path (a job script changes directory before its steps),
+    else the name as given (Shifter and podman-hpc name images from their own stores).
 
     Raises:
         UsageError: ``must_exist`` and the path does not exist here (exit 2, names ``--image``).
     """
-    if section.runtime not in PATH_IMAGE_RUNTIMES or not image or image.startswith("-"):
+    known = section.runtime in containers.REGISTRY
+    if not known or not containers.runtime(section.runtime).path_image or not image or image.startswith("-"):
         return image
     path = os.path.abspath(os.path.expanduser(image))
     if must_exist and not os.path.exists(path):

@@ -83,7 +83,11 @@ def _interpreter_for(spec: Spec) -> Any:
     return None if python is None else probe_interpreter(python)
 
 
-def load_checked(spec: Spec, path: Path, lock=None) -> LoadedLock:
+#: ``load_checked(interpreter=PROBE)``: probe the interpreter now (no :class:`MachineFacts` at hand).
+PROBE: Any = object()
+
+
+def load_checked(spec: Spec, path: Path, lock=None, interpreter: Any = PROBE) -> LoadedLock:
     """Read ``path`` and check that it can install ``spec`` here.
 
     Args:
@@ -91,6 +95,9 @@ def load_checked(spec: Spec, path: Path, lock=None) -> LoadedLock:
         path: the lock.
         lock: its :class:`~envtool.lock.model.LockData` when the caller already read it (read
             here otherwise).
+        interpreter: the interpreter the environment gets, as probed before planning
+            (:attr:`MachineFacts.lock_interpreter <envtool.core.plan.MachineFacts.lock_interpreter>`;
+            None: the engine provides Python), or :data:`PROBE` to probe it now.
     Returns:
         the :class:`LoadedLock`.
     Raises:
@@ -120,7 +127,7 @@ def load_checked(spec: Spec, path: Path, lock=None) -> LoadedLock:
     else:
         notes.append(f"lock {path} records no spec content hash; installing it as it is")
     platform = pick_platform(lock, None, str(path))
-    here = _interpreter_for(spec)
+    here = _interpreter_for(spec) if interpreter is PROBE else interpreter
     if here is not None and lock.interpreter is not None and not here.compatible_with(lock.interpreter):
         raise UsageError(f"{path}: metadata.custom_metadata.envtool.python: the lock was resolved for "
                          f"{lock.interpreter.describe()}, but spec {spec.name!r} gets {here.describe()} here; "

@@ -150,7 +150,7 @@ def plan_steps(spec: Spec, options: PlanOptions, locked: Any = None, loaded: Any
             names = ", ".join([f"{k} {v}" for k, v in sorted(pinned.items())] + [toolchain.describe()])
             notes.append(f"fix rule {rule.id} applies (horovod {version} x {names}): {rule.title}; "
                          f"source: {rule.source}")
-            added = rule.variables(wrapper_dir(), dict(display_env))
+            added = rule.variables(wrapper_dir(), {fixes.PROBED_CXX: probed.cxx_path, **dict(display_env)})
             fix_env += added
             display_env += added
     else:

@@ -4,9 +4,10 @@ Everything the planner and the engines would otherwise ask the machine while com
 gathered here into a :class:`~envtool.core.plan.MachineFacts` carried in
 :attr:`PlanOptions.machine <envtool.core.plan.PlanOptions.machine>`: the installer for pip
 packages (uv's version and pip's configuration, :func:`envtool.engines.installer.decide`), the
-executables the engine drives, and for a Horovod built with pip the toolchain (CMake and C++
-versions), the compiler's and MPI's version lines and the system tools a compile needs. Composing
-the steps then reads values only.
+executables the engine drives, the interpreter a venv is made with and the wheels that seed it,
+the interpreter a lock is checked against, and for a Horovod built with pip the toolchain (CMake
+and C++ versions, the C++ compiler on ``PATH``), the compiler's and MPI's version lines and the
+system tools a compile needs. Composing the steps then reads values only.
 """
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ class BuildProbe:
         missing_tools: the system tools a compile needs that are not here
             (:func:`envtool.horovod.requirements.missing`).
         platform: this machine's conda platform (``linux-64`` …).
+        cxx_path: the C++ compiler on ``PATH`` (``c++``, else ``g++``, else ``c++``): the real compiler
+            behind the ``horovod-torch-cxx17`` fix's wrapper when the spec sets no ``CXX``
+            (:func:`envtool.horovod.fixes.default_cxx`).
     """
 
     real_cxx: str
@@ -44,6 +48,7 @@ class BuildProbe:
     mpi: str
     missing_tools: Tuple[Any, ...]
     platform: str
+    cxx_path: str = "c++"
 
 
 def first_line(argv: List[str]) -> Optional[str]:
@@ -87,7 +92,7 @@ def probe_build(spec: Spec, options: PlanOptions) -> Optional[BuildProbe]:
     return BuildProbe(real_cxx=cxx, toolchain=fixes.probe_toolchain(options.work_prefix, cxx=cxx),
                       compiler=first_line([cxx, "--version"]) or cxx,
                       mpi=mpi_version() if "mpi" in spec.horovod.controllers else "not used",
-                      missing_tools=tuple(absent), platform=conda_platform())
+                      missing_tools=tuple(absent), platform=conda_platform(), cxx_path=fixes.default_cxx())
 
 
 def clone_source(spec: Spec, options: PlanOptions) -> Tuple[str, str]:
@@ -149,18 +154,51 @@ def decide_installer(spec: Spec, options: PlanOptions) -> PlanOptions:
     return dataclasses.replace(options, install_with=dataclasses.replace(chosen, link=options.link_files))
 
 
-def probe(spec: Spec, options: PlanOptions) -> PlanOptions:
+def lock_interpreter(spec: Spec, options: PlanOptions, engine: Any) -> Any:
+    """The interpreter a lock installed for ``spec`` is checked against
+    (:func:`envtool.steps.from_lock.load_checked`), or None when no lock is installed or the spec's
+    engine provides Python itself. Asked of the engine that serves the spec's ``engine:`` kind: ``engine``
+    itself unless ``--engine`` chose another (then the kind's registered default is looked up).
+
+    Raises:
+        UsageError: the spec pins a Python this machine lacks.
+        EnvtoolError: the interpreter does not answer.
+    """
+    if options.from_lock is None:
+        return None
+    from envtool.core.platforms import probe_interpreter
+
+    if options.engine:
+        from envtool.engines.registry import engine_for
+
+        engine = engine_for(spec.engine)
+    python = engine.lock_python(spec)
+    return None if python is None else probe_interpreter(python)
+
+
+def probe(spec: Spec, options: PlanOptions, engine: Any = None) -> PlanOptions:
     """``options`` with :attr:`~PlanOptions.machine` probed and the installer decided; unchanged when
     already probed (``create`` probes once for its build prefix).
 
+    Args:
+        spec: the resolved spec.
+        options: the plan's options.
+        engine: the plan's :class:`~envtool.engines.base.Engine`, resolved once by the caller
+            (:func:`envtool.steps.planner.make_plan`); None: resolved here.
     Raises:
         UsageError: ``--installer`` for a plan that installs no pip package; an unknown engine.
     """
     if options.machine is not None:
         return options
-    from envtool.engines.registry import engine_for
+    if engine is None:
+        from envtool.engines.registry import engine_for
 
-    engine = engine_for(spec.engine, options.engine)
+        engine = engine_for(spec.engine, options.engine)
+    from envtool.engines.venv import bundled_seed_wheels, look_up_interpreter
+
     options = decide_installer(spec, options)
-    facts = MachineFacts(tools=tuple(sorted(engine.probe_tools().items())), build=probe_build(spec, options))
+    base = look_up_interpreter(spec)
+    facts = MachineFacts(tools=tuple(sorted(engine.probe_tools().items())), build=probe_build(spec, options),
+                         base_python=base, seed_wheels=tuple(str(w) for w in bundled_seed_wheels(base)) if base else (),
+                         lock_interpreter=lock_interpreter(spec, options, engine))
     return dataclasses.replace(options, machine=facts)

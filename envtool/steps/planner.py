@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import os
 import shlex
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from envtool.engines.registry import engine_for, engines
 from envtool.spec.model import Spec
@@ -116,8 +116,8 @@ def make_plan(spec: Spec, options: PlanOptions) -> Plan:
         UsageError: an option the spec's engine cannot honour (e.g. ``--clone`` with venv).
         SpecError: a build variable the Horovod version cannot take.
     """
-    options = machine.probe(spec, options)  # the one look at the machine; what follows reads values
-    engine = engine_for(spec.engine, options.engine)
+    engine = engine_for(spec.engine, options.engine)  # resolved once; every step below gets this one
+    options = machine.probe(spec, options, engine)  # the one look at the machine; what follows reads values
     steps: List[Step] = []
     steps += module_steps(spec)
     loaded = None
@@ -125,7 +125,8 @@ def make_plan(spec: Spec, options: PlanOptions) -> Plan:
         source, _ = clone_source(spec, options)
         steps += engine.clone_steps(spec, source, options)
     elif options.from_lock is not None:
-        loaded = from_lock.load_checked(spec, options.from_lock)
+        assert options.machine is not None  # probe() set it
+        loaded = from_lock.load_checked(spec, options.from_lock, interpreter=options.machine.lock_interpreter)
         steps += from_lock.plan_steps(spec, options, loaded, engine)
     else:
         steps += engine.create_steps(spec, options)
@@ -135,7 +136,8 @@ def make_plan(spec: Spec, options: PlanOptions) -> Plan:
     steps += validate.plan_steps(spec, options)
     steps += lock_step.plan_steps(spec, options)
     steps += modulefile_step.plan_steps(spec, options)
-    return Plan(spec=spec, options=options, steps=tuple(with_spec_env(spec, s) for s in steps))
+    ids = install_step_ids()
+    return Plan(spec=spec, options=options, steps=tuple(with_spec_env(spec, s, ids) for s in steps))
 
 
 def install_step_ids() -> frozenset:
@@ -150,10 +152,11 @@ def install_step_ids() -> frozenset:
     return frozenset(out)
 
 
-def with_spec_env(spec: Spec, step: Step) -> Step:
+def with_spec_env(spec: Spec, step: Step, ids: Optional[frozenset] = None) -> Step:
     """``step`` with ``spec.site.env`` and ``spec.env`` added to its env when it installs packages
-    (:func:`install_step_ids`); a variable the step sets itself wins. Other steps are returned as is."""
-    if step.id not in install_step_ids():
+    (``ids``, default :func:`install_step_ids`); a variable the step sets itself wins. Other steps
+    are returned as is."""
+    if step.id not in (install_step_ids() if ids is None else ids):
         return step
     merged = dict(spec.site.env)
     merged.update(spec.env)
