@@ -128,22 +128,22 @@ def compose(prefix: Path, fmt: str, output: Optional[Path] = None, dest_prefix: 
     steps: List[Step] = []
     if job.kind == "venv":
         steps.append(Step("check-venv", "Check that the venv can be packed: its base interpreter, .pth entries, "
-                          "files naming its prefix", commands=(("#", f"read {job.prefix}/pyvenv.cfg and scan its "
-                                                                    "files for the prefix"),),
+                          "files naming its prefix", commands=(("#", "read", str(job.prefix / "pyvenv.cfg"), "and scan",
+                                                     str(job.prefix), "for its path"),),
                           action=_check_venv, data=job))
     if job.lock is not None:
         steps.append(Step("lock", f"Take the environment's lockfile {job.lock.relative_to(job.prefix)}",
-                          commands=(("#", f"sha256 of {job.lock}"),), action=_take_lock, data=job))
+                          commands=(("#", "sha256sum", str(job.lock)),), action=_take_lock, data=job))
     else:
         steps.append(Step("lock", "Snapshot a lockfile of the environment (it has none)",
-                          commands=(("#", f"lock the packages installed in {job.prefix}"),),
+                          commands=(("#", "lock the packages installed in", str(job.prefix)),),
                           notes=("the lock's sha256 is what validate's pre-flight compares on every node",),
                           action=_take_lock, data=job))
-    steps.append(Step("sbom", "Write the CycloneDX SBOM", commands=(("#", f"inventory of {job.prefix} -> {SBOM}"),),
+    steps.append(Step("sbom", "Write the CycloneDX SBOM", commands=(("#", "inventory of", str(job.prefix), "->", SBOM),),
                       action=_write_sbom, data=job))
     steps.append(_pack_step(job))
     steps.append(Step("place", f"Move the pack into place at {job.out}",
-                      commands=(("#", f"rename {job.built} -> {job.out}"),), action=_place, data=job))
+                      commands=(("#", "mv", str(job.built), str(job.out)),), action=_place, data=job))
     return PackPlan(job, tuple(steps))
 
 
@@ -151,17 +151,17 @@ def _pack_step(job: PackJob) -> Step:
     what = f"{job.kind} environment {job.prefix} as {job.fmt}"
     if job.kind == "conda":
         return Step("pack", f"Pack the {what} with conda-pack", action=_pack, data=job,
-                    commands=(("#", "conda-pack CondaEnv.pack(format=" + job.fmt
-                               + (f", dest_prefix={job.dest}" if job.dest else "") + ")"),),
+                    commands=(("#", "conda-pack", "--prefix", str(job.prefix), "--format", job.fmt, "--output", str(job.built),
+                               *(("--dest-prefix", job.dest) if job.dest else ())),),
                     notes=(("bin/conda-unpack relocates it where it is unpacked",) if job.fmt == "tar" else
                            (f"relocated now to {job.dest}, where the image is mounted",)))
     if job.fmt == "tar":
         return Step("pack", f"Write the {what}", action=_pack, data=job,
-                    commands=(("#", f"tar of {job.prefix}, manifest first, with {UNPACK_SCRIPT}"),),
+                    commands=(("#", "tar of", str(job.prefix), "->", str(job.built), "(manifest first, with", UNPACK_SCRIPT + ")"),),
                     notes=(f"{UNPACK_SCRIPT} rewrites the prefix in the listed text files where it is unpacked",))
     root = job.work / "root"
     return Step("pack", f"Write the {what}, relocated to {job.dest}", action=_pack, data=job,
-                commands=(("#", f"copy {job.prefix} to {root}, rewriting the prefix to {job.dest}"),
+                commands=(("#", "copy", str(job.prefix), "to", str(root), "rewriting the prefix to", str(job.dest)),
                           tuple(squashfs.mksquashfs_argv(root, job.built))))
 
 

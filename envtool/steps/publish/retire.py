@@ -266,7 +266,7 @@ def compose(module: str, root: Path, modulefiles: Optional[Path] = None, force_d
     caches = [d for d, _ in spider.cache_dirs()] if any(p.parent == t.modulefiles / name for p in t.doomed) else []
     if caches:
         steps.append(Step("refresh-spider", "Refresh Lmod's system spider cache: " + ", ".join(caches),
-                          commands=(("#", f"update_lmod_system_cache_files for $MODULEPATH and {t.modulefiles}"),),
+                          commands=(("#", "update_lmod_system_cache_files for $MODULEPATH and", str(t.modulefiles)),),
                           action=_refresh, data=t))
     return RetirePlan(t, tuple(steps))
 

@@ -122,7 +122,7 @@ def _stack_steps(s: Settings, st: Stack) -> List[Step]:
     data = StackStep(s, st)
     m = st.module
     mark = [Step(f"default:{m}", f"Make {m} the default of {st.spec.name}", action=_default, data=data,
-                 commands=(("#", f"default marker in {st.modulefile.parent}"),))] if s.default else []
+                 commands=(("#", "default marker in", str(st.modulefile.parent)),))] if s.default else []
     if st.options is None:
         return mark
     lock = st.options.lock_reason
@@ -132,16 +132,16 @@ def _stack_steps(s: Settings, st: Stack) -> List[Step]:
                                                               "only when complete (envtool create)",),
              action=_build, data=data),
         Step(f"unshare-links:{m}", "Give hard-linked files private copies (their mode and group change next)",
-             commands=(("#", f"copy each file under {st.target} with more than one link"),),
+             commands=(("#", "copy each file with more than one link under", str(st.target)),),
              action=_unshare, data=data),
-        Step(f"sbom:{m}", f"Write the SBOM {st.sbom}", commands=(("#", f"CycloneDX inventory of {st.target}"),),
+        Step(f"sbom:{m}", f"Write the SBOM {st.sbom}", commands=(("#", "CycloneDX inventory of", str(st.target)),),
              action=_sbom, data=data),
         Step(f"modulefile:{m}", f"Write the modulefile {st.modulefile}", action=_modulefile, data=data,
-             commands=(("#", f"{s.fmt} modulefile for {st.target}, extensions: {s.extensions}"),)),
+             commands=(("#", f"{s.fmt} modulefile for", str(st.target), f"(extensions: {s.extensions})"),)),
         *mark,
         Step(f"permissions:{m}", "Make the environment read-only" + (f", group {s.group}, setgid directories"
                                                                       if s.group else ""),
-             commands=(("#", f"modes and group of {st.target}, {st.sbom}, {st.modulefile}"),),
+             commands=(("#", "modes and group of", str(st.target), str(st.sbom), str(st.modulefile)),),
              action=_permissions, data=data),
         Step(f"marker:{m}", f"Write the publish record {st.target}/.envtool/publish.json",
              commands=(("#", "last: its presence means every step above is done"),), action=_marker, data=data),
@@ -169,8 +169,8 @@ def compose(specs: Sequence[Spec], settings: Settings, clone_site_base: bool = F
         caches = tuple(d for d, _ in spider.cache_dirs())
     if caches:
         steps.append(Step("refresh-spider", "Refresh Lmod's system spider cache: " + ", ".join(caches),
-                          commands=(("#", "update_lmod_system_cache_files for $MODULEPATH and "
-                                          f"{settings.modulefiles}"),), action=_refresh_spider, data=settings))
+                          commands=(("#", "update_lmod_system_cache_files for $MODULEPATH and",
+                                          str(settings.modulefiles)),), action=_refresh_spider, data=settings))
     return PublishPlan(settings, stacks, tuple(steps), caches)
 
 
