@@ -243,9 +243,14 @@ def parse_module(module: str) -> Tuple[str, str]:
         raise UsageError(f"retire: expected NAME/VERSION (letters, digits and . _ + -), got {module!r}") from None
 
 
-def compose(module: str, root: Path, modulefiles: Optional[Path] = None, force_default: bool = False) -> RetirePlan:
+def compose(module: str, root: Path, modulefiles: Optional[Path] = None, force_default: bool = False,
+            caches: Optional[List[str]] = None) -> RetirePlan:
     """The plan that retires ``module`` (see the module docstring); touches nothing.
 
+    Args:
+        module, root, modulefiles, force_default: as :func:`retire`.
+        caches: Lmod's system spider caches, when already asked (None: ask Lmod,
+            :func:`envtool.modules.spider.cache_dirs`).
     Raises:
         UsageError: see :func:`retire`.
     """
@@ -263,11 +268,14 @@ def compose(module: str, root: Path, modulefiles: Optional[Path] = None, force_d
                       commands=tuple(("mv", str(s), str(d)) for s, d in aside), action=_hide, data=t))
     steps.append(Step("delete", "Delete what was renamed aside (no longer visible)",
                       commands=tuple(("rm", "-rf", str(d)) for _, d in aside), action=_delete, data=t))
-    caches = [d for d, _ in spider.cache_dirs()] if any(p.parent == t.modulefiles / name for p in t.doomed) else []
+    if not any(p.parent == t.modulefiles / name for p in t.doomed):
+        caches = []
+    elif caches is None:
+        caches = [d for d, _ in spider.cache_dirs()]
     if caches:
         steps.append(Step("refresh-spider", "Refresh Lmod's system spider cache: " + ", ".join(caches),
                           commands=(("#", "update_lmod_system_cache_files for $MODULEPATH and", str(t.modulefiles)),),
-                          action=_refresh, data=t))
+                          action=_refresh, data=SpiderRefresh(t.modulefiles, tuple(caches))))
     return RetirePlan(t, tuple(steps))
 
 
@@ -319,14 +327,22 @@ def _delete(step: Step, ctx: StepContext) -> None:
         ctx.note(f"removed {src}")
 
 
+@dataclass(frozen=True)
+class SpiderRefresh:
+    """Payload of ``refresh-spider``: the module tree and Lmod's system spider caches (directories)."""
+
+    modulefiles: Path
+    caches: Tuple[str, ...]
+
+
 def _refresh(step: Step, ctx: StepContext) -> List[str]:
     from envtool.modules import spider
 
-    t: RetireTargets = step.data
+    data: SpiderRefresh = step.data
     caches = spider.cache_dirs()
     paths = [p for p in os.environ.get("MODULEPATH", "").split(":") if p]
-    if str(t.modulefiles) not in paths:
-        paths.append(str(t.modulefiles))
+    if str(data.modulefiles) not in paths:
+        paths.append(str(data.modulefiles))
     return spider.refresh(":".join(paths), caches) if caches else []
 
 
@@ -339,7 +355,8 @@ def _run_locked(plan: RetirePlan, runner, force_default: bool) -> RetirePlan:
     lock = PrefixLock(t.target)  # one envtool at a time on a prefix: a publish --force of it, another retire
     lock.acquire(lambda line: print(f"envtool: {line}", file=sys.stderr, flush=True))
     try:
-        plan = compose(f"{t.name}/{t.version}", t.root, t.modulefiles, force_default)
+        caches = [c for s in plan.steps if s.id == "refresh-spider" for c in s.data.caches]
+        plan = compose(f"{t.name}/{t.version}", t.root, t.modulefiles, force_default, caches)
         try:
             runner.run_steps(plan.steps)
         except KeyboardInterrupt as exc:
