@@ -157,7 +157,7 @@ def test_publish_layout_and_modes(site, published):
         assert st.st_gid == gid and st.st_mode & stat.S_ISGID, d
     modfile = site["mods"] / "pubtest" / "1.0.lua"
     assert Path(stack["modulefile"]) == modfile and os.stat(modfile).st_gid == gid
-    # modulefiles stay readable by all (Lmod's system spider cache skips the others): envtool/steps/publish.py
+    # modulefiles stay readable by all (Lmod's system spider cache skips the others): envtool/steps/publish/__init__.py
     assert stat.S_IMODE(os.stat(modfile).st_mode) == 0o444
     assert os.readlink(site["mods"] / "pubtest" / "default") == "1.0.lua"
     sbom = site["root"] / "pubtest" / "1.0.cdx.json"

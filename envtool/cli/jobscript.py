@@ -89,42 +89,102 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
-    import os
-    from pathlib import Path
+def _command(args) -> list:
+    """The words after ``--``.
 
-    from envtool.cli.common import check_generated_inputs
+    Raises:
+        UsageError: none given (exit 2).
+    """
     from envtool.core.errors import UsageError
-    from envtool.scheduler.model import LaunchStep
-    from envtool.steps import jobscript
-
-    check_generated_inputs(args)
 
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         raise UsageError("no command: end the options with -- COMMAND ...")
-    workdir = str(Path(args.workdir).absolute()) if args.workdir else None
-    target: Any  # a steps.jobscript.Target; its site/launcher fields are typed ``object`` there
-    if args.image is not None:
-        from envtool.steps import container_run
+    return command
 
-        if args.prefix or args.module or args.stage:
-            raise UsageError("--image runs the environment the image carries: give no --prefix, --module or --stage")
-        target, section = container_run.resolve_image_target(args.spec, args.site, args.site_file,
-                                                             retired_ok=args.retired_ok)
-        step = container_run.image_step(target, section, args.image, command, args.bind)
-    else:
+
+def _target_and_step(args, command):
+    """``(target, launch step, container section or None)``: the image's (``--image``) or the
+    environment's (``--prefix``/``--module``/``--stage``).
+
+    Raises:
+        UsageError: ``--image`` with an environment, or ``--bind`` without ``--image`` (exit 2).
+    """
+    from envtool.core.errors import UsageError
+    from envtool.scheduler.model import LaunchStep
+
+    if args.image is None:
         if args.bind:
             raise UsageError("--bind goes with --image (directories bound into the image)")
-        target = resolve(args)
-        step = LaunchStep(tuple(command))
+        return resolve(args), LaunchStep(tuple(command)), None
+    from envtool.steps import container_run
+
+    if args.prefix or args.module or args.stage:
+        raise UsageError("--image runs the environment the image carries: give no --prefix, --module or --stage")
+    target, section = container_run.resolve_image_target(args.spec, args.site, args.site_file,
+                                                         retired_ok=args.retired_ok)
+    return target, container_run.image_step(target, section, args.image, command, args.bind), section
+
+
+def _write(path: str, text: str) -> None:
+    """Write the script to ``path`` (beside it first, then renamed; executable as the umask allows).
+
+    Raises:
+        UsageError: it cannot be written (exit 2).
+    """
+    import os
+    from pathlib import Path
+
+    from envtool.core.atomic import umask_mode
+    from envtool.core.errors import UsageError
+
+    out = Path(path)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        tmp.chmod(umask_mode(0o777))  # executable, as readable as a new file under the umask
+        os.replace(tmp, out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"--output {path}: cannot write ({exc.strerror})") from None
+
+
+def _json(args, target, req, section, text: str, warnings) -> dict:
+    """``jobscript --json``: the site, scheduler, launcher, layout, file, staging, image and script."""
+    from pathlib import Path
+
+    lay = req.layout
+    return {"site": target.site.name, "site_file": target.site.path,
+            "scheduler": target.site.scheduler or "none", "launcher": target.launcher.program,
+            "spec": target.spec.name if target.spec is not None else None,
+            "layout": {"nodes": lay.nodes, "ranks_per_node": lay.ranks_per_node, "ranks": lay.ranks,
+                       "gpus_per_rank": lay.gpus_per_rank, "cpus_per_rank": lay.cpus_per_rank},
+            "path": str(Path(args.output).absolute()) if args.output else None,
+            "stage": stage_summary(target),
+            "image": None if args.image is None else {"image": args.image, "runtime": section.runtime,
+                                                      "run_line": text.rstrip("\n").splitlines()[-1]},
+            "warnings": warnings, "script": text}
+
+
+def run(args) -> int:
+    import dataclasses
+    from pathlib import Path
+
+    from envtool.cli.common import check_generated_inputs
+    from envtool.steps import jobscript
+
+    check_generated_inputs(args)
+    command = _command(args)
+    workdir = str(Path(args.workdir).absolute()) if args.workdir else None
+    target: Any  # a steps.jobscript.Target; its site/launcher fields are typed ``object`` there
+    target, step, section = _target_and_step(args, command)
     req = jobscript.build_request(target, args.nodes, [step], args.ranks_per_node,
                                   args.gpus_per_rank, args.time, args.account, args.queue, args.job_name,
                                   args.job_output, workdir)
-    if args.image is not None:
-        import dataclasses
+    if section is not None:
+        from envtool.steps import container_run
 
         req = dataclasses.replace(req, comments=req.comments + (container_run.comment(target.site, section,
                                                                                       args.image),))
@@ -133,30 +193,9 @@ def run(args) -> int:
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.output:
-        out = Path(args.output)
-        from envtool.core.atomic import umask_mode
-
-        tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-        try:
-            tmp.write_text(text)
-            tmp.chmod(umask_mode(0o777))  # executable, as readable as a new file under the umask
-            os.replace(tmp, out)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise UsageError(f"--output {args.output}: cannot write ({exc.strerror})") from None
+        _write(args.output, text)
     if args.json:
-        lay = req.layout
-        print_json({"site": target.site.name, "site_file": target.site.path,
-                    "scheduler": target.site.scheduler or "none", "launcher": target.launcher.program,
-                    "spec": target.spec.name if target.spec is not None else None,
-                    "layout": {"nodes": lay.nodes, "ranks_per_node": lay.ranks_per_node, "ranks": lay.ranks,
-                               "gpus_per_rank": lay.gpus_per_rank, "cpus_per_rank": lay.cpus_per_rank},
-                    "path": str(Path(args.output).absolute()) if args.output else None,
-                    "stage": stage_summary(target),
-                    "image": None if args.image is None else {"image": args.image,
-                                                              "runtime": section.runtime,
-                                                              "run_line": text.rstrip("\n").splitlines()[-1]},
-                    "warnings": warnings, "script": text})
+        print_json(_json(args, target, req, section, text, warnings))
     elif args.output:
         if not getattr(args, "quiet", False):
             print(f"jobscript: wrote {args.output} ({target.site.scheduler or 'no scheduler'}, "

@@ -32,28 +32,15 @@ def register(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from envtool.cli.common import environment_arg, prefix_given, progress_lines
+    from envtool.cli.common import environment_arg, prefix_given
     from envtool.steps import pack
 
     prefix = environment_arg(prefix_given(args))
+    output = Path(args.output) if args.output else None
     if args.dry_run:
-        import os
-
-        from envtool.steps.pack import kind_of, output_path
-
-        absolute = Path(os.path.abspath(prefix))
-        kind = kind_of(absolute)  # an environment that cannot be packed is refused here too (exit 2)
-        out = output_path(absolute, args.format, Path(args.output) if args.output else None, args.force)
-        replaces = out.exists() or out.is_symlink()
-        if args.json:
-            print_json({"dry_run": True, "prefix": str(absolute), "kind": kind, "path": str(out), "replaces": replaces})
-        else:
-            print(f"dry run: would pack the {kind} environment {absolute} into {out}"
-                  + (" (replacing that file)" if replaces else "") + "; nothing was changed")
-        return 0
-    with progress_lines(args, "pack: ") as say:  # a terminal: the phase with its clock; else one line each
-        result = pack.pack(prefix, args.format, Path(args.output) if args.output else None, args.dest_prefix,
-                           force=args.force, progress=say)
+        return _dry_run(args, pack.compose(prefix, args.format, output, args.dest_prefix, args.force))
+    result = pack.pack(prefix, args.format, output, args.dest_prefix, force=args.force, verbose=args.verbose,
+                       quiet=args.quiet or args.json)
     if args.json:
         print_json(result.to_dict())
         return 0
@@ -63,4 +50,20 @@ def run(args) -> int:
     print(f"  lock sha256 {result.lock_sha256} ({result.lock}, {result.lock_source})")
     for note in result.notes:
         print(f"  note: {note}")
+    return 0
+
+
+def _dry_run(args, plan) -> int:
+    """``pack --dry-run``: the plan :func:`envtool.steps.pack.pack` would run (an environment that
+    cannot be packed, or an output that may not be written, is refused as it would be: exit 2);
+    nothing is made or changed."""
+    job = plan.job
+    replaces = job.out.exists() or job.out.is_symlink()
+    if args.json:
+        print_json({"dry_run": True, "prefix": str(job.prefix), "kind": job.kind, "path": str(job.out),
+                    "replaces": replaces, "plan": plan.to_dict()})
+        return 0
+    print(plan.format())
+    print(f"dry run: would pack the {job.kind} environment {job.prefix} into {job.out}"
+          + (" (replacing that file)" if replaces else "") + "; nothing was changed")
     return 0

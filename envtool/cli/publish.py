@@ -44,22 +44,34 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _umask(text: str) -> int:
+    """``--umask`` as a number.
+
+    Raises:
+        UsageError: not octal, or it takes read access from the owner or group (exit 2).
+    """
+    from envtool.core.errors import UsageError
+
+    try:
+        umask = int(text, 8)
+    except ValueError:
+        umask = -1
+    if not 0 <= umask <= 0o777 or umask & 0o440:
+        raise UsageError(f"--umask: expected an octal mask such as 022 or 027 that leaves owner and group "
+                         f"read access, got {text!r}")
+    return umask
+
+
 def run(args) -> int:
     from pathlib import Path
 
-    from envtool.core.errors import EnvtoolError, UsageError
-    from envtool.steps.publish import publish
     from envtool.cli.common import check_generated_inputs
+    from envtool.core.errors import EnvtoolError
+    from envtool.steps.publish import publish
 
     try:
         check_generated_inputs(args, positional_spec=True)
-        try:
-            umask = int(args.umask, 8)
-        except ValueError:
-            umask = -1
-        if not 0 <= umask <= 0o777 or umask & 0o440:
-            raise UsageError(f"--umask: expected an octal mask such as 022 or 027 that leaves owner and group "
-                             f"read access, got {args.umask!r}")
+        umask = _umask(args.umask)
         specs = [load_spec(s, args.site, args.site_file, quiet=args.json) for s in args.spec]
         result = publish(specs, args.root, args.modulefiles, group=args.group, default=args.default,
                          force=args.force, fmt=args.format, extensions=args.extensions, umask=umask,
@@ -74,29 +86,34 @@ def run(args) -> int:
         raise
     if args.json:
         print_json(result.to_dict())
-        return 0
-    import shlex
+    elif result.dry_run:
+        _print_dry_run(result)
+    else:
+        import shlex
 
-    if result.dry_run:
-        print("dry run: nothing was changed")
-        for c in result.changes:
-            extra = " ".join(str(c[k]) for k in ("mode", "group") if k in c)
-            print(f"  {'would ' + str(c['change']) if c['change'] != 'keep' else 'keep':14} {c['kind']:16} {c['path']}"
-                  + (f"  {extra}" if extra else "") + (f"  ({c['note']})" if c.get("note") else ""))
+        print(f"module use {shlex.quote(str(args.modulefiles))}")
         for s in result.stacks:
-            print(f"{s.module}: {s.action if s.action == 'unchanged' else 'would be ' + s.action}")
-            if s.lock:
-                print(f"  packages: {s.lock['reason']}")
-            for step in s.steps:
-                print(f"  step {step}")
-            if s.horovod:
-                from envtool.steps.horovod_build import forecast_line
-
-                print(f"  {forecast_line(s.horovod)}")
-        if result.spider_caches:
-            print("would refresh Lmod's spider cache: " + ", ".join(result.spider_caches))
-        return 0
-    print(f"module use {shlex.quote(str(args.modulefiles))}")
-    for s in result.stacks:
-        print(f"  {s.module:30} {s.action:9} {s.prefix}")
+            print(f"  {s.module:30} {s.action:9} {s.prefix}")
     return 0
+
+
+def _print_dry_run(result) -> None:
+    """``publish --dry-run`` in text: the plan (the steps and their commands, create's included), each
+    path that would change with its mode and group, each stack's packages and Horovod look-ahead."""
+    from envtool.steps.horovod_build import forecast_line
+
+    if result.plan is not None:
+        print(result.plan.format())
+    print("dry run: nothing was changed")
+    for c in result.changes:
+        extra = " ".join(str(c[k]) for k in ("mode", "group") if k in c)
+        print(f"  {'would ' + str(c['change']) if c['change'] != 'keep' else 'keep':14} {c['kind']:16} {c['path']}"
+              + (f"  {extra}" if extra else "") + (f"  ({c['note']})" if c.get("note") else ""))
+    for s in result.stacks:
+        print(f"{s.module}: {s.action if s.action == 'unchanged' else 'would be ' + s.action}")
+        if s.lock:
+            print(f"  packages: {s.lock['reason']}")
+        if s.horovod:
+            print(f"  {forecast_line(s.horovod)}")
+    if result.spider_caches:
+        print("would refresh Lmod's spider cache: " + ", ".join(result.spider_caches))

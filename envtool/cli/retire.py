@@ -30,22 +30,19 @@ def register(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
+    from envtool.cli.common import confirm, will_ask
     from envtool.core.errors import EnvtoolError
     from envtool.steps.publish import retire
 
-    from envtool.cli.common import confirm, progress_lines, will_ask
-
-    if will_ask(args):  # on a terminal: say what goes and ask (-y does not)
-        plan = retire(args.module, Path(args.root), Path(args.modulefiles) if args.modulefiles else None,
-                      force_default=args.force_default, dry_run=True, quiet=True)
-        if not confirm(args, f"retiring {plan.module} will remove: " + ", ".join(str(p) for p in plan.removed)):
-            print("nothing was removed")
-            return 0
+    modulefiles = Path(args.modulefiles) if args.modulefiles else None
     try:
-        with progress_lines(args, "retire: ") as say:  # stderr; a terminal: the phase with its clock
-            result = retire(args.module, Path(args.root), Path(args.modulefiles) if args.modulefiles else None,
-                            force_default=args.force_default, dry_run=args.dry_run, quiet=args.quiet or args.json,
-                            progress=say)
+        if will_ask(args):  # on a terminal: say what goes and ask (-y does not)
+            plan = retire(args.module, Path(args.root), modulefiles, force_default=args.force_default, dry_run=True)
+            if not confirm(args, f"retiring {plan.module} will remove: " + ", ".join(plan.removed)):
+                print("nothing was removed")
+                return 0
+        result = retire(args.module, Path(args.root), modulefiles, force_default=args.force_default,
+                        dry_run=args.dry_run, verbose=args.verbose, quiet=args.quiet or args.json)
     except EnvtoolError as exc:
         if args.json:
             print_json({"ok": False, "error": str(exc), "exit": exc.exit_status})
@@ -53,6 +50,8 @@ def run(args) -> int:
     if args.json:
         print_json(result.to_dict())
     elif result.dry_run:
+        if result.plan is not None:
+            print(result.plan.format())
         print(f"dry run: retiring {result.module} would remove:")
         for p in result.removed:
             print(f"  {p}")

@@ -179,7 +179,16 @@ def format_plan(plan: Plan) -> str:
         lines.append(f"packages: {plan.options.lock_reason}")
     if plan.options.install_with is not None:
         lines.append(f"installer: {redact(plan.options.install_with.reason)}")
-    for i, step in enumerate(plan.steps, 1):
+    lines += format_steps(plan.steps)
+    return "\n".join(lines)
+
+
+def format_steps(steps) -> List[str]:
+    """The lines :func:`format_plan` prints for ``steps`` (a sequence of :class:`Step`): numbered,
+    each with its environment, its exact commands (shell-quoted) and its notes; also what
+    ``pack``, ``publish`` and ``retire`` print for their plans."""
+    lines: List[str] = []
+    for i, step in enumerate(steps, 1):
         lines.append(f"{i}. [{step.id}] {step.title}")
         if step.env:
             lines.append("   env: " + " ".join(f"{k}={shlex.quote(redact(v))}" for k, v in step.env))
@@ -189,4 +198,4 @@ def format_plan(plan: Plan) -> str:
             lines.append(f"   $ {line}")
         for note in step.notes:
             lines.append(f"   note: {note}")
-    return "\n".join(lines)
+    return lines

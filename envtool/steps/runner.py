@@ -222,3 +222,17 @@ class Runner:
         total = len(plan.steps)
         for i, step in enumerate(plan.steps, 1):
             self.run_step(step, i, total)
+
+    def run_steps(self, steps: Sequence[Step]) -> None:
+        """Execute ``steps`` in order, for a command whose plan is not one spec's :class:`Plan`
+        (``pack``, ``publish``, ``retire``); stops at the first failure, raised with this build
+        log named (``exc.log``) when it names none and is not a usage error (exit 2)."""
+        from envtool.core.errors import EnvtoolError, UsageError
+
+        try:
+            for i, step in enumerate(steps, 1):
+                self.run_step(step, i, len(steps))
+        except EnvtoolError as exc:
+            if exc.log is None and not isinstance(exc, UsageError):
+                exc.log = self.log_path
+            raise

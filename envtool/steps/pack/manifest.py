@@ -1,0 +1,103 @@
+"""A pack's manifest (``.envtool/pack.json``), read back without unpacking the pack
+(:mod:`envtool.steps.pack`): what ``jobscript --stage`` reads."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Optional, Tuple
+
+from envtool.core.errors import UsageError
+from envtool.steps.pack.model import MANIFEST
+
+
+def _squashfs_text(path: Path) -> Optional[str]:
+    """The manifest of a squashfs image (``unsquashfs -cat``), or None when it has none."""
+    if shutil.which("unsquashfs") is None:
+        raise UsageError(f"--stage {path}: a squashfs image, and unsquashfs (squashfs-tools) is not here "
+                         f"to read its manifest")
+    proc = subprocess.run(["unsquashfs", "-cat", str(path), MANIFEST], capture_output=True, timeout=120)
+    return proc.stdout.decode(errors="replace") if proc.returncode == 0 else None
+
+
+def _tar_text(path: Path) -> Optional[str]:
+    """The manifest of a tar archive, or None when it has none."""
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            for member in tar:
+                if member.name.lstrip("./") == MANIFEST or member.name == MANIFEST:
+                    content = tar.extractfile(member)
+                    return content.read(1 << 20).decode(errors="replace") if content else None
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise UsageError(f"--stage {path}: not a tar archive or squashfs image ({exc})") from None
+    return None
+
+
+def _manifest_text(path: Path) -> Tuple[str, Optional[str]]:
+    """``(format, manifest text or None)`` of the pack file at ``path``."""
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic in (b"hsqs", b"sqsh"):
+        return "squashfs", _squashfs_text(path)
+    return "tar", _tar_text(path)
+
+
+def read_manifest(path: Path) -> dict:
+    """The manifest (``.envtool/pack.json``) of a pack file, read without unpacking it.
+
+    Raises:
+        UsageError: not a readable pack made by ``envtool pack`` (names the file).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"--stage {path}: no such file (make one with 'envtool pack')")
+    fmt, text = _manifest_text(path)
+    if text is None:
+        raise UsageError(f"--stage {path}: has no {MANIFEST}: not made by 'envtool pack'")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise UsageError(f"--stage {path}: {MANIFEST} is not JSON") from None
+    if not isinstance(data, dict) or data.get("format") != fmt or data.get("kind") not in ("conda", "venv"):
+        raise UsageError(f"--stage {path}: {MANIFEST} does not describe a {fmt} pack")
+    check_manifest(path, data)
+    return data
+
+
+def _bad_path(value) -> bool:
+    from envtool.spec.names import CONTROL_RE
+
+    return not isinstance(value, str) or not value.startswith("/") or bool(CONTROL_RE.search(value))
+
+
+def _bad_words(unpack) -> bool:
+    from envtool.spec.names import CONTROL_RE
+
+    return not isinstance(unpack, list) or not all(isinstance(w, str) and w and not CONTROL_RE.search(w)
+                                                   for w in unpack)
+
+
+def check_manifest(path: Path, data: dict) -> None:
+    """The manifest's values reach a job script: refuse what is not what ``pack`` writes.
+
+    Raises:
+        UsageError: a lock hash that is not 64 hex digits, a prefix that is not an absolute path
+            without control characters, unpack words that are not strings (names the field).
+    """
+    def bad(field_name: str, expected: str) -> UsageError:
+        return UsageError(f"--stage {path}: {MANIFEST} field {field_name}: expected {expected}")
+
+    if not re.fullmatch(r"[0-9a-f]{64}", str(data.get("lock_sha256", ""))):
+        raise bad("lock_sha256", "a sha256 (64 hex digits)")
+    kib = data.get("unpacked_kib", 0)
+    if not isinstance(kib, int) or kib < 0:
+        raise bad("unpacked_kib", "a size in KiB (an integer)")
+    if _bad_path(data.get("source_prefix")):
+        raise bad("source_prefix", "an absolute path without control characters")
+    if data.get("dest_prefix") is not None and _bad_path(data.get("dest_prefix")):
+        raise bad("dest_prefix", "an absolute path without control characters")
+    if _bad_words(data.get("unpack") or []):
+        raise bad("unpack", "a list of words")
