@@ -160,7 +160,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
 
-    from envtool.steps.clone import clone_env
+    from envtool.steps.create.clone import clone_env
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-clone-", dir=os.environ.get("TMPDIR", "/tmp")))
     work.mkdir(parents=True, exist_ok=True)

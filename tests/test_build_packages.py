@@ -17,7 +17,7 @@ from helpers.conda_channel import PackageDef, build_channel, python_package
 from envtool.engines.rattler import build_package_steps
 from envtool.engines.rattler_api import install_records, read_prefix_records, solve_records
 from envtool.spec.catalog import load_spec
-from envtool.steps.runner import Runner
+from envtool.steps.kernel.runner import Runner
 from helpers.speed import scaled
 
 REPO = Path(__file__).resolve().parent.parent

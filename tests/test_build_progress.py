@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from envtool.core.errors import StepFailed
-from envtool.steps.runner import Runner
+from envtool.steps.kernel.runner import Runner
 from helpers.speed import scaled
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,7 +32,7 @@ for line in lines:
 DRIVER = r"""
 import sys
 from pathlib import Path
-from envtool.steps.runner import Runner
+from envtool.steps.kernel.runner import Runner
 with Runner(Path(sys.argv[1]), verbose=sys.argv[2] == "-v") as r:
     r.run([sys.executable, "-c", sys.argv[3]], progress="compiling Horovod")
 print("driver done", file=sys.stderr, flush=True)
@@ -137,8 +137,8 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 PIP_DRIVER = r"""
 import sys
 from pathlib import Path
-from envtool.steps.horovod_build import UNBUFFERED, pip_wheel_argv
-from envtool.steps.runner import Runner
+from envtool.steps.create.horovod_build import UNBUFFERED, pip_wheel_argv
+from envtool.steps.kernel.runner import Runner
 with Runner(Path(sys.argv[1]), live=False) as r:
     r.run(pip_wheel_argv(sys.executable, sys.argv[2], [sys.argv[3]]), env=UNBUFFERED, progress="compiling Horovod",
           check=False)

@@ -19,8 +19,8 @@ import pytest
 from conftest import REPO, default_stop_signals, run_envtool
 from envtool.core import procs
 from envtool.core.errors import Interrupted, StepFailed, TargetExists
-from envtool.steps.runner import Runner
-from envtool.steps.transaction import BuildTransaction, move_into_place
+from envtool.steps.kernel.runner import Runner
+from envtool.steps.kernel.transaction import BuildTransaction, move_into_place
 from helpers.speed import scaled
 
 TINY = "name: tiny\nengine: venv\n"

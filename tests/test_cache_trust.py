@@ -381,8 +381,8 @@ def _verify_lock(prefix: Path, lock: Path, digest: str, cache_hit: bool) -> str:
     from envtool.core.plan import PlanOptions
     from envtool.lock.lockio import read_lock
     from envtool.lock.model import pick_platform
-    from envtool.steps import from_lock
-    from envtool.steps.runner import Runner
+    from envtool.steps.create import from_lock
+    from envtool.steps.kernel.runner import Runner
 
     data = read_lock(lock)
     loaded = from_lock.LoadedLock(lock, data, pick_platform(data, None, str(lock)), ())
@@ -442,8 +442,8 @@ def test_the_build_step_warns_naming_the_cache_and_checks_what_pip_installed(tmp
     """The build step's own lookup (the code ``create`` runs): a tampered site entry is reported
     on stderr and in the build log, naming the cache directory and why; and a wheel that pip
     installed with another hash than the one checked stops the step."""
-    from envtool.steps.horovod_build import cached_wheel, check_installed_wheel
-    from envtool.steps.runner import Runner
+    from envtool.steps.create.horovod_build import cached_wheel, check_installed_wheel
+    from envtool.steps.kernel.runner import Runner
 
     marker = tmp_path / "planted-code-ran"
     genuine, planted = _wheels(tmp_path, marker)

@@ -11,7 +11,7 @@ from envtool.spec import catalog, sites
 from envtool.spec.model import MARKS
 from envtool.spec.yamlload import load_yaml
 from envtool.core.plan import PlanOptions
-from envtool.steps.planner import make_plan
+from envtool.steps.create.planner import make_plan
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC_FILES = sorted((REPO / "specs").glob("*.yaml"))

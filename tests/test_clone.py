@@ -24,7 +24,7 @@ from helpers.conda_channel import BINARY_PLACEHOLDER, TEXT_PLACEHOLDER, PackageD
 
 from envtool.engines import clone as cl
 from envtool.engines.rattler_api import install_records, read_prefix_records, record_key, solve_records
-from envtool.steps.clone import clone_env
+from envtool.steps.create.clone import clone_env
 from helpers.speed import scaled
 
 

@@ -13,7 +13,7 @@ from envtool.core.plan import PlanOptions
 from envtool.engines.rattler import RattlerEngine
 from envtool.engines.rattler_api import install_records, read_prefix_records, solve_records
 from envtool.spec.catalog import load_spec
-from envtool.steps.runner import Runner
+from envtool.steps.kernel.runner import Runner
 
 HVD = PackageDef("horovod", "0.28.1", noarch="python", depends=("python",), files={
     "site-packages/horovod/__init__.py": "__version__ = '0.28.1'\n",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 from conftest import REPO, run_envtool
-from envtool.steps.relocate import rewrite_prefix
+from envtool.steps.kernel.relocate import rewrite_prefix
 from helpers.speed import scaled
 
 MISSING_FRAMEWORK = """name: needs-tensorflow

@@ -24,7 +24,7 @@ from envtool.engines.base import Engine, LockInstall
 from envtool.lock.model import LockedPackage
 from envtool.spec.catalog import load_spec
 from envtool.spec.model import ENGINES
-from envtool.steps.runner import Runner
+from envtool.steps.kernel.runner import Runner
 
 BUILTIN = registry.names()
 import helpers.toy_engine as toy  # noqa: E402  (its one registration call runs on import)

@@ -260,7 +260,7 @@ def test_build_step_carries_its_decision_and_run_time_probes_nothing(tmp_path, m
     the rules (gcc13 includes among them); at run time, with that compiler gone and the cache still
     empty (the fix-rule wrapper not yet written), the build applies exactly the planned rules."""
     from envtool.core.plan import PlanOptions
-    from envtool.steps import horovod_build
+    from envtool.steps.create import horovod_build
 
     monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "empty-cache"))
     monkeypatch.setenv("PATH", f"{_gcc13_on_path(tmp_path)}:{os.environ['PATH']}")
@@ -290,7 +290,7 @@ def test_unpinned_framework_leaves_rules_to_the_run_and_plan_says_so(tmp_path, m
     assert "fix rules: decided when run (pytorch not pinned to one version" in proc.stdout
     from envtool.core.plan import PlanOptions
     from envtool.spec.catalog import load_spec as load
-    from envtool.steps import horovod_build
+    from envtool.steps.create import horovod_build
 
     monkeypatch.setenv("ENVTOOL_SPEC_PATH", str(specs))
     (step,) = horovod_build.plan_steps(load("loose"), PlanOptions(prefix=tmp_path / "env"))
@@ -323,8 +323,8 @@ def test_the_build_sees_conda_prefix_as_the_build_prefix(tmp_path, monkeypatch):
     import sys
 
     from envtool.core.plan import Step
-    from envtool.steps import horovod_build
-    from envtool.steps.runner import Runner
+    from envtool.steps.create import horovod_build
+    from envtool.steps.kernel.runner import Runner
 
     monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "cache"))
     prefix = tmp_path / "env"

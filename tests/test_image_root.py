@@ -1,4 +1,4 @@
-"""The image build's commands under the one Runner (``envtool.steps.runner``): an interrupted
+"""The image build's commands under the one Runner (``envtool.steps.kernel.runner``): an interrupted
 command leaves no process behind, however many it started (a Horovod compile runs pip, CMake, make
 and compilers under :data:`envtool.steps.image.root.UNSHARE`)."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from envtool.steps.image.root import UNSHARE
-from envtool.steps.runner import Runner
+from envtool.steps.kernel.runner import Runner
 from helpers.speed import scaled
 
 

@@ -124,7 +124,7 @@ def test_a_lock_with_bad_index_metadata_is_exit_2(tmp_path, value):
 # --- a locked install ------------------------------------------------------------------------------
 
 def test_index_options_go_before_the_requirements_file_and_join_uvs_variables():
-    from envtool.steps.from_lock import _split_index_args, _with_index_args
+    from envtool.steps.create.from_lock import _split_index_args, _with_index_args
 
     argv = ("uv", "pip", "install", "--python", "py", "--require-hashes", "-r", "req.txt")
     assert _with_index_args(argv, ["--extra-index-url", "https://i/x"]) == (

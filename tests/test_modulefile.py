@@ -548,9 +548,9 @@ def test_create_writes_modulefile_for_final_prefix(tmp_path, lmod):
 def test_create_step_keeps_env_when_modulefile_cannot_be_written(tmp_path):
     """The step reports a modulefile it cannot write instead of discarding a validated environment."""
     from envtool.spec.model import Spec
-    from envtool.steps import modulefile_step
+    from envtool.steps.create import modulefile_step
     from envtool.core.plan import PlanOptions
-    from envtool.steps.runner import Runner
+    from envtool.steps.kernel.runner import Runner
 
     prefix = tmp_path / "env"
     (prefix / "bin").mkdir(parents=True)

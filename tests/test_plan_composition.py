@@ -1,5 +1,5 @@
 """Composing a plan (issue 39, item 5): the engine is resolved once per plan, the machine is probed
-once before composing (:func:`envtool.steps.machine.probe`) and composing runs no probe, and a lock's
+once before composing (:func:`envtool.steps.kernel.machine.probe`) and composing runs no probe, and a lock's
 built entries are left to the build step (:meth:`envtool.engines.base.LockInstall.managed`).
 
 In-process and fast: nothing is installed; the counters wrap the real registry lookup and the real
@@ -19,7 +19,7 @@ from envtool.engines import registry
 from envtool.engines.base import LockInstall
 from envtool.lock.model import LockedPackage
 from envtool.spec.catalog import load_spec
-from envtool.steps import planner
+from envtool.steps.create import planner
 
 REPO = Path(__file__).resolve().parent.parent
 LOCK = REPO / "lockfiles" / "cpu-horovod.conda-lock.yml"

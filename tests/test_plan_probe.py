@@ -1,4 +1,4 @@
-"""Planning looks at the machine once, up front (:func:`envtool.steps.machine.probe`); composing the
+"""Planning looks at the machine once, up front (:func:`envtool.steps.kernel.machine.probe`); composing the
 steps from that value starts no process. Watched with a real CPython audit hook
 (``subprocess.Popen`` and ``os.exec*``/``os.posix_spawn`` events, PEP 578), not a mock."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import sys
 
 from envtool.core.plan import PlanOptions
 from envtool.spec.catalog import load_spec
-from envtool.steps import machine
-from envtool.steps.planner import make_plan
+from envtool.steps.kernel import machine
+from envtool.steps.create.planner import make_plan
 
 _EVENTS = ("subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.system")
 _seen: list = []

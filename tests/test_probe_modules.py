@@ -396,8 +396,8 @@ def test_env_info_probe_in_cpu_env(cpu_horovod_env):
 
 @pytest.mark.slow
 def test_framework_versions_probe_in_cpu_env(cpu_horovod_env, tmp_path):
-    from envtool.steps.horovod_build import probe_env
-    from envtool.steps.runner import Runner
+    from envtool.steps.create.horovod_build import probe_env
+    from envtool.steps.kernel.runner import Runner
 
     with Runner(tmp_path / "build.log") as runner:
         info = probe_env(runner, str(cpu_horovod_env / "bin" / "python"))

@@ -192,9 +192,9 @@ def test_plan_says_whether_horovod_comes_from_a_cache_or_is_compiled(tmp_path, m
     calls), the last through the CLI."""
     from envtool.core.plan import PlanOptions
     from envtool.spec.catalog import load_spec
-    from envtool.steps import from_lock
-    from envtool.steps.horovod_build import forecast
-    from envtool.steps.planner import make_plan
+    from envtool.steps.create import from_lock
+    from envtool.steps.create.horovod_build import forecast
+    from envtool.steps.create.planner import make_plan
 
     env = {"ENVTOOL_CACHE_DIR": str(tmp_path / "user"), "ENVTOOL_CACHE_PATH": str(tmp_path / "site")}
     for name, value in env.items():

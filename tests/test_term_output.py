@@ -139,7 +139,7 @@ def test_colour_on_a_terminal_only_and_never_with_no_color(long_named_env):
 BUILD_DRIVER = r"""
 import sys
 from pathlib import Path
-from envtool.steps.runner import Runner
+from envtool.steps.kernel.runner import Runner
 build = "import time\nfor p in range(0, 100, 10):\n    print(f'[{p:3d}%] Building CXX object horovod/common/f{p}.cc.o', flush=True)\n    time.sleep(0.4)\n"
 with Runner(Path(sys.argv[1])) as r:
     r.run([sys.executable, "-c", build], progress="compiling Horovod 0.28.1 with MPI and Gloo for PyTorch 2.13")
@@ -230,7 +230,7 @@ BYTECODE_DRIVER = r"""
 import sys
 from pathlib import Path
 from envtool.probes import probe_path
-from envtool.steps.runner import Runner
+from envtool.steps.kernel.runner import Runner
 with Runner(Path(sys.argv[1]), live=False) as r:
     r.run([sys.executable, str(probe_path("bytecode")), sys.argv[2], ""], progress="compiling bytecode",
           progress_kind="install")

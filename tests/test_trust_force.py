@@ -311,7 +311,7 @@ def test_children_use_a_private_tmpdir_that_goes_with_the_build(world):
     build = wait_for_build(target.parent, "tiny")
     # beside the target, or (this test's path is long: Unix sockets under it would not fit) a short
     # one under the system's temporary directory — never the shared TMPDIR itself
-    from envtool.steps.transaction import private_tmp
+    from envtool.steps.kernel.transaction import private_tmp
 
     expected, stem = private_tmp(target)
     if stem is None:

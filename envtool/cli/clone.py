@@ -29,7 +29,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from envtool.steps.clone import clone_env
+    from envtool.steps.create.clone import clone_env
     from envtool.core.errors import EnvtoolError
 
     if args.dry_run:

@@ -203,7 +203,7 @@ def add_dry_run(parser, what: str = "deleted or replaced") -> None:
 
 def replacement_preview(target, force: bool) -> Optional[str]:
     """For ``--dry-run`` of a command that makes an environment at ``target``: the checks the
-    build would make before touching anything (:class:`envtool.steps.transaction.BuildTransaction`).
+    build would make before touching anything (:class:`envtool.steps.kernel.transaction.BuildTransaction`).
 
     Returns:
         the path that ``--force`` would replace, or None when nothing is there.

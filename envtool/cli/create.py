@@ -22,9 +22,9 @@ def register(sub) -> None:
 def run(args) -> int:
     from envtool.cli.plan import options_from_args
     from envtool.core.errors import EnvtoolError
-    from envtool.steps import validate
-    from envtool.steps.create import create
-    from envtool.steps.planner import clone_source
+    from envtool.steps.create import validate_step as validate
+    from envtool.steps.create.workflow import create
+    from envtool.steps.create.planner import clone_source
 
     from envtool.cli.common import check_generated_inputs
 
@@ -39,7 +39,7 @@ def run(args) -> int:
     from envtool.cli.common import check_machine_platform
 
     check_machine_platform(spec, args.platform_mismatch_ok, say=say)
-    from envtool.steps.planner import check_site_modules
+    from envtool.steps.create.planner import check_site_modules
 
     check_site_modules(spec)  # a spec for another site: exit 2 with the cause, before any work
     options = options_from_args(args, spec, site=site, say=say)
@@ -82,7 +82,7 @@ def _dry_run(args, spec, site, options) -> int:
     replace, or the refusal, exit 2) and ``envtool plan``'s steps; nothing is made or changed."""
     from envtool.cli.common import replacement_preview
     from envtool.cli.plan import options_from_args
-    from envtool.steps.planner import format_plan, make_plan
+    from envtool.steps.create.planner import format_plan, make_plan
 
     replaces = replacement_preview(options.prefix, args.force)
     plan = make_plan(spec, options_from_args(args, spec, preview=True, site=site))

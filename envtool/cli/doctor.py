@@ -83,7 +83,7 @@ def default_prefix():
 def _records(prefix: Path):
     """What the environment says about itself: ``(spec name or None, lock path or None)`` from
     ``PREFIX/.envtool/create.json`` (written by ``envtool create``) and ``PREFIX/conda-lock.yml``
-    (its own lock, :mod:`envtool.steps.lock_step`)."""
+    (its own lock, :mod:`envtool.steps.create.lock_step`)."""
     import json
 
     spec = None

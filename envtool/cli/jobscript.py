@@ -119,7 +119,7 @@ def _target_and_step(args, command):
         if args.bind:
             raise UsageError("--bind goes with --image (directories bound into the image)")
         return resolve(args), LaunchStep(tuple(command)), None
-    from envtool.steps import container_run
+    from envtool.steps.image import container_run
 
     if args.prefix or args.module or args.stage:
         raise UsageError("--image runs the environment the image carries: give no --prefix, --module or --stage")
@@ -184,7 +184,7 @@ def run(args) -> int:
                                   args.gpus_per_rank, args.time, args.account, args.queue, args.job_name,
                                   args.job_output, workdir)
     if section is not None:
-        from envtool.steps import container_run
+        from envtool.steps.image import container_run
 
         req = dataclasses.replace(req, comments=req.comments + (container_run.comment(target.site, section,
                                                                                       args.image),))

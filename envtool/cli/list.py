@@ -21,7 +21,7 @@ def run(args) -> int:
     from envtool.core.registry import registry_dir
     from envtool.core.term import table_width
     from envtool.core.sizes import human
-    from envtool.steps.lifecycle import list_environments
+    from envtool.steps.lifecycle.remove import list_environments
 
     rows = list_environments(sizes=not args.no_size)
     if args.json:

@@ -1,6 +1,6 @@
 """``envtool plan SPEC``: print the ordered steps with their exact commands, then one line saying
 whether Horovod will come from a wheel cache or be compiled (and about how long that takes);
-changes nothing. ``--json``: the plan, with ``horovod`` (:func:`envtool.steps.horovod_build.forecast`,
+changes nothing. ``--json``: the plan, with ``horovod`` (:func:`envtool.steps.create.horovod_build.forecast`,
 null when the plan builds no Horovod)."""
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def options_from_args(args, spec, preview: bool = False, site=None, say=None):
     import os
     from pathlib import Path
 
-    from envtool.steps.from_lock import choose
+    from envtool.steps.create.from_lock import choose
     from envtool.core.plan import PlanOptions
 
     if args.prefix:
@@ -56,8 +56,8 @@ def options_from_args(args, spec, preview: bool = False, site=None, say=None):
 
 def run(args) -> int:
     from envtool.cli.common import check_generated_inputs
-    from envtool.steps.horovod_build import forecast, forecast_line
-    from envtool.steps.planner import format_plan, make_plan
+    from envtool.steps.create.horovod_build import forecast, forecast_line
+    from envtool.steps.create.planner import format_plan, make_plan
 
     check_generated_inputs(args, positional_spec=True)
     spec, site = load_spec_site(args.spec, args.site, args.site_file, quiet=args.json)
@@ -79,7 +79,7 @@ def run(args) -> int:
         data = plan.to_dict()
         data["horovod"] = horovod
         if options.clone is not None:
-            from envtool.steps.planner import clone_source
+            from envtool.steps.create.planner import clone_source
 
             source, why = clone_source(spec, options)
             data["clone_source"] = {"source": source or None, "reason": why}

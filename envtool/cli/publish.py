@@ -100,7 +100,7 @@ def run(args) -> int:
 def _print_dry_run(result) -> None:
     """``publish --dry-run`` in text: the plan (the steps and their commands, create's included), each
     path that would change with its mode and group, each stack's packages and Horovod look-ahead."""
-    from envtool.steps.horovod_build import forecast_line
+    from envtool.steps.create.horovod_build import forecast_line
 
     if result.plan is not None:
         print(result.plan.format())

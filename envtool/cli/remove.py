@@ -22,7 +22,7 @@ def run(args) -> int:
     import sys
 
     from envtool.core.sizes import human
-    from envtool.steps.lifecycle import remove_environment
+    from envtool.steps.lifecycle.remove import remove_environment
 
     from envtool.cli.common import progress_lines
 

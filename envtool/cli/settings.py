@@ -68,7 +68,7 @@ def _default_public_index() -> str:
 
 
 def _default_lock_timeout() -> str:
-    from envtool.steps.transaction import LOCK_TIMEOUT
+    from envtool.steps.kernel.transaction import LOCK_TIMEOUT
 
     return f"{LOCK_TIMEOUT:g}"
 

@@ -160,7 +160,7 @@ def _status(args):
 
 
 def _runner(args, log_path, say):
-    from envtool.steps.runner import Runner
+    from envtool.steps.kernel.runner import Runner
 
     return Runner(log_path=log_path, verbose=getattr(args, "verbose", False), say=say)
 
@@ -305,7 +305,7 @@ def _print_job(args, result) -> None:
 
 def _image_target(args):
     """The target of ``validate --image``: the site's, with no prefix (the image carries the environment)."""
-    from envtool.steps import container_run
+    from envtool.steps.image import container_run
 
     return container_run.resolve_image_target(args.spec, args.site, args.site_file)[0]
 

@@ -9,7 +9,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Protocol, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 if TYPE_CHECKING:  # the plan carries the spec it was made from; the core does not import the spec layer
     from envtool.spec.model import Spec
@@ -53,7 +53,7 @@ class PlanOptions:
         install_with: the installer decided by the planner (:func:`envtool.engines.installer.decide`),
             or None before planning (the engines then install with pip).
         machine: what planning needs to know about this machine, probed once before the steps are
-            composed (:func:`envtool.steps.machine.probe`), or None before that.
+            composed (:func:`envtool.steps.kernel.machine.probe`), or None before that.
     """
 
     prefix: Path
@@ -79,14 +79,14 @@ class PlanOptions:
 
 @dataclass(frozen=True)
 class MachineFacts:
-    """What planning reads about this machine, probed once, up front (:func:`envtool.steps.machine.probe`),
+    """What planning reads about this machine, probed once, up front (:func:`envtool.steps.kernel.machine.probe`),
     so that composing the steps (the planner, the engines) does no I/O.
 
     Attributes:
         tools: ``(name, absolute path)`` of the executables the chosen engine drives (an external
             ``conda``), as found on ``PATH`` (:meth:`Engine.probe_tools
             <envtool.engines.base.Engine.probe_tools>`); a missing one is absent.
-        build: the Horovod build's probes (:class:`envtool.steps.machine.BuildProbe`: toolchain,
+        build: the Horovod build's probes (:class:`envtool.steps.kernel.machine.BuildProbe`: toolchain,
             compiler and MPI version lines, missing system tools), or None when the spec does not
             build Horovod with pip.
         base_python: the interpreter a venv for the spec is made with
@@ -95,7 +95,7 @@ class MachineFacts:
         seed_wheels: the wheels ``ensurepip`` would seed a venv with
             (:func:`envtool.engines.venv.bundled_seed_wheels` of :attr:`base_python`).
         lock_interpreter: the interpreter the lock being installed is checked against
-            (:class:`envtool.core.platforms.Interpreter`; :func:`envtool.steps.from_lock.load_checked`),
+            (:class:`envtool.core.platforms.Interpreter`; :func:`envtool.steps.create.from_lock.load_checked`),
             or None when no lock is installed or the spec's engine provides Python itself (conda).
     """
 
@@ -150,7 +150,7 @@ class Installer:
 
 class StepContext(Protocol):
     """What a step's ``action`` receives from whoever runs the plan (the steps layer's
-    :class:`envtool.steps.runner.Runner`): an engine's action talks to this interface and never
+    :class:`envtool.steps.kernel.runner.Runner`): an engine's action talks to this interface and never
     imports the runner (the layers flow down: steps → engines → core).
 
     Attributes:
@@ -265,3 +265,20 @@ class Plan:
                          "reason": self.options.lock_reason},
                 "installer": self.options.install_with.to_dict() if self.options.install_with else None,
                 "steps": [s.to_dict() for s in self.steps]}
+
+def format_steps(steps: Sequence["Step"]) -> List[str]:
+    """The lines :func:`envtool.steps.create.planner.format_plan` prints for ``steps`` (a sequence of :class:`Step`): numbered,
+    each with its environment, its exact commands (shell-quoted) and its notes; also what
+    ``pack``, ``publish`` and ``retire`` print for their plans."""
+    lines: List[str] = []
+    for i, step in enumerate(steps, 1):
+        lines.append(f"{i}. [{step.id}] {step.title}")
+        if step.env:
+            lines.append("   env: " + " ".join(f"{k}={shlex.quote(redact(v))}" for k, v in step.env))
+        if step.drop_env:
+            lines.append("   unset: " + " ".join(step.drop_env))
+        for line in step.shell_lines(with_env=False):
+            lines.append(f"   $ {line}")
+        for note in step.notes:
+            lines.append(f"   note: {note}")
+    return lines

@@ -461,7 +461,7 @@ def command_scope() -> Iterator[str]:
     started into :class:`envtool.core.errors.Interrupted` (exit 130), after killing the marked
     processes at once (a worker thread may be waiting for one); and on leaving, by any path,
     kills the process groups started by :func:`popen` and every marked process still running.
-    A build (:class:`envtool.steps.transaction.BuildTransaction`) sets its own marker and handlers
+    A build (:class:`envtool.steps.kernel.transaction.BuildTransaction`) sets its own marker and handlers
     inside this scope.
 
     Yields:

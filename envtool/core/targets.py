@@ -16,7 +16,7 @@ Facts it encodes:
   per installed package (conda docs, "Conda environments" and "Package metadata",
   https://docs.conda.io/projects/conda/en/latest/user-guide/concepts/environments.html);
 * an environment envtool made carries ``.envtool/create.json`` (written by
-  :mod:`envtool.steps.create`).
+  :mod:`envtool.steps.create.workflow`).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 An engine turns a spec into plan steps (plain data with an ``action``) and answers questions
 about an existing prefix. It does no I/O when composing steps: what planning needs to know about
-this machine is probed once, up front (:meth:`Engine.probe_tools`, :func:`envtool.steps.machine.probe`),
+this machine is probed once, up front (:meth:`Engine.probe_tools`, :func:`envtool.steps.kernel.machine.probe`),
 into the :class:`~envtool.core.plan.MachineFacts` the planner hands over in
 :attr:`PlanOptions.machine <envtool.core.plan.PlanOptions>`.
 
@@ -73,7 +73,7 @@ class LockInstall:
         """The entries of ``manager`` (``conda`` or ``pip``) that are installed from the lock as they
         are: a *built* entry (``LockedPackage.built``, Horovod) is made by the ``build-horovod`` step
         from its locked source archive, never installed by the engine (as ``install-locked-pip``
-        leaves it out, :func:`envtool.steps.from_lock.requirements_lines`)."""
+        leaves it out, :func:`envtool.steps.create.from_lock.requirements_lines`)."""
         return tuple(p for p in self.entries if p.manager == manager and not p.built)
 
 
@@ -102,7 +102,7 @@ class Engine(ABC):
         summary: one line for ``--help`` (what the engine runs).
         spec_engine: the spec ``engine:`` value it serves (``venv`` or ``conda``).
         install_step_ids: ids of the steps it makes that install packages: the spec's ``env``
-            applies to them (package scripts read it; :func:`envtool.steps.planner.with_spec_env`).
+            applies to them (package scripts read it; :func:`envtool.steps.create.planner.with_spec_env`).
     """
 
     name: str = ""
@@ -148,7 +148,7 @@ class Engine(ABC):
 
     def probe_tools(self) -> Dict[str, str]:
         """The executables this engine drives, name → absolute path, as found on this machine now (a
-        missing one is left out). Called once before planning (:func:`envtool.steps.machine.probe`);
+        missing one is left out). Called once before planning (:func:`envtool.steps.kernel.machine.probe`);
         the steps read the result from ``options.machine``. Default: none."""
         return {}
 

@@ -2,7 +2,7 @@
 
 A venv is not relocatable as is: its scripts' ``#!`` lines, ``bin/activate*`` and
 ``pyvenv.cfg`` name the prefix. ``create`` builds in a temporary sibling and then rewrites
-those text files to the final prefix (:func:`envtool.steps.relocate.relocate`) before the
+those text files to the final prefix (:func:`envtool.steps.kernel.relocate.relocate`) before the
 rename.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _wanted(spec: Spec) -> Tuple[str, str]:
 def look_up_interpreter(spec: Spec) -> str:
     """The base interpreter for the venv: ``python<X.Y>`` on ``PATH`` matching ``spec.python``, else
     this one; ``""`` when the spec pins a Python that is not on ``PATH``. This is the probe
-    (``shutil.which``) :func:`envtool.steps.machine.probe` runs once before a plan is composed."""
+    (``shutil.which``) :func:`envtool.steps.kernel.machine.probe` runs once before a plan is composed."""
     if spec.python is None:
         return sys.executable
     _, major_minor = _wanted(spec)

@@ -287,7 +287,7 @@ class WheelCache:
         (:func:`trust_problem`; the user's own cache must be the user's), its ``key.json`` is
         ``key`` and records the wheel, the entry holds exactly that wheel (no other ``.whl``), of
         the recorded size and SHA-256, and that SHA-256 is ``want_sha256`` when given (a lock's).
-        The wheel's bytes are hashed here; :func:`envtool.steps.horovod_build` checks again that
+        The wheel's bytes are hashed here; :func:`envtool.steps.create.horovod_build` checks again that
         pip installed a wheel of that hash (``direct_url.json``). A hit in a writable cache marks
         the entry used (its mtime, which ``prune`` reads).
 

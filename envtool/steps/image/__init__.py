@@ -4,7 +4,7 @@ One workflow package, as ``create``: :mod:`.request` checks what was asked, :mod
 a :class:`~envtool.steps.image.plan.ImagePlan` of typed :class:`~envtool.core.plan.Step` s
 (:mod:`.actions`, :mod:`.compile`; payload :class:`~envtool.steps.image.job.ImageJob`), which
 ``image --dry-run`` prints and :func:`~envtool.steps.image.run.build` runs with the one
-:class:`~envtool.steps.runner.Runner` (build log, progress per step, clean-up on failure and interrupt).
+:class:`~envtool.steps.kernel.runner.Runner` (build log, progress per step, clean-up on failure and interrupt).
 The image is made in a temporary directory next to the output and renamed into place at the end;
 a failure or an interrupt removes it (nothing half-built is left). Steps:
 

@@ -196,7 +196,7 @@ def oci_commands(job: ImageJob) -> Tuple[Tuple[str, ...], ...]:
 def _place(step: Step, ctx: StepContext) -> None:
     """The root becomes ``out/rootfs`` (the ``dir`` form), the build log goes in, and ``out`` is renamed
     to the output (never over something that appeared there meanwhile)."""
-    from envtool.steps.transaction import rename_noreplace
+    from envtool.steps.kernel.transaction import rename_noreplace
 
     job: ImageJob = step.data
     out = job.work.out

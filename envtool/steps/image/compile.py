@@ -121,7 +121,7 @@ def _install_build_root(step: Step, ctx: StepContext) -> None:
 
 
 def _compile_argv(root: Path, env: Dict[str, str], sdist_name: str) -> Tuple[str, ...]:
-    from envtool.steps.horovod_build import PIP_WHEEL_OPTIONS
+    from envtool.steps.create.horovod_build import PIP_WHEEL_OPTIONS
 
     return tuple(in_root(root, [*CLEAN_ENV, "PYTHONUNBUFFERED=1", *(f"{k}={v}" for k, v in env.items()),
                                 IMAGE_PREFIX + "/bin/python", "-m", "pip", "wheel", *PIP_WHEEL_OPTIONS, "--no-index",

@@ -107,7 +107,7 @@ def recorded_build(prefix: Path, lock: LockData, why: str) -> InImageBuild:
         UsageError: the record is missing or names no ``HOROVOD_*`` variable (exit 2).
     """
     from envtool.core import frameworks as fw
-    from envtool.steps.horovod_build import expand_prefix_vars
+    from envtool.steps.create.horovod_build import expand_prefix_vars
 
     record = prefix / ".envtool" / "create.json"
     try:

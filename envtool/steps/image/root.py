@@ -4,7 +4,7 @@ A root is a directory tree (``mmdebstrap``'s output, or a copy of the site's ``d
 Commands run in it through ``chroot`` inside a private mount namespace (:func:`in_root`), so the
 ``/proc`` and ``/dev`` mounted for them vanish with the namespace even when envtool is killed.
 The functions here only build argv lists; the steps that run them are run by the one
-:class:`envtool.steps.runner.Runner` (output in the build log, progress, clean-up on interrupt).
+:class:`envtool.steps.kernel.runner.Runner` (output in the build log, progress, clean-up on interrupt).
 """
 from __future__ import annotations
 

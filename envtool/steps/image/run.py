@@ -1,4 +1,4 @@
-"""Run an image plan with the one :class:`~envtool.steps.runner.Runner` (as ``create`` runs its plan).
+"""Run an image plan with the one :class:`~envtool.steps.kernel.runner.Runner` (as ``create`` runs its plan).
 
 The build works in ``.OUTPUT.envtool-image-XXXXXXXX`` beside the output (``mkdtemp``: mode 0700, a
 name no one else holds). Every line of output goes to its build log; progress is a line per step.
@@ -23,7 +23,7 @@ from envtool.steps.image.job import ImageWork
 from envtool.steps.image.plan import ImagePlan, compose
 from envtool.steps.image.request import ImageInputs, ImageRequest, check_request, host_problems
 from envtool.steps.image.root import remove_tree
-from envtool.steps.runner import Runner
+from envtool.steps.kernel.runner import Runner
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""``pack`` as a plan of typed steps run by the one :class:`~envtool.steps.runner.Runner`
+"""``pack`` as a plan of typed steps run by the one :class:`~envtool.steps.kernel.runner.Runner`
 (:mod:`envtool.steps.pack`): check a venv, take its lockfile, write the SBOM, pack, move into place.
 
 :func:`compose` decides everything that can be decided before any work (the kind, the output file,
@@ -85,7 +85,7 @@ class PackPlan:
 
     def format(self) -> str:
         """The plan for people: what is packed where, then the numbered steps with their commands."""
-        from envtool.steps.planner import format_steps
+        from envtool.core.plan import format_steps
 
         j = self.job
         head = [f"Plan for pack {j.prefix} -> {j.out}", f"kind: {j.kind}; format: {j.fmt}"
@@ -277,8 +277,8 @@ def pack(prefix: Path, fmt: str, output: Optional[Path] = None, dest_prefix: Opt
         UsageError: a bad format, output or destination (exit 2).
         CheckFailed, StepFailed: conda-pack or mksquashfs failed (exit 1; ``exc.log`` names the log).
     """
-    from envtool.steps.create import new_log_path
-    from envtool.steps.runner import Runner
+    from envtool.steps.kernel.runner import new_log_path
+    from envtool.steps.kernel.runner import Runner
 
     started = time.monotonic()
     plan = compose(prefix, fmt, output, dest_prefix, force)

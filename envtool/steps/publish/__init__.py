@@ -1,9 +1,9 @@
 """``publish``: build stacks into a shared tree for a site's users, with modulefiles and SBOMs.
 
 For each spec, :func:`publish` builds the environment at ``ROOT/NAME/VERSION`` through
-:func:`envtool.steps.create.create` with the plan ``create`` makes (so every guarantee of
+:func:`envtool.steps.create.workflow.create` with the plan ``create`` makes (so every guarantee of
 ``create`` holds: built in a temporary sibling, validated, moved into place only when complete;
-the spec's lock installed exactly and the prefix compared with it, :mod:`envtool.steps.from_lock`),
+the spec's lock installed exactly and the prefix compared with it, :mod:`envtool.steps.create.from_lock`),
 cloning the site's base environment when the spec is resolved for a site that has one. Then it
 writes, in order:
 

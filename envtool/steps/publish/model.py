@@ -30,7 +30,7 @@ class Published:
             nothing was built).
         steps: ``"id: title"`` of each step ``create`` ran (or, for a dry run, would run).
         horovod: a dry run's look-ahead at the Horovod build: from a wheel cache or compiled
-            (:func:`envtool.steps.horovod_build.forecast`), or None (no build, or not a dry run).
+            (:func:`envtool.steps.create.horovod_build.forecast`), or None (no build, or not a dry run).
     """
 
     spec: str

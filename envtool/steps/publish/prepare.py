@@ -39,7 +39,7 @@ class Stack:
         sbom: ``ROOT/NAME/VERSION.cdx.json``; modulefile: its path in the module tree.
         action: ``published`` (new), ``replaced`` (``force``) or ``unchanged``.
         options: how ``create`` builds it; None when ``action`` is ``unchanged`` (nothing is built).
-        create_plan: the plan ``create`` makes for ``target`` (:func:`envtool.steps.planner.make_plan`,
+        create_plan: the plan ``create`` makes for ``target`` (:func:`envtool.steps.create.planner.make_plan`,
             as ``envtool plan`` shows it), or None when nothing is built.
     """
 
@@ -93,8 +93,8 @@ def _check_modulefile(spec: Spec, version: str, target: Path, modulefiles: Path,
 def _build_options(spec: Spec, target: Path, clone_site_base: bool, lock: Optional[Path], resolve: bool,
                    installer: str) -> PlanOptions:
     """How ``create`` builds ``target``: the spec's lock exactly, as ``create`` decides
-    (:func:`envtool.steps.from_lock.choose`), unless ``resolve`` or a clone of the site's base."""
-    from envtool.steps.from_lock import choose
+    (:func:`envtool.steps.create.from_lock.choose`), unless ``resolve`` or a clone of the site's base."""
+    from envtool.steps.create.from_lock import choose
 
     clone = bool(clone_site_base and spec.site.base_env)
     if clone and lock is not None:
@@ -122,7 +122,7 @@ def prepare(spec: Spec, root: Path, modulefiles: Path, fmt: str, force: bool, cl
     """
     from dataclasses import replace
 
-    from envtool.steps.planner import make_plan
+    from envtool.steps.create.planner import make_plan
 
     version = module_version(spec)
     target = root / spec.name / version

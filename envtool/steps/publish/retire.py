@@ -1,5 +1,5 @@
 """``retire``: remove a version ``publish`` made, as a plan of typed steps run by the one
-:class:`~envtool.steps.runner.Runner` (:mod:`envtool.steps.publish`).
+:class:`~envtool.steps.kernel.runner.Runner` (:mod:`envtool.steps.publish`).
 
 :func:`compose` checks that publish made each path (its ``publish.json`` names this module and
 prefix; the modulefile names the prefix; the default only with ``force_default``) and plans:
@@ -222,7 +222,7 @@ class RetirePlan:
 
     def format(self) -> str:
         """The plan for people: the numbered steps with their commands."""
-        from envtool.steps.planner import format_steps
+        from envtool.core.plan import format_steps
 
         t = self.targets
         return "\n".join([f"Plan for retire {t.name}/{t.version} from {t.root} (modulefiles {t.modulefiles})"]
@@ -349,7 +349,7 @@ def _refresh(step: Step, ctx: StepContext) -> List[str]:
 def _run_locked(plan: RetirePlan, runner, force_default: bool) -> RetirePlan:
     """Under the prefix's lock: check again (another envtool may have changed it while we waited),
     then run the plan; an interrupt names what the next retire removes."""
-    from envtool.steps.transaction import PrefixLock
+    from envtool.steps.kernel.transaction import PrefixLock
 
     t = plan.targets
     lock = PrefixLock(t.target)  # one envtool at a time on a prefix: a publish --force of it, another retire
@@ -406,8 +406,8 @@ def retire(module: str, root: Path, modulefiles: Optional[Path] = None, force_de
     import signal
 
     from envtool.core.errors import Interrupted
-    from envtool.steps.create import new_log_path
-    from envtool.steps.runner import Runner
+    from envtool.steps.kernel.runner import new_log_path
+    from envtool.steps.kernel.runner import Runner
 
     def interrupted(signum, frame):
         raise Interrupted(signum)

@@ -1,4 +1,4 @@
-"""``publish`` as a plan of typed steps run by the one :class:`~envtool.steps.runner.Runner`
+"""``publish`` as a plan of typed steps run by the one :class:`~envtool.steps.kernel.runner.Runner`
 (:mod:`envtool.steps.publish`).
 
 :func:`compose` decides every stack first (:func:`envtool.steps.publish.prepare.prepare`: targets,
@@ -77,7 +77,7 @@ class PublishPlan:
 
     def format(self) -> str:
         """The plan for people: the trees, each stack's action, then the numbered steps and their commands."""
-        from envtool.steps.planner import format_steps
+        from envtool.core.plan import format_steps
 
         head = [f"Plan for publish into {self.settings.root} (modulefiles {self.settings.modulefiles})"]
         head += [f"{s.module}: {s.action if s.action == 'unchanged' else 'would be ' + s.action}" for s in self.stacks]
@@ -183,7 +183,7 @@ def _make_trees(step: Step, ctx: StepContext) -> None:
 
 def _build(step: Step, ctx: StepContext) -> Path:
     """``create`` for the stack (its own plan, log and clean-up); the log is the result."""
-    from envtool.steps.create import create
+    from envtool.steps.create.workflow import create
 
     s, st = step.data.settings, step.data.stack
     for d in tree.make_dirs(st.target.parent, "--root"):
@@ -302,8 +302,8 @@ def _lock_dict(st: Stack) -> Optional[Dict[str, object]]:
 
 def dry_run_result(plan: PublishPlan) -> PublishResult:
     """What :func:`publish` would do: the plan, every stack with the steps ``create`` would run and
-    its Horovod look-ahead (:func:`envtool.steps.horovod_build.forecast`), and ``changes``."""
-    from envtool.steps.horovod_build import forecast
+    its Horovod look-ahead (:func:`envtool.steps.create.horovod_build.forecast`), and ``changes``."""
+    from envtool.steps.create.horovod_build import forecast
     from envtool.steps.publish.changes import changes
 
     s = plan.settings
@@ -346,8 +346,8 @@ def run_plan(plan: PublishPlan) -> PublishResult:
         EnvtoolError: a step failed (``exc.log`` names the log); the tree holds only what was
             published before it.
     """
-    from envtool.steps.create import new_log_path
-    from envtool.steps.runner import Runner
+    from envtool.steps.kernel.runner import new_log_path
+    from envtool.steps.kernel.runner import Runner
 
     s = plan.settings
     runner = Runner(log_path=new_log_path("publish"), verbose=s.verbose, quiet=s.quiet)

@@ -1,4 +1,4 @@
-"""``validate --submit``: a plan of typed steps run by the one :class:`~envtool.steps.runner.Runner`.
+"""``validate --submit``: a plan of typed steps run by the one :class:`~envtool.steps.kernel.runner.Runner`.
 
 Steps: ``preflight`` (the launcher's PMI against the MPI build, on this host; Slurm-like sites),
 ``write-script`` (the run directory, the rank probe, the job script), ``submit`` and ``watch`` (or
@@ -147,7 +147,7 @@ def _step_launcher(target: Target, sched) -> Tuple[Target, Optional[str]]:
 def _image(target: Target, opts: JobOptions) -> Optional[ImageRun]:
     if opts.image is None:
         return None
-    from envtool.steps.container_run import container_of, image_path
+    from envtool.steps.image.container_run import container_of, image_path
 
     section = container_of(target.site)
     return ImageRun(section, image_path(section, opts.image, must_exist=True), tuple(opts.binds))

@@ -3,7 +3,7 @@
 Progress goes to stderr (one line per step, with its wall time); subprocess output goes to the
 log only, unless ``verbose`` — then it is echoed too. A long command run with ``progress=``
 (the Horovod compile) shows its phase, percentage and elapsed time while it runs
-(:class:`envtool.steps.progress.BuildProgress`): a live line on a terminal, plain lines otherwise.
+(:class:`envtool.steps.kernel.progress.BuildProgress`): a live line on a terminal, plain lines otherwise.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from envtool.core import procs
 from envtool.core.errors import CheckFailed, StepFailed, naming
+from envtool.core.paths import cache_root
 from envtool.core.plan import Plan, Step, redact
 
 
@@ -105,7 +106,7 @@ class Runner:
                 CMake percentage and show them with the elapsed time while it runs (not when
                 ``quiet``; not as a live line when ``verbose``, which streams every line).
             progress_kind: ``build`` (compile phases) or ``install`` (an installer's phases and
-                downloads: :class:`envtool.steps.progress.InstallProgress`).
+                downloads: :class:`envtool.steps.kernel.progress.InstallProgress`).
         Returns:
             the completed process; ``stdout`` holds the combined output (str).
         Raises:
@@ -130,7 +131,7 @@ class Runner:
         lines: List[str] = []
         tracker = None
         if progress and not self.quiet:
-            from envtool.steps.progress import BuildProgress, InstallProgress
+            from envtool.steps.kernel.progress import BuildProgress, InstallProgress
 
             live = (self.live if self.live is not None else _isatty(sys.stderr)) and not self.verbose
             kind = InstallProgress if progress_kind == "install" else BuildProgress
@@ -236,3 +237,9 @@ class Runner:
             if exc.log is None and not isinstance(exc, UsageError):
                 exc.log = self.log_path
             raise
+
+def new_log_path(spec_name: str) -> Path:
+    """A fresh log file path under ``<cache>/logs`` (``<spec>-<UTC time>-<pid>.log``; not created: the
+    :class:`~envtool.steps.kernel.runner.Runner` makes the directory, private, when it opens the log)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return cache_root() / "logs" / f"{spec_name}-{stamp}-{os.getpid()}.log"

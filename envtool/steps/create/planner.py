@@ -1,7 +1,7 @@
 """Compose a spec and the user's options into an ordered :class:`Plan`.
 
 Order: load site modules → create (or clone, or install from a lock) → build Horovod →
-validate → lock → modulefile. The machine is probed once, up front (:func:`envtool.steps.machine.probe`);
+validate → lock → modulefile. The machine is probed once, up front (:func:`envtool.steps.kernel.machine.probe`);
 composing the steps reads that value and does no other I/O beyond reading specs and the lock.
 ``create`` executes exactly the plan made for its temporary build prefix.
 """
@@ -16,9 +16,14 @@ from typing import List, Optional, Tuple
 
 from envtool.engines.registry import engine_for, engines
 from envtool.spec.model import Spec
-from envtool.steps import from_lock, horovod_build, lock_step, machine, modulefile_step, validate
-from envtool.steps.machine import clone_source, decide_installer  # noqa: F401  (part of this module's interface)
-from envtool.core.plan import Plan, PlanOptions, Step, StepContext, redact
+from envtool.steps.create import validate_step as validate
+from envtool.steps.create import from_lock
+from envtool.steps.create import horovod_build
+from envtool.steps.create import lock_step
+from envtool.steps.kernel import machine
+from envtool.steps.create import modulefile_step
+from envtool.steps.kernel.machine import clone_source, decide_installer  # noqa: F401  (part of this module's interface)
+from envtool.core.plan import Plan, PlanOptions, Step, StepContext, format_steps, redact  # noqa: F401 (format_steps: part of this module's interface)
 
 
 def module_steps(spec: Spec) -> List[Step]:
@@ -183,19 +188,3 @@ def format_plan(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def format_steps(steps) -> List[str]:
-    """The lines :func:`format_plan` prints for ``steps`` (a sequence of :class:`Step`): numbered,
-    each with its environment, its exact commands (shell-quoted) and its notes; also what
-    ``pack``, ``publish`` and ``retire`` print for their plans."""
-    lines: List[str] = []
-    for i, step in enumerate(steps, 1):
-        lines.append(f"{i}. [{step.id}] {step.title}")
-        if step.env:
-            lines.append("   env: " + " ".join(f"{k}={shlex.quote(redact(v))}" for k, v in step.env))
-        if step.drop_env:
-            lines.append("   unset: " + " ".join(step.drop_env))
-        for line in step.shell_lines(with_env=False):
-            lines.append(f"   $ {line}")
-        for note in step.notes:
-            lines.append(f"   note: {note}")
-    return lines

@@ -3,7 +3,7 @@
 The steps come from the engine's clone path (:meth:`envtool.engines.base.Engine.clone_steps`,
 the same that ``create --clone`` plans; pieces in :mod:`envtool.engines.clone` and
 :mod:`envtool.engines.clone_steps`); this module runs them through the same build-then-rename as ``create``
-(:class:`envtool.steps.transaction.BuildTransaction`: lock, build beside the target, rename,
+(:class:`envtool.steps.kernel.transaction.BuildTransaction`: lock, build beside the target, rename,
 one clean-up path for failures and signals, stale build directories swept).
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _write_record(build: Path, target: Path, src: Path, mode: str = "copy") -> N
     import json
     import time
 
-    from envtool.steps.lifecycle import PUBLISH_RECORD, read_record
+    from envtool.steps.lifecycle.remove import PUBLISH_RECORD, read_record
 
     pub = read_record(src, PUBLISH_RECORD) or {}
     module = pub.get("module") if isinstance(pub.get("module"), str) else None
@@ -89,10 +89,10 @@ def clone_env(source: str, prefix: Path, engine: str = "rattler", mode: str = "l
     from envtool.core.plan import PlanOptions
     from envtool.engines.base import CloneSettings
     from envtool.engines.registry import get_engine
-    from envtool.steps.create import new_log_path
-    from envtool.steps.relocate import rewrite_prefix
-    from envtool.steps.runner import Runner
-    from envtool.steps.transaction import BuildTransaction
+    from envtool.steps.kernel.runner import new_log_path
+    from envtool.steps.kernel.relocate import rewrite_prefix
+    from envtool.steps.kernel.runner import Runner
+    from envtool.steps.kernel.transaction import BuildTransaction
 
     check_prefix(str(prefix))
     chosen = get_engine(engine)

@@ -1,6 +1,6 @@
 """``create``: execute a plan in a temporary sibling of the target, then move it into place.
 
-Guarantees (the brief's "nothing is lost"): those of :mod:`envtool.steps.transaction` (lock,
+Guarantees (the brief's "nothing is lost"): those of :mod:`envtool.steps.kernel.transaction` (lock,
 build beside the target, rename, one clean-up path for failures and signals), and
 * the build log lives in the user cache (``<cache>/logs/``) from the first line, so a failure
   keeps it; on success a copy goes to ``<prefix>/.envtool/create.log``.
@@ -21,11 +21,11 @@ from envtool.core.paths import cache_root
 from envtool.core.targets import check_outside_source
 from envtool.spec.model import Spec
 from envtool.core.plan import PlanOptions
-from envtool.steps.horovod_build import check_system_tools
-from envtool.steps.planner import make_plan
-from envtool.steps.relocate import rewrite_prefix
-from envtool.steps.runner import Runner
-from envtool.steps.transaction import BuildTransaction
+from envtool.steps.create.horovod_build import check_system_tools
+from envtool.steps.create.planner import make_plan
+from envtool.steps.kernel.relocate import rewrite_prefix
+from envtool.steps.kernel.runner import Runner, new_log_path  # noqa: F401 (new_log_path: part of this module's interface)
+from envtool.steps.kernel.transaction import BuildTransaction
 
 
 @dataclass
@@ -47,11 +47,6 @@ class CreateResult:
     relocation: Dict[str, Any] = field(default_factory=dict)
 
 
-def new_log_path(spec_name: str) -> Path:
-    """A fresh log file path under ``<cache>/logs`` (``<spec>-<UTC time>-<pid>.log``; not created: the
-    :class:`~envtool.steps.runner.Runner` makes the directory, private, when it opens the log)."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    return cache_root() / "logs" / f"{spec_name}-{stamp}-{os.getpid()}.log"
 
 
 def create(spec: Spec, options: PlanOptions, force: bool = False, verbose: bool = False,
@@ -79,7 +74,7 @@ def create(spec: Spec, options: PlanOptions, force: bool = False, verbose: bool 
     source = None
     if options.clone is not None:
         from envtool.engines.clone import resolve_source
-        from envtool.steps.planner import clone_source
+        from envtool.steps.create.planner import clone_source
 
         source = resolve_source(clone_source(spec, options)[0])
         check_outside_source(Path(os.path.abspath(options.prefix)), source)

@@ -29,7 +29,7 @@ from envtool.horovod.flags import build_env, cache_relevant, requirement
 from envtool.spec.model import Spec
 from envtool.spec.rules import horovod_version
 from envtool.core.plan import PlanOptions, Step
-from envtool.steps import machine
+from envtool.steps.kernel import machine
 from envtool.core.prefix import PrefixData
 
 #: Distribution names per framework, as ``importlib.metadata`` sees them.
@@ -108,7 +108,7 @@ def plan_steps(spec: Spec, options: PlanOptions, locked: Any = None, loaded: Any
     """The ``build-horovod`` step, or none when Horovod is not pip-built.
 
     The toolchain (CMake, the real C++ compiler, MPI) is read from ``options.machine`` (probed
-    once by :func:`envtool.steps.machine.probe`; probed here when the caller did not); the fix rules are
+    once by :func:`envtool.steps.kernel.machine.probe`; probed here when the caller did not); the fix rules are
     decided here from the spec's pins when every requested framework is pinned to one version,
     else when the step runs (``plan`` says so). The step carries a :class:`BuildDecision`.
 
@@ -119,7 +119,7 @@ def plan_steps(spec: Spec, options: PlanOptions, locked: Any = None, loaded: Any
             installing from a lock, else None. Its dependencies were installed from the lock, so
             the wheel goes in with ``--no-deps``; when the entry is the source archive (a solve
             lock) the download is checked against its SHA-256 (``--require-hashes``).
-        loaded: the :class:`~envtool.steps.from_lock.LoadedLock` installed before the build, or
+        loaded: the :class:`~envtool.steps.create.from_lock.LoadedLock` installed before the build, or
             None (a solve, a clone): it decides the frameworks and Python the build will see
             (:func:`expected_install`), hence the cache key ``plan`` can look up.
     """
@@ -332,7 +332,7 @@ def expected_install(loaded: Any) -> Tuple[Optional[Dict[str, Any]], str]:
     (``cpython-311`` → ``cp311``, https://docs.python.org/3/library/sys.html#sys.implementation).
 
     Args:
-        loaded: a :class:`~envtool.steps.from_lock.LoadedLock`, or None.
+        loaded: a :class:`~envtool.steps.create.from_lock.LoadedLock`, or None.
     Returns:
         ``(info, "")``, or ``(None, why)`` when the lock does not decide it: no lock (a solve or
         a clone decides the versions when run), a framework from a conda package (its

@@ -2,7 +2,7 @@
 (``envtool remove``).
 
 What counts as "made by envtool" is the environment's own record, ``PREFIX/.envtool/create.json``
-(written by :mod:`envtool.steps.create` as the last step before the environment is moved into
+(written by :mod:`envtool.steps.create.workflow` as the last step before the environment is moved into
 place), whose ``prefix`` names the very directory. The user's registry
 (:mod:`envtool.core.registry`) only says where to look; environments from before the registry
 existed are found under ``./envs/`` (the default prefix) too.
@@ -12,7 +12,7 @@ Removal is all or nothing: the prefix is first renamed aside, beside itself
 environment is gone; then the aside copy is deleted. If that deletion is interrupted, what is
 left is only the aside directory, which the next ``create``/``remove`` beside it sweeps (its PID
 no longer runs). A prefix being built or replaced by another envtool is waited for through the
-same lock file ``create`` takes (:class:`envtool.steps.transaction.PrefixLock`).
+same lock file ``create`` takes (:class:`envtool.steps.kernel.transaction.PrefixLock`).
 """
 from __future__ import annotations
 
@@ -247,7 +247,7 @@ def remove_environment(prefix: Path, dry_run: bool = False,
     from envtool.core import procs, registry
     from envtool.core.errors import condition_message
     from envtool.core.sizes import tree_size
-    from envtool.steps.transaction import PrefixLock
+    from envtool.steps.kernel.transaction import PrefixLock
 
     from envtool.core.sizes import human
 

@@ -156,7 +156,7 @@ def decide_installer(spec: Spec, options: PlanOptions) -> PlanOptions:
 
 def lock_interpreter(spec: Spec, options: PlanOptions, engine: Any) -> Any:
     """The interpreter a lock installed for ``spec`` is checked against
-    (:func:`envtool.steps.from_lock.load_checked`), or None when no lock is installed or the spec's
+    (:func:`envtool.steps.create.from_lock.load_checked`), or None when no lock is installed or the spec's
     engine provides Python itself. Asked of the engine that serves the spec's ``engine:`` kind: ``engine``
     itself unless ``--engine`` chose another (then the kind's registered default is looked up).
 
@@ -184,7 +184,7 @@ def probe(spec: Spec, options: PlanOptions, engine: Any = None) -> PlanOptions:
         spec: the resolved spec.
         options: the plan's options.
         engine: the plan's :class:`~envtool.engines.base.Engine`, resolved once by the caller
-            (:func:`envtool.steps.planner.make_plan`); None: resolved here.
+            (:func:`envtool.steps.create.planner.make_plan`); None: resolved here.
     Raises:
         UsageError: ``--installer`` for a plan that installs no pip package; an unknown engine.
     """
