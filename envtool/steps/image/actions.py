@@ -35,7 +35,7 @@ def download_argv(job: ImageJob) -> Tuple[str, ...]:
 
 
 def _wheelhouse(step: Step, ctx: StepContext) -> Wheelhouse:
-    """Download the locked wheels, add the seed wheels (pip) and a reused Horovod wheel; write
+    """Download the locked wheels, add the ensurepip wheels (pip) and a reused Horovod wheel; write
     :data:`BASE_REQUIREMENTS` (all but Horovod)."""
     from envtool.horovod.cache import file_sha256
 
@@ -261,7 +261,7 @@ def main_steps(job: ImageJob, pip_wheel: str, count: int) -> List[Step]:
 
 
 def wheelhouse_step(job: ImageJob) -> Step:
-    """``wheelhouse``: the locked wheels downloaded by hash, the seed wheels and a reused Horovod."""
+    """``wheelhouse``: the locked wheels downloaded by hash, the ensurepip wheels and a reused Horovod."""
     notes = [f"seed wheel: {w}" for w in job.seeds] + [f"Horovod: the environment's wheel {w}" for w, _ in
                                                         job.horovod.reuse]
     return Step(id="wheelhouse", title=f"Download {len(job.inputs.plain)} locked wheels (hashes required)",

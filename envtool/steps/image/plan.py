@@ -44,7 +44,7 @@ class ImagePlan:
 
 
 def _pip_wheel(inputs: ImageInputs, seeds: Sequence[Path]) -> str:
-    """The pip wheel's file name the wheelhouse will hold (the first by name of the seed wheels and
+    """The pip wheel's file name the wheelhouse will hold (the first by name of the ensurepip wheels and
     the locked pip), or a placeholder when neither names one (the wheelhouse step then fails)."""
     names = [w.name for w in seeds if w.name.startswith("pip-")]
     names += [f"pip-{p.version}-py3-none-any.whl" for p in inputs.plain if p.name.lower() == "pip"]
@@ -52,7 +52,7 @@ def _pip_wheel(inputs: ImageInputs, seeds: Sequence[Path]) -> str:
 
 
 def _count(inputs: ImageInputs, seeds: Sequence[Path]) -> int:
-    """How many packages the image's environment gets (the locked ones and the seed wheels not locked)."""
+    """How many packages the image's environment gets (the locked ones and the ensurepip wheels not locked)."""
     locked = {p.name.lower() for p in inputs.plain}
     return len(inputs.plain) + len(inputs.built) + len({w.name.split("-")[0].lower() for w in seeds} - locked)
 
