@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from packaging.version import Version
 
@@ -126,72 +126,32 @@ def plan_steps(spec: Spec, options: PlanOptions, locked: Any = None, loaded: Any
     h = spec.horovod
     if h.install != "pip-build":
         return []
-    py = str(PrefixData(Path(options.work_prefix)).python)
     env = build_env(spec, cpu_count=options.cpu_count)
     version = horovod_version(spec)
-    pinned = fixes.framework_versions_from_pins(spec.packages.pip + spec.packages.conda)
     probed: Optional[machine.BuildProbe] = options.machine.build if options.machine is not None else None
     probed = probed or machine.probe_build(spec, options)
     if probed is None:  # not reached: horovod.install is pip-build here
         return []
-    toolchain = probed.toolchain
     requested = tuple(f for f in h.frameworks if f in FRAMEWORK_DISTS)
-    notes = []
-    display_env = list(env)
-    for name, value in env:
-        if _PREFIX_REF.search(value):
-            notes.append(f"{name}={value}: envtool puts the prefix the build runs in there (no shell expands it)")
-    rule_ids: Optional[Tuple[str, ...]] = None
-    fix_env: List[Tuple[str, str]] = []
-    if all(f in pinned for f in requested):
-        rules = fixes.applicable(version, pinned, toolchain)
-        rule_ids = tuple(r.id for r in rules)
-        for rule in rules:
-            names = ", ".join([f"{k} {v}" for k, v in sorted(pinned.items())] + [toolchain.describe()])
-            notes.append(f"fix rule {rule.id} applies (horovod {version} x {names}): {rule.title}; "
-                         f"source: {rule.source}")
-            added = rule.variables(wrapper_dir(), {fixes.PROBED_CXX: probed.cxx_path, **dict(display_env)})
-            fix_env += added
-            display_env += added
-    else:
-        loose = ", ".join(f for f in requested if f not in pinned)
-        notes.append(f"fix rules: decided when run ({loose} not pinned to one version; toolchain: "
-                     f"{toolchain.describe()})")
+    notes = _prefix_notes(env)
+    rule_ids, fix_env, rule_notes = _plan_rules(spec, version, requested, probed, env)
+    notes += rule_notes
     if h.build_packages:
         notes.append("build-only packages (horovod.build_packages), installed by conda-install-build and removed "
                      "by conda-remove-build: " + ", ".join(p.value for p in h.build_packages))
     caches = wheel_cache.chain(spec.site.build_caches, spec.site.build_cache_group)
-    cache = caches[0]
-    notes.append(f"built wheels are cached in {cache.dir} (key: Horovod version, HOROVOD_* set, framework "
-                 "versions, Python tag, compiler, platform, MPI, fix rules); framework versions and the "
-                 "Python tag are decided when run; a cache hit skips the compile")
-    for site_cache in caches[1:]:
-        notes.append(f"then the site's read-only wheel cache {site_cache.dir} is consulted"
-                     + ("" if site_cache.dir.is_dir() else " (not there now)"))
-    wheel_dir = str(cache.root / "build" / "<tmp>")
+    notes += _cache_notes(caches)
+    wheel_dir = str(caches[0].root / "build" / "<tmp>")
     req = requirement(spec)
-    sdist_hash = ""
-    if locked is not None and locked.sha256 and locked.url.split("#")[0].endswith((".tar.gz", ".zip")):
-        sdist_hash = locked.sha256
-        notes.append(f"the source archive is checked against the lock's SHA-256 ({sdist_hash[:12]}…)")
-    wheel_hash = ""
-    if locked is not None and locked.sha256 and locked.url.split("#")[0].endswith(".whl"):
-        wheel_hash = locked.sha256.lower()
-        notes.append(f"the lock records the Horovod wheel's SHA-256 ({wheel_hash[:12]}…): only a cached wheel "
-                     "with that hash is installed")
-    if locked is not None:
-        notes.append("its dependencies come from the lock: the wheel is installed with --no-deps")
-    source = ("-r", f"{wheel_dir}/requirements.txt", "--require-hashes") if sdist_hash else (req,)
-    no_deps = ("--no-deps",) if locked is not None else ()
+    sdist_hash, wheel_hash, lock_notes = _lock_hashes(locked)
+    notes += lock_notes
     absent = tuple(probed.missing_tools)
     fix_lines = tuple(system_tools.fix_lines(absent, site_name=spec.site.name, build_modules=spec.site.build_modules))
-    if absent:
-        notes.append("a compile needs " + system_tools.describe(absent) + ": not found here; "
-                     + "; or ".join(fix_lines))
+    notes += _missing_tools_notes(absent, fix_lines)
     expected, expected_why = expected_install(loaded)
     decision = BuildDecision(
         prefix=Path(options.work_prefix), requirement=req, version=str(version) if version else None,
-        build_env=tuple(env), requested=requested, toolchain=toolchain,
+        build_env=tuple(env), requested=requested, toolchain=probed.toolchain,
         compiler=probed.compiler, mpi=probed.mpi, platform=probed.platform, rules=rule_ids,
         fix_env=tuple(fix_env), sdist_sha256=sdist_hash, no_deps=locked is not None,
         caches=tuple(c.root for c in caches), missing_tools=absent, fix=fix_lines,
@@ -200,14 +160,108 @@ def plan_steps(spec: Spec, options: PlanOptions, locked: Any = None, loaded: Any
     from envtool.engines.rattler import build_package_steps
 
     before, after = build_package_steps(spec, Path(options.work_prefix), Path(options.prefix))
-    return before + [Step(
+    return before + [_build_step(decision, wheel_dir, notes)] + after
+
+
+def _build_step(d: BuildDecision, wheel_dir: str, notes: List[str]) -> Step:
+    """The ``build-horovod`` step carrying ``d``; its commands are what the action runs (for ``plan``).
+
+    Args:
+        d: the step's decision.
+        wheel_dir: where the wheel is written, as shown (the real directory is made when run).
+        notes: the step's plan notes.
+    """
+    py = d.python
+    source = ("-r", f"{wheel_dir}/requirements.txt", "--require-hashes") if d.sdist_sha256 else (d.requirement,)
+    no_deps = ("--no-deps",) if d.no_deps else ()
+    return Step(
         id="build-horovod",
-        title=f"Build Horovod ({req}) with " + " ".join(f"{k}={v}" for k, v in env if k.startswith("HOROVOD_")),
+        title=f"Build Horovod ({d.requirement}) with "
+              + " ".join(f"{k}={v}" for k, v in d.build_env if k.startswith("HOROVOD_")),
         commands=(("#", "probe installed framework versions and the Python tag; look up the wheel cache"),
                   tuple(pip_wheel_argv(py, wheel_dir, source)),
                   (py, "-m", "pip", "install", "--disable-pip-version-check", *no_deps, f"{wheel_dir}/horovod-*.whl")),
-        env=tuple(display_env), notes=tuple(notes), action=_run_build, data=decision,
-    )] + after
+        env=d.build_env + d.fix_env, notes=tuple(notes), action=_run_build, data=d,
+    )
+
+
+def _missing_tools_notes(absent: Tuple[system_tools.BuildTool, ...], fix_lines: Tuple[str, ...]) -> List[str]:
+    """The plan note naming what a compile needs and this machine lacks, with the fix lines (none when nothing lacks)."""
+    if not absent:
+        return []
+    return ["a compile needs " + system_tools.describe(absent) + ": not found here; " + "; or ".join(fix_lines)]
+
+
+def _prefix_notes(env: List[Tuple[str, str]]) -> List[str]:
+    """One plan note per build variable that names the environment's prefix (:data:`PREFIX_NAMES`)."""
+    return [f"{name}={value}: envtool puts the prefix the build runs in there (no shell expands it)"
+            for name, value in env if _PREFIX_REF.search(value)]
+
+
+def _plan_rules(spec: Spec, version: Optional[Version], requested: Tuple[str, ...], probed: "machine.BuildProbe",
+                env: List[Tuple[str, str]]) -> Tuple[Optional[Tuple[str, ...]], List[Tuple[str, str]], List[str]]:
+    """The fix rules decided when planning, from the spec's pins, when every requested framework is
+    pinned to one version (:func:`envtool.horovod.fixes.applicable`).
+
+    Args:
+        spec: the resolved spec (its pip and conda pins).
+        version: Horovod's version, or None for a URL requirement.
+        requested: the frameworks the build needs (spec names).
+        probed: the build toolchain probed when planning.
+        env: the build's variables, in plan order (each rule's variables see those before it).
+    Returns:
+        ``(rule ids, the variables they set, plan notes)``; the ids are None (and no variables are
+        set) when a framework is not pinned: the rules are then decided when the step runs.
+    """
+    toolchain = probed.toolchain
+    pinned = fixes.framework_versions_from_pins(spec.packages.pip + spec.packages.conda)
+    if not all(f in pinned for f in requested):
+        loose = ", ".join(f for f in requested if f not in pinned)
+        return None, [], [f"fix rules: decided when run ({loose} not pinned to one version; toolchain: "
+                          f"{toolchain.describe()})"]
+    rules = fixes.applicable(version, pinned, toolchain)
+    notes: List[str] = []
+    fix_env: List[Tuple[str, str]] = []
+    for rule in rules:
+        names = ", ".join([f"{k} {v}" for k, v in sorted(pinned.items())] + [toolchain.describe()])
+        notes.append(f"fix rule {rule.id} applies (horovod {version} x {names}): {rule.title}; "
+                     f"source: {rule.source}")
+        fix_env += rule.variables(wrapper_dir(), {fixes.PROBED_CXX: probed.cxx_path, **dict(list(env) + fix_env)})
+    return tuple(r.id for r in rules), fix_env, notes
+
+
+def _cache_notes(caches: Sequence["wheel_cache.WheelCache"]) -> List[str]:
+    """The plan notes naming the wheel caches consulted: the user's (written), then the site's."""
+    notes = [f"built wheels are cached in {caches[0].dir} (key: Horovod version, HOROVOD_* set, framework "
+             "versions, Python tag, compiler, platform, MPI, fix rules); framework versions and the "
+             "Python tag are decided when run; a cache hit skips the compile"]
+    for site_cache in caches[1:]:
+        notes.append(f"then the site's read-only wheel cache {site_cache.dir} is consulted"
+                     + ("" if site_cache.dir.is_dir() else " (not there now)"))
+    return notes
+
+
+def _lock_hashes(locked: Any) -> Tuple[str, str, List[str]]:
+    """What the lock's Horovod entry fixes: the source archive's or the wheel's SHA-256.
+
+    Args:
+        locked: the lock's :class:`~envtool.lock.model.LockedPackage` for Horovod, or None.
+    Returns:
+        ``(sdist SHA-256 or "", wheel SHA-256 (lower case) or "", plan notes)``.
+    """
+    if locked is None:
+        return "", "", []
+    url = locked.url.split("#")[0]
+    sdist_hash = locked.sha256 if locked.sha256 and url.endswith((".tar.gz", ".zip")) else ""
+    wheel_hash = locked.sha256.lower() if locked.sha256 and url.endswith(".whl") else ""
+    notes = []
+    if sdist_hash:
+        notes.append(f"the source archive is checked against the lock's SHA-256 ({sdist_hash[:12]}…)")
+    if wheel_hash:
+        notes.append(f"the lock records the Horovod wheel's SHA-256 ({wheel_hash[:12]}…): only a cached wheel "
+                     "with that hash is installed")
+    notes.append("its dependencies come from the lock: the wheel is installed with --no-deps")
+    return sdist_hash, wheel_hash, notes
 
 
 #: pip's options for the build: ``-v`` makes pip pass the build's own output (CMake's
