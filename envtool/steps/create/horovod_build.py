@@ -409,6 +409,21 @@ def expected_install(loaded: Any) -> Tuple[Optional[Dict[str, Any]], str]:
 
         return pip[canonicalize_name(dist)]  # KeyError is a LookupError: not in the lock
 
+    major_minor = _locked_cpython(loaded, entries)
+    if major_minor is None:
+        return None, "the lock records no CPython interpreter"
+    return {"python_tag": python_tag("cpython-" + major_minor.replace(".", "")),
+            "frameworks": installed(FRAMEWORK_DISTS, version)}, ""
+
+
+def _locked_cpython(loaded: Any, entries: Sequence[Any]) -> Optional[str]:
+    """The CPython ``MAJOR.MINOR`` the lock was resolved for: its recorded interpreter
+    (``envtool.python``), else its conda ``python`` entry; None when neither records a CPython.
+
+    Args:
+        loaded: a :class:`~envtool.steps.create.from_lock.LoadedLock`.
+        entries: its entries (``loaded.entries()``).
+    """
     interp = loaded.lock.interpreter
     if interp is not None:
         impl, major_minor = interp.implementation, interp.major_minor
@@ -416,9 +431,8 @@ def expected_install(loaded: Any) -> Tuple[Optional[Dict[str, Any]], str]:
         conda_python = next((p.version for p in entries if p.manager == "conda" and p.name == "python"), None)
         impl, major_minor = "cpython", ".".join((conda_python or "").split(".")[:2])
     if impl != "cpython" or major_minor.count(".") != 1:
-        return None, "the lock records no CPython interpreter"
-    return {"python_tag": python_tag("cpython-" + major_minor.replace(".", "")),
-            "frameworks": installed(FRAMEWORK_DISTS, version)}, ""
+        return None
+    return major_minor
 
 
 #: The estimate of a compile when none is recorded on this machine: Horovod 0.28.1 with PyTorch,
@@ -509,20 +523,9 @@ def _run_build(step: Step, runner) -> Dict:
     d: BuildDecision = step.data
     info = probe_env(runner, d.python)
     installed = info["frameworks"]
-    missing = [f for f in d.requested if f not in installed]
-    if missing:
-        raise StepFailed(step.id, "Horovod is to be built with " + ", ".join(missing) + " but the environment has no "
-                         + ", ".join("/".join(FRAMEWORK_DISTS[f]) for f in missing)
-                         + " installed; add it to packages (or drop it from horovod.frameworks)", runner.log_path)
+    _require_frameworks(step, runner, d, installed)
     runner.note(f"toolchain (probed when planning): {d.toolchain.describe()}")
-    build_vars = expand_prefix_vars(dict(d.build_env), d.prefix)
-    for name, value in build_vars.items():
-        if value != dict(d.build_env)[name]:
-            runner.note(f"{name}={value} (the spec's {dict(d.build_env)[name]} in this build's prefix)")
-    rules = rules_for_run(d, installed)
-    for rule in rules:
-        runner.note(f"applying fix rule {rule.id}: {rule.title}")
-        build_vars.update(rule.prepare(wrapper_dir(), build_vars))
+    build_vars, rules = _build_vars(d, installed, runner)
     key = build_key(d, info)
     caches = decision_caches(d)
     skipped: List[Tuple[Any, str]] = []  # (wheel_cache.WheelCache, why it was skipped)
@@ -533,33 +536,8 @@ def _run_build(step: Step, runner) -> Dict:
               "fixes": [r.id for r in rules], "rules_decided": "when planned" if d.rules is not None else "when run",
               "sdist_sha256": d.sdist_sha256 or None,
               "cache_skipped": [{"cache_dir": str(c.dir), "reason": why} for c, why in skipped]}
-    cache = caches[0]
-    if wheel is None and d.missing_tools:
-        raise StepFailed(step.id, "no wheel cache holds this Horovod build and compiling it needs "
-                         + system_tools.describe(d.missing_tools) + ", not found on this machine; fix: "
-                         + "; or ".join(d.fix), runner.log_path)
     if wheel is None:
-        runner.progress(f"      compiling Horovod (minutes; full output in the build log {runner.log_path})")
-        ensure_dir(cache.root / "build")
-        tmp = Path(tempfile.mkdtemp(prefix="horovod-", dir=cache.root / "build"))
-        try:
-            source = [d.requirement]
-            if d.sdist_sha256:
-                reqs = tmp / "requirements.txt"
-                reqs.write_text(f"{d.requirement} --hash=sha256:{d.sdist_sha256}\n")
-                source = ["-r", str(reqs), "--require-hashes"]
-            started = time.monotonic()
-            proc = runner.run(pip_wheel_argv(d.python, str(tmp), source), env={**build_vars, **UNBUFFERED},
-                              progress="compiling Horovod")
-            built = sorted(tmp.glob("horovod-*.whl"))
-            if not built:
-                raise StepFailed(step.id, f"pip wheel produced no horovod wheel in {tmp}", runner.log_path)
-            wheel = cache.store(key, built[0], log_text=proc.stdout, seconds=time.monotonic() - started)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        if d.wheel_sha256:
-            runner.progress(f"      note: the lock's Horovod wheel (SHA-256 {d.wheel_sha256[:12]}…) is in no wheel cache; "
-                            "compiled afresh with the same build inputs (a rebuild is not byte-identical)")
+        wheel = _compile(step, runner, d, caches[0], key, build_vars)
     else:
         where = f"site cache {hit.root}" if hit is not None and hit.read_only else "cache"
         runner.progress(f"      reusing {where} wheel {wheel.name} (key {key.digest()})")
@@ -571,6 +549,76 @@ def _run_build(step: Step, runner) -> Dict:
     check_installed_wheel(d.prefix, sha, step.id, runner)
     result["runpath"] = _fix_runpaths(d.python, runner)
     return result
+
+
+def _require_frameworks(step: Step, runner, d: BuildDecision, installed: Dict[str, List[str]]) -> None:
+    """Stop when a framework the build needs is not installed in the environment.
+
+    Raises:
+        StepFailed: names the frameworks and their distributions (:data:`FRAMEWORK_DISTS`).
+    """
+    missing = [f for f in d.requested if f not in installed]
+    if missing:
+        raise StepFailed(step.id, "Horovod is to be built with " + ", ".join(missing) + " but the environment has no "
+                         + ", ".join("/".join(FRAMEWORK_DISTS[f]) for f in missing)
+                         + " installed; add it to packages (or drop it from horovod.frameworks)", runner.log_path)
+
+
+def _build_vars(d: BuildDecision, installed: Dict[str, List[str]], runner) -> Tuple[Dict[str, str], List[fixes.FixRule]]:
+    """The compile's variables: the planned ones with the prefix expanded (:func:`expand_prefix_vars`),
+    then each fix rule's (:func:`rules_for_run`, prepared now); each change is noted in the log.
+
+    Returns:
+        ``(variables, the rules applied)``.
+    """
+    planned = dict(d.build_env)
+    build_vars = expand_prefix_vars(planned, d.prefix)
+    for name, value in build_vars.items():
+        if value != planned[name]:
+            runner.note(f"{name}={value} (the spec's {planned[name]} in this build's prefix)")
+    rules = rules_for_run(d, installed)
+    for rule in rules:
+        runner.note(f"applying fix rule {rule.id}: {rule.title}")
+        build_vars.update(rule.prepare(wrapper_dir(), build_vars))
+    return build_vars, rules
+
+
+def _compile(step: Step, runner, d: BuildDecision, cache: "wheel_cache.WheelCache", key: "wheel_cache.BuildKey",
+             build_vars: Dict[str, str]) -> Path:
+    """Compile the wheel with ``pip wheel`` in a temporary directory under the user's cache and store
+    it there (with the build's output and duration).
+
+    Returns:
+        the stored wheel's path.
+    Raises:
+        StepFailed: a tool the compile needs is missing, or pip made no Horovod wheel.
+    """
+    if d.missing_tools:
+        raise StepFailed(step.id, "no wheel cache holds this Horovod build and compiling it needs "
+                         + system_tools.describe(d.missing_tools) + ", not found on this machine; fix: "
+                         + "; or ".join(d.fix), runner.log_path)
+    runner.progress(f"      compiling Horovod (minutes; full output in the build log {runner.log_path})")
+    ensure_dir(cache.root / "build")
+    tmp = Path(tempfile.mkdtemp(prefix="horovod-", dir=cache.root / "build"))
+    try:
+        source = [d.requirement]
+        if d.sdist_sha256:
+            reqs = tmp / "requirements.txt"
+            reqs.write_text(f"{d.requirement} --hash=sha256:{d.sdist_sha256}\n")
+            source = ["-r", str(reqs), "--require-hashes"]
+        started = time.monotonic()
+        proc = runner.run(pip_wheel_argv(d.python, str(tmp), source), env={**build_vars, **UNBUFFERED},
+                          progress="compiling Horovod")
+        built = sorted(tmp.glob("horovod-*.whl"))
+        if not built:
+            raise StepFailed(step.id, f"pip wheel produced no horovod wheel in {tmp}", runner.log_path)
+        wheel = cache.store(key, built[0], log_text=proc.stdout, seconds=time.monotonic() - started)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if d.wheel_sha256:
+        runner.progress(f"      note: the lock's Horovod wheel (SHA-256 {d.wheel_sha256[:12]}…) is in no wheel cache; "
+                        "compiled afresh with the same build inputs (a rebuild is not byte-identical)")
+    return wheel
 
 
 def cached_wheel(caches, key: "wheel_cache.BuildKey", want_sha256: str, runner, skipped=None):
