@@ -398,7 +398,45 @@ def _log_tail(path: Optional[Path], size: int = 16384) -> str:
         return ""
 
 
+def _built_changes(built: Sequence[Any], by_key: Dict[Any, Any], build: Dict[str, Any],
+                   runner: StepContext) -> List[Any]:
+    """The hash differences of the entries envtool builds (Horovod) whose lock records a wheel.
+
+    Args:
+        built: the lock's built entries (:attr:`VerifyLockData.built`).
+        by_key: the snapshot's packages by ``(manager, name)`` key.
+        build: the ``build-horovod`` step's result (``{}`` when there was none).
+        runner: the step context; a matching hash, or a wheel compiled afresh because the locked
+            one was in no wheel cache, is noted in the log.
+    Returns:
+        one :class:`envtool.lock.diff.Change` (``hash``) per installed wheel that is not the locked
+        one and was not compiled afresh.
+    """
+    from envtool.lock import diff
+
+    extra = []
+    for locked in built:
+        got = by_key.get(locked.key)
+        if got is None or not (diff.is_wheel(locked.url) and locked.sha256):
+            continue
+        if got.sha256.lower() == locked.sha256.lower():
+            runner.note(f"{locked.key[1]}: installed wheel SHA-256 {got.sha256} is the lock's")
+        elif build.get("cache_hit") is False:
+            runner.note(f"{locked.key[1]}: compiled afresh (the locked wheel {locked.sha256} is in no wheel cache); "
+                        f"installed wheel SHA-256 {got.sha256 or '(not recorded)'}")
+        else:
+            extra.append(diff.Change(locked.key[0], locked.key[1], "hash", locked.sha256, got.sha256 or "(not recorded)"))
+    return extra
+
+
 def _verify(step: Step, runner: StepContext) -> Dict[str, Any]:
+    """The ``verify-lock`` action: compare the prefix with the lock (built entries by wheel hash).
+
+    Returns:
+        the diff report as a dict (JSON-ready).
+    Raises:
+        StepFailed: the environment does not match the lock (the report is the step's result).
+    """
     d: VerifyLockData = step.data
     from dataclasses import replace
 
@@ -411,19 +449,7 @@ def _verify(step: Step, runner: StepContext) -> Dict[str, Any]:
     installed = [p for p in everything if not p.built]
     report = diff.compare(d.packages, installed, platform,
                           seeded=snapshot.seeded(Path(d.prefix)))
-    by_key = {p.key: p for p in everything}
-    extra = []
-    for locked in d.built:
-        got = by_key.get(locked.key)
-        if got is None or not (diff.is_wheel(locked.url) and locked.sha256):
-            continue
-        if got.sha256.lower() == locked.sha256.lower():
-            runner.note(f"{locked.key[1]}: installed wheel SHA-256 {got.sha256} is the lock's")
-        elif build.get("cache_hit") is False:
-            runner.note(f"{locked.key[1]}: compiled afresh (the locked wheel {locked.sha256} is in no wheel cache); "
-                        f"installed wheel SHA-256 {got.sha256 or '(not recorded)'}")
-        else:
-            extra.append(diff.Change(locked.key[0], locked.key[1], "hash", locked.sha256, got.sha256 or "(not recorded)"))
+    extra = _built_changes(d.built, {p.key: p for p in everything}, build, runner)
     if extra:
         report = replace(report, changed=report.changed + tuple(extra))
     if not report.ok:

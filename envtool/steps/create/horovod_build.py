@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from packaging.version import Version
 
@@ -126,72 +126,32 @@ def plan_steps(spec: Spec, options: PlanOptions, locked: Any = None, loaded: Any
     h = spec.horovod
     if h.install != "pip-build":
         return []
-    py = str(PrefixData(Path(options.work_prefix)).python)
     env = build_env(spec, cpu_count=options.cpu_count)
     version = horovod_version(spec)
-    pinned = fixes.framework_versions_from_pins(spec.packages.pip + spec.packages.conda)
     probed: Optional[machine.BuildProbe] = options.machine.build if options.machine is not None else None
     probed = probed or machine.probe_build(spec, options)
     if probed is None:  # not reached: horovod.install is pip-build here
         return []
-    toolchain = probed.toolchain
     requested = tuple(f for f in h.frameworks if f in FRAMEWORK_DISTS)
-    notes = []
-    display_env = list(env)
-    for name, value in env:
-        if _PREFIX_REF.search(value):
-            notes.append(f"{name}={value}: envtool puts the prefix the build runs in there (no shell expands it)")
-    rule_ids: Optional[Tuple[str, ...]] = None
-    fix_env: List[Tuple[str, str]] = []
-    if all(f in pinned for f in requested):
-        rules = fixes.applicable(version, pinned, toolchain)
-        rule_ids = tuple(r.id for r in rules)
-        for rule in rules:
-            names = ", ".join([f"{k} {v}" for k, v in sorted(pinned.items())] + [toolchain.describe()])
-            notes.append(f"fix rule {rule.id} applies (horovod {version} x {names}): {rule.title}; "
-                         f"source: {rule.source}")
-            added = rule.variables(wrapper_dir(), {fixes.PROBED_CXX: probed.cxx_path, **dict(display_env)})
-            fix_env += added
-            display_env += added
-    else:
-        loose = ", ".join(f for f in requested if f not in pinned)
-        notes.append(f"fix rules: decided when run ({loose} not pinned to one version; toolchain: "
-                     f"{toolchain.describe()})")
+    notes = _prefix_notes(env)
+    rule_ids, fix_env, rule_notes = _plan_rules(spec, version, requested, probed, env)
+    notes += rule_notes
     if h.build_packages:
         notes.append("build-only packages (horovod.build_packages), installed by conda-install-build and removed "
                      "by conda-remove-build: " + ", ".join(p.value for p in h.build_packages))
     caches = wheel_cache.chain(spec.site.build_caches, spec.site.build_cache_group)
-    cache = caches[0]
-    notes.append(f"built wheels are cached in {cache.dir} (key: Horovod version, HOROVOD_* set, framework "
-                 "versions, Python tag, compiler, platform, MPI, fix rules); framework versions and the "
-                 "Python tag are decided when run; a cache hit skips the compile")
-    for site_cache in caches[1:]:
-        notes.append(f"then the site's read-only wheel cache {site_cache.dir} is consulted"
-                     + ("" if site_cache.dir.is_dir() else " (not there now)"))
-    wheel_dir = str(cache.root / "build" / "<tmp>")
+    notes += _cache_notes(caches)
+    wheel_dir = str(caches[0].root / "build" / "<tmp>")
     req = requirement(spec)
-    sdist_hash = ""
-    if locked is not None and locked.sha256 and locked.url.split("#")[0].endswith((".tar.gz", ".zip")):
-        sdist_hash = locked.sha256
-        notes.append(f"the source archive is checked against the lock's SHA-256 ({sdist_hash[:12]}…)")
-    wheel_hash = ""
-    if locked is not None and locked.sha256 and locked.url.split("#")[0].endswith(".whl"):
-        wheel_hash = locked.sha256.lower()
-        notes.append(f"the lock records the Horovod wheel's SHA-256 ({wheel_hash[:12]}…): only a cached wheel "
-                     "with that hash is installed")
-    if locked is not None:
-        notes.append("its dependencies come from the lock: the wheel is installed with --no-deps")
-    source = ("-r", f"{wheel_dir}/requirements.txt", "--require-hashes") if sdist_hash else (req,)
-    no_deps = ("--no-deps",) if locked is not None else ()
+    sdist_hash, wheel_hash, lock_notes = _lock_hashes(locked)
+    notes += lock_notes
     absent = tuple(probed.missing_tools)
     fix_lines = tuple(system_tools.fix_lines(absent, site_name=spec.site.name, build_modules=spec.site.build_modules))
-    if absent:
-        notes.append("a compile needs " + system_tools.describe(absent) + ": not found here; "
-                     + "; or ".join(fix_lines))
+    notes += _missing_tools_notes(absent, fix_lines)
     expected, expected_why = expected_install(loaded)
     decision = BuildDecision(
         prefix=Path(options.work_prefix), requirement=req, version=str(version) if version else None,
-        build_env=tuple(env), requested=requested, toolchain=toolchain,
+        build_env=tuple(env), requested=requested, toolchain=probed.toolchain,
         compiler=probed.compiler, mpi=probed.mpi, platform=probed.platform, rules=rule_ids,
         fix_env=tuple(fix_env), sdist_sha256=sdist_hash, no_deps=locked is not None,
         caches=tuple(c.root for c in caches), missing_tools=absent, fix=fix_lines,
@@ -200,14 +160,108 @@ def plan_steps(spec: Spec, options: PlanOptions, locked: Any = None, loaded: Any
     from envtool.engines.rattler import build_package_steps
 
     before, after = build_package_steps(spec, Path(options.work_prefix), Path(options.prefix))
-    return before + [Step(
+    return before + [_build_step(decision, wheel_dir, notes)] + after
+
+
+def _build_step(d: BuildDecision, wheel_dir: str, notes: List[str]) -> Step:
+    """The ``build-horovod`` step carrying ``d``; its commands are what the action runs (for ``plan``).
+
+    Args:
+        d: the step's decision.
+        wheel_dir: where the wheel is written, as shown (the real directory is made when run).
+        notes: the step's plan notes.
+    """
+    py = d.python
+    source = ("-r", f"{wheel_dir}/requirements.txt", "--require-hashes") if d.sdist_sha256 else (d.requirement,)
+    no_deps = ("--no-deps",) if d.no_deps else ()
+    return Step(
         id="build-horovod",
-        title=f"Build Horovod ({req}) with " + " ".join(f"{k}={v}" for k, v in env if k.startswith("HOROVOD_")),
+        title=f"Build Horovod ({d.requirement}) with "
+              + " ".join(f"{k}={v}" for k, v in d.build_env if k.startswith("HOROVOD_")),
         commands=(("#", "probe installed framework versions and the Python tag; look up the wheel cache"),
                   tuple(pip_wheel_argv(py, wheel_dir, source)),
                   (py, "-m", "pip", "install", "--disable-pip-version-check", *no_deps, f"{wheel_dir}/horovod-*.whl")),
-        env=tuple(display_env), notes=tuple(notes), action=_run_build, data=decision,
-    )] + after
+        env=d.build_env + d.fix_env, notes=tuple(notes), action=_run_build, data=d,
+    )
+
+
+def _missing_tools_notes(absent: Tuple[system_tools.BuildTool, ...], fix_lines: Tuple[str, ...]) -> List[str]:
+    """The plan note naming what a compile needs and this machine lacks, with the fix lines (none when nothing lacks)."""
+    if not absent:
+        return []
+    return ["a compile needs " + system_tools.describe(absent) + ": not found here; " + "; or ".join(fix_lines)]
+
+
+def _prefix_notes(env: List[Tuple[str, str]]) -> List[str]:
+    """One plan note per build variable that names the environment's prefix (:data:`PREFIX_NAMES`)."""
+    return [f"{name}={value}: envtool puts the prefix the build runs in there (no shell expands it)"
+            for name, value in env if _PREFIX_REF.search(value)]
+
+
+def _plan_rules(spec: Spec, version: Optional[Version], requested: Tuple[str, ...], probed: "machine.BuildProbe",
+                env: List[Tuple[str, str]]) -> Tuple[Optional[Tuple[str, ...]], List[Tuple[str, str]], List[str]]:
+    """The fix rules decided when planning, from the spec's pins, when every requested framework is
+    pinned to one version (:func:`envtool.horovod.fixes.applicable`).
+
+    Args:
+        spec: the resolved spec (its pip and conda pins).
+        version: Horovod's version, or None for a URL requirement.
+        requested: the frameworks the build needs (spec names).
+        probed: the build toolchain probed when planning.
+        env: the build's variables, in plan order (each rule's variables see those before it).
+    Returns:
+        ``(rule ids, the variables they set, plan notes)``; the ids are None (and no variables are
+        set) when a framework is not pinned: the rules are then decided when the step runs.
+    """
+    toolchain = probed.toolchain
+    pinned = fixes.framework_versions_from_pins(spec.packages.pip + spec.packages.conda)
+    if not all(f in pinned for f in requested):
+        loose = ", ".join(f for f in requested if f not in pinned)
+        return None, [], [f"fix rules: decided when run ({loose} not pinned to one version; toolchain: "
+                          f"{toolchain.describe()})"]
+    rules = fixes.applicable(version, pinned, toolchain)
+    notes: List[str] = []
+    fix_env: List[Tuple[str, str]] = []
+    for rule in rules:
+        names = ", ".join([f"{k} {v}" for k, v in sorted(pinned.items())] + [toolchain.describe()])
+        notes.append(f"fix rule {rule.id} applies (horovod {version} x {names}): {rule.title}; "
+                     f"source: {rule.source}")
+        fix_env += rule.variables(wrapper_dir(), {fixes.PROBED_CXX: probed.cxx_path, **dict(list(env) + fix_env)})
+    return tuple(r.id for r in rules), fix_env, notes
+
+
+def _cache_notes(caches: Sequence["wheel_cache.WheelCache"]) -> List[str]:
+    """The plan notes naming the wheel caches consulted: the user's (written), then the site's."""
+    notes = [f"built wheels are cached in {caches[0].dir} (key: Horovod version, HOROVOD_* set, framework "
+             "versions, Python tag, compiler, platform, MPI, fix rules); framework versions and the "
+             "Python tag are decided when run; a cache hit skips the compile"]
+    for site_cache in caches[1:]:
+        notes.append(f"then the site's read-only wheel cache {site_cache.dir} is consulted"
+                     + ("" if site_cache.dir.is_dir() else " (not there now)"))
+    return notes
+
+
+def _lock_hashes(locked: Any) -> Tuple[str, str, List[str]]:
+    """What the lock's Horovod entry fixes: the source archive's or the wheel's SHA-256.
+
+    Args:
+        locked: the lock's :class:`~envtool.lock.model.LockedPackage` for Horovod, or None.
+    Returns:
+        ``(sdist SHA-256 or "", wheel SHA-256 (lower case) or "", plan notes)``.
+    """
+    if locked is None:
+        return "", "", []
+    url = locked.url.split("#")[0]
+    sdist_hash = locked.sha256 if locked.sha256 and url.endswith((".tar.gz", ".zip")) else ""
+    wheel_hash = locked.sha256.lower() if locked.sha256 and url.endswith(".whl") else ""
+    notes = []
+    if sdist_hash:
+        notes.append(f"the source archive is checked against the lock's SHA-256 ({sdist_hash[:12]}…)")
+    if wheel_hash:
+        notes.append(f"the lock records the Horovod wheel's SHA-256 ({wheel_hash[:12]}…): only a cached wheel "
+                     "with that hash is installed")
+    notes.append("its dependencies come from the lock: the wheel is installed with --no-deps")
+    return sdist_hash, wheel_hash, notes
 
 
 #: pip's options for the build: ``-v`` makes pip pass the build's own output (CMake's
@@ -355,6 +409,21 @@ def expected_install(loaded: Any) -> Tuple[Optional[Dict[str, Any]], str]:
 
         return pip[canonicalize_name(dist)]  # KeyError is a LookupError: not in the lock
 
+    major_minor = _locked_cpython(loaded, entries)
+    if major_minor is None:
+        return None, "the lock records no CPython interpreter"
+    return {"python_tag": python_tag("cpython-" + major_minor.replace(".", "")),
+            "frameworks": installed(FRAMEWORK_DISTS, version)}, ""
+
+
+def _locked_cpython(loaded: Any, entries: Sequence[Any]) -> Optional[str]:
+    """The CPython ``MAJOR.MINOR`` the lock was resolved for: its recorded interpreter
+    (``envtool.python``), else its conda ``python`` entry; None when neither records a CPython.
+
+    Args:
+        loaded: a :class:`~envtool.steps.create.from_lock.LoadedLock`.
+        entries: its entries (``loaded.entries()``).
+    """
     interp = loaded.lock.interpreter
     if interp is not None:
         impl, major_minor = interp.implementation, interp.major_minor
@@ -362,9 +431,8 @@ def expected_install(loaded: Any) -> Tuple[Optional[Dict[str, Any]], str]:
         conda_python = next((p.version for p in entries if p.manager == "conda" and p.name == "python"), None)
         impl, major_minor = "cpython", ".".join((conda_python or "").split(".")[:2])
     if impl != "cpython" or major_minor.count(".") != 1:
-        return None, "the lock records no CPython interpreter"
-    return {"python_tag": python_tag("cpython-" + major_minor.replace(".", "")),
-            "frameworks": installed(FRAMEWORK_DISTS, version)}, ""
+        return None
+    return major_minor
 
 
 #: The estimate of a compile when none is recorded on this machine: Horovod 0.28.1 with PyTorch,
@@ -455,20 +523,9 @@ def _run_build(step: Step, runner) -> Dict:
     d: BuildDecision = step.data
     info = probe_env(runner, d.python)
     installed = info["frameworks"]
-    missing = [f for f in d.requested if f not in installed]
-    if missing:
-        raise StepFailed(step.id, "Horovod is to be built with " + ", ".join(missing) + " but the environment has no "
-                         + ", ".join("/".join(FRAMEWORK_DISTS[f]) for f in missing)
-                         + " installed; add it to packages (or drop it from horovod.frameworks)", runner.log_path)
+    _require_frameworks(step, runner, d, installed)
     runner.note(f"toolchain (probed when planning): {d.toolchain.describe()}")
-    build_vars = expand_prefix_vars(dict(d.build_env), d.prefix)
-    for name, value in build_vars.items():
-        if value != dict(d.build_env)[name]:
-            runner.note(f"{name}={value} (the spec's {dict(d.build_env)[name]} in this build's prefix)")
-    rules = rules_for_run(d, installed)
-    for rule in rules:
-        runner.note(f"applying fix rule {rule.id}: {rule.title}")
-        build_vars.update(rule.prepare(wrapper_dir(), build_vars))
+    build_vars, rules = _build_vars(d, installed, runner)
     key = build_key(d, info)
     caches = decision_caches(d)
     skipped: List[Tuple[Any, str]] = []  # (wheel_cache.WheelCache, why it was skipped)
@@ -479,33 +536,8 @@ def _run_build(step: Step, runner) -> Dict:
               "fixes": [r.id for r in rules], "rules_decided": "when planned" if d.rules is not None else "when run",
               "sdist_sha256": d.sdist_sha256 or None,
               "cache_skipped": [{"cache_dir": str(c.dir), "reason": why} for c, why in skipped]}
-    cache = caches[0]
-    if wheel is None and d.missing_tools:
-        raise StepFailed(step.id, "no wheel cache holds this Horovod build and compiling it needs "
-                         + system_tools.describe(d.missing_tools) + ", not found on this machine; fix: "
-                         + "; or ".join(d.fix), runner.log_path)
     if wheel is None:
-        runner.progress(f"      compiling Horovod (minutes; full output in the build log {runner.log_path})")
-        ensure_dir(cache.root / "build")
-        tmp = Path(tempfile.mkdtemp(prefix="horovod-", dir=cache.root / "build"))
-        try:
-            source = [d.requirement]
-            if d.sdist_sha256:
-                reqs = tmp / "requirements.txt"
-                reqs.write_text(f"{d.requirement} --hash=sha256:{d.sdist_sha256}\n")
-                source = ["-r", str(reqs), "--require-hashes"]
-            started = time.monotonic()
-            proc = runner.run(pip_wheel_argv(d.python, str(tmp), source), env={**build_vars, **UNBUFFERED},
-                              progress="compiling Horovod")
-            built = sorted(tmp.glob("horovod-*.whl"))
-            if not built:
-                raise StepFailed(step.id, f"pip wheel produced no horovod wheel in {tmp}", runner.log_path)
-            wheel = cache.store(key, built[0], log_text=proc.stdout, seconds=time.monotonic() - started)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        if d.wheel_sha256:
-            runner.progress(f"      note: the lock's Horovod wheel (SHA-256 {d.wheel_sha256[:12]}…) is in no wheel cache; "
-                            "compiled afresh with the same build inputs (a rebuild is not byte-identical)")
+        wheel = _compile(step, runner, d, caches[0], key, build_vars)
     else:
         where = f"site cache {hit.root}" if hit is not None and hit.read_only else "cache"
         runner.progress(f"      reusing {where} wheel {wheel.name} (key {key.digest()})")
@@ -517,6 +549,76 @@ def _run_build(step: Step, runner) -> Dict:
     check_installed_wheel(d.prefix, sha, step.id, runner)
     result["runpath"] = _fix_runpaths(d.python, runner)
     return result
+
+
+def _require_frameworks(step: Step, runner, d: BuildDecision, installed: Dict[str, List[str]]) -> None:
+    """Stop when a framework the build needs is not installed in the environment.
+
+    Raises:
+        StepFailed: names the frameworks and their distributions (:data:`FRAMEWORK_DISTS`).
+    """
+    missing = [f for f in d.requested if f not in installed]
+    if missing:
+        raise StepFailed(step.id, "Horovod is to be built with " + ", ".join(missing) + " but the environment has no "
+                         + ", ".join("/".join(FRAMEWORK_DISTS[f]) for f in missing)
+                         + " installed; add it to packages (or drop it from horovod.frameworks)", runner.log_path)
+
+
+def _build_vars(d: BuildDecision, installed: Dict[str, List[str]], runner) -> Tuple[Dict[str, str], List[fixes.FixRule]]:
+    """The compile's variables: the planned ones with the prefix expanded (:func:`expand_prefix_vars`),
+    then each fix rule's (:func:`rules_for_run`, prepared now); each change is noted in the log.
+
+    Returns:
+        ``(variables, the rules applied)``.
+    """
+    planned = dict(d.build_env)
+    build_vars = expand_prefix_vars(planned, d.prefix)
+    for name, value in build_vars.items():
+        if value != planned[name]:
+            runner.note(f"{name}={value} (the spec's {planned[name]} in this build's prefix)")
+    rules = rules_for_run(d, installed)
+    for rule in rules:
+        runner.note(f"applying fix rule {rule.id}: {rule.title}")
+        build_vars.update(rule.prepare(wrapper_dir(), build_vars))
+    return build_vars, rules
+
+
+def _compile(step: Step, runner, d: BuildDecision, cache: "wheel_cache.WheelCache", key: "wheel_cache.BuildKey",
+             build_vars: Dict[str, str]) -> Path:
+    """Compile the wheel with ``pip wheel`` in a temporary directory under the user's cache and store
+    it there (with the build's output and duration).
+
+    Returns:
+        the stored wheel's path.
+    Raises:
+        StepFailed: a tool the compile needs is missing, or pip made no Horovod wheel.
+    """
+    if d.missing_tools:
+        raise StepFailed(step.id, "no wheel cache holds this Horovod build and compiling it needs "
+                         + system_tools.describe(d.missing_tools) + ", not found on this machine; fix: "
+                         + "; or ".join(d.fix), runner.log_path)
+    runner.progress(f"      compiling Horovod (minutes; full output in the build log {runner.log_path})")
+    ensure_dir(cache.root / "build")
+    tmp = Path(tempfile.mkdtemp(prefix="horovod-", dir=cache.root / "build"))
+    try:
+        source = [d.requirement]
+        if d.sdist_sha256:
+            reqs = tmp / "requirements.txt"
+            reqs.write_text(f"{d.requirement} --hash=sha256:{d.sdist_sha256}\n")
+            source = ["-r", str(reqs), "--require-hashes"]
+        started = time.monotonic()
+        proc = runner.run(pip_wheel_argv(d.python, str(tmp), source), env={**build_vars, **UNBUFFERED},
+                          progress="compiling Horovod")
+        built = sorted(tmp.glob("horovod-*.whl"))
+        if not built:
+            raise StepFailed(step.id, f"pip wheel produced no horovod wheel in {tmp}", runner.log_path)
+        wheel = cache.store(key, built[0], log_text=proc.stdout, seconds=time.monotonic() - started)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if d.wheel_sha256:
+        runner.progress(f"      note: the lock's Horovod wheel (SHA-256 {d.wheel_sha256[:12]}…) is in no wheel cache; "
+                        "compiled afresh with the same build inputs (a rebuild is not byte-identical)")
+    return wheel
 
 
 def cached_wheel(caches, key: "wheel_cache.BuildKey", want_sha256: str, runner, skipped=None):
