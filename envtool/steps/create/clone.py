@@ -11,12 +11,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
 
 from envtool.engines.clone import resolve_source, source_kind
 from envtool.core.errors import EnvtoolError, Interrupted
 from envtool.core.targets import check_outside_source
 from envtool.spec.names import check_prefix
+
+if TYPE_CHECKING:  # for annotations only
+    from envtool.engines.base import CloneSettings, Engine
+    from envtool.steps.kernel.runner import Runner
+    from envtool.steps.kernel.transaction import BuildTransaction
 
 
 def _write_record(build: Path, target: Path, src: Path, mode: str = "copy") -> None:
@@ -86,11 +91,9 @@ def clone_env(source: str, prefix: Path, engine: str = "rattler", mode: str = "l
         EnvtoolError: a step failed (``exc.log`` names the build log, ``exc.outcome`` what was left).
         Interrupted: SIGINT/SIGTERM/SIGHUP, after clean-up (exit 130).
     """
-    from envtool.core.plan import PlanOptions
     from envtool.engines.base import CloneSettings
     from envtool.engines.registry import get_engine
     from envtool.steps.kernel.runner import new_log_path
-    from envtool.steps.kernel.relocate import rewrite_prefix
     from envtool.steps.kernel.runner import Runner
     from envtool.steps.kernel.transaction import BuildTransaction
 
@@ -103,39 +106,61 @@ def clone_env(source: str, prefix: Path, engine: str = "rattler", mode: str = "l
     check_outside_source(target, src)  # resolved paths: ALIAS/inner through a symlink to the source too
     log = new_log_path("clone-" + target.name)
     tx = BuildTransaction(target, force, log, source=src)
-    build = tx.build
     kind = source_kind(src)
     runner = Runner(log_path=log, verbose=verbose, quiet=quiet)
     try:
         with tx, runner:
-            steps = chosen.clone_steps(None, source, PlanOptions(prefix=target, build_prefix=build), how)
-            runner.note(f"envtool clone {src} -> {target}; building in {build}")
-            for p in tx.swept:
-                runner.note(f"removed stale build directory {p}")
-            for i, step in enumerate(steps, 1):
-                runner.run_step(step, i, len(steps))
-            if kind != "conda" or chosen.name != "rattler":
-                # the rattler clone writes the final prefix itself (placeholders via py-rattler's
-                # alternative target prefix, untracked files by copy_untracked); others name the build prefix
-                reloc = rewrite_prefix(build, str(build), str(target))
-                runner.note(f"relocated: {len(reloc.rewritten)} text files named the build prefix; "
-                            f"{len(reloc.binaries)} binaries do")
-            _write_record(build, target, src, mode="layer" if kind == "venv" and mode == "layer" else "copy")
-            runner.note(f"moving {build} -> {target}")
-            tx.commit()
-            runner.note(f"clone ready at {target}")
-        try:  # what 'envtool list' shows; a registry that cannot be written is no failure
-            from envtool.core import registry
-
-            registry.record(target, spec="", kind="cloned")
-        except OSError:
-            pass
+            _build_clone(tx, runner, chosen, source, src, kind, how)
+        _register_clone(target)
         return CloneResult(prefix=target, source=src, log=log, results=_with_clone_view(runner.results),
                            timings=runner.timings)
     except (EnvtoolError, Interrupted) as exc:
         if exc.results is None:
             exc.results = _with_clone_view(runner.results)
         raise
+
+
+def _build_clone(tx: "BuildTransaction", runner: "Runner", chosen: "Engine", source: str, src: Path,
+                 kind: Optional[str], how: "CloneSettings") -> None:
+    """Inside the open transaction ``tx``: run the engine's clone steps (``source`` as given, ``src``
+    resolved, of :func:`source_kind` ``kind``) into ``tx.build``, relocate what names the build
+    prefix (all but the rattler clone of a conda source, which writes the final prefix itself),
+    write the clone's record and move the build into place (``tx.commit``).
+
+    Raises:
+        EnvtoolError: a step failed; Interrupted: a signal (``tx`` cleans up on the way out).
+    """
+    from envtool.core.plan import PlanOptions
+    from envtool.steps.kernel.relocate import rewrite_prefix
+
+    target, build = tx.target, tx.build
+    steps = chosen.clone_steps(None, source, PlanOptions(prefix=target, build_prefix=build), how)
+    runner.note(f"envtool clone {src} -> {target}; building in {build}")
+    for p in tx.swept:
+        runner.note(f"removed stale build directory {p}")
+    for i, step in enumerate(steps, 1):
+        runner.run_step(step, i, len(steps))
+    if kind != "conda" or chosen.name != "rattler":
+        # the rattler clone writes the final prefix itself (placeholders via py-rattler's
+        # alternative target prefix, untracked files by copy_untracked); others name the build prefix
+        reloc = rewrite_prefix(build, str(build), str(target))
+        runner.note(f"relocated: {len(reloc.rewritten)} text files named the build prefix; "
+                    f"{len(reloc.binaries)} binaries do")
+    _write_record(build, target, src, mode="layer" if kind == "venv" and how.mode == "layer" else "copy")
+    runner.note(f"moving {build} -> {target}")
+    tx.commit()
+    runner.note(f"clone ready at {target}")
+
+
+def _register_clone(target: Path) -> None:
+    """Record ``target`` in the user's registry (what ``envtool list`` shows); a registry that
+    cannot be written is no failure."""
+    try:
+        from envtool.core import registry
+
+        registry.record(target, spec="", kind="cloned")
+    except OSError:
+        pass
 
 
 def _with_clone_view(results: Dict[str, Any]) -> Dict[str, Any]:

@@ -112,6 +112,21 @@ class Runner:
         Raises:
             StepFailed: non-zero exit (with ``check``), a missing program, or the timeout.
         """
+        full_env = self._command_env(env)
+        step_id = self.current.id if self.current else "run"
+        self.note(redact("$ " + " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items()) +
+                         (" " if env else "") + shlex.join([str(a) for a in argv])))
+        proc = self._start(argv, full_env, cwd, step_id)
+        lines: List[str] = []
+        tracker = self._tracker(progress, progress_kind)
+        rc, timed_out = self._wait(proc, lines, tracker, timeout)
+        output = "".join(lines)
+        self._check_outcome(argv, rc, output, step_id, timed_out=timed_out, timeout=timeout, check=check)
+        return subprocess.CompletedProcess(argv, rc, output, "")
+
+    def _command_env(self, env: Optional[Mapping[str, str]]) -> Dict[str, str]:
+        """The environment a command runs with: ``os.environ`` less the running step's ``drop_env``,
+        plus its ``env``, plus ``env``."""
         full_env = dict(os.environ)
         if self.current is not None:
             for name in self.current.drop_env:
@@ -119,23 +134,41 @@ class Runner:
             full_env.update(dict(self.current.env))
         if env:
             full_env.update(env)
-        step_id = self.current.id if self.current else "run"
-        self.note(redact("$ " + " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items()) +
-                         (" " if env else "") + shlex.join([str(a) for a in argv])))
+        return full_env
+
+    def _start(self, argv: Sequence[str], full_env: Mapping[str, str], cwd: Optional[Path],
+               step_id: str) -> subprocess.Popen:
+        """Start ``argv`` in its own process group, output (stdout and stderr together) on a pipe.
+
+        Raises:
+            StepFailed: the program cannot be started (missing, not executable).
+        """
         try:
-            proc = procs.popen([str(a) for a in argv], env=full_env, cwd=cwd, stdout=subprocess.PIPE,
+            return procs.popen([str(a) for a in argv], env=full_env, cwd=cwd, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace")
         except OSError as exc:
             self.note(f"cannot start {argv[0]}: {exc}")
             raise StepFailed(step_id, f"cannot run {argv[0]}: {exc.strerror}", self.log_path) from None
-        lines: List[str] = []
-        tracker = None
-        if progress and not self.quiet:
-            from envtool.steps.kernel.progress import BuildProgress, InstallProgress
 
-            live = (self.live if self.live is not None else _isatty(sys.stderr)) and not self.verbose
-            kind = InstallProgress if progress_kind == "install" else BuildProgress
-            tracker = kind(progress, sys.stderr, live=live).start()
+    def _tracker(self, progress: Optional[str], progress_kind: str):
+        """A started progress display labelled ``progress`` (install or build phases), or None when
+        there is no label or the runner is quiet."""
+        if not progress or self.quiet:
+            return None
+        from envtool.steps.kernel.progress import BuildProgress, InstallProgress
+
+        live = (self.live if self.live is not None else _isatty(sys.stderr)) and not self.verbose
+        kind = InstallProgress if progress_kind == "install" else BuildProgress
+        return kind(progress, sys.stderr, live=live).start()
+
+    def _wait(self, proc: subprocess.Popen, lines: List[str], tracker, timeout: Optional[float]):
+        """Collect ``proc``'s output into ``lines`` (and the log, ``tracker``) until it exits or
+        ``timeout`` seconds pass (then its process group is killed); on any exception (an
+        interrupt) the group is killed too. The tracker is stopped and the log flushed in all cases.
+
+        Returns:
+            ``(exit status, timed out)``.
+        """
         # output is read by a thread so that the timeout holds even while the command prints nothing
         reader = threading.Thread(target=self._pump, args=(proc.stdout, lines, tracker), daemon=True)
         reader.start()
@@ -157,7 +190,15 @@ class Runner:
                 tracker.stop()
             if self._log:
                 self._log.flush()
-        output = "".join(lines)
+        return rc, timed_out
+
+    def _check_outcome(self, argv: Sequence[str], rc: int, output: str, step_id: str, *, timed_out: bool,
+                       timeout: Optional[float], check: bool) -> None:
+        """Log how the command ended.
+
+        Raises:
+            StepFailed: it timed out, or (with ``check``) exited non-zero (with its last 8 lines).
+        """
         if timed_out:
             self.note(f"timed out after {timeout} s")
             raise StepFailed(step_id, f"{shlex.join([str(a) for a in argv][:3])} … timed out after {timeout:.0f} s",
@@ -167,7 +208,6 @@ class Runner:
             tail = redact("\n".join("    " + l for l in output.strip().splitlines()[-8:]))
             raise StepFailed(step_id, f"{Path(str(argv[0])).name} exited with status {rc}; last lines:\n{tail}",
                              self.log_path)
-        return subprocess.CompletedProcess(argv, rc, output, "")
 
     def _pump(self, stream, lines: List[str], tracker=None) -> None:
         """Copy ``stream`` line by line into ``lines``, the log, ``tracker`` and (verbose) stderr, until EOF."""

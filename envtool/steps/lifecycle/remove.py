@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, TypedDict
+from typing import Callable, Dict, List, Optional, Set, Tuple, TypedDict
 
 from envtool.core.errors import UsageError, echo
 
@@ -138,27 +138,12 @@ def list_environments(sizes: bool = True, extra_dirs: Optional[List[Path]] = Non
         one mapping per prefix: ``prefix``, ``spec``, ``created`` (epoch seconds or None),
         ``status`` (see :func:`status_of`), ``module``, ``size`` (bytes, or None), ``registered``.
     """
-    from envtool.core import registry
     from envtool.core.sizes import tree_size
 
-    found: Dict[str, EnvironmentStatus] = {}   # prefix -> what the registry says of it
-    registered = set()
-    for entry in registry.entries():
-        registered.add(os.path.abspath(str(entry["prefix"])))
-        found[os.path.abspath(str(entry["prefix"]))] = {"spec": _text(entry.get("spec")),
-                                                        "created": _epoch(entry.get("created")),
-                                                        "module": _text(entry.get("module"))}
+    found, registered = _registered()
     for top in extra_dirs if extra_dirs is not None else [Path.cwd() / "envs"]:
-        try:
-            children = sorted(os.scandir(top), key=lambda e: e.name)
-        except OSError:
-            continue
-        for child in children:
-            if child.name.startswith(".") or not child.is_dir(follow_symlinks=False):
-                continue
-            rec = read_record(Path(child.path))
-            if rec is not None and _same_place(rec.get("prefix"), Path(child.path)):
-                found.setdefault(os.path.abspath(child.path), {})
+        for path in _made_here(top):
+            found.setdefault(path, {})
     out: List[EnvironmentRow] = []
     for prefix, known in found.items():
         now = status_of(Path(prefix))
@@ -170,6 +155,38 @@ def list_environments(sizes: bool = True, extra_dirs: Optional[List[Path]] = Non
             row["size"] = tree_size(Path(prefix))
         out.append(row)
     return sorted(out, key=lambda r: (r["created"] or 0, r["prefix"]))
+
+
+def _registered() -> Tuple[Dict[str, EnvironmentStatus], Set[str]]:
+    """The registry's environments: what it says of each (absolute prefix -> ``spec``, ``created``,
+    ``module``), and the set of those prefixes."""
+    from envtool.core import registry
+
+    found: Dict[str, EnvironmentStatus] = {}   # prefix -> what the registry says of it
+    registered = set()
+    for entry in registry.entries():
+        registered.add(os.path.abspath(str(entry["prefix"])))
+        found[os.path.abspath(str(entry["prefix"]))] = {"spec": _text(entry.get("spec")),
+                                                        "created": _epoch(entry.get("created")),
+                                                        "module": _text(entry.get("module"))}
+    return found, registered
+
+
+def _made_here(top: Path) -> List[str]:
+    """The absolute paths of ``top``'s subdirectories (not hidden, not symbolic links) whose
+    envtool record names them, in name order; none when ``top`` cannot be read."""
+    try:
+        children = sorted(os.scandir(top), key=lambda e: e.name)
+    except OSError:
+        return []
+    made = []
+    for child in children:
+        if child.name.startswith(".") or not child.is_dir(follow_symlinks=False):
+            continue
+        rec = read_record(Path(child.path))
+        if rec is not None and _same_place(rec.get("prefix"), Path(child.path)):
+            made.append(os.path.abspath(child.path))
+    return made
 
 
 def check_removable(prefix: Path) -> Dict[str, object]:
@@ -185,9 +202,21 @@ def check_removable(prefix: Path) -> Dict[str, object]:
             (or inside or around one); no ``.envtool/create.json``, or one naming another prefix
             (copied or moved: not this one); a published module (``envtool retire`` removes those).
     """
-    from envtool.core.targets import _real, _within, protected_roots
-
     shown = echo(str(prefix))
+    _check_directory(prefix, shown)
+    why = _protected(prefix)
+    if why:
+        raise UsageError(f"PREFIX {shown} is {why}; envtool removes only an environment it made, so nothing was "
+                         "touched")
+    return _check_records(prefix, shown)
+
+
+def _check_directory(prefix: Path, shown: str) -> None:
+    """Refuse a ``prefix`` that is missing, a symbolic link, or not a directory.
+
+    Raises:
+        UsageError: naming ``shown`` (the path as given, made safe to print) and which of these it is.
+    """
     if not os.path.lexists(prefix):
         raise UsageError(f"PREFIX {shown}: no such environment (nothing is there)")
     if os.path.islink(prefix):
@@ -195,25 +224,36 @@ def check_removable(prefix: Path) -> Dict[str, object]:
                          "only an environment directory itself, never through a link: give the real path")
     if not os.path.isdir(prefix):
         raise UsageError(f"PREFIX {shown} is not a directory, so not an environment envtool made")
+
+
+def _protected(prefix: Path) -> Optional[str]:
+    """Why ``prefix`` (resolved) must never be removed, or None: it is the current or home
+    directory or an ancestor of one, or an envtool cache (:func:`envtool.core.targets.protected_roots`),
+    inside one or around one."""
+    from envtool.core.targets import _real, _within, protected_roots
+
     real = _real(prefix)
     try:
-        cwd = os.path.realpath(os.getcwd())
+        cwd: Optional[str] = os.path.realpath(os.getcwd())
     except OSError:
         cwd = None
     home = _real("~")
-    why = None
     if cwd and _within(cwd, real):
-        why = "the current directory" if cwd == real else f"an ancestor of the current directory {cwd}"
-    elif home and home != "/" and _within(home, real):
-        why = "your home directory" if home == real else f"an ancestor of your home directory {home}"
-    else:
-        for root, what in protected_roots():
-            if _within(real, root) or _within(root, real):
-                why = f"{what} ({root}), inside it or around it"
-                break
-    if why:
-        raise UsageError(f"PREFIX {shown} is {why}; envtool removes only an environment it made, so nothing was "
-                         "touched")
+        return "the current directory" if cwd == real else f"an ancestor of the current directory {cwd}"
+    if home and home != "/" and _within(home, real):
+        return "your home directory" if home == real else f"an ancestor of your home directory {home}"
+    for root, what in protected_roots():
+        if _within(real, root) or _within(root, real):
+            return f"{what} ({root}), inside it or around it"
+    return None
+
+
+def _check_records(prefix: Path, shown: str) -> dict:
+    """``prefix``'s ``create.json`` mapping, once it names ``prefix`` and no publish record is there.
+
+    Raises:
+        UsageError: no readable record, one naming another prefix, or a published module.
+    """
     rec = read_record(Path(prefix))
     if rec is None:
         raise UsageError(f"PREFIX {shown} has no readable {CREATE_RECORD}: it is not an environment envtool made "
