@@ -118,7 +118,12 @@ class Runner:
                          (" " if env else "") + shlex.join([str(a) for a in argv])))
         proc = self._start(argv, full_env, cwd, step_id)
         lines: List[str] = []
-        tracker = self._tracker(progress, progress_kind)
+        try:
+            tracker = self._tracker(progress, progress_kind)
+        except BaseException:  # an interrupt before the wait: the command and its children go too
+            procs.kill_group(proc)
+            procs.forget(proc)
+            raise
         rc, timed_out = self._wait(proc, lines, tracker, timeout)
         output = "".join(lines)
         self._check_outcome(argv, rc, output, step_id, timed_out=timed_out, timeout=timeout, check=check)
