@@ -32,7 +32,9 @@ def test_interrupted_command_leaves_no_grandchild(tmp_path: Path, progress: str)
 
     def interrupt_once_sleeping() -> None:
         deadline = time.monotonic() + scaled(20)
-        while _left(f"sleep {marker}").count("\n") < 2 and time.monotonic() < deadline:
+        # the two sleeps themselves (pgrep -f matches whole command lines: unshare's and the shell's
+        # name the marker too, and exist before the command is running)
+        while _left(f"^sleep {marker}").count("\n") < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         os.kill(os.getpid(), signal.SIGINT)
 

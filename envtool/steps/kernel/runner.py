@@ -176,9 +176,9 @@ class Runner:
         """
         # output is read by a thread so that the timeout holds even while the command prints nothing
         reader = threading.Thread(target=self._pump, args=(proc.stdout, lines, tracker), daemon=True)
-        reader.start()
         timed_out = False
         try:
+            reader.start()  # an interrupt while it starts (it waits for the thread) kills the command too
             try:
                 rc = proc.wait(timeout=timeout if timeout else None)
             except subprocess.TimeoutExpired:
