@@ -112,3 +112,19 @@ def test_a_check_that_is_not_a_validation_check_is_refused():
             vc.select(vc.Selection(where="job"))
     finally:
         vc.CHECKS.unregister("broken")
+
+
+def test_validate_here_logs_only_the_variables_it_adds(monkeypatch, tmp_path):
+    """The ranks' variables passed to the Runner (and so written to the build log, and to stderr with
+    -v) are only what validate adds; an inherited secret stays out, the PATH entry is there."""
+    from types import SimpleNamespace
+
+    from envtool.steps.validate import here
+
+    monkeypatch.setenv("ENVTOOL_TEST_SECRET_TOKEN", "s3cr3t-value")
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/old/lib")
+    target = SimpleNamespace(env=(("FOO", "1"),), env_paths=(("LD_LIBRARY_PATH", "prepend", "/new/lib"),))
+    env = here._env(target, tmp_path)
+    assert "ENVTOOL_TEST_SECRET_TOKEN" not in env and "s3cr3t-value" not in " ".join(env.values())
+    assert env["PATH"].startswith(f"{tmp_path / 'bin'}:") and env["FOO"] == "1"
+    assert env["LD_LIBRARY_PATH"] == "/new/lib:/old/lib"

@@ -71,12 +71,14 @@ class HereRun:
 
 
 def _env(target: Target, prefix: Path) -> Dict[str, str]:
-    """The ranks' variables: unbuffered output, the prefix's bin first on PATH, the site's and
-    spec's ``env`` and search-path entries (as the job script sets them)."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PATH=f"{prefix / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+    """The variables the ranks get on top of this process's environment (the Runner adds them to
+    it; only these are written to the log, never the inherited ones, which may hold secrets):
+    unbuffered output, the prefix's bin first on PATH, the site's and spec's ``env`` and
+    search-path entries (as the job script sets them)."""
+    env = {"PYTHONUNBUFFERED": "1", "PATH": f"{prefix / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.update(dict(target.env))
     for k, op, entry in target.env_paths:  # env: {VAR: {prepend|append: DIR}}, as the job script does
-        old = env.get(k)
+        old = env.get(k, os.environ.get(k))
         env[k] = entry if not old else (f"{entry}{os.pathsep}{old}" if op == "prepend" else f"{old}{os.pathsep}{entry}")
     return env
 
