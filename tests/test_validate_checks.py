@@ -128,3 +128,22 @@ def test_validate_here_logs_only_the_variables_it_adds(monkeypatch, tmp_path):
     assert "ENVTOOL_TEST_SECRET_TOKEN" not in env and "s3cr3t-value" not in " ".join(env.values())
     assert env["PATH"].startswith(f"{tmp_path / 'bin'}:") and env["FOO"] == "1"
     assert env["LD_LIBRARY_PATH"] == "/new/lib:/old/lib"
+
+
+def test_an_lsf_submit_line_printed_for_pasting_carries_the_script(tmp_path):
+    """LSF's bsub reads the job script on standard input; the plan's submit line must run alone when
+    pasted, so it redirects the script instead of printing a bare ``bsub``."""
+    import shlex
+
+    from envtool.scheduler import lsf
+    from envtool.steps.validate import watch
+
+    script = tmp_path / "a dir" / "job.sh"
+    script.parent.mkdir()
+    script.write_text("#BSUB -J x\necho hi\n")
+    argv = watch.submit_argv(lsf, script)
+    assert argv[:2] == ["sh", "-c"] and argv[-1] == str(script)
+    # pasted into a shell, bsub gets the script on its standard input (cat stands in for bsub here)
+    line = shlex.join(argv).replace("exec bsub", "exec cat", 1)
+    out = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and out.stdout == script.read_text()

@@ -97,8 +97,13 @@ class TermAsInterrupt:
 
 
 def submit_argv(sched, script: Path) -> List[str]:
-    """The scheduler's submit command for ``script`` (words)."""
-    return list(sched.submit_argv(str(script)))
+    """The scheduler's submit command for ``script`` (words), as a command that runs alone when pasted:
+    a scheduler whose submit command reads the script on standard input (LSF's ``bsub < SCRIPT``)
+    gets ``sh -c 'exec bsub < "$0"' SCRIPT``."""
+    argv = list(sched.submit_argv(str(script)))
+    if getattr(sched, "SUBMIT_STDIN", False):
+        return ["sh", "-c", "exec " + shlex.join(argv) + ' < "$0"', str(script)]
+    return argv
 
 
 def submit(sched, script: Path) -> str:
@@ -108,7 +113,7 @@ def submit(sched, script: Path) -> str:
         UsageError: the submit command is not on PATH (exit 2).
         CheckFailed: it did not answer within 120 s, or refused the job (its message).
     """
-    argv = submit_argv(sched, script)
+    argv = list(sched.submit_argv(str(script)))  # the script on stdin when SUBMIT_STDIN (below)
     stdin = script.read_text() if getattr(sched, "SUBMIT_STDIN", False) else None
     try:
         # the job is the scheduler's, not envtool's child: it does not carry envtool's process marker
