@@ -323,7 +323,18 @@ def run_job(plan: JobPlan, runner) -> JobResult:
             raise
         runner.current = None
         return _not_submitted(plan, exc.step_result)
+    except KeyboardInterrupt:
+        _cancel_unwatched(plan, runner)
+        raise
     return runner.results["judge"]
+
+
+def _cancel_unwatched(plan: JobPlan, runner) -> None:
+    """After Ctrl-C/SIGTERM: cancel a job that was submitted but whose watch did not cancel it
+    (the interrupt came between the submit and the watch)."""
+    job_id = runner.results.get("submit")
+    if job_id and runner.results.get("cancelled") != job_id and "watch" not in runner.results:
+        wt.cancel(plan.sched, job_id, runner.progress)
 
 
 def _not_submitted(plan: JobPlan, pmi_result) -> JobResult:

@@ -70,6 +70,7 @@ def submit(step: Step, runner: StepContext) -> str:
     """Submit the script; returns the job id (:func:`envtool.steps.validate.watch.submit`)."""
     plan = step.data
     job_id = wt.submit(plan.sched, plan.script)
+    runner.results["submit"] = job_id  # at once: an interrupt from here on cancels it (run_job)
     runner.note(f"job {job_id}")
     runner.progress(f"job {job_id} submitted ({plan.sched.NAME}); script {plan.script}")
     return job_id
@@ -90,7 +91,11 @@ def watch(step: Step, runner: StepContext) -> Ended:
     plan = step.data
     job_id = runner.results["submit"]
     seen = wt.JobWatch(output=plan.run_dir / "job.out")
-    state, code = wt.wait(plan.sched, job_id, runner.progress, plan.options.timeout, seen, plan.poll_max)
+    try:
+        state, code = wt.wait(plan.sched, job_id, runner.progress, plan.options.timeout, seen, plan.poll_max)
+    except KeyboardInterrupt:
+        runner.results["cancelled"] = job_id  # wait() cancelled it before re-raising
+        raise
     runner.note(f"job {job_id} ended {state} (exit status {code})")
     return Ended(job_id, state, code, seen)
 
