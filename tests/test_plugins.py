@@ -197,3 +197,27 @@ def test_a_plug_in_distribution_adds_a_scheduler_and_a_modulefile_format(tmp_pat
     text = (root / "toy" / "1.0.sh").read_text()
     assert text.startswith("# toy/1.0: written by envtool's toy shell-script module writer")
     assert f"export VIRTUAL_ENV={venv}" in text
+
+
+def test_a_broken_plug_in_is_a_usage_error_naming_its_distribution(monkeypatch):
+    """An entry point whose module is missing, or whose object fails the kind's check, exits 2 naming
+    the distribution (not 3, a bug of envtool's); a broken built-in still raises as the bug it is."""
+    from envtool.core.plugins import BrokenPlugin
+
+    monkeypatch.setattr(plugins, "_ENTRY_POINTS", {"test-broken": [("gone", "no_such_module_xyz:X", "bad-dist"),
+                                                                   ("wrong", "json:loads", "odd-dist")]})
+
+    def must_be_a_type(obj):
+        if not isinstance(obj, type):
+            raise TypeError("expected a class")
+
+    reg = Registry("test-broken", check=must_be_a_type)
+    reg.register("builtin", "no_such_module_abc:Y")
+    with pytest.raises(BrokenPlugin) as e:
+        reg.get("gone")
+    assert e.value.exit_status == 2 and "bad-dist" in str(e.value) and "ModuleNotFoundError" in str(e.value)
+    with pytest.raises(BrokenPlugin) as e:
+        reg.get("wrong")
+    assert "odd-dist" in str(e.value) and "expected a class" in str(e.value)
+    with pytest.raises(ImportError):
+        reg.get("builtin")

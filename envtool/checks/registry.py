@@ -15,7 +15,7 @@ import importlib
 from typing import Callable, List, Tuple
 
 from envtool.checks.model import Check, Finding
-from envtool.core.plugins import Registry
+from envtool.core.plugins import BrokenPlugin, Registry
 
 #: Modules under ``envtool.checks`` that define checks, in the issue's order.
 MODULES = ("versions", "horovod_build", "start_method", "script", "launchers", "gpu", "hygiene", "runtime",
@@ -60,7 +60,7 @@ def _broken(name: str, exc: Exception) -> Check:
 def _load(name: str) -> Check:
     try:
         chk = CHECKS.get(name)
-    except (ImportError, AttributeError, TypeError, ValueError) as exc:
+    except (BrokenPlugin, ImportError, AttributeError, TypeError, ValueError) as exc:
         if CHECKS.is_builtin(name):
             raise
         return _broken(name, exc)

@@ -38,6 +38,11 @@ _REGISTRIES: Dict[str, "Registry"] = {}
 _ENTRY_POINTS: Optional[Dict[str, List[Tuple[str, str, str]]]] = None
 
 
+class BrokenPlugin(UsageError):
+    """A plug-in from another distribution (an ``envtool.plugins`` entry point) that cannot be
+    imported or does not implement its kind's interface: exit 2, naming the distribution."""
+
+
 class UnknownPlugin(UsageError, KeyError):
     """No plug-in of that name in a registry.
 
@@ -224,8 +229,9 @@ class Registry(Generic[T]):
 
         Raises:
             UnknownPlugin: no such name (the message lists the registered ones).
-            ImportError, AttributeError: its ``module:attribute`` cannot be loaded.
-            TypeError, ValueError: the registry's check refuses the loaded object.
+            BrokenPlugin: a plug-in from an entry point cannot be loaded or its registry's check
+                refuses it (exit 2, naming the distribution to fix or uninstall).
+            ImportError, AttributeError, TypeError, ValueError: the same for a built-in (a bug).
         """
         if name in self._loaded:
             return self._loaded[name]
@@ -233,9 +239,15 @@ class Registry(Generic[T]):
         if name not in self._targets:
             raise UnknownPlugin(f"unknown {self.kind} {name!r}; expected one of {', '.join(self._targets)}")
         target = self._targets[name]
-        obj = _load(target) if isinstance(target, str) else target
-        if self._check is not None:
-            self._check(obj)
+        try:
+            obj = _load(target) if isinstance(target, str) else target
+            if self._check is not None:
+                self._check(obj)
+        except (ImportError, AttributeError, TypeError, ValueError) as exc:
+            if self.is_builtin(name):
+                raise
+            raise BrokenPlugin(f"{self.kind} {name!r} ({self.origin(name)}, {target}) cannot be used: "
+                               f"{type(exc).__name__}: {exc}; fix or uninstall that distribution") from exc
         self._loaded[name] = obj  # type: ignore[assignment]
         return obj  # type: ignore[return-value]
 

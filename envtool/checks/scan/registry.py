@@ -16,7 +16,7 @@ import sys
 from typing import List, Type, TypeVar
 
 from envtool.checks.scan.rule import LEVELS, Rule
-from envtool.core.plugins import Registry
+from envtool.core.plugins import BrokenPlugin, Registry
 
 #: Modules under ``envtool.checks.scan.rules`` that define rules.
 MODULES = ("syntax", "fork_start_method", "no_main_guard", "dataloader_workers", "dead_supports_context",
@@ -67,7 +67,7 @@ def unregister(rule_id: str) -> None:
 def _load(rule_id: str):
     try:
         obj = RULES.get(rule_id)
-    except (ImportError, AttributeError, TypeError, ValueError) as exc:
+    except (BrokenPlugin, ImportError, AttributeError, TypeError, ValueError) as exc:
         if RULES.is_builtin(rule_id):
             raise
         print(f"envtool: warning: scan rule {rule_id} ({RULES.origin(rule_id)}) left out: "
