@@ -141,7 +141,7 @@ def test_an_lsf_submit_line_printed_for_pasting_carries_the_script(tmp_path):
     script = tmp_path / "a dir" / "job.sh"
     script.parent.mkdir()
     script.write_text("#BSUB -J x\necho hi\n")
-    argv = watch.submit_argv(lsf, script)
+    argv = watch.pasteable_submit_argv(lsf, script)
     assert argv[:2] == ["sh", "-c"] and argv[-1] == str(script)
     # pasted into a shell, bsub gets the script on its standard input (cat stands in for bsub here)
     line = shlex.join(argv).replace("exec bsub", "exec cat", 1)

@@ -256,7 +256,7 @@ def plan_job(target: Target, opts: JobOptions, progress: Progress = lambda s: No
     req, text = _script(target, opts, sched, run_dir, _launch_steps(target, opts, run_dir, checks, with_preflight,
                                                                     image))
     script = run_dir / "job.sh"
-    submit = tuple(wt.submit_argv(sched, script)) if capabilities(sched).submits else ("bash", str(script))
+    submit = tuple(wt.pasteable_submit_argv(sched, script)) if capabilities(sched).submits else ("bash", str(script))
     plan = JobPlan(target=target, options=opts, sched=sched, run_dir=run_dir, script=script, text=text,
                    submit=submit, checks=checks, layout=req.layout, with_preflight=with_preflight,
                    launcher_note=note, image=image, poll_max=poll_max)

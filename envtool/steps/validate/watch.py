@@ -13,7 +13,7 @@ from typing import Callable, List, Optional, Tuple
 
 from envtool.core import procs
 from envtool.core.errors import CheckFailed, UsageError
-from envtool.scheduler.model import SchedulerOutputError
+from envtool.scheduler.model import SchedulerOutputError, capabilities
 
 Progress = Callable[[str], None]
 
@@ -96,7 +96,7 @@ class TermAsInterrupt:
             signal.signal(signal.SIGTERM, self._old)
 
 
-def submit_argv(sched, script: Path) -> List[str]:
+def pasteable_submit_argv(sched, script: Path) -> List[str]:
     """The scheduler's submit command for ``script`` (words), as a command that runs alone when pasted:
     a scheduler whose submit command reads the script on standard input (LSF's ``bsub < SCRIPT``)
     gets ``sh -c 'exec bsub < "$0"' SCRIPT``."""
@@ -137,7 +137,7 @@ def submit(sched, script: Path) -> str:
 
 def _lost(sched, job_id: str, watch: JobWatch, progress: Progress) -> bool:
     """While the job runs: True (and ``watch.lost`` filled) when one of its nodes stopped responding."""
-    if not hasattr(sched, "unresponsive_nodes"):
+    if not capabilities(sched).names_nodes:  # the same declaration judge.lost_nodes reads
         return False
     watch.nodes = watch.nodes or sched.job_nodes(job_id)
     lost = sched.unresponsive_nodes(watch.nodes) if watch.nodes else []
