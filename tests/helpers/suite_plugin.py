@@ -4,12 +4,14 @@
 * the fast tier: ``multinode``, ``slurm`` and ``twin`` imply ``slow``; a test not marked ``slow``
   whose set-up and call take over :data:`FAST_LIMIT_S` s times the measured slowdown fails;
 * pytest-xdist groups: a test's module, the ``multinode`` tests one group;
-* per-phase wall and CPU seconds as JUnit properties, for ``benchmarks/bench_suite.py``.
+* per-phase wall and CPU seconds, the start time and the worker as JUnit properties, for
+  ``benchmarks/bench_suite.py``.
 """
 from __future__ import annotations
 
 import os
 import resource
+import time
 from pathlib import Path
 
 import pytest
@@ -88,6 +90,7 @@ def _cpu_seconds() -> float:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     item.__dict__["_envtool_cpu_mark"] = _cpu_seconds()
+    item.__dict__["_envtool_started"] = time.time()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -116,5 +119,9 @@ def pytest_runtest_makereport(item, call):
             report.user_properties.append((f"{when}_s", f"{durations.get(when, 0.0):.3f}"))
         report.user_properties.append(("setup_cpu_s", f"{durations.get('setup_cpu', 0.0):.3f}"))
         report.user_properties.append(("cpu_s", f"{sum(durations.get(f'{w}_cpu', 0.0) for w in ('call', 'teardown')):.3f}"))
+        # when the set-up began (seconds since the epoch) and on which pytest-xdist worker: the run's
+        # timeline, which benchmarks/bench_suite.py reads for the time a worker waited
+        report.user_properties.append(("started", f"{item.__dict__.get('_envtool_started', 0.0):.1f}"))
+        report.user_properties.append(("worker", os.environ.get("PYTEST_XDIST_WORKER", "main")))
         report.user_properties.append(("markers", ",".join(sorted(
             {m.name for m in item.iter_markers() if m.name in SLOW_MARKERS or m.name == "lmod"}))))
