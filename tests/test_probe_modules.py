@@ -375,6 +375,28 @@ def test_one_dataloader_probe_after_hvd_init_in_cpu_env(cpu_horovod_env):
 
 
 @pytest.mark.slow
+def test_rank_probes_dataloader_check_names_workers_that_send_nothing(cpu_horovod_env):
+    """The validation job's DataLoader check (envtool/validate/rank_probe.py) gives up on workers that
+    send no batch within its timeout, naming the method and the wait, instead of hanging the rank;
+    the same check passes with workers that answer."""
+    code = textwrap.dedent("""
+        import json, sys, time
+        sys.path.insert(0, sys.argv[1])
+        import rank_probe
+        print(json.dumps(rank_probe.dataloader_check("fork", timeout=30)))
+        rank_probe.Squares.__getitem__ = lambda self, i: time.sleep(60)  # the forked workers inherit it
+        print(json.dumps(rank_probe.dataloader_check("fork", timeout=2)))
+    """)
+    proc = subprocess.run([str(cpu_horovod_env / "bin" / "python"), "-c", code,
+                           str(Path(vprobes.__file__).parent)], capture_output=True, text=True, timeout=scaled(300))
+    assert proc.returncode == 0, proc.stderr
+    good, stuck = (json.loads(line) for line in proc.stdout.splitlines())
+    assert good["ok"] and good["method"] == "fork" and good["error"] is None, good
+    assert not stuck["ok"] and 2 <= stuck["seconds"] < 30, stuck
+    assert "start method fork" in stuck["error"] and "within 2 s" in stuck["error"], stuck
+
+
+@pytest.mark.slow
 def test_env_info_probe_in_cpu_env(cpu_horovod_env):
     from envtool.checks import envprobe
 

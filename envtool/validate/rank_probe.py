@@ -205,13 +205,30 @@ def sweep(torch, allreduce, barrier, rank, size, max_bytes, device=None):
             "results not bit-exact at " + ", ".join(str(s["bytes"]) + " B" for s in out if not s["exact"])}
 
 
-def dataloader_check(method):
-    """Iterate a DataLoader with 2 workers under start ``method``; returns ok/method/seconds/error."""
+#: seconds the DataLoader check waits for one batch from its workers (DataLoader's ``timeout``,
+#: https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader) before it reports them
+#: stuck: the first batch includes starting a worker and its ``import torch``, which a loaded
+#: node's shared file system can stretch to minutes
+DATALOADER_TIMEOUT_S = 300
+
+
+def dataloader_check(method, timeout=DATALOADER_TIMEOUT_S):
+    """Iterate a DataLoader with 2 workers under start ``method``; returns ok/method/seconds/error.
+
+    A batch that does not come within ``timeout`` seconds fails the check (naming the method and the
+    wait) instead of hanging the rank until the job's limit."""
     from torch.utils.data import DataLoader
 
     started = time.monotonic()
-    loader = DataLoader(Squares(), batch_size=2, num_workers=2, multiprocessing_context=method)
-    total = int(sum(int(b.sum()) for b in loader))
+    loader = DataLoader(Squares(), batch_size=2, num_workers=2, multiprocessing_context=method, timeout=timeout)
+    try:
+        total = int(sum(int(b.sum()) for b in loader))
+    except RuntimeError as exc:
+        if "timed out" not in str(exc):
+            raise
+        return {"ok": False, "method": method or "(default)", "seconds": round(time.monotonic() - started, 3),
+                "error": f"the DataLoader's workers (start method {method or 'the default'}) sent no batch "
+                         f"within {timeout} s: {exc}"}
     ok = total == sum(i * i for i in range(8))
     return {"ok": ok, "method": method or "(default)", "seconds": round(time.monotonic() - started, 3),
             "error": None if ok else f"wrong total {total}"}
@@ -581,6 +598,8 @@ def main(argv):
             _say(phase, "DataLoader")
             rec["checks"]["dataloader"] = dataloader_check(method)
             if sweep_max:
+                _say(phase, "allreduce sweep")
+
                 def allreduce(t, name):
                     return hvd.allreduce(t, name=name, op=hvd.Sum)
 
