@@ -71,6 +71,8 @@ def summarise(path: Path, started: Optional[float] = None, budget: float = 2400.
     Returns:
         ``{"wall_s", "pytest_s", "budget_s", "within_budget", "phases": {name: seconds},
         "test_seconds", "parallelism", "counts": {outcome: n}, "slowest": [{"name", "phase", "s"}],
+        "workers": {worker: {"tests", "busy_s", "first_s", "last_s"}} (seconds since pytest's start;
+        from the ``started``/``worker`` properties, empty for runs that lack them),
         "load": [1, 5, 15 min]}``; seconds are floats.
     Raises:
         OSError: the file cannot be read.
@@ -87,6 +89,7 @@ def summarise(path: Path, started: Optional[float] = None, budget: float = 2400.
         phases["set-up"] = max(0.0, t0 - started)
     counts: Dict[str, int] = {}
     items: List[Tuple[float, str, str]] = []
+    workers: Dict[str, Dict[str, float]] = {}
     for case in suite.iter("testcase"):
         name = f"{case.get('classname', '')}::{case.get('name', '')}"
         outcome = "passed"
@@ -103,6 +106,12 @@ def summarise(path: Path, started: Optional[float] = None, budget: float = 2400.
         else:
             setup, call, down, multinode = 0.0, total, 0.0, False
         setup_cpu, run_cpu = float(props.get("setup_cpu_s", "0")), float(props.get("cpu_s", "0"))
+        if "worker" in props and float(props.get("started", "0")) > 0:
+            w = workers.setdefault(props["worker"], {"tests": 0, "busy_s": 0.0, "first": float("inf"), "last": 0.0})
+            begin = float(props["started"])
+            w["tests"] += 1
+            w["busy_s"] += setup + call + down
+            w["first"], w["last"] = min(w["first"], begin), max(w["last"], begin + setup + call + down)
         if multinode:
             phases["multi-node"] += setup + call + down
             cpu["multi-node"] += setup_cpu + run_cpu
@@ -126,6 +135,10 @@ def summarise(path: Path, started: Optional[float] = None, budget: float = 2400.
             "within_budget": wall <= budget, "phases": phases, "cpu_seconds": cpu, "test_seconds": test_seconds,
             "parallelism": (test_seconds / pytest_s) if pytest_s else 0.0, "counts": counts,
             "slowest": [{"name": n, "phase": ph, "s": s} for s, n, ph in items[:top]],
+            "workers": {name: {"tests": int(w["tests"]), "busy_s": w["busy_s"],
+                               "first_s": (w["first"] - t0) if t0 is not None else None,
+                               "last_s": (w["last"] - t0) if t0 is not None else None}
+                        for name, w in sorted(workers.items())},
             "load": list(os.getloadavg())}
 
 
@@ -149,6 +162,9 @@ def render(summary: dict) -> str:
         lines.append(f"{name:<11} {sec:8.0f}   {sec / denom:5.1%}   {'-' if c is None else f'{c:8.0f}'}")
     lines.append(f"(test-seconds {s['test_seconds']:.0f} over {s['pytest_s']:.0f} s of pytest: "
                  f"{s['parallelism']:.2f} at a time)")
+    for name, w in s.get("workers", {}).items():   # runs before the start times were recorded have none
+        span = "" if w["first_s"] is None else f", from {w['first_s']:.0f} s to {w['last_s']:.0f} s of pytest"
+        lines.append(f"worker {name}: {w['tests']} tests, {w['busy_s']:.0f} s in tests{span}")
     lines.append(f"slowest {len(s['slowest'])}:")
     for item in s["slowest"]:
         lines.append(f"  {item['s']:7.1f} s  {item['phase']:<6} {item['name']}")

@@ -68,6 +68,10 @@ def test_an_unmarked_test_over_the_limit_fails_and_a_slow_one_passes(tmp_path):
     summary = json.loads(out.stdout)
     assert summary["counts"] == {"passed": 3, "failure": 1}
     assert 1.4 < summary["phases"]["multi-node"] < 3 and 2.9 < summary["phases"]["one-node"] < 5, summary
+    # the run's timeline: one process (no xdist), its four tests one after another
+    (worker,) = summary["workers"].values()
+    assert worker["tests"] == 4 and 4.3 < worker["busy_s"] < 8, summary["workers"]
+    assert 0 <= worker["first_s"] < worker["first_s"] + worker["busy_s"] <= worker["last_s"] + 0.5, worker
 
 
 BUILDER = textwrap.dedent('''
