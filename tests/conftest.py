@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from envtool.core.procs import EXIT_SIGNALS  # noqa: E402
 from helpers import shared, speed  # noqa: E402  (tests/ is on sys.path from here on)
 from helpers.suite_plugin import (  # noqa: E402,F401  (hooks: the tiers, the xdist groups, the phases)
-    pytest_collection_modifyitems, pytest_runtest_makereport, pytest_runtest_setup)
+    keep_group_order, pytest_collection_modifyitems, pytest_runtest_makereport, pytest_runtest_setup)
 
 def default_stop_signals():
     """``preexec_fn`` for a child the test will signal: envtool's stop signals at their default action,
@@ -60,6 +60,7 @@ def pytest_configure(config):
     2.11), and every ``envtool`` the suite starts inherits that: envtool then rightly leaves them
     ignored, as for ``nohup``. A rehearsal started that way saw ``create`` exit 0 after the test's
     SIGINT (issue 37). The tests that need an ignored signal set it themselves (``preexec_fn``)."""
+    keep_group_order(config)  # in pytest-xdist's controller, which hands out the groups
     for name, value in getattr(config, "workerinput", {}).get("envtool_controller_env", {}).items():
         if value is None:
             os.environ.pop(name, None)

@@ -114,3 +114,23 @@ def test_once_builds_one_artifact_for_two_processes_and_remembers_a_failure(tmp_
             assert outs == [str(base / "shared" / "toy")] * 2 and (base / "shared" / "toy").is_dir()
         else:
             assert all(o.startswith("FAILED") and "the toy build broke" in o for o in outs), outs
+
+
+def test_pytest_xdist_hands_out_the_groups_in_the_order_the_suite_gives_them(tmp_path):
+    """pytest-xdist's controller reorders the groups by size unless told not to; the suite's order
+    (a module with a slow test before a larger one without) must reach the worker."""
+    (tmp_path / "conftest.py").write_text(
+        "from helpers.suite_plugin import *  # noqa: F401,F403\n"
+        "def pytest_configure(config):\n"
+        "    config.addinivalue_line('markers', 'slow: x')\n"
+        "    keep_group_order(config)\n")
+    (tmp_path / "test_few.py").write_text("import pytest\n@pytest.mark.slow\ndef test_slow_one():\n    pass\n")
+    (tmp_path / "test_many.py").write_text("".join(f"def test_{n}():\n    pass\n" for n in range(4)))
+    env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{REPO}", "ENVTOOL_TEST_SLOWDOWN": "1"}
+    env.pop("PYTEST_ADDOPTS", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-n", "1", "--dist",
+                           "loadgroup", "--rootdir", str(tmp_path)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=scaled(120))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ran = [line.split("PASSED ")[1].split("::")[0] for line in proc.stdout.splitlines() if "PASSED " in line]
+    assert ran == ["test_few.py"] + ["test_many.py"] * 4, proc.stdout

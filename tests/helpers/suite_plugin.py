@@ -49,7 +49,8 @@ def pytest_collection_modifyitems(config, items):
     by number of tests, is switched off: ``--no-loadscope-reorder``): the multi-node group (the
     longest chain), then the groups that build the twin or an image, then those using the
     cpu-horovod environment, each by its number of slow tests, then the rest by size. Inside the
-    multi-node group the tests on images come last; otherwise a group's tests keep their order."""
+    multi-node group the tests that need no build come first (while the cpu-horovod environment is
+    built), those on images last; otherwise a group's tests keep their order."""
     groups: dict = {}
     for index, item in enumerate(items):
         if any(item.get_closest_marker(m) for m in SLOW_MARKERS[1:]) and not item.get_closest_marker("slow"):
@@ -70,14 +71,33 @@ def pytest_collection_modifyitems(config, items):
         return (rank, -slow, -len(members))
 
     def inside(item):
-        return item.get_closest_marker("multinode") is not None and \
-            bool(IMAGE_FIXTURES & set(getattr(item, "fixturenames", ())))
+        """0: a multi-node test that needs no build (it runs while the cpu-horovod environment is
+        built), 1: one on that environment, 2: one on an image; any other test 0."""
+        if item.get_closest_marker("multinode") is None:
+            return 0
+        used = set(getattr(item, "fixturenames", ()))
+        return 2 if IMAGE_FIXTURES & used else 1 if "cpu_horovod_env" in used else 0
 
     order = sorted(groups, key=weight)
     position = {id(item): n for n, item in enumerate(items)}
     items[:] = [item for g in order for item in sorted(groups[g], key=lambda i: (inside(i), position[id(i)]))]
+    keep_group_order(config)
+
+
+def keep_group_order(config) -> None:
+    """pytest-xdist's own order of the groups (most tests first) off: the order of the collection is
+    kept. The controller process hands out the groups, so this must happen there as well as in the
+    workers (:func:`pytest_configure`); ``--no-loadscope-reorder`` is pytest-xdist 3.6's option."""
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist has added its options
+def pytest_configure(config):
+    """In the controller process too (it collects nothing): keep the order
+    :func:`pytest_collection_modifyitems` gives the groups (``tests/conftest.py``, which has a
+    ``pytest_configure`` of its own, calls :func:`keep_group_order`)."""
+    keep_group_order(config)
 
 
 def _cpu_seconds() -> float:
