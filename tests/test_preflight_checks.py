@@ -170,3 +170,40 @@ def test_bad_interface_in_the_site_file_is_exit_2(tmp_path, value):
     err = _jobscript(site, expect=2).stderr
     assert str(site) in err and "batch.interface" in err and "a network interface name" in err, err
     assert "Traceback" not in err
+
+
+SHUTDOWN = """
+import json, os, sys, time
+sys.path.insert(0, sys.argv[1])
+import rank_probe
+rec = {"phase": "probe", "host": "node1", "launcher_rank": 1, "ok": True, "checks": {}}
+rank_probe._write(rec, sys.argv[2], "probe")
+rank_probe.bounded_shutdown(rec, sys.argv[2], "probe", lambda: time.sleep(float(sys.argv[3])), timeout=1)
+print("shutdown returned")
+"""
+
+
+@pytest.mark.parametrize("takes", [60, 0])
+def test_a_rank_whose_shutdown_hangs_leaves_and_says_so(tmp_path, takes):
+    """A rank whose Horovod shutdown (MPI_Finalize) does not return in time adds that to its record and
+    exits 0 at once; validate names it as a warning, not a problem. One that returns in time is
+    left alone."""
+    import time
+
+    from envtool.validate import rank_probe
+
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", SHUTDOWN, str(Path(rank_probe.__file__).parent), str(tmp_path),
+                           str(takes)], capture_output=True, text=True, timeout=scaled(60))
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - t0 < 30
+    recs = rk.gather(tmp_path, "probe")
+    assert rk.judge(recs, 2) == ["rank 0: no result (it did not start or was killed; see the job output)"]
+    if takes:
+        assert "shutdown returned" not in proc.stdout
+        (said,) = rk.shutdown_warnings(recs)
+        assert said.startswith("rank 1 on node1: Horovod's shutdown (MPI_Finalize under MPI) did not return "
+                               "within 1 s; it left without it"), said
+    else:
+        assert "shutdown returned" in proc.stdout and "shutdown" not in recs[0]
+        assert rk.shutdown_warnings(recs) == []

@@ -301,6 +301,8 @@ def _print_job(args, result) -> None:
         _print_controllers(result)
     elif result.ranks or not (args.preflight or (result.preflight is not None and result.preflight.problems)):
         print(rk.table(result.ranks))
+    for warning in getattr(result, "warnings", ()):
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 def _image_target(args):

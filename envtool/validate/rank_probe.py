@@ -46,6 +46,7 @@ import subprocess
 import struct
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import warnings
@@ -558,6 +559,7 @@ def main(argv):
     sweep_max = int(opts["--sweep"])
     rec = {"phase": phase, "host": socket.gethostname(), "pid": os.getpid(), "launcher_rank": _first(RANK_VARS),
            "launcher_local_rank": _first(LOCAL_RANK_VARS), "ok": False, "checks": {}}
+    shutdown = None  # Horovod's, once it is up
     try:
         if controller == "torch":
             torch_probe(rec, method, sweep_max)
@@ -579,6 +581,7 @@ def main(argv):
 
         _say(phase, "hvd.init()")
         hvd.init()
+        shutdown = hvd.shutdown
         _say(phase, "rank %d of %d" % (hvd.rank(), hvd.size()))
         rec.update(rank=hvd.rank(), local_rank=hvd.local_rank(), size=hvd.size(),
                    controller="mpi" if hvd.mpi_enabled() else ("gloo" if hvd.gloo_enabled() else "?"))
@@ -617,7 +620,42 @@ def main(argv):
     except BaseException as exc:  # report anything, including SystemExit from a library
         rec["error"] = f"{type(exc).__name__}: {exc}".strip()
         rec["traceback"] = traceback.format_exc()[-4000:]
-    return _write(rec, out_dir, phase)
+    code = _write(rec, out_dir, phase)
+    if shutdown is not None:
+        bounded_shutdown(rec, out_dir, phase, shutdown)
+    return code
+
+
+#: seconds Horovod's shutdown may take once the rank has written its record (under MPI it ends in
+#: ``MPI_Finalize``, which waits for every rank)
+SHUTDOWN_TIMEOUT_S = 120
+
+
+def bounded_shutdown(rec, out_dir, phase, shutdown, timeout=SHUTDOWN_TIMEOUT_S):
+    """Run ``shutdown()`` (``hvd.shutdown``) in a thread and wait at most ``timeout`` seconds.
+
+    Past that, the rank adds ``shutdown: {ok: false, seconds, error}`` to its record and leaves at
+    once (exit 0: its checks are in), so a job whose MPI hangs in ``MPI_Finalize`` (seen with
+    Debian's MPICH 4.0 over UCX's TCP transport, about 1 run in 30 here) ends and says so instead of
+    holding the nodes until the job's limit; ``validate`` reports it as a warning."""
+    done = threading.Event()
+
+    def run():
+        try:
+            shutdown()
+        finally:
+            done.set()
+
+    started = time.monotonic()
+    threading.Thread(target=run, name="horovod shutdown", daemon=True).start()
+    if done.wait(timeout):
+        return
+    rec["shutdown"] = {"ok": False, "seconds": round(time.monotonic() - started, 3),
+                       "error": f"Horovod's shutdown (MPI_Finalize under MPI) did not return within {timeout} s"}
+    _write(rec, out_dir, phase)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _write(rec, out_dir, phase):

@@ -97,6 +97,21 @@ def judge(records: List[dict], ranks: int, expected_warnings: Sequence[str] = ()
     return problems
 
 
+def shutdown_warnings(records: List[dict]) -> List[str]:
+    """One line per rank whose Horovod shutdown (``MPI_Finalize`` under MPI) did not return in time
+    after its checks passed (the record's ``shutdown``, written by ``rank_probe.bounded_shutdown``):
+    a training script on this MPI may hang at its exit and hold its nodes until the job's limit."""
+    out = []
+    for r in records:
+        down = r.get("shutdown") or {}
+        if down.get("ok") is False:
+            rank = r.get("launcher_rank") if r.get("launcher_rank") is not None else r.get("rank")
+            out.append(f"rank {rank if rank is not None else '?'} on {r.get('host', '?')}: {down.get('error')}; "
+                       "it left without it: a training script on this MPI may hang at its exit until the job's "
+                       "time limit")
+    return out
+
+
 def errors_in_output(path: Path, limit: int = 3) -> List[str]:
     """Up to ``limit`` distinct error lines of a job's output (MPI aborts, tracebacks' last lines),
     for ranks that died before writing a result. Warnings are skipped; lines that differ only in

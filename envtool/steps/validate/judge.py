@@ -138,6 +138,7 @@ def _ranks(plan, got, result: JobResult) -> None:
     summary = rk.import_summary(recs, plan.options.slow_seconds)
     result.import_time = dict(summary) if summary is not None else None
     result.problems += rk.judge(recs, plan.layout.ranks, expected_warnings(target))
+    result.warnings += rk.shutdown_warnings(recs)
     if any(": no result" in p for p in result.problems):
         said = rk.errors_in_output(plan.run_dir / "job.out")
         if said:

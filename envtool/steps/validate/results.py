@@ -165,6 +165,8 @@ class JobResult:
     controllers: Optional[Dict[str, ControllerResult]] = None
     benchmark: Optional[Dict[str, Any]] = None
     problems: List[str] = field(default_factory=list)
+    #: what passed but deserves a look (a rank whose MPI_Finalize hung), one line each
+    warnings: List[str] = field(default_factory=list)
     extras: Extras = field(default_factory=Extras)
 
     @property
@@ -184,7 +186,7 @@ class JobResult:
             output=str(self.output) if self.output else None, scheduler=self.scheduler, layout=self.layout,
             job_id=self.job_id, state=self.state, exit_status=self.exit_status, checks=self.checks,
             check_build=self.check_build.to_dict() if self.check_build else None, ranks=self.ranks,
-            problems=self.problems, ok=self.ok)
+            problems=self.problems, warnings=self.warnings, ok=self.ok)
         if self.launcher_note:
             d["launcher_note"] = self.launcher_note
         if self.preflight is not None:
