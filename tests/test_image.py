@@ -349,10 +349,14 @@ def test_validate_mpich_image_across_two_nodes_through_pmi2(tools, mpich_image_d
     # namespaces refuse ("mm_posix.c … Permission denied"); on real nodes UCX picks the network.
     # UCX_TLS (https://openucx.readthedocs.io/en/master/faq.html) keeps it to TCP here.
     # The spec of the environment in the image names the DataLoader start method its ranks use
-    # (forkserver): a DataLoader that forks after MPICH's UCX is up can hang (seen here).
+    # (forkserver). This MPICH (4.0.2, ch4:ucx) can hang in MPI_Finalize at the ranks' exit, after
+    # their checks (https://github.com/pmodels/mpich/pull/6596, fixed in 4.2.0); the ranks bound
+    # Horovod's shutdown and validate names it as a warning, printed here when it happens.
     res = _validate_image_on_two_nodes(multinode_cluster, out / "rootfs", site, tmp_path / "run",
                                        env={"UCX_TLS": "tcp,self"}, args=("--spec", "cpu-horovod"))
     said = res["ranks"]
+    for warning in res.get("warnings", ()):
+        print(f"validate warned: {warning}")
     assert [r["checks"]["dataloader"]["method"] for r in said] == ["forkserver", "forkserver"], said
     script = (tmp_path / "run" / "job.sh").read_text()
     assert "--mpi=pmi2" in script and "ch-run" in script, script
