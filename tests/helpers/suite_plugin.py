@@ -141,7 +141,7 @@ def pytest_runtest_makereport(item, call):
         report.user_properties.append(("cpu_s", f"{sum(durations.get(f'{w}_cpu', 0.0) for w in ('call', 'teardown')):.3f}"))
         # when the set-up began (seconds since the epoch) and on which pytest-xdist worker: the run's
         # timeline, which benchmarks/bench_suite.py reads for the time a worker waited
-        report.user_properties.append(("started", f"{item.__dict__.get('_envtool_started', 0.0):.1f}"))
+        report.user_properties.append(("started", f"{item.__dict__.get('_envtool_started', 0.0):.3f}"))
         report.user_properties.append(("worker", os.environ.get("PYTEST_XDIST_WORKER", "main")))
         report.user_properties.append(("markers", ",".join(sorted(
             {m.name for m in item.iter_markers() if m.name in SLOW_MARKERS or m.name == "lmod"}))))
