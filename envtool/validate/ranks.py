@@ -57,6 +57,17 @@ def gather(run_dir: Path, phase: str) -> List[dict]:
                                       else r.get("rank") or 0))
 
 
+def _rank(r: dict):
+    """A record's rank: the launcher's, else Horovod's, else None."""
+    return r.get("launcher_rank") if r.get("launcher_rank") is not None else r.get("rank")
+
+
+def _where(r: dict) -> str:
+    """``rank R on HOST`` for a record, ``?`` for what it lacks."""
+    rank = _rank(r)
+    return f"rank {rank if rank is not None else '?'} on {r.get('host', '?')}"
+
+
 def judge(records: List[dict], ranks: int, expected_warnings: Sequence[str] = ()) -> List[str]:
     """Problems, one line each, naming rank and host: failed checks, errors, ranks that never
     reported, and warnings that importing the framework and Horovod printed on a rank.
@@ -73,9 +84,9 @@ def judge(records: List[dict], ranks: int, expected_warnings: Sequence[str] = ()
     problems = []
     seen = set()
     for r in records:
-        rank = r.get("launcher_rank") if r.get("launcher_rank") is not None else r.get("rank")
+        rank = _rank(r)
         seen.add(rank)
-        where = f"rank {rank if rank is not None else '?'} on {r.get('host', '?')}"
+        where = _where(r)
         if r.get("rank") is not None and r.get("launcher_rank") is not None and r["rank"] != r["launcher_rank"]:
             problems.append(f"{where}: the launcher started it as rank {r['launcher_rank']}, Horovod sees rank "
                             f"{r['rank']} of {r.get('size')} (MPI did not initialise through the launcher: "
@@ -105,8 +116,7 @@ def shutdown_warnings(records: List[dict]) -> List[str]:
     for r in records:
         down = r.get("shutdown") or {}
         if down.get("ok") is False:
-            rank = r.get("launcher_rank") if r.get("launcher_rank") is not None else r.get("rank")
-            out.append(f"rank {rank if rank is not None else '?'} on {r.get('host', '?')}: {down.get('error')}; "
+            out.append(f"{_where(r)}: {down.get('error')}; "
                        "it left without it: a training script on this MPI may hang at its exit until the job's "
                        "time limit")
     return out
