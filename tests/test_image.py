@@ -304,7 +304,7 @@ def _validate_image_on_two_nodes(cluster, rootfs: Path, site: Path, run: Path, e
     t0 = time.monotonic()
     proc = cluster.run(sys.executable, "-m", "envtool", "validate", "--image", rootfs, *args,
                        "--site-file", site, "--submit", "--nodes", "2", "--ranks-per-node", "1",
-                       "--sweep-max", "1KiB", "--workdir", run, "--timeout", "900", "--json",
+                       "--sweep-max", "0", "--workdir", run, "--timeout", "900", "--json",
                        cwd=str(REPO), env={"ENVTOOL_DEBUG": "", "USER": "root", **(env or {})}, timeout=1200)
     print(f"\nvalidate --image across 2 nodes: {time.monotonic() - t0:.0f} s")
     res = json.loads(proc.stdout)

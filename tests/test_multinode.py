@@ -159,7 +159,7 @@ def test_validate_submit_runs_ranks_on_both_nodes(multinode_cluster, site, cpu_h
     run = tmp_path / "run"
     t0 = time.monotonic()
     proc = envtool(multinode_cluster, "validate", "--prefix", prefix, "--site-file", site, "--submit",
-                   "--sweep-max", "1KiB", "--nodes", "2",
+                   "--sweep-max", "0", "--nodes", "2",
                    "--ranks-per-node", "2", "--workdir", run, "--json", "--timeout", "480", timeout=scaled(600))
     assert proc.returncode == 0, proc.stderr + proc.stdout + multinode_cluster.logs()
     data = json.loads(proc.stdout)
@@ -186,7 +186,7 @@ def test_validate_submit_on_a_site_whose_job_scripts_use_mpirun(multinode_cluste
     assert "launcher: mpirun" in text
     run = tmp_path / "run"
     proc = envtool(multinode_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", site, "--submit",
-                   "--nodes", "2", "--ranks-per-node", "1", "--sweep-max", "8", "--workdir", run, "--json",
+                   "--nodes", "2", "--ranks-per-node", "1", "--sweep-max", "0", "--workdir", run, "--json",
                    "--timeout", "480", timeout=scaled(600))
     assert proc.returncode == 0, proc.stderr + proc.stdout + multinode_cluster.logs()
     data = json.loads(proc.stdout)
@@ -341,7 +341,7 @@ def test_validate_submit_records_import_time_and_metadata_calls_per_rank(multino
     prefix = cpu_horovod_env
     run = tmp_path / "run"
     proc = envtool(multinode_cluster, "validate", "--prefix", prefix, "--site-file", site, "--submit",
-                   "--sweep-max", "1KiB", "--nodes", "2",
+                   "--sweep-max", "0", "--nodes", "2",
                    "--ranks-per-node", "1", "--workdir", run, "--json", "--timeout", "480", timeout=scaled(600))
     assert proc.returncode == 0, proc.stderr + proc.stdout + multinode_cluster.logs()
     data = json.loads(proc.stdout)
@@ -372,7 +372,7 @@ def test_a_node_without_strace_is_named_and_the_job_passes(multinode_cluster, si
         multinode_cluster.bind_over("node2", empty, path)
     try:
         proc = envtool(multinode_cluster, "validate", "--prefix", prefix, "--site-file", site, "--submit",
-                       "--sweep-max", "1KiB", "--nodes",
+                       "--sweep-max", "0", "--nodes",
                        "2", "--ranks-per-node", "1", "--workdir", run, "--json", "--timeout", "480", timeout=scaled(600))
     finally:
         for path in hidden:

@@ -64,7 +64,7 @@ def envtool(cluster, *args, timeout=900):
 def test_validate_submit_runs_ranks_under_srun_pmix(slurm_cluster, slurm_site, cpu_horovod_env, tmp_path):
     run = tmp_path / "run"
     proc = envtool(slurm_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", slurm_site, "--submit",
-                   "--sweep-max", "1KiB",
+                   "--sweep-max", "0",
                    "--nodes", "1", "--ranks-per-node", "2", "--workdir", run, "--benchmark", "--steps", "5", "--json")
     assert proc.returncode == 0, proc.stderr + proc.stdout + slurm_cluster.logs()
     data = json.loads(proc.stdout)

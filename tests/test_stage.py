@@ -467,7 +467,7 @@ def test_staged_cpu_horovod_validation_across_two_nodes(multinode_cluster, tc_si
         with hidden_on_nodes(multinode_cluster, prefix, tmp_path / "empty"):
             t1 = time.monotonic()
             proc = envtool_on_head(multinode_cluster, "validate", "--stage", tar, "--prefix", prefix, "--site-file",
-                                   site, "--submit", "--sweep-max", "1KiB", "--nodes", "2", "--ranks-per-node", "2",
+                                   site, "--submit", "--sweep-max", "0", "--nodes", "2", "--ranks-per-node", "2",
                                    "--workdir", tmp_path / "run", "--json", "--timeout", "1200", timeout=1300)
             took = time.monotonic() - t1
     finally:

@@ -48,6 +48,7 @@ def test_dry_run_prints_the_plan_and_submits_nothing(tmp_path, venv_prefix):
         assert step in out, out
     assert "checks: horovod-mpi, horovod-gloo, torch-gloo" in out
     assert "#SBATCH" in out and "--mpi=none" in out and "rendezvous.py" in out
+    assert " --sweep 67108864" in out, out  # the default sweep goes to 64 MiB (validate --help)
     assert f"submit: sbatch --parsable {tmp_path / 'run' / 'job.sh'}" in out
     assert not (tmp_path / "run").exists()  # nothing written
 
