@@ -112,8 +112,9 @@ def test_doctor_live_line_fits_60_columns_and_leaves_no_copies(long_named_env):
 @pytest.mark.slow  # over 5 s with two workers: the full suite only (tests/README.md, fast tier)
 def test_validate_submit_phases_fit_60_columns(cpu_horovod_env, tmp_path):
     workdir = tmp_path / "a-run-directory-with-a-long-name-so-the-job-script-path-is-wide"
+    # a short sweep (its progress lines are drawn too; the default 64 MiB adds some 15 s here)
     rc, out = run_pty(["validate", "--prefix", cpu_horovod_env, "--submit", "--site", "local", "--nodes", "1",
-                       "--ranks-per-node", "1", "--workdir", workdir], columns=60)
+                       "--ranks-per-node", "1", "--sweep-max", "1KiB", "--workdir", workdir], columns=60)
     assert rc == 0, out
     frames = [SGR.sub("", f) for f in out.replace("\r\n", "\n").split("\r\x1b[K")]
     assert any(re.search(r"^validate: running .*…, \d+s$", f) or re.search(r"^validate: running .*, \d+s$", f)
