@@ -16,7 +16,10 @@ def register(sub) -> None:
                                    "(envtool jobscript --stage FILE). Conda environments go through conda-pack; "
                                    "venvs are relocated by envtool and need their base interpreter at the same path "
                                    "on the compute nodes. The file carries the lockfile (its sha256 is printed) and a "
-                                   "CycloneDX SBOM. See docs/staging.md.")
+                                   "CycloneDX SBOM. Only regular files, directories and links inside the "
+                                   "environment are carried: a socket, FIFO, device node, set-user-ID or set-group-ID "
+                                   "file, or a link leaving it is refused with its path (exit 2). See "
+                                   "docs/staging.md.")
     add_environment_argument(p, "the environment", spec_ok=True)
     p.add_argument("--format", required=True, choices=("squashfs", "tar"),
                    help="tar: unpacked on each node (then relocated); squashfs: mounted read-only with squashfuse")
@@ -24,6 +27,9 @@ def register(sub) -> None:
     p.add_argument("--dest-prefix", type=path_arg, metavar="DIR",
                    help="squashfs: the directory the image will be mounted at (default: the environment's prefix)")
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    p.add_argument("--allow-outside-links", action="store_true",
+                   help="keep symbolic links that leave the environment (as links: their targets must exist at "
+                        "those paths on every node) instead of refusing the pack")
     add_dry_run(p, "written or replaced")
     add_json(p)
     p.set_defaults(func=run)
@@ -38,9 +44,10 @@ def run(args) -> int:
     prefix = environment_arg(prefix_given(args))
     output = Path(args.output) if args.output else None
     if args.dry_run:
-        return _dry_run(args, pack.compose(prefix, args.format, output, args.dest_prefix, args.force))
+        return _dry_run(args, pack.compose(prefix, args.format, output, args.dest_prefix, args.force,
+                                           args.allow_outside_links))
     result = pack.pack(prefix, args.format, output, args.dest_prefix, force=args.force, verbose=args.verbose,
-                       quiet=args.quiet or args.json)
+                       quiet=args.quiet or args.json, allow_outside_links=args.allow_outside_links)
     if args.json:
         print_json(result.to_dict())
         return 0

@@ -10,7 +10,10 @@ def register(sub) -> None:
                                    "that envtool made it there. Anything else (a directory envtool did not make, a "
                                    "symbolic link, the current or home directory, a cache, a published module: "
                                    "use 'envtool retire') is refused with exit 2 and nothing touched. The prefix is "
-                                   "renamed aside first, then deleted, so an interruption leaves all or nothing.")
+                                   "renamed aside first, then deleted, so an interruption leaves all or nothing. "
+                                   "A removal that could not delete everything exits 1, naming what is left and "
+                                   "the command that finishes it; a later remove of the same PREFIX finishes "
+                                   "what an interrupted remove or create left beside it (--dry-run lists it).")
     add_environment_argument(p, "the environment to delete")
     add_dry_run(p, "deleted")
     add_yes(p)
@@ -19,6 +22,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    import os
     import sys
 
     from envtool.core.sizes import human
@@ -43,14 +47,27 @@ def run(args) -> int:
             return 0
     with progress_lines(args, "remove: ") as status:
         result = remove_environment(prefix, dry_run=args.dry_run, say=status)
+    code = 1 if result["left"] else 0
     if args.json:
         print_json(result)
-        return 0
+        return code
     for p in result["swept"]:
         say(f"removed {p}, left by an envtool process that no longer runs")
+    spec = result["spec"] or "?"
     if result["dry_run"]:
-        print(f"would remove {result['prefix']} (spec {result['spec'] or '?'}, {human(result['size'])}); "
-              "nothing was changed")
+        for p in result["leftovers"]:
+            print(f"would remove {p}, left by an envtool process that no longer runs")
+        what = f"{result['prefix']} (spec {spec}, {human(result['size'])})" if os.path.lexists(result["prefix"]) \
+            else f"what is left of {result['prefix']} ({human(result['size'])})"
+        print(f"would remove {what}; nothing was changed")
+    elif code:
+        print(f"remove: {result['prefix']} is gone, but not everything of it could be deleted:", file=sys.stderr)
+        for line in result["problems"]:
+            print(f"  {line}", file=sys.stderr)
+        print(f"to finish: {result['finish']}", file=sys.stderr)
+    elif result["removed"]:
+        print(f"removed {result['prefix']} (spec {spec}, {human(result['size'])} freed)")
     else:
-        print(f"removed {result['prefix']} (spec {result['spec'] or '?'}, {human(result['size'])} freed)")
-    return 0
+        print(f"finished removing {result['prefix']}: deleted what an interrupted envtool left beside it "
+              f"({human(result['size'])} freed)")
+    return code

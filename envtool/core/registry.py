@@ -39,7 +39,9 @@ def registry_dir() -> Path:
     return state_dir() / "environments"
 
 
-def _record_path(prefix: Path) -> Path:
+def record_path(prefix: Path) -> Path:
+    """The file that records ``prefix`` (``registry_dir()/DIGEST.json``, DIGEST the first 24 hex digits
+    of the SHA-256 of the absolute path's bytes); it may not exist."""
     digest = hashlib.sha256(os.fsencode(os.path.abspath(prefix))).hexdigest()[:24]
     return registry_dir() / f"{digest}.json"
 
@@ -59,7 +61,7 @@ def record(prefix: Path, spec: str, kind: str = "created", module: Optional[str]
     Raises:
         OSError: the state directory cannot be made or written (read-only home, full disk).
     """
-    path = _record_path(prefix)
+    path = record_path(prefix)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     data = {"prefix": os.path.abspath(prefix), "spec": spec, "created": created or time.time(), "kind": kind,
             "module": module}
@@ -79,7 +81,7 @@ def record(prefix: Path, spec: str, kind: str = "created", module: Optional[str]
 def forget(prefix: Path) -> bool:
     """Delete the record of ``prefix``; True when there was one."""
     try:
-        _record_path(prefix).unlink()
+        record_path(prefix).unlink()
         return True
     except FileNotFoundError:
         return False

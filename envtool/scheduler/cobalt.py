@@ -15,6 +15,7 @@ import re
 import subprocess
 from typing import Dict, List, Optional, Tuple
 
+from envtool.core import external
 from envtool.scheduler.model import Capabilities, JobRequest, JobState, SchedulerOutputError, output_error
 
 NAME = "cobalt"
@@ -93,7 +94,7 @@ def state(job_id: str) -> JobState:
     """The :class:`JobState` of ``job_id`` from ``qstat ID`` (Cobalt forgets a finished job: then
     ``done``, state ``gone``; ``unknown`` when qstat cannot be run or answers unreadably)."""
     try:
-        proc = subprocess.run(status_argv(job_id), capture_output=True, text=True, timeout=30)
+        proc = external.run(status_argv(job_id), timeout=30)
         found = parse_status(proc.stdout)
     except (OSError, subprocess.TimeoutExpired, SchedulerOutputError):
         return JobState("unknown", "?")

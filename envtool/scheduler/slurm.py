@@ -26,6 +26,7 @@ import re
 import subprocess
 from typing import Dict, List, Optional, Tuple
 
+from envtool.core import external
 from envtool.scheduler.model import Capabilities, JobRequest, JobState, SchedulerOutputError, phase_of, hms, missing, output_error
 
 NAME = "slurm"
@@ -167,7 +168,7 @@ def cancel_argv(job_id: str) -> List[str]:
 def _run(argv: List[str]) -> Optional[str]:
     """``argv``'s standard output, or None when it failed, could not run or took over 30 s."""
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        proc = external.run(argv, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout if proc.returncode == 0 else None
@@ -207,11 +208,16 @@ def state(job_id: str) -> JobState:
 def job_nodes(job_id: str) -> Optional[str]:
     """The job's ``NodeList`` (a hostlist such as ``node[1-2]``), or None before it has nodes."""
     try:
-        proc = subprocess.run(["scontrol", "-o", "show", "job", str(job_id)], capture_output=True, text=True,
-                              timeout=30)
+        proc = external.run(["scontrol", "-o", "show", "job", str(job_id)], timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    m = re.search(r"\bNodeList=(\S+)", proc.stdout)
+    return parse_job_nodes(proc.stdout)
+
+
+def parse_job_nodes(text: str) -> Optional[str]:
+    """The ``NodeList`` of ``scontrol -o show job`` output (decoded by :func:`envtool.core.external.decode`),
+    or None when it has none yet (``(null)``)."""
+    m = re.search(r"\bNodeList=(\S+)", text)
     return m.group(1) if m and m.group(1) != "(null)" else None
 
 
@@ -233,8 +239,7 @@ def parse_node_states(text: str) -> List[Tuple[str, str]]:
 def unresponsive_nodes(nodelist: str) -> List[Tuple[str, str]]:
     """The nodes of ``nodelist`` whose slurmd does not respond or that are down: ``(node, state)``."""
     try:
-        proc = subprocess.run(["sinfo", "-h", "-N", "-n", nodelist, "-o", "%N %T"], capture_output=True, text=True,
-                              timeout=30)
+        proc = external.run(["sinfo", "-h", "-N", "-n", nodelist, "-o", "%N %T"], timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return []
     return parse_node_states(proc.stdout) if proc.returncode == 0 else []

@@ -9,15 +9,24 @@ existed are found under ``./envs/`` (the default prefix) too.
 
 Removal is all or nothing: the prefix is first renamed aside, beside itself
 (``.NAME.envtool-old-PID``, one ``rename(2)`` on the same filesystem), so from that instant the
-environment is gone; then the aside copy is deleted. If that deletion is interrupted, what is
-left is only the aside directory, which the next ``create``/``remove`` beside it sweeps (its PID
-no longer runs). A prefix being built or replaced by another envtool is waited for through the
-same lock file ``create`` takes (:class:`envtool.steps.kernel.transaction.PrefixLock`).
+environment is gone; then the aside copy is deleted. "Removed" is said only once nothing is left:
+an aside copy that cannot be deleted (a directory inside it the user may not write, a file of
+another user's in it) is reported with its path and the shell command that finishes it (exit 1,
+a partial removal). If the deletion is interrupted (``kill -9``), what is left is only the aside
+directory: the next ``remove`` of the same prefix finds it (even though the prefix itself is gone)
+and finishes it, as it does the leftovers of an interrupted ``create`` (``.NAME.envtool-build-PID``,
+``.NAME.envtool-old-PID``, ``.NAME.envtool-tmp-PID``). Only directories with envtool's names, owned
+by the user running envtool, whose PID no longer runs are touched (:func:`leftovers`). The user's
+registry must be writable before anything is deleted (:func:`_check_registry`), so exit 2 always
+means nothing was touched. A prefix being built or replaced by another envtool is waited for
+through the same lock file ``create`` takes (:class:`envtool.steps.kernel.transaction.PrefixLock`).
 """
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import stat
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Set, Tuple, TypedDict
 
@@ -95,6 +104,15 @@ class Removal(TypedDict):
     removed: bool
     dry_run: bool
     swept: List[str]
+    leftovers: List[str]
+    left: List[str]
+    finish: Optional[str]
+    problems: List[str]
+
+
+#: The names of what an interrupted ``create`` or ``remove`` leaves beside a prefix NAME:
+#: ``.NAME<stem>PID`` (:mod:`envtool.steps.kernel.transaction`, this module).
+ASIDE_STEMS = (".envtool-old-", ".envtool-build-", ".envtool-tmp-")
 
 
 def status_of(prefix: Path) -> EnvironmentStatus:
@@ -269,58 +287,243 @@ def _check_records(prefix: Path, shown: str) -> dict:
     return rec
 
 
+def leftovers(prefix: Path) -> Tuple[List[Path], List[Path]]:
+    """The aside copies interrupted envtool runs left beside ``prefix``, split into those this
+    process may finish and those it leaves alone.
+
+    Args:
+        prefix: the environment's absolute path (present or not).
+    Returns:
+        ``(mine, others)``: ``mine`` are directories ``.NAME<stem>PID`` (stems :data:`ASIDE_STEMS`)
+        that are not symbolic links, are owned by the effective user, and whose PID no longer runs
+        (:func:`envtool.core.procs.stale_dirs`); ``others`` have envtool's names and a dead PID but
+        another owner, or are not directories (never touched; reported).
+    """
+    from envtool.core import procs
+
+    mine: List[Path] = []
+    others: List[Path] = []
+    for stem in ASIDE_STEMS:
+        stale, _ = procs.stale_dirs(prefix.parent, f".{prefix.name}{stem}")
+        for path in stale:
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            ours = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+            (mine if ours else others).append(path)
+    return sorted(mine), sorted(others)
+
+
+def _delete_tree(path: Path) -> Optional[str]:
+    """Delete the directory ``path`` (symbolic links inside removed, never followed).
+
+    Returns:
+        None when nothing is left, else why not: the first failure, ``"PATH: reason"``.
+    """
+    import shutil
+    import sys
+
+    from envtool.core.errors import condition_message
+
+    failures: List[str] = []
+
+    def failed(func, where, exc) -> None:
+        if isinstance(exc, tuple):  # onerror hands over sys.exc_info()
+            exc = exc[1]
+        if isinstance(exc, FileNotFoundError):
+            return
+        failures.append(condition_message(exc) or f"{echo(str(where))}: {exc}")
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=failed)
+    else:
+        shutil.rmtree(path, onerror=failed)
+    if not os.path.lexists(path):
+        return None
+    return failures[0] if failures else f"{echo(str(path))}: still there"
+
+
+def finish_command(path: Path) -> str:
+    """The shell command (quoted for pasting) that deletes an aside copy envtool could not."""
+    quoted = shlex.quote(str(path))
+    return f"chmod -R u+w -- {quoted} && rm -rf -- {quoted}"
+
+
+def _check_registry(prefix: Path) -> Optional[Path]:
+    """The registry record of ``prefix`` when there is one; its directory must be writable.
+
+    Raises:
+        UsageError: the record is there but its directory is read-only (a read-only state directory
+            or file system), so forgetting it after the deletion would fail: nothing was touched.
+    """
+    from envtool.core import registry
+
+    record = registry.record_path(prefix)
+    if not os.path.lexists(record):
+        return None
+    if not os.access(record.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"envtool's registry {echo(str(record.parent))} is not writable, so removing {echo(str(prefix))} "
+                         f"would leave its record ({echo(str(record))}) behind: make that directory writable "
+                         "(or set XDG_STATE_HOME) and run remove again; nothing was touched")
+    return record
+
+
+def _finish(paths: List[Path], result: Removal, say: Callable[[str], None]) -> None:
+    """Delete the aside copies ``paths``; each deleted one goes to ``swept``, each left (with why
+    and how to finish it) to ``left``, ``problems`` and ``finish``."""
+    from envtool.core import procs
+
+    for path in paths:
+        procs.kill_marked(str(path))  # a dead create's children may still write there
+        say(f"deleting {path}, left by an envtool process that no longer runs")
+        why = _delete_tree(path)
+        if why is None:
+            result["swept"].append(str(path))
+        else:
+            _left(result, path, why)
+
+
+def _left(result: Removal, path: Path, why: str) -> None:
+    """Record that ``path`` could not be deleted (``why``) and the command that finishes it."""
+    command = finish_command(path)
+    result["left"].append(str(path))
+    result["problems"].append(f"{path} is still there ({why}); to finish: {command}")
+    result["finish"] = command if result["finish"] is None else f"{result['finish']} && {command}"
+
+
 def remove_environment(prefix: Path, dry_run: bool = False,
                        say: Optional[Callable[[str], None]] = None) -> Removal:
-    """Remove an environment envtool made (see the module docstring for how).
+    """Remove an environment envtool made, or finish an interrupted removal (see the module docstring).
 
     Args:
         prefix: the environment (as given).
-        dry_run: check and measure only; nothing is changed.
+        dry_run: check and measure only; nothing is changed (``leftovers`` lists the aside copies
+            that would be deleted).
         say: a callable taking one line for people (each phase that can take a while: measuring,
             deleting; the lock wait; swept leftovers), or None.
     Returns:
-        ``{"prefix", "spec", "size" (bytes), "removed" (bool), "dry_run", "swept" (paths)}``.
+        ``{"prefix", "spec", "size" (bytes), "removed", "dry_run", "swept", "leftovers", "left",
+        "finish", "problems"}``: ``removed`` is True only when the environment's directory is gone
+        and nothing of it is left; ``leftovers`` the aside copies of interrupted runs found (their
+        paths); ``swept`` those deleted; ``left`` what could not be deleted (an aside copy, the
+        registry record), with ``problems`` (one line each: the path, why, the command) and
+        ``finish`` (one shell command, quoted for pasting, that finishes it, or None). A non-empty
+        ``left`` is a partial removal (``envtool remove`` exits 1).
     Raises:
-        UsageError: :func:`check_removable` refuses it (exit 2, nothing touched); the lock is held
-            too long; the rename fails (a condition such as permission, naming the path).
+        UsageError: :func:`check_removable` refuses it, and no aside copy of this user's is beside
+            the missing prefix (exit 2, nothing touched); the registry is not writable
+            (:func:`_check_registry`); the lock is held too long; the rename fails (a condition such
+            as permission, naming the path).
     """
-    from envtool.core import procs, registry
     from envtool.core.errors import condition_message
-    from envtool.core.sizes import tree_size
+    from envtool.core.sizes import human, tree_size
     from envtool.steps.kernel.transaction import PrefixLock
-
-    from envtool.core.sizes import human
 
     say = say or (lambda line: None)
     prefix = Path(os.path.abspath(prefix))
+    result: Removal = {"prefix": str(prefix), "spec": None, "size": 0, "removed": False, "dry_run": dry_run,
+                       "swept": [], "leftovers": [], "left": [], "finish": None, "problems": []}
+    if not os.path.lexists(prefix):
+        return _finish_interrupted(prefix, result, say)
     rec = check_removable(prefix)
+    record = _check_registry(prefix)
     say(f"measuring {prefix}")
-    size = tree_size(prefix)
-    result: Removal = {"prefix": str(prefix), "spec": _text(rec.get("spec")), "size": size, "removed": False,
-                       "dry_run": dry_run, "swept": []}
+    result["size"] = tree_size(prefix)
+    result["spec"] = _text(rec.get("spec"))
+    mine, _ = leftovers(prefix)
+    result["leftovers"] = [str(p) for p in mine]
     if dry_run:
         return result
     lock = PrefixLock(prefix)
     lock.acquire(say)
     try:
         rec = check_removable(prefix)  # again: another envtool may have replaced it while we waited
-        swept = procs.remove_stale(prefix.parent, f".{prefix.name}.envtool-old-")
-        result["swept"] = [str(p) for p in swept]
+        record = _check_registry(prefix)
+        mine, _ = leftovers(prefix)
+        result["leftovers"] = [str(p) for p in mine]
+        _finish(mine, result, say)
         aside = prefix.parent / f".{prefix.name}.envtool-old-{os.getpid()}"
-        procs.remove_path(aside)
+        if os.path.isdir(aside) and not os.path.islink(aside):  # an earlier process's, with our PID
+            _delete_tree(aside)
         try:
             os.rename(prefix, aside)
         except OSError as exc:
             raise UsageError(f"cannot remove {prefix}: " + (condition_message(exc) or exc.strerror or str(exc))
                              + "; nothing was touched") from None
-        result["removed"] = True
-        say(f"deleting {prefix} ({human(size)}; no longer visible there)")
+        say(f"deleting {prefix} ({human(result['size'])}; no longer visible there)")
+        why: Optional[str] = "interrupted"
         try:
-            procs.remove_path(aside)
+            why = _delete_tree(aside)
         finally:  # interrupted or not, the environment is gone: the aside copy goes too
-            if os.path.lexists(aside):
-                procs.remove_path(aside)
+            if why is not None and os.path.lexists(aside):
+                why = _delete_tree(aside)
+        if why is not None:
+            _left(result, aside, why)
+        _forget(prefix, record, result)
+        result["removed"] = why is None
+    finally:
+        lock.release()
+    return result
+
+
+def _forget(prefix: Path, record: Optional[Path], result: Removal) -> None:
+    """Delete ``prefix``'s registry record (checked writable before); a failure now is part of what
+    is left (the environment is already gone)."""
+    from envtool.core import registry
+    from envtool.core.errors import condition_message
+
+    try:
         registry.forget(prefix)
+    except OSError as exc:
+        path = record or registry.record_path(prefix)
+        command = f"rm -rf -- {shlex.quote(str(path))}"
+        result["left"].append(str(path))
+        result["problems"].append(f"the registry record {path} is still there ("
+                                  + (condition_message(exc) or exc.strerror or str(exc))
+                                  + f"): 'envtool list' shows the environment as missing; to finish: {command}")
+        result["finish"] = command if result["finish"] is None else f"{result['finish']} && {command}"
+
+
+def _finish_interrupted(prefix: Path, result: Removal, say: Callable[[str], None]) -> Removal:
+    """``remove`` of a prefix that is gone: finish the aside copies an interrupted ``remove`` or
+    ``create`` left beside it (see :func:`leftovers`), or refuse as :func:`check_removable` does.
+
+    Raises:
+        UsageError: nothing of this user's is left beside it (exit 2, nothing touched; aside copies
+            of another user's are named, never touched).
+    """
+    from envtool.core.sizes import tree_size
+    from envtool.steps.kernel.transaction import PrefixLock
+
+    mine, others = leftovers(prefix)
+    if not mine:
+        note = ""
+        if others:
+            note = ("; left alone (another user's, or not a directory): "
+                    + ", ".join(echo(str(p)) for p in others))
+        raise UsageError(f"PREFIX {echo(str(prefix))}: no such environment (nothing is there){note}")
+    for path in mine:
+        rec = read_record(path)
+        if rec is not None and result["spec"] is None:
+            result["spec"] = _text(rec.get("spec"))
+    record = _check_registry(prefix)
+    say(f"measuring {len(mine)} aside cop{'y' if len(mine) == 1 else 'ies'} of {prefix}")
+    seen: set = set()
+    result["size"] = sum(tree_size(p, seen) for p in mine)
+    result["leftovers"] = [str(p) for p in mine]
+    if result["dry_run"]:
+        return result
+    lock = PrefixLock(prefix)
+    lock.acquire(say)
+    try:
+        if os.path.lexists(prefix):  # another envtool made it again while we waited: leave it be
+            raise UsageError(f"PREFIX {echo(str(prefix))} appeared while envtool waited for its lock; run remove "
+                             "again; nothing was touched")
+        mine, _ = leftovers(prefix)
+        _finish(mine, result, say)
+        if record is not None:
+            _forget(prefix, record, result)
     finally:
         lock.release()
     return result

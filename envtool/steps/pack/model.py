@@ -136,7 +136,9 @@ def output_path(prefix: Path, fmt: str, output: Optional[Path] = None, force: bo
         the absolute path.
     Raises:
         UsageError: its directory does not exist, it is a directory, it exists without ``force``,
-            or it lies inside the environment (exit 2).
+            or it lies inside the environment through any alias (exit 2): its directory, resolved,
+            is the environment or below it, or one of that directory's ancestors is the
+            environment's very directory (same ``st_dev``/``st_ino``: a bind mount).
     """
     out = Path(os.path.abspath(output)) if output else default_output(prefix, fmt)
     if not out.parent.is_dir():
@@ -145,6 +147,32 @@ def output_path(prefix: Path, fmt: str, output: Optional[Path] = None, force: bo
         raise UsageError(f"-o {out}: is a directory; expected a file name")
     if (out.exists() or out.is_symlink()) and not force:
         raise UsageError(f"-o {out}: exists; remove it or give --force to replace it")
-    if str(out).startswith(str(prefix) + os.sep):
-        raise UsageError(f"-o {out}: inside the environment being packed; write it elsewhere")
+    if str(out).startswith(str(prefix) + os.sep) or _inside(out.parent, prefix):
+        raise UsageError(f"-o {out}: inside the environment being packed ({prefix}"
+                         + ("" if str(out).startswith(str(prefix) + os.sep) else
+                            f", which {out.parent} leads into") + "); write it elsewhere")
     return out
+
+
+def _inside(directory: Path, prefix: Path) -> bool:
+    """Whether ``directory`` is ``prefix`` or below it through any alias: a symbolic link (compared
+    resolved) or a bind mount (compared by ``st_dev``/``st_ino`` of each ancestor)."""
+    real, root = os.path.realpath(directory), os.path.realpath(prefix)
+    if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+        return True
+    try:
+        st = os.stat(prefix)
+    except OSError:
+        return False
+    here = real
+    while True:
+        try:
+            s = os.stat(here)
+        except OSError:
+            return False
+        if (s.st_dev, s.st_ino) == (st.st_dev, st.st_ino):
+            return True
+        parent = os.path.dirname(here)
+        if parent == here:
+            return False
+        here = parent

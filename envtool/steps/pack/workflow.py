@@ -36,6 +36,8 @@ class PackJob:
         dest: where a squashfs image is mounted (None for a tar).
         work: the private directory the pack is built in, beside ``out``.
         lock: the environment's own lockfile, or None: a snapshot is made.
+        allow_outside_links: keep symbolic links that leave the environment instead of refusing
+            them (:func:`envtool.steps.pack.contents.check_contents`).
     """
 
     prefix: Path
@@ -45,6 +47,7 @@ class PackJob:
     dest: Optional[str]
     work: Path
     lock: Optional[Path]
+    allow_outside_links: bool = False
 
     @property
     def built(self) -> Path:
@@ -103,7 +106,7 @@ def _squashfs_dest(prefix: Path, dest_prefix: Optional[str]) -> str:
 
 
 def make_job(prefix: Path, fmt: str, output: Optional[Path] = None, dest_prefix: Optional[str] = None,
-             force: bool = False) -> PackJob:
+             force: bool = False, allow_outside_links: bool = False) -> PackJob:
     """Check the arguments and decide the :class:`PackJob` (reads only the environment's kind,
     the output's directory and whether a lockfile is there).
 
@@ -118,19 +121,24 @@ def make_job(prefix: Path, fmt: str, output: Optional[Path] = None, dest_prefix:
     out = output_path(prefix, fmt, output, force)
     dest = _squashfs_dest(prefix, dest_prefix) if fmt == "squashfs" else None
     lock = next((prefix / n for n in LOCK_NAMES if (prefix / n).is_file()), None)
-    return PackJob(prefix, fmt, kind, out, dest, out.parent / f".{out.name}{TMP_PREFIX}{os.getpid()}", lock)
+    return PackJob(prefix, fmt, kind, out, dest, out.parent / f".{out.name}{TMP_PREFIX}{os.getpid()}", lock,
+                   allow_outside_links)
 
 
 def compose(prefix: Path, fmt: str, output: Optional[Path] = None, dest_prefix: Optional[str] = None,
-            force: bool = False) -> PackPlan:
+            force: bool = False, allow_outside_links: bool = False) -> PackPlan:
     """The plan that packs ``prefix`` (see :func:`make_job` for what is checked and raised)."""
-    job = make_job(prefix, fmt, output, dest_prefix, force)
+    job = make_job(prefix, fmt, output, dest_prefix, force, allow_outside_links)
     steps: List[Step] = []
     if job.kind == "venv":
         steps.append(Step("check-venv", "Check that the venv can be packed: its base interpreter, .pth entries, "
                           "files naming its prefix", commands=(("#", "read", str(job.prefix / "pyvenv.cfg"), "and scan",
                                                      str(job.prefix), "for its path"),),
                           action=_check_venv, data=job))
+    steps.append(Step("check-contents", "Check that the environment holds only regular files, directories and "
+                      "links inside it (no socket, FIFO, device, set-user-ID or set-group-ID file"
+                      + (")" if job.allow_outside_links else ", link leaving it)"),
+                      commands=(("#", "lstat every entry of", str(job.prefix)),), action=_check_contents, data=job))
     if job.lock is not None:
         steps.append(Step("lock", f"Take the environment's lockfile {job.lock.relative_to(job.prefix)}",
                           commands=(("#", "sha256sum", str(job.lock)),), action=_take_lock, data=job))
@@ -171,6 +179,17 @@ def _check_venv(step: Step, ctx: StepContext) -> VenvCheck:
     base, relocate = check_venv(step.data.prefix)
     ctx.note(f"base interpreter {base}; {len(relocate)} text file(s) name the prefix")
     return VenvCheck(base, tuple(relocate))
+
+
+def _check_contents(step: Step, ctx: StepContext) -> List[str]:
+    from envtool.steps.pack.contents import check_contents
+
+    job: PackJob = step.data
+    venv: Optional[VenvCheck] = ctx.results.get("check-venv")
+    notes = check_contents(job.prefix, job.allow_outside_links, venv.base if venv else None)
+    for note in notes:
+        ctx.note(note)
+    return notes
 
 
 def _take_lock(step: Step, ctx: StepContext) -> LockTaken:
@@ -257,7 +276,8 @@ def workdir(job: PackJob) -> Iterator[Path]:
 
 
 def pack(prefix: Path, fmt: str, output: Optional[Path] = None, dest_prefix: Optional[str] = None,
-         force: bool = False, verbose: bool = False, quiet: bool = False) -> PackResult:
+         force: bool = False, verbose: bool = False, quiet: bool = False,
+         allow_outside_links: bool = False) -> PackResult:
     """Pack the environment at ``prefix`` into one file (see :mod:`envtool.steps.pack`): the plan of
     :func:`compose`, run by the one runner, with its build log under ``<cache>/logs``.
 
@@ -270,10 +290,14 @@ def pack(prefix: Path, fmt: str, output: Optional[Path] = None, dest_prefix: Opt
             source prefix itself); ignored for ``tar``.
         force: replace an existing ``output``.
         verbose: echo commands' output; quiet: no progress lines.
+        allow_outside_links: keep symbolic links that leave the environment (named in the result's
+            notes) instead of refusing the pack.
     Returns:
         a :class:`PackResult`.
     Raises:
-        NotPackable: the environment cannot be packed (the reason; exit 2).
+        NotPackable: the environment cannot be packed (the reason; exit 2): among others, a socket,
+            FIFO, device node, set-user-ID or set-group-ID file, or a link leaving it
+            (:mod:`envtool.steps.pack.contents`).
         UsageError: a bad format, output or destination (exit 2).
         CheckFailed, StepFailed: conda-pack or mksquashfs failed (exit 1; ``exc.log`` names the log).
     """
@@ -281,7 +305,7 @@ def pack(prefix: Path, fmt: str, output: Optional[Path] = None, dest_prefix: Opt
     from envtool.steps.kernel.runner import Runner
 
     started = time.monotonic()
-    plan = compose(prefix, fmt, output, dest_prefix, force)
+    plan = compose(prefix, fmt, output, dest_prefix, force, allow_outside_links)
     job = plan.job
     runner = Runner(log_path=new_log_path(f"pack-{job.prefix.name}"), verbose=verbose, quiet=quiet)
     with workdir(job), runner:
@@ -293,7 +317,7 @@ def pack(prefix: Path, fmt: str, output: Optional[Path] = None, dest_prefix: Opt
 def _result(job: PackJob, results: Dict[str, Any], timings: Dict[str, float], seconds: float, log: Path) -> PackResult:
     venv: Optional[VenvCheck] = results.get("check-venv")
     lock: LockTaken = results["lock"]
-    notes = []
+    notes = list(results.get("check-contents") or [])
     if venv:
         notes.append(f"the venv's base interpreter {venv.base} must exist at that path on every compute node")
     if job.dest:

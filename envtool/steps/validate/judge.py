@@ -219,7 +219,7 @@ def _controller(plan, check, got, problems: List[str], main: bool) -> Controller
     key, phase = check.result_key, check.phase
     skipped = plan.run_dir / phase / "skipped.txt"
     if skipped.exists():
-        return ControllerResult(phase=phase, check=check.name, skipped=skipped.read_text().strip())
+        return ControllerResult(phase=phase, check=check.name, skipped=skipped.read_text(errors="replace").strip())
     failed = plan.run_dir / phase / "failed.txt"
     if not main and failed.exists():
         why = failed.read_text(errors="replace").strip()[:300]

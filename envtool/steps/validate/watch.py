@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
-from envtool.core import procs
+from envtool.core import external, procs
 from envtool.core.errors import CheckFailed, UsageError
 from envtool.scheduler.model import SchedulerOutputError, capabilities
 
@@ -118,8 +118,7 @@ def submit(sched, script: Path) -> str:
     try:
         # the job is the scheduler's, not envtool's child: it does not carry envtool's process marker
         env = {k: v for k, v in os.environ.items() if k != procs.BUILD_MARKER}
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, input=stdin, cwd=script.parent,
-                              env=env)
+        proc = external.run(argv, timeout=120, input=stdin, cwd=str(script.parent), env=env)
     except FileNotFoundError:
         raise UsageError(f"{argv[0]} is not on PATH: run on a login node of the site, or load its scheduler "
                          f"module") from None
@@ -204,7 +203,7 @@ def cancel(sched, job_id: str, progress: Progress) -> None:
     progress(f"cancelling job {job_id}: {shlex.join(argv)}")
     old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread() else None
     try:
-        subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        external.run(argv, timeout=60)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             phase, state, _ = sched.state(job_id)

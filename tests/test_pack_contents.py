@@ -1,0 +1,101 @@
+"""Issue 43, ``pack`` carries only regular files, directories and links inside the environment:
+a socket, a FIFO, a set-user-ID file and a link out of a real venv are each refused with their
+path (exit 2, nothing written); ``--allow-outside-links`` keeps such a link, named in the notes;
+``-o`` through a symbolic link into the environment is refused before anything is written.
+
+Real venvs (``python -m venv --without-pip``), a real AF_UNIX socket, a real FIFO and real modes;
+the accepted pack is read back with tarfile.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_envtool
+
+
+@pytest.fixture
+def venv(tmp_path) -> Path:
+    prefix = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True)
+    (prefix / "lib" / "pkg").mkdir()
+    (prefix / "lib" / "pkg" / "mod.py").write_text("x = 1\n")
+    return prefix
+
+
+def _pack(prefix: Path, out: Path, *extra, cwd=None):
+    proc = run_envtool("pack", prefix, "--format", "tar", "-o", out, "--json", *extra,
+                       env={"ENVTOOL_CACHE_DIR": str(prefix.parent / "cache"), "PYTHONPATH": str(REPO)}, cwd=cwd)
+    return proc, json.loads(proc.stdout)
+
+
+def _nothing_written(where: Path) -> bool:
+    return [p for p in os.listdir(where) if p.endswith(".tar") or ".envtool-pack-" in p] == []
+
+
+def test_pack_refuses_sockets_fifos_setuid_files_and_links_out(venv, tmp_path):
+    outside = tmp_path / "elsewhere"
+    (outside / "pkg").mkdir(parents=True)
+    (outside / "pkg" / "__init__.py").write_text("SECRET = 1\n")
+    cases = []
+    sock_path = venv / "lib" / "pkg" / "daemon.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(sock_path))
+    cases.append((sock_path, "a socket", sock_path.unlink))
+    fifo = venv / "lib" / "pkg" / "pipe"
+    os.mkfifo(fifo)
+    cases.append((fifo, "a FIFO", fifo.unlink))
+    setuid = venv / "bin" / "helper"
+    setuid.write_text("#!/bin/sh\n")
+    setuid.chmod(0o4755)
+    cases.append((setuid, "set-user-ID", lambda: setuid.chmod(0o755)))
+    link = venv / "lib" / "pkg" / "vendored"
+    link.symlink_to(outside / "pkg")
+    cases.append((link, "links that leave it", None))
+    try:
+        for path, said, fix in cases:
+            proc, out = _pack(venv, tmp_path / "env.tar")
+            assert proc.returncode == 2, (path, proc.stdout, proc.stderr)
+            assert str(path) in out["error"] and said in out["error"] and "expected" in out["error"], (path, out)
+            assert "Traceback" not in proc.stderr and _nothing_written(tmp_path), (path, os.listdir(tmp_path))
+            if fix is not None:
+                fix()
+    finally:
+        server.close()
+    # the link kept only when asked, and named in the notes
+    proc, out = _pack(venv, tmp_path / "env.tar", "--allow-outside-links")
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    kept = [note for note in out["notes"] if note.startswith("kept a link")]
+    assert len(kept) == 1 and str(link) in kept[0], out["notes"]  # not bin/python*: the base interpreter's links
+    with tarfile.open(tmp_path / "env.tar") as tar:
+        member = tar.getmember("lib/pkg/vendored")
+        assert member.issym() and member.linkname == str(outside / "pkg")
+        assert tar.getmember("bin/helper").mode == 0o755
+        assert "lib/pkg/vendored/__init__.py" not in tar.getnames()
+
+
+def test_pack_output_through_a_link_into_the_environment_is_refused(venv, tmp_path):
+    """``-o`` whose directory is a symbolic link to (a directory inside) the environment: exit 2
+    before anything is written there (the pack would otherwise pack itself)."""
+    into = tmp_path / "into"
+    into.symlink_to(venv / "lib")
+    for out in (into / "env.tar", tmp_path / "alias" / "env.tar"):
+        if out.parent.name == "alias":
+            out.parent.symlink_to(venv)
+        before = sorted(p.name for p in (venv / "lib").iterdir())
+        proc, data = _pack(venv, out)
+        assert proc.returncode == 2, (out, proc.stdout, proc.stderr)
+        assert "inside the environment" in data["error"] and str(out) in data["error"], data
+        assert sorted(p.name for p in (venv / "lib").iterdir()) == before
+        assert [p for p in os.listdir(venv) if p.endswith(".tar") or ".envtool-pack-" in p] == []
+    # and --dry-run says so too
+    proc = run_envtool("pack", venv, "--format", "tar", "-o", into / "env.tar", "--dry-run",
+                       env={"PYTHONPATH": str(REPO)})
+    assert proc.returncode == 2 and "inside the environment" in proc.stderr, proc.stderr

@@ -1,0 +1,206 @@
+"""Issue 43, ``remove`` tells the truth: "removed" only when nothing is left; what an interrupted
+``remove`` (``kill -9`` between the rename and the deletion) or ``create`` left beside a prefix is
+found and finished by the next ``remove``; exit 2 only when nothing was touched.
+
+Real files, real modes, and the real second user (``envtool-user``, through runuser): root may
+delete anything, so the undeletable directory and the read-only registry are that user's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_envtool
+from helpers.speed import scaled
+
+USER = "envtool-user"
+USER_VENV = Path(os.environ.get("ENVTOOL_TEST_USER_VENV", "/opt/envtool-test/venv"))
+DEAD = 99_999_999  # above the kernel's pid_max (at most 2**22): never a running process
+
+
+def _made(prefix: Path, spec: str = "bare") -> Path:
+    """A directory that envtool's record says envtool made at ``prefix`` (what ``remove`` checks)."""
+    (prefix / ".envtool").mkdir(parents=True)
+    (prefix / ".envtool" / "create.json").write_text(json.dumps({"spec": spec, "prefix": str(prefix)}))
+    (prefix / "bin").mkdir()
+    (prefix / "bin" / "python").write_bytes(b"\0" * 9_700)
+    return prefix
+
+
+def _env(home: Path) -> dict:
+    return {"XDG_STATE_HOME": str(home / "state"), "XDG_CONFIG_HOME": str(home / "config"),
+            "ENVTOOL_CACHE_DIR": str(home / "cache"), "ENVTOOL_SYSTEM_CONFIG": str(home / "etc" / "config.yaml")}
+
+
+def _root_env(home: Path) -> dict:
+    """:func:`_env` for a run by root from ``home``: this checkout's envtool, whatever the directory."""
+    return {**_env(home), "PYTHONPATH": str(REPO)}
+
+
+def _register(env: dict, prefix: Path) -> Path:
+    """Write ``prefix``'s registry record under ``env``'s state directory, as ``create`` does."""
+    from envtool.core import registry
+
+    before = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = env["XDG_STATE_HOME"]
+    try:
+        return registry.record(prefix, "bare")
+    finally:
+        if before is None:
+            del os.environ["XDG_STATE_HOME"]
+        else:
+            os.environ["XDG_STATE_HOME"] = before
+
+
+@pytest.fixture
+def user_dir():
+    """A directory under /tmp owned by the second user (pytest's tmp_path is root's, mode 0700)."""
+    if os.geteuid() != 0:
+        pytest.skip("a second user needs root")
+    try:
+        pwd.getpwnam(USER)
+    except KeyError:
+        pytest.skip(f"test user {USER} missing (bash scripts/setup.sh --test)")
+    if not (USER_VENV / "bin" / "python").exists():
+        msg = f"no {USER_VENV} (run tests/setup.d/publish.sh as root)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    top = Path(tempfile.mkdtemp(prefix="envtool-remove-", dir="/tmp"))
+    top.chmod(0o755)
+    work = top / "work"
+    work.mkdir()
+    shutil.chown(work, USER, USER)
+    yield work
+    subprocess.run(["chmod", "-R", "u+w", str(top)], check=False)
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def _chown_tree(path: Path) -> None:
+    subprocess.run(["chown", "-R", f"{USER}:{USER}", str(path)], check=True)
+
+
+def as_user(args, home: Path, env: dict) -> subprocess.CompletedProcess:
+    """``envtool ARGS`` run by the second user through runuser, in a clean environment."""
+    from helpers.readable import importable_root
+
+    base = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8", "PYTHONPATH": str(importable_root()),
+            **env}
+    return subprocess.run(["runuser", "-u", USER, "--", "env", "-i", *[f"{k}={v}" for k, v in base.items()],
+                           str(USER_VENV / "bin" / "python"), "-m", "envtool", *map(str, args)],
+                          capture_output=True, text=True, cwd=home, timeout=scaled(120))
+
+
+def test_remove_says_removed_only_when_nothing_is_left(user_dir):
+    """A directory inside the environment that its owner may not write (mode 0555): the aside copy
+    cannot be deleted. ``remove`` exits 1, says what is left and the command that finishes it (not
+    "removed", not "freed"); a second ``remove`` finds that copy again; the printed command, pasted,
+    finishes it; then nothing is there (exit 2)."""
+    env = _env(user_dir)
+    prefix = _made(user_dir / "env")
+    locked = prefix / "lib" / "locked"
+    locked.mkdir(parents=True)
+    (locked / "data.bin").write_bytes(b"x" * 4096)
+    _chown_tree(prefix)
+    locked.chmod(0o555)
+    proc = as_user(["remove", prefix, "--json"], user_dir, env)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    out = json.loads(proc.stdout)
+    assert out["ok"] is False and out["exit"] == 1 and out["removed"] is False, out
+    aside = [p for p in os.listdir(user_dir) if p.startswith(".env.envtool-old-")]
+    assert len(aside) == 1 and out["left"] == [str(user_dir / aside[0])], (aside, out)
+    assert (user_dir / aside[0] / "lib" / "locked" / "data.bin").exists()
+    assert not os.path.lexists(prefix)
+    assert str(user_dir / aside[0]) in out["error"] and "chmod -R u+w --" in out["finish"], out
+
+    proc = as_user(["remove", prefix], user_dir, env)  # the first run's PID is gone: its copy is found
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "removed" not in proc.stdout and "freed" not in proc.stdout, proc.stdout
+    finish = proc.stderr.splitlines()[-1]
+    assert finish.startswith("to finish: ") and str(user_dir / aside[0]) in finish, proc.stderr
+    pasted = subprocess.run(["runuser", "-u", USER, "--", "bash", "-c", finish[len("to finish: "):]],
+                            capture_output=True, text=True, timeout=scaled(60))
+    assert pasted.returncode == 0, pasted.stderr
+    assert [p for p in os.listdir(user_dir) if p.startswith(".env.")] == []
+    proc = as_user(["remove", prefix], user_dir, env)
+    assert proc.returncode == 2 and "nothing is there" in proc.stderr, proc.stderr
+
+
+def test_remove_finishes_what_an_interrupted_remove_or_create_left(tmp_path):
+    """``kill -9`` between the rename and the deletion leaves ``.NAME.envtool-old-PID`` (a dead
+    PID); an interrupted create leaves ``.NAME.envtool-build-PID``. ``remove NAME`` lists them
+    with ``--dry-run``, then deletes them and forgets the registry record; it never touches one
+    of a running process, another user's, or a symbolic link with envtool's name."""
+    env = _root_env(tmp_path)
+    prefix = tmp_path / "env"
+    record = _register(env, prefix)
+    aside = _made(prefix).rename(tmp_path / f".env.envtool-old-{DEAD}")
+    build = tmp_path / f".env.envtool-build-{DEAD - 1}"
+    (build / "lib").mkdir(parents=True)
+    live = tmp_path / f".env.envtool-old-{os.getpid()}"  # a running process's: another envtool at work
+    live.mkdir()
+    target = tmp_path / "kept"
+    target.mkdir()
+    (target / "data").write_text("keep")
+    link = tmp_path / f".env.envtool-old-{DEAD - 2}"
+    link.symlink_to(target)
+    theirs = None
+    try:
+        theirs = tmp_path / f".env.envtool-old-{DEAD - 3}"
+        theirs.mkdir()
+        shutil.chown(theirs, USER, USER)
+    except (LookupError, OSError):  # no second user here: the other checks still hold
+        theirs = None
+    proc = run_envtool("remove", prefix, "--dry-run", "--json", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["leftovers"] == sorted([str(aside), str(build)]) and out["spec"] == "bare", out
+    assert aside.is_dir() and build.is_dir() and record.exists()
+
+    proc = run_envtool("remove", prefix, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert proc.stdout.startswith(f"finished removing {prefix}"), proc.stdout
+    assert not os.path.lexists(aside) and not os.path.lexists(build) and not record.exists()
+    assert live.is_dir() and link.is_symlink() and (target / "data").read_text() == "keep"
+    if theirs is not None:
+        assert theirs.is_dir()
+    proc = run_envtool("remove", prefix, "--json", env=env, cwd=tmp_path)
+    assert proc.returncode == 2 and "nothing is there" in json.loads(proc.stdout)["error"], proc.stdout
+    assert str(link) in json.loads(proc.stdout)["error"]
+
+
+def test_remove_exit_2_touches_nothing_and_a_late_failure_is_partial(user_dir, tmp_path):
+    """A read-only registry (the user's state directory, mode 0555): exit 2 before anything is
+    deleted. A record that cannot be deleted after the environment went (a directory where the
+    file should be): exit 1, the environment gone, the record named as what is left."""
+    env = _env(user_dir)
+    prefix = _made(user_dir / "env")
+    record = _register(env, prefix)
+    _chown_tree(prefix)
+    _chown_tree(user_dir / "state")
+    record.parent.chmod(0o555)
+    proc = as_user(["remove", prefix, "--json"], user_dir, env)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    out = json.loads(proc.stdout)
+    assert str(record.parent) in out["error"] and "nothing was touched" in out["error"], out
+    assert (prefix / ".envtool" / "create.json").exists() and record.exists()
+    assert [p for p in os.listdir(user_dir) if p.startswith(".env.")] == []
+
+    env = _root_env(tmp_path)
+    prefix = _made(tmp_path / "env")
+    record = _register(env, prefix)
+    record.unlink()
+    record.mkdir()
+    proc = run_envtool("remove", prefix, "--json", env=env, cwd=tmp_path)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    out = json.loads(proc.stdout)
+    assert out["left"] == [str(record)] and out["removed"] is True and not os.path.lexists(prefix), out
+    assert out["finish"] == f"rm -rf -- {shlex.quote(str(record))}" and str(record) in out["error"], out
