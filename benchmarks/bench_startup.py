@@ -38,18 +38,38 @@ COMMANDS = {  # label -> (argv after the interpreter, target seconds or None)
     "python -c pass": (["-c", "pass"], None),
     "envtool --help": (["-m", "envtool", "--help"], 0.2),
     "envtool specs": (["-m", "envtool", "specs"], 0.3),
+    "envtool specs (first run)": (["-m", "envtool", "specs"], None),
     "envtool show cpu-horovod": (["-m", "envtool", "show", "cpu-horovod"], None),
     "envtool cache list": (["-m", "envtool", "cache", "list"], None),
 }
 
 
-def _run_once(argv, cwd: Path):
-    """Wall and CPU seconds of one ``python ARGV`` run in ``cwd`` (CPU: the child's user + system)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    subprocess.run([sys.executable, *argv], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+#: commands run with an empty cache root of their own each time (``$ENVTOOL_CACHE_DIR``): what a
+#: first run costs, before ``specs`` has a table to reuse (envtool/spec/matrix_cache.py)
+FIRST_RUN = frozenset({"envtool specs (first run)"})
+
+
+def _run_once(argv, cwd: Path, fresh: bool = False):
+    """Wall and CPU seconds of one ``python ARGV`` run in ``cwd`` (CPU: the child's user + system);
+    ``fresh``: with an empty ``$ENVTOOL_CACHE_DIR`` made for this run (removed after it)."""
+    import shutil
+    import tempfile
+
+    env = None
+    cache = None
+    if fresh:
+        cache = tempfile.mkdtemp(prefix="bench-startup-cache-")
+        env = dict(os.environ, ENVTOOL_CACHE_DIR=cache)
+    try:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.perf_counter()
+        subprocess.run([sys.executable, *argv], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       check=True, env=env)
+        wall = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    finally:
+        if cache is not None:
+            shutil.rmtree(cache, ignore_errors=True)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
@@ -65,7 +85,7 @@ def measure(trees, runs: int):
         for label, (argv, _) in COMMANDS.items():
             for tree, cwd in trees.items():
                 if (tree, label) in times:
-                    times[(tree, label)].append(_run_once(argv, cwd))
+                    times[(tree, label)].append(_run_once(argv, cwd, fresh=label in FIRST_RUN))
     return times
 
 

@@ -96,26 +96,26 @@ def _retired_sites(names, site=None, site_file=None):
 
 
 def run(args) -> int:
-    from envtool.spec import matrix
-
     import sys
 
+    from envtool.spec.table import COLUMNS, Row
+
     errors: list = []
-    rows = matrix.build(catalog_specs(args.site, args.site_file, errors=errors), distribution=args.distribution,
-                        has=args.has, sort=args.sort)
-    if not (args.site or args.site_file):
-        rows = _with_mapped_sites(rows, errors)
-    retired = _retired_sites([n for r in rows for n in r.site.split(",")], args.site, args.site_file)
+    rows, retired = _matrix(args, errors)
     if args.json:
-        print_json({"specs": [{**r.to_dict(), "site_retired": next((retired[n] for n in r.site.split(",")
-                                                                     if retired.get(n)), None)} for r in rows]})
+        from envtool.spec.matrix_cache import rows_for_json
+
+        print_json({"specs": rows_for_json(rows, retired)})
     elif not rows:
         print("no spec matches")
     else:
+        from envtool.spec.table import fit_columns, format_table
+
+        table = [Row(**r) for r in rows]
         width = _table_width()
-        columns = matrix.fit_columns(rows, width)
-        print(matrix.format_table(rows, columns))
-        left_out = [c for c in matrix.COLUMNS if c not in columns]
+        columns = fit_columns(table, width)
+        print(format_table(table, columns))
+        left_out = [c for c in COLUMNS if c not in columns]
         if left_out:
             from envtool.core.term import fit
 
@@ -133,6 +133,42 @@ def run(args) -> int:
     for exc in errors:  # the rest is listed; each bad file is named, and the exit status says so
         print(f"envtool: error: skipped a spec file that does not load: {exc}", file=sys.stderr)
     return 2 if errors else 0
+
+
+def _matrix(args, errors):
+    """``(rows as {column: str} in table order, site name -> retirement line or None)`` for ``args``.
+
+    The whole catalog with no filter and the default sort is remembered between runs
+    (:mod:`envtool.spec.matrix_cache`: its inputs unchanged, it is printed as it was, without
+    reading a spec); anything else, or a catalog with a bad file, is read each time. A spec file
+    that does not load is appended to ``errors`` (SpecError).
+    """
+    from dataclasses import fields
+
+    from envtool.spec import matrix_cache, search
+    from envtool.spec.table import Row
+
+    plain = not (args.site or args.site_file or args.has or args.distribution) and args.sort == "version"
+    key = None
+    if plain:
+        try:
+            key = matrix_cache.inputs_key(search.available(), search.available("sites", "ENVTOOL_SITE_PATH"))
+        except OSError:  # a file that cannot be read: the catalog read below names it
+            key = None
+        got = matrix_cache.read(key, [f.name for f in fields(Row)]) if key is not None else None
+        if got is not None:
+            return got
+    from envtool.spec import matrix
+
+    rows = matrix.build(catalog_specs(args.site, args.site_file, errors=errors), distribution=args.distribution,
+                        has=args.has, sort=args.sort)
+    if not (args.site or args.site_file):
+        rows = _with_mapped_sites(rows, errors)
+    retired = _retired_sites([n for r in rows for n in r.site.split(",")], args.site, args.site_file)
+    out = [r.to_dict() for r in rows]
+    if key is not None and not errors:
+        matrix_cache.write(key, out, retired)
+    return out, retired
 
 
 def _table_width():

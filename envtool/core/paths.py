@@ -3,7 +3,8 @@
 The cache root is ``$ENVTOOL_CACHE_DIR``, else ``$XDG_CACHE_HOME/envtool`` (XDG Base Directory
 Specification), else ``~/.cache/envtool``. Below it: ``horovod-wheels/`` (built wheels),
 ``pkgs/`` (conda package cache), ``repodata/``, ``logs/`` (build logs), ``fixes/`` (fix-rule
-helper files), ``build/`` (temporary build directories), ``bytecode/`` (kept ``.pyc`` files).
+helper files), ``build/`` (temporary build directories), ``bytecode/`` (kept ``.pyc`` files),
+``specs/`` (``envtool specs``'s remembered table, :mod:`envtool.spec.matrix_cache`).
 
 Every one of them is private to its user: :func:`cache_dir` creates them mode ``0700`` whatever
 the umask (a group member who could write ``pkgs/`` could edit files that are hard-linked into
@@ -19,7 +20,7 @@ from pathlib import Path
 #: Mode of envtool's own cache directories (owner only).
 PRIVATE_DIR_MODE = 0o700
 #: What envtool keeps in its cache root: a root holding nothing else is envtool's to tighten.
-CACHE_ENTRIES = frozenset({"horovod-wheels", "pkgs", "repodata", "logs", "fixes", "build", "bytecode"})
+CACHE_ENTRIES = frozenset({"horovod-wheels", "pkgs", "repodata", "logs", "fixes", "build", "bytecode", "specs"})
 
 
 def cache_root() -> Path:

@@ -7,43 +7,14 @@ A name that contains ``/`` or ends in ``.yaml``/``.yml`` is read as a path.
 from __future__ import annotations
 
 import difflib
-import os
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict
 
 from envtool.core.errors import SpecError
 from envtool.core.inputs import check_input
 from envtool.spec import load, rules
+from envtool.spec.search import available, bundled_dir, search_dirs  # noqa: F401 (re-exported)
 from envtool.spec.model import Spec
-
-_PACKAGE_DIR = Path(__file__).resolve().parent.parent
-
-
-def bundled_dir(kind: str) -> Path:
-    """The bundled directory for ``kind`` (``specs`` or ``sites``)."""
-    installed = _PACKAGE_DIR / "_bundled" / kind
-    if installed.is_dir():
-        return installed
-    return _PACKAGE_DIR.parent / kind
-
-
-def search_dirs(kind: str = "specs", env_var: str = "ENVTOOL_SPEC_PATH") -> List[Path]:
-    """Directories searched for ``kind`` files, highest priority first."""
-    dirs = [Path(p) for p in os.environ.get(env_var, "").split(os.pathsep) if p]
-    dirs.append(bundled_dir(kind))
-    return dirs
-
-
-def available(kind: str = "specs", env_var: str = "ENVTOOL_SPEC_PATH") -> Dict[str, Path]:
-    """Map name → file for every spec found (an earlier directory shadows a later one)."""
-    found: Dict[str, Path] = {}
-    for d in search_dirs(kind, env_var):
-        if not d.is_dir():
-            continue
-        for f in sorted(list(d.glob("*.yaml")) + list(d.glob("*.yml"))):
-            found.setdefault(f.stem, f)
-    return found
-
 
 def find_named(name: str, found: Dict[str, Path], kind: str, fallback_hint: str, list_known: bool = False) -> Path:
     """The file for ``name`` among ``found`` (``available()``'s map), or ``name`` itself as a path.

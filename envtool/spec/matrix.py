@@ -10,7 +10,6 @@ parsed once when the spec was loaded (:class:`envtool.spec.model.Pin`).
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -19,46 +18,16 @@ from packaging.version import InvalidVersion, Version
 from envtool.core import frameworks
 from envtool.core.errors import UsageError
 from envtool.spec.model import Spec
+from envtool.spec.table import COLUMNS, DROP_ORDER, Row, fit_columns, format_table  # noqa: F401 (re-exported)
 
 #: Package names (conda and pip) that carry each framework's version.
 FRAMEWORK_PACKAGES: Dict[str, Tuple[str, ...]] = {f.name: f.package_names for f in frameworks.FRAMEWORKS}
-#: Column names, in table order (``--sort`` takes any of them).
-COLUMNS = ("name", "distribution", "version", "python", "tensorflow", "pytorch", "horovod", "backend",
-           "install", "cuda", "platforms", "site", "status")
 #: ``--has`` names and the column each compares.
 HAS_NAMES = {"horovod": "horovod", "tensorflow": "tensorflow", "tf": "tensorflow", "pytorch": "pytorch",
              "torch": "pytorch", "python": "python", "cuda": "cuda"}
 _SHORT_PLATFORM = {"linux-64": "x86_64", "linux-ppc64le": "ppc64le", "linux-aarch64": "aarch64",
                    "linux-s390x": "s390x", "osx-64": "osx-64", "osx-arm64": "osx-arm64"}
 _VERSION_RE = re.compile(r"\d+(?:\.\d+)*")
-
-
-@dataclass(frozen=True)
-class Row:
-    """One row of the matrix; every field a display string ('' when the spec has no such part).
-
-    Attributes follow :data:`COLUMNS`; ``summary`` and ``path`` are kept for ``--json``.
-    """
-
-    name: str
-    distribution: str
-    version: str
-    python: str
-    tensorflow: str
-    pytorch: str
-    horovod: str
-    backend: str
-    install: str
-    cuda: str
-    platforms: str
-    site: str
-    status: str = "active"
-    summary: str = ""
-    path: str = ""
-
-    def to_dict(self) -> Dict[str, str]:
-        """JSON-ready mapping (the columns plus ``summary`` and ``path``)."""
-        return asdict(self)
 
 
 def _clean(version: str) -> str:
@@ -205,41 +174,3 @@ def build(specs: List[Spec], distribution: Optional[str] = None, has: Iterable[s
     for column, req in filters:
         rows = [r for r in rows if matches(r, column, req)]
     return sorted(rows, key=sort_key(sort))
-
-
-#: Columns left out first when the table must fit a width (the spec name always stays).
-DROP_ORDER = ("install", "platforms", "distribution", "backend", "version", "cuda", "tensorflow", "status",
-              "site", "python", "horovod", "pytorch")
-_HEADERS = dict(zip(COLUMNS, ("SPEC", "DISTRIBUTION", "VERSION", "PYTHON", "TENSORFLOW", "PYTORCH", "HOROVOD",
-                              "BACKEND", "INSTALL", "CUDA", "PLATFORMS", "SITE", "STATUS")))
-
-
-def fit_columns(rows: List[Row], width: Optional[int]) -> Tuple[str, ...]:
-    """The columns of :data:`COLUMNS` that fit in ``width`` characters (None: all), leaving out
-    those of :data:`DROP_ORDER` first, in that order."""
-    shown = list(COLUMNS)
-    if width is None:
-        return tuple(shown)
-    widths = {c: max([len(_HEADERS[c])] + [len(getattr(r, c) or "-") for r in rows]) for c in COLUMNS}
-    for column in DROP_ORDER:
-        if sum(widths[c] for c in shown) + 2 * (len(shown) - 1) <= width:
-            break
-        shown.remove(column)
-    return tuple(shown)
-
-
-def format_table(rows: List[Row], columns: Optional[Iterable[str]] = None) -> str:
-    """Aligned text table of ``rows`` ('-' for empty cells).
-
-    Args:
-        rows: the rows.
-        columns: which of :data:`COLUMNS` to show, in that order (default: all).
-    """
-    shown = [c for c in COLUMNS if columns is None or c in set(columns)]
-    headers = [_HEADERS[c] for c in shown]
-    cells = [[getattr(r, c) or "-" for c in shown] for r in rows]
-    widths = [max([len(h)] + [len(row_[i]) for row_ in cells]) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
-    for row_ in cells:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row_, widths)).rstrip())
-    return "\n".join(lines)
