@@ -476,7 +476,7 @@ def test_validate_image_refuses_benchmark_and_a_missing_image_before_writing(tmp
 
 
 def test_image_path_is_absolute_for_path_runtimes_only(tmp_path, monkeypatch):
-    from envtool.steps.image.container_run import image_path
+    from envtool.steps.jobscript.container_run import image_path
 
     monkeypatch.chdir(tmp_path)
     ch = ContainerSection(runtime="charliecloud", source="s")

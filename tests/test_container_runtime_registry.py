@@ -33,7 +33,7 @@ def test_a_registered_toy_runtime_is_one_a_site_file_can_name(tmp_path, toy_regi
     assert "helpers.toy_runtime" not in sys.modules  # reading the site file names the runtime, imports nothing
     assert containers.wrap(section, "img", ["python", "t.py"], binds=["/data"]) == [
         "toyrun", "--flag=gpu", "--mount", "/data:/data", "img", "python", "t.py"]
-    from envtool.steps.image.container_run import image_path
+    from envtool.steps.jobscript.container_run import image_path
 
     assert image_path(section, "img") == str(tmp_path.cwd() / "img")  # its path_image is consulted
 

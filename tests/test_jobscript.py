@@ -239,6 +239,35 @@ def test_json_and_output_file(tmp_path):
     assert target.read_text() == data["script"] and os.access(target, os.X_OK)
 
 
+def test_jobscript_is_a_plan_and_dry_run_writes_nothing(tmp_path):
+    """``jobscript`` is a plan of steps (resolve, render, write) run by the one runner:
+    ``--dry-run`` prints it and what ``--output`` would replace, and changes nothing; ``-v`` shows
+    the steps as they run; the run writes the file and no build log."""
+    target = tmp_path / "job.sh"
+    target.write_text("mine\n")
+    base = ("jobscript", "--site", "theta", "--retired-ok", "--module", "m", "--nodes", "2", "--ranks-per-node", "4",
+            "--account", "A", "--output", target)
+    env = {"ENVTOOL_CACHE_DIR": str(tmp_path / "cache")}
+    proc = run_envtool(*base, "--dry-run", "--", "python", "x.py", env=env, timeout=scaled(120))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == f"Plan for jobscript -> {target}"
+    for line in ("1. [resolve] ", "2. [render] ", f"3. [write] Write the script to {target}",
+                 f"   $ # mv {tmp_path}/.job.sh.tmp-PID {target}", f"would replace: {target}"):
+        assert line in proc.stdout, proc.stdout
+    proc = run_envtool(*base, "--dry-run", "--json", "--", "python", "x.py", env=env, timeout=scaled(120))
+    data = json.loads(proc.stdout)
+    assert data["ok"] and data["dry_run"] and data["replaces"] == str(target)
+    assert [s["id"] for s in data["plan"]["steps"]] == ["resolve", "render", "write"]
+    assert target.read_text() == "mine\n" and sorted(p.name for p in tmp_path.iterdir()) == ["job.sh"]
+    proc = run_envtool(*base, "-v", "--", "python", "x.py", env=env, timeout=scaled(120))
+    assert proc.returncode == 0, proc.stderr
+    assert "[3/3] Write the script to" in proc.stderr and "#!/bin/bash" in target.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.sh"]  # no build log, no temporary file
+    # to stdout: two steps, no write step
+    proc = run_envtool(*base[:-2], "--dry-run", "--json", "--", "python", "x.py", env=env, timeout=scaled(120))
+    assert [s["id"] for s in json.loads(proc.stdout)["plan"]["steps"]] == ["resolve", "render"]
+
+
 def test_launcher_model_is_the_one_doctor_uses():
     from envtool.scheduler import launcher
     from envtool.spec import sites

@@ -85,7 +85,7 @@ def _request(args):
         site = sites.load_site(sites.find(args.site))
     container = None
     if site is not None:  # a named site must say how it runs images (its MPI ABI, its base)
-        from envtool.steps.image.container_run import container_of
+        from envtool.steps.jobscript.container_run import container_of
 
         if site.retired is not None and not args.retired_ok:
             raise UsageError(f"site {site.name}: {site.retired.describe()}; an image for it needs --retired-ok")

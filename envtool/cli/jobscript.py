@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from envtool.cli.common import add_json, path_arg, print_json
+from envtool.cli.common import add_dry_run, add_json, path_arg, print_json
 
 
 def add_target(p) -> None:
@@ -83,6 +83,7 @@ def register(sub) -> None:
                         "the image carries the environment (docs/reference/container-runtimes.md)")
     p.add_argument("--bind", action="append", default=[], metavar="SRC[:DST]",
                    help="with --image: also bind this host directory into the image (repeatable)")
+    add_dry_run(p, "written or replaced (--output)")
     add_json(p)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                    help="what every rank runs (after --)")
@@ -105,52 +106,6 @@ def _command(args) -> list:
     return command
 
 
-def _target_and_step(args, command):
-    """``(target, launch step, container section or None)``: the image's (``--image``) or the
-    environment's (``--prefix``/``--module``/``--stage``).
-
-    Raises:
-        UsageError: ``--image`` with an environment, or ``--bind`` without ``--image`` (exit 2).
-    """
-    from envtool.core.errors import UsageError
-    from envtool.scheduler.model import LaunchStep
-
-    if args.image is None:
-        if args.bind:
-            raise UsageError("--bind goes with --image (directories bound into the image)")
-        return resolve(args), LaunchStep(tuple(command)), None
-    from envtool.steps.image import container_run
-
-    if args.prefix or args.module or args.stage:
-        raise UsageError("--image runs the environment the image carries: give no --prefix, --module or --stage")
-    target, section = container_run.resolve_image_target(args.spec, args.site, args.site_file,
-                                                         retired_ok=args.retired_ok)
-    return target, container_run.image_step(target, section, args.image, command, args.bind), section
-
-
-def _write(path: str, text: str) -> None:
-    """Write the script to ``path`` (beside it first, then renamed; executable as the umask allows).
-
-    Raises:
-        UsageError: it cannot be written (exit 2).
-    """
-    import os
-    from pathlib import Path
-
-    from envtool.core.atomic import umask_mode
-    from envtool.core.errors import UsageError
-
-    out = Path(path)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text)
-        tmp.chmod(umask_mode(0o777))  # executable, as readable as a new file under the umask
-        os.replace(tmp, out)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise UsageError(f"--output {path}: cannot write ({exc.strerror})") from None
-
-
 def _json(args, target, req, section, text: str, warnings) -> dict:
     """``jobscript --json``: the site, scheduler, launcher, layout, file, staging, image and script."""
     from pathlib import Path
@@ -168,38 +123,59 @@ def _json(args, target, req, section, text: str, warnings) -> dict:
             "warnings": warnings, "script": text}
 
 
-def run(args) -> int:
-    import dataclasses
+def request_of(args):
+    """The :class:`~envtool.steps.jobscript.workflow.JobscriptRequest` of the parsed arguments.
+
+    Raises:
+        UsageError: no command after ``--`` (exit 2).
+    """
     from pathlib import Path
 
+    from envtool.steps.jobscript.workflow import JobscriptRequest
+
+    return JobscriptRequest(
+        command=tuple(_command(args)), prefix=args.prefix, module=args.module, spec=args.spec, site=args.site,
+        site_file=args.site_file, stage=args.stage, retired_ok=args.retired_ok,
+        platform_mismatch_ok=args.platform_mismatch_ok, image=args.image, bind=tuple(args.bind), nodes=args.nodes,
+        ranks_per_node=args.ranks_per_node, gpus_per_rank=args.gpus_per_rank, time=args.time, account=args.account,
+        queue=args.queue, job_name=args.job_name, job_output=args.job_output,
+        workdir=str(Path(args.workdir).absolute()) if args.workdir else None,
+        output=Path(args.output).absolute() if args.output else None)
+
+
+def run(args) -> int:
     from envtool.cli.common import check_generated_inputs
-    from envtool.steps import jobscript
+    from envtool.steps.jobscript import workflow
 
     check_generated_inputs(args)
-    command = _command(args)
-    workdir = str(Path(args.workdir).absolute()) if args.workdir else None
-    target: Any  # a steps.jobscript.Target; its site/launcher fields are typed ``object`` there
-    target, step, section = _target_and_step(args, command)
-    req = jobscript.build_request(target, args.nodes, [step], args.ranks_per_node,
-                                  args.gpus_per_rank, args.time, args.account, args.queue, args.job_name,
-                                  args.job_output, workdir)
-    if section is not None:
-        from envtool.steps.image import container_run
-
-        req = dataclasses.replace(req, comments=req.comments + (container_run.comment(target.site, section,
-                                                                                      args.image),))
-    text = jobscript.render(req)
-    warnings = [w for w in (jobscript.gpu_mismatch(target, req),) if w] if args.image is None else []
-    for warning in warnings:
+    plan = workflow.compose(request_of(args))
+    if args.dry_run:
+        return _dry_run(args, plan)
+    res = workflow.run(plan, verbose=getattr(args, "verbose", False))
+    for warning in res.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    if args.output:
-        _write(args.output, text)
     if args.json:
-        print_json(_json(args, target, req, section, text, warnings))
+        print_json(_json(args, res.target, res.request, res.section, res.text, list(res.warnings)))
     elif args.output:
         if not getattr(args, "quiet", False):
-            print(f"jobscript: wrote {args.output} ({target.site.scheduler or 'no scheduler'}, "
-                  f"{req.layout.nodes} x {req.layout.ranks_per_node} ranks)", file=sys.stderr)
+            print(f"jobscript: wrote {args.output} ({res.target.site.scheduler or 'no scheduler'}, "
+                  f"{res.request.layout.nodes} x {res.request.layout.ranks_per_node} ranks)", file=sys.stderr)
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(res.text)
+    return 0
+
+
+def _dry_run(args, plan) -> int:
+    """``jobscript --dry-run``: the plan, and the file ``--output`` would replace; writes nothing."""
+    import os
+
+    out = plan.request.output
+    replaces = str(out) if out is not None and os.path.lexists(out) else None
+    if args.json:
+        print_json({"dry_run": True, "path": str(out) if out is not None else None, "replaces": replaces,
+                    "plan": plan.to_dict()})
+        return 0
+    print(plan.format())
+    if replaces:
+        print(f"would replace: {replaces}")
     return 0

@@ -307,7 +307,7 @@ def _print_job(args, result) -> None:
 
 def _image_target(args):
     """The target of ``validate --image``: the site's, with no prefix (the image carries the environment)."""
-    from envtool.steps.image import container_run
+    from envtool.steps.jobscript import container_run
 
     return container_run.resolve_image_target(args.spec, args.site, args.site_file)[0]
 

@@ -12,7 +12,10 @@ site's ``env``, its ``batch.env``, the spec's ``env`` (a later one wins), and
 
 The package: :mod:`~envtool.steps.jobscript.target` (the site, spec, modules and variables),
 :mod:`~envtool.steps.jobscript.staged` (``--stage``: the node-local copy of a pack),
-:mod:`~envtool.steps.jobscript.request` (the request and the script).
+:mod:`~envtool.steps.jobscript.container_run` (``--image``: ranks in an image through the site's
+container runtime; also what ``validate --image`` runs), :mod:`~envtool.steps.jobscript.request`
+(the request and the script), :mod:`~envtool.steps.jobscript.workflow` (the command as a plan of
+steps run by the one runner).
 """
 from __future__ import annotations
 

@@ -36,6 +36,8 @@ class Runner:
 
     Attributes:
         log_path: the build log (appended to).
+        keep_log: False: no log is written (``log_path`` is neither created nor named in errors), for
+            a plan whose steps run no program and whose errors name their cause (``jobscript``'s).
         verbose: echo subprocess output to stderr.
         quiet: no progress lines.
         live: redraw progress in place; None (default): when stderr is a terminal.
@@ -53,10 +55,13 @@ class Runner:
     _log: Optional[IO[str]] = None
     current: Optional[Step] = None
     say: Optional[Callable[[str], None]] = None
+    keep_log: bool = True
 
     def __enter__(self) -> "Runner":
         from envtool.core.paths import ensure_dir
 
+        if not self.keep_log:
+            return self
         ensure_dir(self.log_path.parent)  # private (0700) when it is envtool's cache (``<cache>/logs``)
         self._log = open(self.log_path, "a", encoding="utf-8", errors="replace")
         return self
@@ -279,7 +284,7 @@ class Runner:
             for i, step in enumerate(steps, 1):
                 self.run_step(step, i, len(steps))
         except EnvtoolError as exc:
-            if exc.log is None and not isinstance(exc, UsageError):
+            if exc.log is None and not isinstance(exc, UsageError) and self.keep_log:
                 exc.log = self.log_path
             raise
 

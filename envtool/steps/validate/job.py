@@ -147,7 +147,7 @@ def _step_launcher(target: Target, sched) -> Tuple[Target, Optional[str]]:
 def _image(target: Target, opts: JobOptions) -> Optional[ImageRun]:
     if opts.image is None:
         return None
-    from envtool.steps.image.container_run import container_of, image_path
+    from envtool.steps.jobscript.container_run import container_of, image_path
 
     section = container_of(target.site)
     return ImageRun(section, image_path(section, opts.image, must_exist=True), tuple(opts.binds))

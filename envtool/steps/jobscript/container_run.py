@@ -22,7 +22,7 @@ from envtool.scheduler import containers
 from envtool.scheduler import launcher as launcher_mod
 from envtool.scheduler.model import LaunchStep
 from envtool.spec.sites import ContainerSection
-from envtool.steps.jobscript import Target, job_env
+from envtool.steps.jobscript.target import Target, job_env
 
 
 def container_of(site) -> ContainerSection:
