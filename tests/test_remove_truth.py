@@ -143,8 +143,9 @@ def test_remove_finishes_what_an_interrupted_remove_or_create_left(tmp_path):
     prefix = tmp_path / "env"
     record = _register(env, prefix)
     aside = _made(prefix).rename(tmp_path / f".env.envtool-old-{DEAD}")
-    build = tmp_path / f".env.envtool-build-{DEAD - 1}"
+    build = tmp_path / f".env.envtool-build-{DEAD - 1}"  # a create's: its record was written already
     (build / "lib").mkdir(parents=True)
+    shutil.copytree(aside / ".envtool", build / ".envtool")
     live = tmp_path / f".env.envtool-old-{os.getpid()}"  # a running process's: another envtool at work
     live.mkdir()
     target = tmp_path / "kept"
@@ -204,3 +205,57 @@ def test_remove_exit_2_touches_nothing_and_a_late_failure_is_partial(user_dir, t
     out = json.loads(proc.stdout)
     assert out["left"] == [str(record)] and out["removed"] is True and not os.path.lexists(prefix), out
     assert out["finish"] == f"rm -rf -- {shlex.quote(str(record))}" and str(record) in out["error"], out
+
+
+def _interrupted_create(prefix: Path, env: dict) -> int:
+    """A real create transaction of ``prefix`` killed mid-build (``os._exit`` inside the block, as
+    ``kill -9`` would): its ``.NAME.envtool-build-PID`` and ``.NAME.envtool-tmp-PID`` stay behind.
+    Returns the dead run's PID."""
+    code = ("import os, sys; from pathlib import Path; from envtool.steps.kernel.transaction import BuildTransaction\n"
+            "t = Path(sys.argv[1])\n"
+            "with BuildTransaction(t, False, t.parent / 'create.log') as tx:\n"
+            "    (tx.build / 'lib').mkdir(parents=True); print(os.getpid(), flush=True); os._exit(0)\n")
+    proc = subprocess.run(["python3", "-c", code, str(prefix)], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, **env}, timeout=scaled(60))
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stdout)
+
+
+def test_remove_deletes_only_leftovers_envtool_can_prove_its_own(tmp_path):
+    """The reviewer's repro: ``.data.envtool-old-0/thesis.tex`` beside a missing ``data`` is the
+    user's (PID 0 is no envtool's, no record names ``data``): ``remove data`` leaves it, names it
+    with a command to delete it after checking, exits 1. So are a copy whose record names another
+    prefix, a build directory and a temporary directory without envtool's run marker. What a real
+    interrupted create left (its build directory, its private TMPDIR with the marker) is deleted."""
+    from envtool.steps.kernel.transaction import private_tmp
+
+    env = _root_env(tmp_path)
+    envs = tmp_path / "envs"
+    envs.mkdir()
+    pid = _interrupted_create(envs / "data", env)  # first: create's own sweep is not what is tested here
+    build, tmp = envs / f".data.envtool-build-{pid}", private_tmp(envs / "data", pid)[0]
+    assert (build / "lib").is_dir() and tmp.is_dir()
+    thesis = envs / ".data.envtool-old-0" / "thesis.tex"
+    thesis.parent.mkdir(parents=True)
+    thesis.write_text("precious")
+    elsewhere = _made(envs / "other").rename(envs / f".data.envtool-old-{DEAD}")  # its record names envs/other
+    bare_build = envs / f".data.envtool-build-{DEAD - 1}"
+    (bare_build / "lib").mkdir(parents=True)
+    bare_tmp = envs / f".data.envtool-tmp-{DEAD - 2}"
+    bare_tmp.mkdir()
+    (bare_tmp / ".envtool-run.json").write_text(json.dumps({"prefix": str(envs / "other")}))
+    kept = sorted([thesis.parent, elsewhere, bare_build, bare_tmp])
+    proc = run_envtool("remove", envs / "data", "--yes", "--json", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)  # the interrupted create's copies went
+    out = json.loads(proc.stdout)
+    assert out["swept"] == sorted([str(build), str(tmp)]) and out["kept"] == [str(p) for p in kept], out
+    assert not os.path.lexists(build) and not os.path.lexists(tmp), os.listdir(envs)
+    proc = run_envtool("remove", envs / "data", "--yes", "--json", env=env, cwd=tmp_path)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)  # all there is now: what is not envtool's
+    out = json.loads(proc.stdout)
+    assert out["kept"] == [str(p) for p in kept] and out["swept"] == [] and out["left"] == [], out
+    assert f"rm -rf -- {shlex.quote(str(thesis.parent))}" in out["error"], out
+    assert thesis.read_text() == "precious" and all(p.is_dir() for p in kept)
+    proc = run_envtool("remove", envs / "data", "--yes", env=env, cwd=tmp_path)
+    assert proc.returncode == 1 and "nothing there is envtool's" in proc.stderr, proc.stderr
+    assert str(thesis.parent) in proc.stderr and thesis.read_text() == "precious", proc.stderr
