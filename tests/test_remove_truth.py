@@ -259,3 +259,35 @@ def test_remove_deletes_only_leftovers_envtool_can_prove_its_own(tmp_path):
     proc = run_envtool("remove", envs / "data", "--yes", env=env, cwd=tmp_path)
     assert proc.returncode == 1 and "nothing there is envtool's" in proc.stderr, proc.stderr
     assert str(thesis.parent) in proc.stderr and thesis.read_text() == "precious", proc.stderr
+
+
+def test_remove_whose_rename_fails_deletes_nothing_and_checks_its_own_aside_name(tmp_path, monkeypatch):
+    """The environment is a mount point (``mount --bind``: ``rename(2)`` answers EBUSY): ``remove``
+    exits 2 "nothing was touched", and a dead run's copy beside it is still there (the rename comes
+    before the sweep). A directory with this process's aside name that nothing proves envtool's is
+    not deleted to make room: exit 2, named, intact."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a bind mount needs root")
+    env = _root_env(tmp_path)
+    prefix = _made(tmp_path / "env")
+    dead = _made(tmp_path / "copy").rename(tmp_path / f".env.envtool-old-{DEAD}")
+    (dead / ".envtool" / "create.json").write_text(json.dumps({"spec": "bare", "prefix": str(prefix)}))
+    subprocess.run(["mount", "--bind", str(prefix), str(prefix)], check=True)
+    try:
+        proc = run_envtool("remove", prefix, "--json", env=env, cwd=tmp_path)
+    finally:
+        subprocess.run(["umount", str(prefix)], check=True)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "nothing was touched" in json.loads(proc.stdout)["error"], proc.stdout
+    assert (dead / ".envtool" / "create.json").exists() and (prefix / "bin" / "python").exists()
+
+    from envtool.core.errors import UsageError
+    from envtool.steps.lifecycle.remove import remove_environment
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    mine = tmp_path / f".env.envtool-old-{os.getpid()}"
+    (mine / "notes").mkdir(parents=True)
+    with pytest.raises(UsageError, match="nothing proves envtool made"):
+        remove_environment(prefix)
+    assert (mine / "notes").is_dir() and (prefix / "bin" / "python").exists()

@@ -30,7 +30,7 @@ import stat
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Set, Tuple, TypedDict
 
-from envtool.core.errors import UsageError, echo
+from envtool.core.errors import EnvtoolError, UsageError, echo
 
 #: The record that proves envtool made an environment.
 CREATE_RECORD = ".envtool/create.json"
@@ -529,7 +529,7 @@ def remove_environment(prefix: Path, dry_run: bool = False,
     """
     from envtool.core.errors import condition_message
     from envtool.core.sizes import human, tree_size
-    from envtool.steps.kernel.transaction import PrefixLock
+    from envtool.steps.kernel.transaction import PrefixLock, rename_noreplace
 
     say = say or (lambda line: None)
     prefix = Path(os.path.abspath(prefix))
@@ -554,16 +554,20 @@ def remove_environment(prefix: Path, dry_run: bool = False,
         record = _check_registry(prefix)
         found = leftovers(prefix)
         result["leftovers"] = [str(p) for p in found.mine]
+        aside = prefix.parent / f".{prefix.name}.envtool-old-{os.getpid()}"
+        earlier = _clear_own_aside(prefix, aside)
+        try:  # the step that can refuse comes before the sweep: exit 2 means nothing was touched
+            rename_noreplace(prefix, aside)
+        except OSError as exc:
+            why = f"cannot remove {prefix}: " + (condition_message(exc) or exc.strerror or str(exc))
+            if earlier:
+                raise EnvtoolError(f"{why}; the environment was not touched, but {aside} (a copy of it an "
+                                   "earlier envtool left) was deleted") from None
+            raise UsageError(why + "; nothing was touched") from None
+        if earlier:
+            result["swept"].append(str(aside) + " (an earlier run's)")
         _keep(result, found.unproven)
         _finish(found.mine, result, say)
-        aside = prefix.parent / f".{prefix.name}.envtool-old-{os.getpid()}"
-        if os.path.isdir(aside) and not os.path.islink(aside):  # an earlier process's, with our PID
-            _delete_tree(aside)
-        try:
-            os.rename(prefix, aside)
-        except OSError as exc:
-            raise UsageError(f"cannot remove {prefix}: " + (condition_message(exc) or exc.strerror or str(exc))
-                             + "; nothing was touched") from None
         say(f"deleting {prefix} ({human(result['size'])}; no longer visible there)")
         why: Optional[str] = "interrupted"
         try:
@@ -578,6 +582,36 @@ def remove_environment(prefix: Path, dry_run: bool = False,
     finally:
         lock.release()
     return result
+
+
+def _clear_own_aside(prefix: Path, aside: Path) -> bool:
+    """Make room for this process's aside name ``aside`` of ``prefix``: a directory there (an
+    earlier process's with this PID) is deleted only when it is the user's own and envtool's record
+    proves it a copy of ``prefix`` (:func:`proven`).
+
+    Returns:
+        True when such a copy was deleted, False when nothing was there.
+    Raises:
+        UsageError: something else is there (exit 2, nothing touched; what is there is named).
+        EnvtoolError: the copy cannot be deleted whole (exit 1: part of it went; the environment
+            itself was not touched).
+    """
+    if not os.path.lexists(aside):
+        return False
+    try:
+        st = os.lstat(aside)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or not proven(prefix, aside):
+        raise UsageError(f"cannot remove {echo(str(prefix))}: {echo(str(aside))}, where envtool renames it first, is "
+                         "taken by something nothing proves envtool made; check it and move it away "
+                         f"(mv -- {shlex.quote(str(aside))} SOMEWHERE), then run remove again; nothing was touched")
+    why = _delete_tree(aside)
+    if why is not None:
+        raise EnvtoolError(f"cannot remove {echo(str(prefix))}: an earlier envtool's copy of it, {echo(str(aside))}, is "
+                         f"in the way and cannot be deleted ({why}); to finish it: {finish_command(aside)}; then "
+                         "run remove again (the environment itself was not touched)")
+    return True
 
 
 def _forget(prefix: Path, record: Optional[Path], result: Removal) -> None:
