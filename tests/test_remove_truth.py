@@ -291,3 +291,21 @@ def test_remove_whose_rename_fails_deletes_nothing_and_checks_its_own_aside_name
     with pytest.raises(UsageError, match="nothing proves envtool made"):
         remove_environment(prefix)
     assert (mine / "notes").is_dir() and (prefix / "bin" / "python").exists()
+
+
+def test_remove_names_a_copy_whose_pid_is_alive(tmp_path):
+    """An aside copy whose PID a live process has (here a ``sleep``): ``remove`` does not say
+    "nothing is there"; it names the copy, says its PID is alive, touches nothing (exit 2)."""
+    env = _root_env(tmp_path)
+    sleeper = subprocess.Popen(["sleep", "600"])
+    try:
+        copy = tmp_path / "envs" / f".foo.envtool-old-{sleeper.pid}"
+        copy.mkdir(parents=True)
+        proc = run_envtool("remove", tmp_path / "envs" / "foo", "--json", env=env, cwd=tmp_path)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    error = json.loads(proc.stdout)["error"]
+    assert "nothing is there" not in error and str(copy) in error and f"PID {sleeper.pid} is alive" in error, error
+    assert "nothing was touched" in error and copy.is_dir()

@@ -653,6 +653,14 @@ def _finish_interrupted(prefix: Path, result: Removal, say: Callable[[str], None
         if found.others:
             note = ("; left alone (another user's, or not a directory): "
                     + ", ".join(echo(str(p)) for p in found.others))
+        for path in found.live:  # another envtool at work, or a PID another process has now
+            pid = _aside_pid(prefix, path)[1]
+            note += (f"; {echo(str(path))} is left alone: a process with its PID {pid} is alive (another envtool "
+                     "at work on it, or the PID was reused); once that process is not envtool's, run remove again "
+                     "(or check it and delete it yourself)")
+        if found.live and not found.others:
+            raise UsageError(f"PREFIX {echo(str(prefix))}: no such environment, only a copy of another envtool "
+                             f"run{note}; nothing was touched")
         raise UsageError(f"PREFIX {echo(str(prefix))}: no such environment (nothing is there){note}")
     for path in mine:
         rec = read_record(path)
