@@ -309,3 +309,19 @@ def test_remove_names_a_copy_whose_pid_is_alive(tmp_path):
     error = json.loads(proc.stdout)["error"]
     assert "nothing is there" not in error and str(copy) in error and f"PID {sleeper.pid} is alive" in error, error
     assert "nothing was touched" in error and copy.is_dir()
+
+
+def test_remove_forgets_the_record_of_an_environment_already_gone(tmp_path):
+    """A removal cut short after the deletion but before the registry record went (a signal):
+    nothing is there, only the record (``envtool list`` says ``missing``). ``remove PREFIX`` says
+    so and deletes the record (exit 0); ``--dry-run`` keeps it; then ``list`` no longer shows it."""
+    env = _root_env(tmp_path)
+    prefix = tmp_path / "env"
+    record = _register(env, prefix)
+    proc = run_envtool("remove", prefix, "--dry-run", env=env, cwd=tmp_path)
+    assert proc.returncode == 0 and "registry's record" in proc.stdout and record.exists(), proc.stdout
+    proc = run_envtool("remove", prefix, "--json", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert json.loads(proc.stdout)["forgot"] is True and not record.exists(), proc.stdout
+    proc = run_envtool("list", "--json", env=env, cwd=tmp_path)
+    assert str(prefix) not in proc.stdout, proc.stdout

@@ -65,13 +65,16 @@ def run(args) -> int:
         for p in result["leftovers"]:
             print(f"would remove {p}, left by an envtool process that no longer runs")
         what = f"{result['prefix']} (spec {spec}, {human(result['size'])})" if os.path.lexists(result["prefix"]) \
-            else f"what is left of {result['prefix']} ({human(result['size'])})"
+            else (f"the registry's record of {result['prefix']} (nothing is there)" if result["forgot"]
+                  else f"what is left of {result['prefix']} ({human(result['size'])})")
         print(f"would remove {what}; nothing was changed")
     elif code:
         print(f"remove: {result['prefix']} is gone, but not everything of it could be deleted:", file=sys.stderr)
         for line in result["problems"]:
             print(f"  {line}", file=sys.stderr)
         print(f"to finish: {result['finish']}", file=sys.stderr)
+    elif result["forgot"]:
+        print(f"forgot {result['prefix']}: nothing was there any more; its record in envtool's registry is deleted")
     elif result["removed"]:
         print(f"removed {result['prefix']} (spec {spec}, {human(result['size'])} freed)")
     else:

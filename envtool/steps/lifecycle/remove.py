@@ -109,6 +109,7 @@ class Removal(TypedDict):
     finish: Optional[str]
     problems: List[str]
     kept: List[str]
+    forgot: bool
 
 
 #: The names of what an interrupted ``create`` or ``remove`` leaves beside a prefix NAME:
@@ -520,7 +521,10 @@ def remove_environment(prefix: Path, dry_run: bool = False,
         paths); ``swept`` those deleted; ``left`` what could not be deleted (an aside copy, the
         registry record), with ``problems`` (one line each: the path, why, the command) and
         ``finish`` (one shell command, quoted for pasting, that finishes it, or None). A non-empty
-        ``left`` is a partial removal (``envtool remove`` exits 1).
+        ``left`` is a partial removal (``envtool remove`` exits 1). ``kept``: directories with
+        envtool's aside names that nothing proves envtool's (left alone, see :func:`leftovers`).
+        ``forgot``: nothing was there but the registry's record of ``prefix`` (an environment
+        gone already, e.g. a removal cut short by a signal), now deleted.
     Raises:
         UsageError: :func:`check_removable` refuses it, and no aside copy of this user's is beside
             the missing prefix (exit 2, nothing touched); the registry is not writable
@@ -534,7 +538,7 @@ def remove_environment(prefix: Path, dry_run: bool = False,
     say = say or (lambda line: None)
     prefix = Path(os.path.abspath(prefix))
     result: Removal = {"prefix": str(prefix), "spec": None, "size": 0, "removed": False, "dry_run": dry_run,
-                       "swept": [], "leftovers": [], "left": [], "finish": None, "problems": [], "kept": []}
+                       "swept": [], "leftovers": [], "left": [], "finish": None, "problems": [], "kept": [], "forgot": False}
     if not os.path.lexists(prefix):
         return _finish_interrupted(prefix, result, say)
     rec = check_removable(prefix)
@@ -572,12 +576,13 @@ def remove_environment(prefix: Path, dry_run: bool = False,
         why: Optional[str] = "interrupted"
         try:
             why = _delete_tree(aside)
-        finally:  # interrupted or not, the environment is gone: the aside copy goes too
+        finally:  # interrupted or not, the environment is gone: the aside copy goes too, then its record
             if why is not None and os.path.lexists(aside):
                 why = _delete_tree(aside)
+            if why is None:
+                _forget(prefix, record, result)
         if why is not None:
             _left(result, aside, why)
-        _forget(prefix, record, result)
         result["removed"] = why is None
     finally:
         lock.release()
@@ -614,6 +619,13 @@ def _clear_own_aside(prefix: Path, aside: Path) -> bool:
     return True
 
 
+def _registry_record(prefix: Path) -> Path:
+    """Where the user's registry records ``prefix`` (:func:`envtool.core.registry.record_path`)."""
+    from envtool.core import registry
+
+    return registry.record_path(prefix)
+
+
 def _forget(prefix: Path, record: Optional[Path], result: Removal) -> None:
     """Delete ``prefix``'s registry record (checked writable before); a failure now is part of what
     is left (the environment is already gone)."""
@@ -647,6 +659,12 @@ def _finish_interrupted(prefix: Path, result: Removal, say: Callable[[str], None
     mine = found.mine
     if not mine and found.unproven:  # the user's own data under a look-alike name: said, never deleted
         _keep(result, found.unproven)
+        return result
+    if not mine and not found.live and not found.others and os.path.lexists(_registry_record(prefix)):
+        record = _check_registry(prefix)  # only a record of an environment already gone: forget it
+        if not result["dry_run"]:
+            _forget(prefix, record, result)
+        result["forgot"] = not result["left"]
         return result
     if not mine:
         note = ""
