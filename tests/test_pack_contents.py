@@ -123,3 +123,21 @@ def test_pack_judges_a_link_by_its_text_not_where_it_resolves_today(venv, tmp_pa
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     with tarfile.open(tmp_path / "env.tar") as tar:
         assert tar.getmember("lib/pkg/same").linkname == "../pkg/mod.py"
+
+
+def test_pack_output_into_a_bind_mount_of_a_directory_inside_is_refused(venv, tmp_path):
+    """``mount --bind VENV/include MNT; pack -o MNT/v.tar``: MNT is a directory of the environment
+    under another name (same ``st_dev``/``st_ino``): exit 2 before anything is written there."""
+    if os.geteuid() != 0:
+        pytest.skip("a bind mount needs root")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    (venv / "include" / "sub").mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "--bind", str(venv / "include"), str(mnt)], check=True)
+    try:
+        for out in (mnt / "v.tar", mnt / "sub" / "v.tar"):
+            proc, data = _pack(venv, out)
+            assert proc.returncode == 2 and "inside the environment" in data["error"], (out, proc.stdout, proc.stderr)
+            assert not out.exists() and _nothing_written(out.parent)
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
