@@ -140,7 +140,7 @@ def test_remove_refuses_what_envtool_did_not_make(tmp_path):
     assert proc.returncode == 2 and "home directory" in proc.stderr
     # the record that matches the path: removed, and a dead run's aside copy swept with it
     stale = tmp_path / ".made.envtool-old-99999999"
-    stale.mkdir()
+    shutil.copytree(made / ".envtool", stale / ".envtool")  # envtool's record naming ``made``: its copy
     proc = run_envtool("remove", made, env=env)
     assert proc.returncode == 0, proc.stderr
     assert not made.exists() and not stale.exists()

@@ -99,3 +99,45 @@ def test_pack_output_through_a_link_into_the_environment_is_refused(venv, tmp_pa
     proc = run_envtool("pack", venv, "--format", "tar", "-o", into / "env.tar", "--dry-run",
                        env={"PYTHONPATH": str(REPO)})
     assert proc.returncode == 2 and "inside the environment" in proc.stderr, proc.stderr
+
+
+def test_pack_judges_a_link_by_its_text_not_where_it_resolves_today(venv, tmp_path):
+    """The reviewer's escape: ``outside/back -> VENV/lib`` and ``venv/evil -> outside/back``. The
+    link resolves inside today, but the tar keeps ``outside/back``, which on the node is whatever
+    is there: refused (exit 2). A relative link climbing out through ``..`` likewise; a relative
+    link that stays inside, and the venv's own bin/python links, are packed."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "back").symlink_to(venv / "lib")
+    (venv / "evil").symlink_to(outside / "back")
+    (venv / "lib" / "pkg" / "same").symlink_to("../pkg/mod.py")
+    proc, out = _pack(venv, tmp_path / "env.tar")
+    assert proc.returncode == 2 and str(venv / "evil") in out["error"], (proc.stdout, proc.stderr)
+    assert _nothing_written(tmp_path)
+    (venv / "evil").unlink()
+    (venv / "lib" / "up").symlink_to("../../outside/back")  # relative: climbs out of the environment
+    proc, out = _pack(venv, tmp_path / "env.tar")
+    assert proc.returncode == 2 and str(venv / "lib" / "up") in out["error"], (proc.stdout, proc.stderr)
+    (venv / "lib" / "up").unlink()
+    proc, out = _pack(venv, tmp_path / "env.tar")
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    with tarfile.open(tmp_path / "env.tar") as tar:
+        assert tar.getmember("lib/pkg/same").linkname == "../pkg/mod.py"
+
+
+def test_pack_output_into_a_bind_mount_of_a_directory_inside_is_refused(venv, tmp_path):
+    """``mount --bind VENV/include MNT; pack -o MNT/v.tar``: MNT is a directory of the environment
+    under another name (same ``st_dev``/``st_ino``): exit 2 before anything is written there."""
+    if os.geteuid() != 0:
+        pytest.skip("a bind mount needs root")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    (venv / "include" / "sub").mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "--bind", str(venv / "include"), str(mnt)], check=True)
+    try:
+        for out in (mnt / "v.tar", mnt / "sub" / "v.tar"):
+            proc, data = _pack(venv, out)
+            assert proc.returncode == 2 and "inside the environment" in data["error"], (out, proc.stdout, proc.stderr)
+            assert not out.exists() and _nothing_written(out.parent)
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)

@@ -67,6 +67,31 @@ def _maps(name):
     return (DATA / name).read_text()
 
 
+def test_libmpi_in_a_latin_1_directory_is_read_not_a_crash(tmp_path, monkeypatch):
+    """``ldd`` of Horovod's ``mpi_lib*.so`` names the ``libmpi`` it found through LD_LIBRARY_PATH,
+    a directory named in Latin-1 (``mpi\xe9``): its output is not UTF-8. The pre-flight reads it
+    (the byte replaced) instead of dying with UnicodeDecodeError (exit 3). A real shared object
+    (gcc, ``-lmpi``) and the real ldd."""
+    import glob
+    import shutil
+
+    real = sorted(glob.glob("/usr/lib/*/libmpi.so.*[0-9]"))
+    if shutil.which("gcc") is None or not real:
+        pytest.skip("needs gcc and Open MPI's libmpi")
+    ext = tmp_path / "env" / "lib" / "python3.11" / "site-packages" / "horovod" / "torch"
+    ext.mkdir(parents=True)
+    (tmp_path / "empty.c").write_text("int envtool_probe(void) { return 0; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(ext / "mpi_lib_v2.so"), str(tmp_path / "empty.c"),
+                    "-Wl,--no-as-needed", f"-L{os.path.dirname(real[0])}", "-l:" + os.path.basename(real[0])],
+                   check=True, timeout=scaled(60))
+    latin = os.path.join(os.fsencode(tmp_path), b"mpi\xe9")
+    os.mkdir(latin)
+    os.symlink(os.fsencode(real[0]), os.path.join(latin, os.fsencode(os.path.basename(real[0]))))
+    monkeypatch.setenv("LD_LIBRARY_PATH", os.fsdecode(latin))
+    found = pmi.linked_libmpi(tmp_path / "env")
+    assert found is not None and found.name == os.path.basename(real[0]) and "\ufffd" in str(found), found
+
+
 def test_one_and_two_libnccl_in_captured_maps():
     assert pf.nccl_libraries(_maps("proc-maps-one-libnccl.txt")) == [
         "/tmp/mnpre-nccl/env/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2"]

@@ -143,8 +143,9 @@ def test_remove_finishes_what_an_interrupted_remove_or_create_left(tmp_path):
     prefix = tmp_path / "env"
     record = _register(env, prefix)
     aside = _made(prefix).rename(tmp_path / f".env.envtool-old-{DEAD}")
-    build = tmp_path / f".env.envtool-build-{DEAD - 1}"
+    build = tmp_path / f".env.envtool-build-{DEAD - 1}"  # a create's: its record was written already
     (build / "lib").mkdir(parents=True)
+    shutil.copytree(aside / ".envtool", build / ".envtool")
     live = tmp_path / f".env.envtool-old-{os.getpid()}"  # a running process's: another envtool at work
     live.mkdir()
     target = tmp_path / "kept"
@@ -204,3 +205,123 @@ def test_remove_exit_2_touches_nothing_and_a_late_failure_is_partial(user_dir, t
     out = json.loads(proc.stdout)
     assert out["left"] == [str(record)] and out["removed"] is True and not os.path.lexists(prefix), out
     assert out["finish"] == f"rm -rf -- {shlex.quote(str(record))}" and str(record) in out["error"], out
+
+
+def _interrupted_create(prefix: Path, env: dict) -> int:
+    """A real create transaction of ``prefix`` killed mid-build (``os._exit`` inside the block, as
+    ``kill -9`` would): its ``.NAME.envtool-build-PID`` and ``.NAME.envtool-tmp-PID`` stay behind.
+    Returns the dead run's PID."""
+    code = ("import os, sys; from pathlib import Path; from envtool.steps.kernel.transaction import BuildTransaction\n"
+            "t = Path(sys.argv[1])\n"
+            "with BuildTransaction(t, False, t.parent / 'create.log') as tx:\n"
+            "    (tx.build / 'lib').mkdir(parents=True); print(os.getpid(), flush=True); os._exit(0)\n")
+    proc = subprocess.run(["python3", "-c", code, str(prefix)], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, **env}, timeout=scaled(60))
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stdout)
+
+
+def test_remove_deletes_only_leftovers_envtool_can_prove_its_own(tmp_path):
+    """The reviewer's repro: ``.data.envtool-old-0/thesis.tex`` beside a missing ``data`` is the
+    user's (PID 0 is no envtool's, no record names ``data``): ``remove data`` leaves it, names it
+    with a command to delete it after checking, exits 1. So are a copy whose record names another
+    prefix, a build directory and a temporary directory without envtool's run marker. What a real
+    interrupted create left (its build directory, its private TMPDIR with the marker) is deleted."""
+    from envtool.steps.kernel.transaction import private_tmp
+
+    env = _root_env(tmp_path)
+    envs = tmp_path / "envs"
+    envs.mkdir()
+    pid = _interrupted_create(envs / "data", env)  # first: create's own sweep is not what is tested here
+    build, tmp = envs / f".data.envtool-build-{pid}", private_tmp(envs / "data", pid)[0]
+    assert (build / "lib").is_dir() and tmp.is_dir()
+    thesis = envs / ".data.envtool-old-0" / "thesis.tex"
+    thesis.parent.mkdir(parents=True)
+    thesis.write_text("precious")
+    elsewhere = _made(envs / "other").rename(envs / f".data.envtool-old-{DEAD}")  # its record names envs/other
+    bare_build = envs / f".data.envtool-build-{DEAD - 1}"
+    (bare_build / "lib").mkdir(parents=True)
+    bare_tmp = envs / f".data.envtool-tmp-{DEAD - 2}"
+    bare_tmp.mkdir()
+    (bare_tmp / ".envtool-run.json").write_text(json.dumps({"prefix": str(envs / "other")}))
+    kept = sorted([thesis.parent, elsewhere, bare_build, bare_tmp])
+    proc = run_envtool("remove", envs / "data", "--yes", "--json", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)  # the interrupted create's copies went
+    out = json.loads(proc.stdout)
+    assert out["swept"] == sorted([str(build), str(tmp)]) and out["kept"] == [str(p) for p in kept], out
+    assert not os.path.lexists(build) and not os.path.lexists(tmp), os.listdir(envs)
+    proc = run_envtool("remove", envs / "data", "--yes", "--json", env=env, cwd=tmp_path)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)  # all there is now: what is not envtool's
+    out = json.loads(proc.stdout)
+    assert out["kept"] == [str(p) for p in kept] and out["swept"] == [] and out["left"] == [], out
+    assert f"rm -rf -- {shlex.quote(str(thesis.parent))}" in out["error"], out
+    assert thesis.read_text() == "precious" and all(p.is_dir() for p in kept)
+    proc = run_envtool("remove", envs / "data", "--yes", env=env, cwd=tmp_path)
+    assert proc.returncode == 1 and "nothing there is envtool's" in proc.stderr, proc.stderr
+    assert str(thesis.parent) in proc.stderr and thesis.read_text() == "precious", proc.stderr
+
+
+def test_remove_whose_rename_fails_deletes_nothing_and_checks_its_own_aside_name(tmp_path, monkeypatch):
+    """The environment is a mount point (``mount --bind``: ``rename(2)`` answers EBUSY): ``remove``
+    exits 2 "nothing was touched", and a dead run's copy beside it is still there (the rename comes
+    before the sweep). A directory with this process's aside name that nothing proves envtool's is
+    not deleted to make room: exit 2, named, intact."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a bind mount needs root")
+    env = _root_env(tmp_path)
+    prefix = _made(tmp_path / "env")
+    dead = _made(tmp_path / "copy").rename(tmp_path / f".env.envtool-old-{DEAD}")
+    (dead / ".envtool" / "create.json").write_text(json.dumps({"spec": "bare", "prefix": str(prefix)}))
+    subprocess.run(["mount", "--bind", str(prefix), str(prefix)], check=True)
+    try:
+        proc = run_envtool("remove", prefix, "--json", env=env, cwd=tmp_path)
+    finally:
+        subprocess.run(["umount", str(prefix)], check=True)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "nothing was touched" in json.loads(proc.stdout)["error"], proc.stdout
+    assert (dead / ".envtool" / "create.json").exists() and (prefix / "bin" / "python").exists()
+
+    from envtool.core.errors import UsageError
+    from envtool.steps.lifecycle.remove import remove_environment
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    mine = tmp_path / f".env.envtool-old-{os.getpid()}"
+    (mine / "notes").mkdir(parents=True)
+    with pytest.raises(UsageError, match="nothing proves envtool made"):
+        remove_environment(prefix)
+    assert (mine / "notes").is_dir() and (prefix / "bin" / "python").exists()
+
+
+def test_remove_names_a_copy_whose_pid_is_alive(tmp_path):
+    """An aside copy whose PID a live process has (here a ``sleep``): ``remove`` does not say
+    "nothing is there"; it names the copy, says its PID is alive, touches nothing (exit 2)."""
+    env = _root_env(tmp_path)
+    sleeper = subprocess.Popen(["sleep", "600"])
+    try:
+        copy = tmp_path / "envs" / f".foo.envtool-old-{sleeper.pid}"
+        copy.mkdir(parents=True)
+        proc = run_envtool("remove", tmp_path / "envs" / "foo", "--json", env=env, cwd=tmp_path)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    error = json.loads(proc.stdout)["error"]
+    assert "nothing is there" not in error and str(copy) in error and f"PID {sleeper.pid} is alive" in error, error
+    assert "nothing was touched" in error and copy.is_dir()
+
+
+def test_remove_forgets_the_record_of_an_environment_already_gone(tmp_path):
+    """A removal cut short after the deletion but before the registry record went (a signal):
+    nothing is there, only the record (``envtool list`` says ``missing``). ``remove PREFIX`` says
+    so and deletes the record (exit 0); ``--dry-run`` keeps it; then ``list`` no longer shows it."""
+    env = _root_env(tmp_path)
+    prefix = tmp_path / "env"
+    record = _register(env, prefix)
+    proc = run_envtool("remove", prefix, "--dry-run", env=env, cwd=tmp_path)
+    assert proc.returncode == 0 and "registry's record" in proc.stdout and record.exists(), proc.stdout
+    proc = run_envtool("remove", prefix, "--json", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert json.loads(proc.stdout)["forgot"] is True and not record.exists(), proc.stdout
+    proc = run_envtool("list", "--json", env=env, cwd=tmp_path)
+    assert str(prefix) not in proc.stdout, proc.stdout

@@ -47,27 +47,40 @@ def run(args) -> int:
             return 0
     with progress_lines(args, "remove: ") as status:
         result = remove_environment(prefix, dry_run=args.dry_run, say=status)
-    code = 1 if result["left"] else 0
+    # exit 1: something could not be deleted, or all there is are look-alikes envtool cannot prove its own
+    only_kept = (bool(result["kept"]) and not result["removed"] and not result["leftovers"]
+                 and not (result["dry_run"] and os.path.lexists(result["prefix"])))
+    code = 1 if result["left"] or only_kept else 0
     if args.json:
         print_json(result)
         return code
     for p in result["swept"]:
         say(f"removed {p}, left by an envtool process that no longer runs")
     spec = result["spec"] or "?"
-    if result["dry_run"]:
+    if only_kept:
+        print(f"remove: {result['prefix']}: nothing there is envtool's to delete:", file=sys.stderr)
+        for line in result["problems"]:
+            print(f"  {line}", file=sys.stderr)
+    elif result["dry_run"]:
         for p in result["leftovers"]:
             print(f"would remove {p}, left by an envtool process that no longer runs")
         what = f"{result['prefix']} (spec {spec}, {human(result['size'])})" if os.path.lexists(result["prefix"]) \
-            else f"what is left of {result['prefix']} ({human(result['size'])})"
+            else (f"the registry's record of {result['prefix']} (nothing is there)" if result["forgot"]
+                  else f"what is left of {result['prefix']} ({human(result['size'])})")
         print(f"would remove {what}; nothing was changed")
     elif code:
         print(f"remove: {result['prefix']} is gone, but not everything of it could be deleted:", file=sys.stderr)
         for line in result["problems"]:
             print(f"  {line}", file=sys.stderr)
         print(f"to finish: {result['finish']}", file=sys.stderr)
+    elif result["forgot"]:
+        print(f"forgot {result['prefix']}: nothing was there any more; its record in envtool's registry is deleted")
     elif result["removed"]:
         print(f"removed {result['prefix']} (spec {spec}, {human(result['size'])} freed)")
     else:
         print(f"finished removing {result['prefix']}: deleted what an interrupted envtool left beside it "
               f"({human(result['size'])} freed)")
+    if not code:
+        for line in result["problems"]:  # the look-alikes left alone
+            say(f"note: {line}")
     return code

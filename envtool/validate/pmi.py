@@ -149,8 +149,13 @@ def judge(plugin: Optional[str], srun_plugins: Sequence[str], mpi: Optional[MpiB
 
 
 def _run(argv: List[str], timeout: float = 60) -> Optional[str]:
+    """``argv``'s standard output and error (decoded by :func:`envtool.core.external.run`: a byte
+    that is not UTF-8, such as a Latin-1 directory ``ldd`` names, becomes U+FFFD, never an error),
+    or None when it failed, could not start or ran over ``timeout`` seconds."""
+    from envtool.core import external
+
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        proc = external.run(argv, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout + "\n" + proc.stderr if proc.returncode == 0 else None

@@ -56,10 +56,13 @@ def job_nodes():
     nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
     if not nodelist:
         return [socket.gethostname()]
-    proc = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=60)
-    names = proc.stdout.split()
+    # bytes, decoded with each invalid byte replaced: this script runs standalone in the job (the
+    # environment's Python only, no envtool), so it decodes as envtool.core.external does
+    proc = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, timeout=60)
+    names = proc.stdout.decode("utf-8", "replace").split()
     if proc.returncode != 0 or not names:
-        raise RuntimeError(f"scontrol show hostnames {nodelist} failed: {proc.stderr.strip()}")
+        raise RuntimeError(f"scontrol show hostnames {nodelist} failed: "
+                           + proc.stderr.decode("utf-8", "replace").strip())
     return names
 
 

@@ -331,7 +331,26 @@ class PrefixLock:
 MAX_TMPDIR = 48
 
 
-def private_tmp(target: Path) -> Tuple[Path, Optional[str]]:
+#: The file inside a build's private ``TMPDIR`` (``.NAME.envtool-tmp-PID``) that proves envtool made
+#: it, and its build directory ``.NAME.envtool-build-PID`` (same PID), for ``prefix``
+#: (JSON ``{"prefix": TARGET}``): ``envtool remove`` deletes such leftovers only with this proof.
+RUN_MARKER = ".envtool-run.json"
+
+
+def write_run_marker(tmp: Path, target: Path) -> None:
+    """Write :data:`RUN_MARKER` into the build's private temporary directory ``tmp`` (made by this
+    process, mode 0700), naming ``target`` (the prefix being built).
+
+    Raises:
+        OSError: it cannot be written (the transaction fails before anything is built).
+    """
+    import json
+
+    with open(Path(tmp) / RUN_MARKER, "x", encoding="utf-8") as fh:
+        json.dump({"prefix": str(target), "pid": os.getpid()}, fh)
+
+
+def private_tmp(target: Path, pid: Optional[int] = None) -> Tuple[Path, Optional[str]]:
     """Where a build of ``target`` keeps its children's ``TMPDIR``, and the stem a sweep of a dead
     run's leftovers looks for there.
 
@@ -339,11 +358,13 @@ def private_tmp(target: Path) -> Tuple[Path, Optional[str]]:
         ``(path, None)`` for ``.NAME.envtool-tmp-PID`` beside the target (swept with the build
         directories), or ``(path, stem)`` for ``envtool-DIGEST-PID`` under the system's temporary
         directory (``$TMPDIR``, else ``/tmp``) when the sibling path is longer than
-        :data:`MAX_TMPDIR`; ``DIGEST`` names the target and the user.
+        :data:`MAX_TMPDIR`; ``DIGEST`` names the target and the user. ``pid``: the build's process
+        (default this one; another to find a dead run's).
     """
     import hashlib
 
-    sibling = target.parent / f".{target.name}.envtool-tmp-{os.getpid()}"
+    pid = os.getpid() if pid is None else pid
+    sibling = target.parent / f".{target.name}.envtool-tmp-{pid}"
     if len(os.fsencode(str(sibling))) <= MAX_TMPDIR:
         return sibling, None
     base = tempfile.gettempdir()
@@ -351,7 +372,7 @@ def private_tmp(target: Path) -> Tuple[Path, Optional[str]]:
         base = "/tmp"
     digest = hashlib.sha256(f"{os.geteuid()}:{target}".encode(errors="surrogateescape")).hexdigest()[:10]
     stem = f"envtool-{digest}-"
-    return Path(base) / f"{stem}{os.getpid()}", stem
+    return Path(base) / f"{stem}{pid}", stem
 
 
 class BuildTransaction:
@@ -434,6 +455,7 @@ class BuildTransaction:
                 cm.__enter__()
                 self._scratch.append(cm)
             os.mkdir(self.tmp, 0o700)
+            write_run_marker(self.tmp, self.target)
             tempfile.gettempdir()  # envtool's own temporary files stay where they were
             for name, value in ((BUILD_MARKER, str(self.build)), ("TMPDIR", str(self.tmp))):
                 self._environ[name] = os.environ.get(name)

@@ -28,9 +28,9 @@ import os
 import shlex
 import stat
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Set, Tuple, TypedDict
+from typing import Callable, Dict, List, NamedTuple, Optional, Set, Tuple, TypedDict
 
-from envtool.core.errors import UsageError, echo
+from envtool.core.errors import EnvtoolError, UsageError, echo
 
 #: The record that proves envtool made an environment.
 CREATE_RECORD = ".envtool/create.json"
@@ -108,6 +108,8 @@ class Removal(TypedDict):
     left: List[str]
     finish: Optional[str]
     problems: List[str]
+    kept: List[str]
+    forgot: bool
 
 
 #: The names of what an interrupted ``create`` or ``remove`` leaves beside a prefix NAME:
@@ -287,32 +289,121 @@ def _check_records(prefix: Path, shown: str) -> dict:
     return rec
 
 
-def leftovers(prefix: Path) -> Tuple[List[Path], List[Path]]:
+class Leftovers(NamedTuple):
+    """The directories with envtool's aside names beside a prefix (see :func:`leftovers`)."""
+
+    mine: List[Path]
+    unproven: List[Path]
+    others: List[Path]
+    live: List[Path]
+
+
+def _aside_pid(prefix: Path, path: Path) -> Tuple[str, int]:
+    """The stem (one of :data:`ASIDE_STEMS`) and PID of the aside name ``path`` of ``prefix``."""
+    for stem in ASIDE_STEMS:
+        head = f".{prefix.name}{stem}"
+        if path.name.startswith(head) and path.name[len(head):].isdigit():
+            return stem, int(path.name[len(head):])
+    return "", 0
+
+
+def _marker_names(tmp: Path, prefix: Path) -> bool:
+    """Whether ``tmp`` (a real directory of this user's) carries envtool's run marker
+    (:data:`envtool.steps.kernel.transaction.RUN_MARKER`) naming ``prefix``."""
+    from envtool.steps.kernel.transaction import RUN_MARKER
+
+    try:
+        st = os.lstat(tmp)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        return False
+    rec = read_record(tmp, RUN_MARKER)
+    return rec is not None and _same_place(rec.get("prefix"), prefix)
+
+
+def proven(prefix: Path, path: Path) -> bool:
+    """Whether envtool's own records prove the aside copy ``path`` is a copy of ``prefix`` that an
+    envtool run made.
+
+    Returns:
+        True for ``.NAME.envtool-old-PID`` carrying ``.envtool/create.json`` that names ``prefix``
+        (an environment renamed aside: what :func:`check_removable` accepts); for
+        ``.NAME.envtool-build-PID`` carrying that record, or whose run's private temporary directory
+        (:func:`envtool.steps.kernel.transaction.private_tmp`, same PID) carries the run marker
+        naming ``prefix``; for ``.NAME.envtool-tmp-PID`` carrying the run marker. Never for a PID
+        of 0 or 1 (no envtool runs as either).
+    """
+    from envtool.steps.kernel.transaction import private_tmp
+
+    stem, pid = _aside_pid(prefix, path)
+    if pid <= 1:
+        return False
+    if stem in (".envtool-old-", ".envtool-build-"):
+        rec = read_record(path)
+        if rec is not None and _same_place(rec.get("prefix"), prefix):
+            return True
+    if stem == ".envtool-build-":
+        sibling = prefix.parent / f".{prefix.name}.envtool-tmp-{pid}"
+        return _marker_names(sibling, prefix) or _marker_names(private_tmp(prefix, pid)[0], prefix)
+    if stem == ".envtool-tmp-":
+        return _marker_names(path, prefix)
+    return False
+
+
+def leftovers(prefix: Path) -> Leftovers:
     """The aside copies interrupted envtool runs left beside ``prefix``, split into those this
     process may finish and those it leaves alone.
 
     Args:
         prefix: the environment's absolute path (present or not).
     Returns:
-        ``(mine, others)``: ``mine`` are directories ``.NAME<stem>PID`` (stems :data:`ASIDE_STEMS`)
-        that are not symbolic links, are owned by the effective user, and whose PID no longer runs
-        (:func:`envtool.core.procs.stale_dirs`); ``others`` have envtool's names and a dead PID but
-        another owner, or are not directories (never touched; reported).
+        ``(mine, unproven, others, live)``: ``mine`` are directories ``.NAME<stem>PID`` (stems
+        :data:`ASIDE_STEMS`) that are not symbolic links, are owned by the effective user, whose PID
+        no longer runs (:func:`envtool.core.procs.stale_dirs`) and that envtool's records prove
+        envtool's (:func:`proven`); ``unproven`` are such directories without that proof (the
+        user's own data under a look-alike name: never touched; reported with a command the user
+        may run after checking); ``others`` have envtool's names and a dead PID but another owner,
+        or are not directories; ``live`` have a PID that runs (another envtool at work, or a PID
+        reused by another process). Only ``mine`` is ever deleted (with a proven build directory,
+        its run's private temporary directory under the system's when it lives there).
     """
     from envtool.core import procs
 
-    mine: List[Path] = []
-    others: List[Path] = []
+    found = Leftovers([], [], [], [])
     for stem in ASIDE_STEMS:
-        stale, _ = procs.stale_dirs(prefix.parent, f".{prefix.name}{stem}")
+        stale, live = procs.stale_dirs(prefix.parent, f".{prefix.name}{stem}")
+        found.live.extend(live)
         for path in stale:
             try:
                 st = os.lstat(path)
             except OSError:
                 continue
-            ours = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
-            (mine if ours else others).append(path)
-    return sorted(mine), sorted(others)
+            if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()):
+                found.others.append(path)
+            elif proven(prefix, path):
+                found.mine.append(path)
+                if stem == ".envtool-build-":  # its private TMPDIR under the system's, when the path was long
+                    from envtool.steps.kernel.transaction import private_tmp
+
+                    tmp, far = private_tmp(prefix, _aside_pid(prefix, path)[1])
+                    if far and _marker_names(tmp, prefix):
+                        found.mine.append(tmp)
+            else:
+                found.unproven.append(path)
+    for part in found:
+        part.sort()
+    return found
+
+
+def _keep(result: "Removal", paths: List[Path]) -> None:
+    """Report the aside-named directories ``paths`` that envtool cannot prove its own: left alone,
+    each with the command (quoted for pasting) that deletes it once the user has checked it."""
+    for path in paths:
+        result["kept"].append(str(path))
+        result["problems"].append(f"{path} has envtool's name for a leftover but nothing proves envtool made it "
+                                  f"(no envtool record naming {result['prefix']}), so it was left alone; "
+                                  f"check it, then delete it yourself: rm -rf -- {shlex.quote(str(path))}")
 
 
 def _delete_tree(path: Path) -> Optional[str]:
@@ -335,10 +426,31 @@ def _delete_tree(path: Path) -> Optional[str]:
             return
         failures.append(condition_message(exc) or f"{echo(str(where))}: {exc}")
 
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=failed)
-    else:
-        shutil.rmtree(path, onerror=failed)
+    def rmtree(where: Path) -> None:
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(where, onexc=failed)
+        else:
+            shutil.rmtree(where, onerror=failed)
+
+    record = Path(path) / ".envtool"
+    if os.path.isdir(record) and not os.path.islink(record):
+        # envtool's record goes last: a copy that cannot be deleted whole keeps the proof that it is envtool's
+        try:
+            children = [Path(e.path) for e in os.scandir(path) if e.name != ".envtool"]
+        except OSError:
+            children = []
+        for child in children:
+            if os.path.isdir(child) and not os.path.islink(child):
+                rmtree(child)
+            else:
+                try:
+                    os.unlink(child)
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    failed(os.unlink, child, exc)
+    if not failures:
+        rmtree(path)
     if not os.path.lexists(path):
         return None
     return failures[0] if failures else f"{echo(str(path))}: still there"
@@ -409,7 +521,10 @@ def remove_environment(prefix: Path, dry_run: bool = False,
         paths); ``swept`` those deleted; ``left`` what could not be deleted (an aside copy, the
         registry record), with ``problems`` (one line each: the path, why, the command) and
         ``finish`` (one shell command, quoted for pasting, that finishes it, or None). A non-empty
-        ``left`` is a partial removal (``envtool remove`` exits 1).
+        ``left`` is a partial removal (``envtool remove`` exits 1). ``kept``: directories with
+        envtool's aside names that nothing proves envtool's (left alone, see :func:`leftovers`).
+        ``forgot``: nothing was there but the registry's record of ``prefix`` (an environment
+        gone already, e.g. a removal cut short by a signal), now deleted.
     Raises:
         UsageError: :func:`check_removable` refuses it, and no aside copy of this user's is beside
             the missing prefix (exit 2, nothing touched); the registry is not writable
@@ -418,12 +533,12 @@ def remove_environment(prefix: Path, dry_run: bool = False,
     """
     from envtool.core.errors import condition_message
     from envtool.core.sizes import human, tree_size
-    from envtool.steps.kernel.transaction import PrefixLock
+    from envtool.steps.kernel.transaction import PrefixLock, rename_noreplace
 
     say = say or (lambda line: None)
     prefix = Path(os.path.abspath(prefix))
     result: Removal = {"prefix": str(prefix), "spec": None, "size": 0, "removed": False, "dry_run": dry_run,
-                       "swept": [], "leftovers": [], "left": [], "finish": None, "problems": []}
+                       "swept": [], "leftovers": [], "left": [], "finish": None, "problems": [], "kept": [], "forgot": False}
     if not os.path.lexists(prefix):
         return _finish_interrupted(prefix, result, say)
     rec = check_removable(prefix)
@@ -431,40 +546,84 @@ def remove_environment(prefix: Path, dry_run: bool = False,
     say(f"measuring {prefix}")
     result["size"] = tree_size(prefix)
     result["spec"] = _text(rec.get("spec"))
-    mine, _ = leftovers(prefix)
-    result["leftovers"] = [str(p) for p in mine]
+    found = leftovers(prefix)
+    result["leftovers"] = [str(p) for p in found.mine]
     if dry_run:
+        _keep(result, found.unproven)
         return result
     lock = PrefixLock(prefix)
     lock.acquire(say)
     try:
         rec = check_removable(prefix)  # again: another envtool may have replaced it while we waited
         record = _check_registry(prefix)
-        mine, _ = leftovers(prefix)
-        result["leftovers"] = [str(p) for p in mine]
-        _finish(mine, result, say)
+        found = leftovers(prefix)
+        result["leftovers"] = [str(p) for p in found.mine]
         aside = prefix.parent / f".{prefix.name}.envtool-old-{os.getpid()}"
-        if os.path.isdir(aside) and not os.path.islink(aside):  # an earlier process's, with our PID
-            _delete_tree(aside)
-        try:
-            os.rename(prefix, aside)
+        earlier = _clear_own_aside(prefix, aside)
+        try:  # the step that can refuse comes before the sweep: exit 2 means nothing was touched
+            rename_noreplace(prefix, aside)
         except OSError as exc:
-            raise UsageError(f"cannot remove {prefix}: " + (condition_message(exc) or exc.strerror or str(exc))
-                             + "; nothing was touched") from None
+            why = f"cannot remove {prefix}: " + (condition_message(exc) or exc.strerror or str(exc))
+            if earlier:
+                raise EnvtoolError(f"{why}; the environment was not touched, but {aside} (a copy of it an "
+                                   "earlier envtool left) was deleted") from None
+            raise UsageError(why + "; nothing was touched") from None
+        if earlier:
+            result["swept"].append(str(aside) + " (an earlier run's)")
+        _keep(result, found.unproven)
+        _finish(found.mine, result, say)
         say(f"deleting {prefix} ({human(result['size'])}; no longer visible there)")
         why: Optional[str] = "interrupted"
         try:
             why = _delete_tree(aside)
-        finally:  # interrupted or not, the environment is gone: the aside copy goes too
+        finally:  # interrupted or not, the environment is gone: the aside copy goes too, then its record
             if why is not None and os.path.lexists(aside):
                 why = _delete_tree(aside)
+            if why is None:
+                _forget(prefix, record, result)
         if why is not None:
             _left(result, aside, why)
-        _forget(prefix, record, result)
         result["removed"] = why is None
     finally:
         lock.release()
     return result
+
+
+def _clear_own_aside(prefix: Path, aside: Path) -> bool:
+    """Make room for this process's aside name ``aside`` of ``prefix``: a directory there (an
+    earlier process's with this PID) is deleted only when it is the user's own and envtool's record
+    proves it a copy of ``prefix`` (:func:`proven`).
+
+    Returns:
+        True when such a copy was deleted, False when nothing was there.
+    Raises:
+        UsageError: something else is there (exit 2, nothing touched; what is there is named).
+        EnvtoolError: the copy cannot be deleted whole (exit 1: part of it went; the environment
+            itself was not touched).
+    """
+    if not os.path.lexists(aside):
+        return False
+    try:
+        st = os.lstat(aside)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or not proven(prefix, aside):
+        raise UsageError(f"cannot remove {echo(str(prefix))}: {echo(str(aside))}, where envtool renames it first, is "
+                         "taken by something nothing proves envtool made; check it and move it away "
+                         f"(mv -- {shlex.quote(str(aside))} SOMEWHERE), then run remove again; nothing was touched")
+    why = _delete_tree(aside)
+    if why is not None:
+        raise EnvtoolError(f"cannot remove {echo(str(prefix))}: an earlier envtool's copy of it, {echo(str(aside))}, is "
+                         f"in the way and cannot be deleted ({why}); to finish it: {finish_command(aside)}; then "
+                         "run remove again (the environment itself was not touched)")
+    return True
+
+
+def _registry_record(prefix: Path) -> Path:
+    """Where the user's registry records ``prefix`` (:func:`envtool.core.registry.record_path`)."""
+    from envtool.core import registry
+
+    return registry.record_path(prefix)
 
 
 def _forget(prefix: Path, record: Optional[Path], result: Removal) -> None:
@@ -496,12 +655,30 @@ def _finish_interrupted(prefix: Path, result: Removal, say: Callable[[str], None
     from envtool.core.sizes import tree_size
     from envtool.steps.kernel.transaction import PrefixLock
 
-    mine, others = leftovers(prefix)
+    found = leftovers(prefix)
+    mine = found.mine
+    if not mine and found.unproven:  # the user's own data under a look-alike name: said, never deleted
+        _keep(result, found.unproven)
+        return result
+    if not mine and not found.live and not found.others and os.path.lexists(_registry_record(prefix)):
+        record = _check_registry(prefix)  # only a record of an environment already gone: forget it
+        if not result["dry_run"]:
+            _forget(prefix, record, result)
+        result["forgot"] = not result["left"]
+        return result
     if not mine:
         note = ""
-        if others:
+        if found.others:
             note = ("; left alone (another user's, or not a directory): "
-                    + ", ".join(echo(str(p)) for p in others))
+                    + ", ".join(echo(str(p)) for p in found.others))
+        for path in found.live:  # another envtool at work, or a PID another process has now
+            pid = _aside_pid(prefix, path)[1]
+            note += (f"; {echo(str(path))} is left alone: a process with its PID {pid} is alive (another envtool "
+                     "at work on it, or the PID was reused); once that process is not envtool's, run remove again "
+                     "(or check it and delete it yourself)")
+        if found.live and not found.others:
+            raise UsageError(f"PREFIX {echo(str(prefix))}: no such environment, only a copy of another envtool "
+                             f"run{note}; nothing was touched")
         raise UsageError(f"PREFIX {echo(str(prefix))}: no such environment (nothing is there){note}")
     for path in mine:
         rec = read_record(path)
@@ -513,6 +690,7 @@ def _finish_interrupted(prefix: Path, result: Removal, say: Callable[[str], None
     result["size"] = sum(tree_size(p, seen) for p in mine)
     result["leftovers"] = [str(p) for p in mine]
     if result["dry_run"]:
+        _keep(result, found.unproven)
         return result
     lock = PrefixLock(prefix)
     lock.acquire(say)
@@ -520,8 +698,9 @@ def _finish_interrupted(prefix: Path, result: Removal, say: Callable[[str], None
         if os.path.lexists(prefix):  # another envtool made it again while we waited: leave it be
             raise UsageError(f"PREFIX {echo(str(prefix))} appeared while envtool waited for its lock; run remove "
                              "again; nothing was touched")
-        mine, _ = leftovers(prefix)
-        _finish(mine, result, say)
+        found = leftovers(prefix)
+        _keep(result, found.unproven)
+        _finish(found.mine, result, say)
         if record is not None:
             _forget(prefix, record, result)
     finally:

@@ -12,8 +12,9 @@ each path and what was expected) when it holds:
 * a regular file with the set-user-ID or set-group-ID bit (``S_ISUID``/``S_ISGID``): refused, not
   silently dropped, so the user decides (``chmod u-s,g-s``); a set-group-ID *directory* (group
   inheritance in shared project spaces) is no privilege and is kept;
-* a symbolic link whose target, resolved, lies outside the environment (an absolute link, or
-  ``..`` past the prefix): its target is not in the pack, so the unpacked copy would use whatever
+* a symbolic link whose target, as written (what the tar keeps: an absolute path, or a relative
+  one joined to the link's directory, one component at a time, never through where another link
+  resolves today), lies outside the environment (:func:`link_stays_inside`): its target is not in the pack, so the unpacked copy would use whatever
   is at that path on the node. Allowed only with ``allow_outside_links`` (``pack
   --allow-outside-links``: kept as links, named in the result's notes), except a venv's links in
   ``bin/`` to its own base interpreter's directory (``pyvenv.cfg``'s ``home``), which every venv
@@ -40,6 +41,57 @@ def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def _base_link(text: str, base_dirs: set) -> bool:
+    """Whether the absolute link text ``text`` names a file directly in one of ``base_dirs`` (the
+    base interpreter's directories, as written and resolved) and resolves there too."""
+    literal = os.path.normpath(text)
+    return os.path.dirname(literal) in base_dirs and os.path.dirname(os.path.realpath(literal)) in base_dirs
+
+
+def link_stays_inside(prefix: str, directory: str, text: str) -> bool:
+    """Whether a symbolic link in ``directory`` (a directory under ``prefix``, as walked) whose text is
+    ``text`` names a path inside ``prefix`` once unpacked: judged by the text itself, which is what
+    the tar keeps (https://www.gnu.org/software/tar/manual/html_node/dereference.html), never by
+    where it resolves on this host today.
+
+    Args:
+        prefix: the environment's path as written (the string the pack relocates).
+        directory: the link's directory, a path under ``prefix`` as written.
+        text: the link's target, as ``readlink(2)`` returns it.
+    Returns:
+        an absolute ``text``: True when it is ``prefix`` or below it, component by component after
+        removing ``.`` and ``..`` (``..`` may not climb above ``prefix``); a relative one: the same
+        for ``directory`` joined with it, where a ``..`` that follows a component that is itself
+        a symbolic link inside the environment counts as leaving (the kernel would climb from
+        that link's target, not from its name); never True when ``..`` climbs above ``prefix``.
+    """
+    root = os.path.normpath(prefix)
+    if os.path.isabs(text):
+        start, rest = os.sep, text
+    else:
+        start, rest = os.path.normpath(directory), text
+    if not _within(start, root) and not os.path.isabs(text):
+        return False
+    parts: List[str] = [] if start == os.sep else start.strip(os.sep).split(os.sep)
+    root_parts = [] if root == os.sep else root.strip(os.sep).split(os.sep)
+    previous_link = False
+    for part in rest.split(os.sep):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if previous_link or not parts:
+                return False
+            parts.pop()
+            if len(parts) < len(root_parts) and parts == root_parts[:len(parts)] and not os.path.isabs(text):
+                return False  # a relative link climbing above the environment
+            previous_link = False
+            continue
+        parts.append(part)
+        here = os.sep + os.sep.join(parts)
+        previous_link = _within(here, root) and os.path.islink(here)
+    return _within(os.sep + os.sep.join(parts), root)
+
+
 def check_contents(prefix: Path, allow_outside_links: bool = False, base: Optional[str] = None) -> List[str]:
     """Check every entry under ``prefix`` (see the module docstring).
 
@@ -58,9 +110,9 @@ def check_contents(prefix: Path, allow_outside_links: bool = False, base: Option
     """
     from envtool.core.prefix import PrefixData
 
-    root = os.path.realpath(prefix)
     home = PrefixData(Path(prefix)).venv_config().get("home")
     base_dirs = {os.path.realpath(d) for d in (os.path.dirname(base) if base else None, home) if d}
+    base_dirs |= {os.path.normpath(d) for d in (os.path.dirname(base) if base else None, home) if d}
     if base:
         base_dirs.add(os.path.dirname(os.path.realpath(base)))
     bin_dir = os.path.join(str(prefix), "bin")
@@ -82,10 +134,13 @@ def check_contents(prefix: Path, allow_outside_links: bool = False, base: Option
                                     if mode & m)
                 found["setid"].append(f"{echo(path)} ({bits}, mode {stat.S_IMODE(mode):04o})")
             elif stat.S_ISLNK(mode):
-                target = os.path.realpath(path)
-                to_base = dirpath == bin_dir and os.path.dirname(target) in base_dirs
-                if not _within(target, root) and not to_base:
-                    found["outside"].append(f"{echo(path)} -> {echo(os.readlink(path))}")
+                try:
+                    text = os.readlink(path)
+                except OSError:
+                    continue
+                to_base = dirpath == bin_dir and os.path.isabs(text) and _base_link(text, base_dirs)
+                if not link_stays_inside(str(prefix), dirpath, text) and not to_base:
+                    found["outside"].append(f"{echo(path)} -> {echo(text)}")
     problems = []
     if found["special"]:
         problems.append("expected regular files, directories and symbolic links only; found "

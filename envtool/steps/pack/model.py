@@ -138,7 +138,8 @@ def output_path(prefix: Path, fmt: str, output: Optional[Path] = None, force: bo
         UsageError: its directory does not exist, it is a directory, it exists without ``force``,
             or it lies inside the environment through any alias (exit 2): its directory, resolved,
             is the environment or below it, or one of that directory's ancestors is the
-            environment's very directory (same ``st_dev``/``st_ino``: a bind mount).
+            environment's very directory, or it is one of the environment's directories under
+            another name (same ``st_dev``/``st_ino``: a bind mount).
     """
     out = Path(os.path.abspath(output)) if output else default_output(prefix, fmt)
     if not out.parent.is_dir():
@@ -156,14 +157,26 @@ def output_path(prefix: Path, fmt: str, output: Optional[Path] = None, force: bo
 
 def _inside(directory: Path, prefix: Path) -> bool:
     """Whether ``directory`` is ``prefix`` or below it through any alias: a symbolic link (compared
-    resolved) or a bind mount (compared by ``st_dev``/``st_ino`` of each ancestor)."""
+    resolved), a bind mount of the environment (compared by ``st_dev``/``st_ino`` of each ancestor)
+    or of a directory inside it (``directory``'s identity compared with every directory of the
+    environment, walked without following links)."""
     real, root = os.path.realpath(directory), os.path.realpath(prefix)
     if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
         return True
     try:
         st = os.stat(prefix)
+        here_st = os.stat(directory)
     except OSError:
         return False
+    if here_st.st_dev == st.st_dev:  # a bind mount shows the device of what it mounts
+        wanted = (here_st.st_dev, here_st.st_ino)
+        for dirpath, _dirnames, _files in os.walk(prefix):  # os.walk never descends into links
+            try:
+                d = os.lstat(dirpath)
+            except OSError:
+                continue
+            if (d.st_dev, d.st_ino) == wanted:
+                return True
     here = real
     while True:
         try:
@@ -176,3 +189,4 @@ def _inside(directory: Path, prefix: Path) -> bool:
         if parent == here:
             return False
         here = parent
+
