@@ -563,11 +563,11 @@ def remove_environment(prefix: Path, dry_run: bool = False,
         try:  # the step that can refuse comes before the sweep: exit 2 means nothing was touched
             rename_noreplace(prefix, aside)
         except OSError as exc:
-            why = f"cannot remove {prefix}: " + (condition_message(exc) or exc.strerror or str(exc))
+            cannot = f"cannot remove {prefix}: " + (condition_message(exc) or exc.strerror or str(exc))
             if earlier:
-                raise EnvtoolError(f"{why}; the environment was not touched, but {aside} (a copy of it an "
+                raise EnvtoolError(f"{cannot}; the environment was not touched, but {aside} (a copy of it an "
                                    "earlier envtool left) was deleted") from None
-            raise UsageError(why + "; nothing was touched") from None
+            raise UsageError(cannot + "; nothing was touched") from None
         if earlier:
             result["swept"].append(str(aside) + " (an earlier run's)")
         _keep(result, found.unproven)
