@@ -6,6 +6,7 @@ stale build directories of dead processes are swept, children die with their pro
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -18,9 +19,9 @@ import pytest
 
 from conftest import REPO, default_stop_signals, run_envtool
 from envtool.core import procs
-from envtool.core.errors import Interrupted, StepFailed, TargetExists
+from envtool.core.errors import Interrupted, StepFailed, TargetExists, UsageError
 from envtool.steps.kernel.runner import Runner
-from envtool.steps.kernel.transaction import BuildTransaction, move_into_place
+from envtool.steps.kernel.transaction import RUN_MARKER, BuildTransaction, move_into_place, private_tmp
 from helpers.speed import scaled
 
 TINY = "name: tiny\nengine: venv\n"
@@ -132,13 +133,74 @@ def test_stale_build_directories_of_dead_processes_are_swept(tmp_path):
     dead.wait()
     stale = tmp_path / f".env.envtool-build-{dead.pid}"
     (stale / "lib").mkdir(parents=True)
+    # what a build writes as soon as it starts: its private TMPDIR with the run marker naming the prefix
+    run_tmp = private_tmp(tmp_path / "env", dead.pid)[0]
+    run_tmp.mkdir()
+    (run_tmp / RUN_MARKER).write_text(json.dumps({"prefix": str(tmp_path / "env"), "pid": dead.pid}))
     live = tmp_path / f".env.envtool-build-{os.getppid()}"  # our parent runs: not ours to remove
     live.mkdir()
     said = []
     with BuildTransaction(tmp_path / "env", False, tmp_path / "log", say=said.append) as tx:
-        assert tx.swept == [stale]
-    assert not stale.exists() and live.exists()
+        assert sorted(tx.swept) == sorted([stale, run_tmp]) and tx.kept == []
+    assert not stale.exists() and not run_tmp.exists() and live.exists()
     assert any(str(stale) in s for s in said)
+
+
+def test_a_look_alike_at_this_runs_own_build_path_stops_the_run_untouched(tmp_path):
+    """A directory named as this process's build directory that nothing proves envtool's (an earlier
+    process with this PID, or anyone's ``mkdir``) is neither deleted nor built into: exit 2, named."""
+    mine = tmp_path / f".env.envtool-build-{os.getpid()}"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(UsageError, match=re.escape(str(mine))) as info:
+        with BuildTransaction(tmp_path / "env", False, tmp_path / "log", say=lambda t: None):
+            pass
+    assert info.value.exit_status == 2
+    assert (mine / "notes.txt").read_text() == "mine" and not (tmp_path / "env").exists()
+    assert envtool_leftovers(tmp_path) == [mine.name]  # no lock file, no temporary directory left
+
+
+def _interrupted_create(prefix: Path, env: dict) -> int:
+    """A real create transaction of ``prefix`` that dies mid-build (``os._exit`` inside the block, as
+    ``kill -9`` would): its build directory and private TMPDIR (with the run marker) stay behind.
+    Returns the dead run's PID."""
+    code = ("import os, sys; from pathlib import Path; from envtool.steps.kernel.transaction import BuildTransaction\n"
+            "t = Path(sys.argv[1])\n"
+            "with BuildTransaction(t, False, t.parent / 'dead.log') as tx:\n"
+            "    (tx.build / 'lib').mkdir(parents=True); print(os.getpid(), flush=True); os._exit(0)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(prefix)], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, **env}, timeout=scaled(60))
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stdout)
+
+
+def test_create_sweeps_only_what_envtool_proves_a_dead_runs(world):
+    """Issue 43: create's own sweep deleted any dead-PID ``.NAME.envtool-{build,old,tmp}-N`` beside
+    the prefix, PID 0 included: the user's ``envs/.data.envtool-old-0/thesis.tex`` went. It now
+    deletes only what envtool's records prove a dead run's copy of this prefix (a real interrupted
+    create's build directory and TMPDIR), and leaves each look-alike alone, named on stderr and in
+    the build log."""
+    tmp_path, env = world
+    envs = tmp_path / "envs"
+    envs.mkdir()
+    target = envs / "tiny"
+    pid = _interrupted_create(target, env)
+    build, run_tmp = envs / f".tiny.envtool-build-{pid}", private_tmp(target, pid)[0]
+    assert (build / "lib").is_dir() and (run_tmp / RUN_MARKER).is_file()
+    thesis = envs / ".tiny.envtool-old-0" / "thesis.tex"
+    thesis.parent.mkdir()
+    thesis.write_text("precious")
+    bare = envs / ".tiny.envtool-build-99999999"  # a dead PID, but no run marker, no record
+    (bare / "lib").mkdir(parents=True)
+    proc = run_envtool("create", "tiny", "--prefix", target, env=env, timeout=scaled(300))
+    assert proc.returncode == 0, proc.stderr
+    assert thesis.read_text() == "precious" and (bare / "lib").is_dir()
+    for look_alike in (thesis.parent, bare):
+        line = f"left alone: {look_alike} (not envtool's: no record names {target})"
+        assert line in proc.stderr, proc.stderr
+        assert line in (target / ".envtool" / "create.log").read_text()
+    assert f"removed {build}" in proc.stderr and not build.exists() and not run_tmp.exists(), proc.stderr
+    assert (target / "bin" / "python").exists()
 
 
 # ----------------------------------------------------------------------------- Runner

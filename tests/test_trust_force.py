@@ -6,6 +6,7 @@ A create of the ``tiny`` spec (a bare venv) takes a few seconds; refusals happen
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pwd
 import re
@@ -362,6 +363,12 @@ def test_the_next_run_stops_a_dead_runs_stragglers_before_sweeping(world):
     dead.wait()
     stale = target.parent / f".tiny.envtool-build-{dead.pid}"
     stale.mkdir()
+    # the dead run's private TMPDIR with its run marker: what proves the build directory envtool's
+    from envtool.steps.kernel.transaction import RUN_MARKER, private_tmp
+
+    run_tmp = private_tmp(target, dead.pid)[0]
+    run_tmp.mkdir()
+    (run_tmp / RUN_MARKER).write_text(json.dumps({"prefix": str(target), "pid": dead.pid}))
     # a grandchild of the dead run (its own session, so no death signal reached it) still writes there
     writer = subprocess.Popen(["sh", "-c", 'while :; do mkdir -p "$D/lib" && : > "$D/lib/f$$"; sleep 0.01; done'],
                               env=dict(os.environ, D=str(stale), ENVTOOL_BUILD=str(stale)), start_new_session=True)
@@ -376,7 +383,7 @@ def test_the_next_run_stops_a_dead_runs_stragglers_before_sweeping(world):
         while writer.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert writer.poll() is not None, "the dead run's straggler still runs"
-        assert not stale.exists()
+        assert not stale.exists() and not run_tmp.exists()
     finally:
         if writer.poll() is None:
             writer.kill()

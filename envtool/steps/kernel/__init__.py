@@ -4,6 +4,8 @@
   (:class:`envtool.core.plan.Step`) in order, writes the build log, shows progress, records each
   step's result and cleans up on failure or interrupt;
 * :mod:`.transaction` — build into a temporary sibling and rename into place (all or nothing);
+* :mod:`.aside` — what proves a directory beside a prefix a dead envtool run's (the one test
+  ``create``'s sweep and ``remove`` apply before deleting);
 * :mod:`.machine` — the facts planning needs about this machine, probed once, up front, so that
   composing a plan does no I/O;
 * :mod:`.progress` — progress lines that fit the terminal;

@@ -28,7 +28,12 @@ Guarantees (the brief's "nothing is lost"):
   and what was left (``nothing was left at …`` or ``the old environment at … is intact``);
 * children die with envtool even on ``kill -9`` (``PR_SET_PDEATHSIG``); the next run on the same
   prefix kills what still carries a dead run's marker, then removes its build and temporary
-  directories, and says so.
+  directories, and says so — only those envtool's records prove a dead run's copies of this prefix
+  (:mod:`envtool.steps.kernel.aside`: the environment's ``create.json`` or the run marker in the
+  build's private ``TMPDIR`` naming the prefix, a PID above 1 that no longer runs, a directory of
+  the user's). A look-alike (``mkdir .data.envtool-old-0``) is left alone and named, on stderr
+  and in the build log; one at this run's own build or temporary path stops the run (exit 2,
+  nothing touched).
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ import errno
 import fcntl
 import os
 import pwd
+import shlex
 import signal
 import stat
 import sys
@@ -47,6 +53,9 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, Dict, List, Literal, Optional, Tuple, Union
 
 from envtool.core import procs
+# RUN_MARKER, MAX_TMPDIR, private_tmp, write_run_marker: defined there, named here too (their home before)
+from envtool.steps.kernel.aside import (MAX_TMPDIR, RUN_MARKER, leftovers, private_tmp, proven,  # noqa: F401
+                                        marker_names, stray_tmps, write_run_marker)
 from envtool.core.plan import redact
 from envtool.core.targets import check_replaceable
 from envtool.core.errors import Interrupted, TargetExists, UsageError, condition_message, naming
@@ -323,58 +332,6 @@ class PrefixLock:
         self.fd = None
 
 
-#: The longest private ``TMPDIR`` kept beside the target (bytes). Children make Unix sockets under
-#: it — Python's multiprocessing ``TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX`` (32 more bytes) for a
-#: forkserver DataLoader, Open MPI's and PMIx's session directories — and a socket path holds at
-#: most 107 bytes (``sun_path``, unix(7)); a longer prefix gets a short one under the system's
-#: temporary directory instead.
-MAX_TMPDIR = 48
-
-
-#: The file inside a build's private ``TMPDIR`` (``.NAME.envtool-tmp-PID``) that proves envtool made
-#: it, and its build directory ``.NAME.envtool-build-PID`` (same PID), for ``prefix``
-#: (JSON ``{"prefix": TARGET}``): ``envtool remove`` deletes such leftovers only with this proof.
-RUN_MARKER = ".envtool-run.json"
-
-
-def write_run_marker(tmp: Path, target: Path) -> None:
-    """Write :data:`RUN_MARKER` into the build's private temporary directory ``tmp`` (made by this
-    process, mode 0700), naming ``target`` (the prefix being built).
-
-    Raises:
-        OSError: it cannot be written (the transaction fails before anything is built).
-    """
-    import json
-
-    with open(Path(tmp) / RUN_MARKER, "x", encoding="utf-8") as fh:
-        json.dump({"prefix": str(target), "pid": os.getpid()}, fh)
-
-
-def private_tmp(target: Path, pid: Optional[int] = None) -> Tuple[Path, Optional[str]]:
-    """Where a build of ``target`` keeps its children's ``TMPDIR``, and the stem a sweep of a dead
-    run's leftovers looks for there.
-
-    Returns:
-        ``(path, None)`` for ``.NAME.envtool-tmp-PID`` beside the target (swept with the build
-        directories), or ``(path, stem)`` for ``envtool-DIGEST-PID`` under the system's temporary
-        directory (``$TMPDIR``, else ``/tmp``) when the sibling path is longer than
-        :data:`MAX_TMPDIR`; ``DIGEST`` names the target and the user. ``pid``: the build's process
-        (default this one; another to find a dead run's).
-    """
-    import hashlib
-
-    pid = os.getpid() if pid is None else pid
-    sibling = target.parent / f".{target.name}.envtool-tmp-{pid}"
-    if len(os.fsencode(str(sibling))) <= MAX_TMPDIR:
-        return sibling, None
-    base = tempfile.gettempdir()
-    if len(os.fsencode(base)) > 24:
-        base = "/tmp"
-    digest = hashlib.sha256(f"{os.geteuid()}:{target}".encode(errors="surrogateescape")).hexdigest()[:10]
-    stem = f"envtool-{digest}-"
-    return Path(base) / f"{stem}{pid}", stem
-
-
 class BuildTransaction:
     """Build a prefix beside its target, then rename it into place (``with`` block).
 
@@ -412,6 +369,8 @@ class BuildTransaction:
         self.tmp, self._tmp_stem = private_tmp(self.target)
         self.replace: Optional[Tuple[int, int]] = None
         self.swept: List[Path] = []
+        #: look-alikes of a dead run's leftovers that nothing proves envtool's: left alone (named on stderr and in the log)
+        self.kept: List[Path] = []
         self._lock = PrefixLock(self.target)
         #: signal number -> the handler in place before the build's (restored afterwards)
         self._previous: Dict[int, Union[Callable[[int, Any], Any], int, None]] = {}
@@ -421,6 +380,7 @@ class BuildTransaction:
         #: variable -> its value before the build set it (None: unset)
         self._environ: Dict[str, Optional[str]] = {}
         self.committed = False
+        self._made_tmp = False
 
     # ------------------------------------------------------------------ set-up
     def _check_target(self) -> None:
@@ -439,22 +399,16 @@ class BuildTransaction:
         try:
             self._check_target()  # again: it may have changed while we waited for the lock
             self.replace = _identity(self.target) if self.force else None
-            for stem in (".envtool-build-", ".envtool-old-", ".envtool-tmp-"):
-                # a dead run's children may still write there: stop them first (or the sweep races them)
-                self.swept += procs.remove_stale(self.target.parent, f".{self.target.name}{stem}",
-                                                 before=lambda p: procs.kill_marked(str(p)))
-            if self._tmp_stem:  # a dead run's short private TMPDIR under the system's
-                self.swept += procs.remove_stale(self.tmp.parent, self._tmp_stem)
-            for p in self.swept:
-                self.say(f"removed {p}, left by an envtool process that no longer runs")
-            _remove_path(self.build)
-            _remove_path(self.tmp)
+            self._sweep()
+            self._clear_own(self.build)
+            self._clear_own(self.tmp)
             self._install_handlers()
             for path in (self.build, self.tmp):
                 cm = procs.scratch(path)
                 cm.__enter__()
                 self._scratch.append(cm)
             os.mkdir(self.tmp, 0o700)
+            self._made_tmp = True
             write_run_marker(self.tmp, self.target)
             tempfile.gettempdir()  # envtool's own temporary files stay where they were
             for name, value in ((BUILD_MARKER, str(self.build)), ("TMPDIR", str(self.tmp))):
@@ -465,6 +419,65 @@ class BuildTransaction:
             self._leave()
             raise
         return self
+
+    def _sweep(self) -> None:
+        """Delete what dead runs on this prefix left beside it, only where envtool's records prove it
+        theirs (:func:`envtool.steps.kernel.aside.leftovers`); each look-alike is left alone and named
+        (stderr and the build log). Fills :attr:`swept` and :attr:`kept`."""
+        found = leftovers(self.target)
+        far, far_unproven = stray_tmps(self.target)
+        for p in found.mine + [t for t in far if t not in found.mine]:
+            procs.kill_marked(str(p))  # a dead run's children may still write there (or the sweep races them)
+            _remove_path(p)
+            if not os.path.lexists(p):
+                self.swept.append(p)
+        notes = [f"removed {p}, left by an envtool process that no longer runs" for p in self.swept]
+        for p in found.unproven + far_unproven:
+            self.kept.append(p)
+            notes.append(f"left alone: {p} (not envtool's: no record names {self.target})")
+        for p in found.others:
+            self.kept.append(p)
+            notes.append(f"left alone: {p} (not envtool's: another user's, or not a directory)")
+        for line in notes:
+            self.say(line)
+        if notes:
+            self._note(notes)
+
+    def _note(self, lines: List[str]) -> None:
+        """Append ``lines`` to the build log (its directory made as the runner makes it); a log that
+        cannot be written loses them (they were said on stderr)."""
+        from envtool.core.paths import ensure_dir
+
+        try:
+            ensure_dir(self.log.parent)
+            with open(self.log, "a", encoding="utf-8", errors="replace") as fh:
+                fh.write("".join(redact(line) + "\n" for line in lines))
+        except (OSError, UsageError):
+            pass
+
+    def _clear_own(self, path: Path) -> None:
+        """Make room for this run's own build or temporary directory ``path``: what is there (an
+        earlier process's with this PID) is deleted only when envtool's records prove it a copy of
+        this prefix (:func:`envtool.steps.kernel.aside.proven`, or the run marker for a temporary
+        directory under the system's).
+
+        Raises:
+            UsageError: something else is there (exit 2; nothing was touched, what is there is named).
+        """
+        if not os.path.lexists(path):
+            return
+        try:
+            st: Optional[os.stat_result] = os.lstat(path)
+        except OSError:
+            st = None
+        ours = st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and (
+            proven(self.target, path) or (path == self.tmp and marker_names(path, self.target)))
+        if not ours:
+            raise UsageError(f"{path}, where envtool builds {self.target}, is taken by something nothing proves "
+                             f"envtool made; check it and move it away (mv -- {shlex.quote(str(path))} SOMEWHERE), "
+                             "then run again; nothing was touched")
+        procs.kill_marked(str(path))
+        _remove_path(path)
 
     def _install_handlers(self) -> None:
         for sig in SIGNALS:
@@ -547,9 +560,10 @@ class BuildTransaction:
             self._leave()
 
     def _leave(self) -> None:
-        """Common end of ``__exit__`` and of a failed ``__enter__``: temporary directory, environment,
-        signal handlers, lock."""
-        _remove_path(self.tmp)
+        """Common end of ``__exit__`` and of a failed ``__enter__``: temporary directory (when this run
+        made it), environment, signal handlers, lock."""
+        if self._made_tmp:
+            _remove_path(self.tmp)
         if self._environ:
             procs.kill_marked(str(self.build), wait=2.0)  # none on success; stragglers on a failure
             procs.unwatch(str(self.build))

@@ -16,52 +16,28 @@ a partial removal). If the deletion is interrupted (``kill -9``), what is left i
 directory: the next ``remove`` of the same prefix finds it (even though the prefix itself is gone)
 and finishes it, as it does the leftovers of an interrupted ``create`` (``.NAME.envtool-build-PID``,
 ``.NAME.envtool-old-PID``, ``.NAME.envtool-tmp-PID``). Only directories with envtool's names, owned
-by the user running envtool, whose PID no longer runs are touched (:func:`leftovers`). The user's
+by the user running envtool, whose PID no longer runs and that envtool's records prove its own are
+touched (:func:`envtool.steps.kernel.aside.leftovers`, the same test ``create``'s sweep applies). The user's
 registry must be writable before anything is deleted (:func:`_check_registry`), so exit 2 always
 means nothing was touched. A prefix being built or replaced by another envtool is waited for
 through the same lock file ``create`` takes (:class:`envtool.steps.kernel.transaction.PrefixLock`).
 """
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import stat
 from pathlib import Path
-from typing import Callable, Dict, List, NamedTuple, Optional, Set, Tuple, TypedDict
+from typing import Callable, Dict, List, Optional, Set, Tuple, TypedDict
 
 from envtool.core.errors import EnvtoolError, UsageError, echo
+# the one proof of what is envtool's, shared with create's sweep; named here too (their home before)
+from envtool.steps.kernel.aside import (ASIDE_STEMS, CREATE_RECORD, Leftovers, aside_pid,  # noqa: F401
+                                        leftovers, proven, read_record, same_place)
 
-#: The record that proves envtool made an environment.
-CREATE_RECORD = ".envtool/create.json"
 #: The marker of a published environment (see :mod:`envtool.steps.publish`).
 PUBLISH_RECORD = ".envtool/publish.json"
-#: Largest record read (bytes).
-_MAX_RECORD = 16 * 1024 * 1024
-
-
-def read_record(prefix: Path, name: str = CREATE_RECORD) -> Optional[dict]:
-    """The JSON mapping of ``prefix/name``, or None when it is missing, not a regular file,
-    oversized or not a JSON object."""
-    path = Path(prefix) / name
-    try:
-        if os.path.islink(path) or not path.is_file():
-            return None
-        with open(path, "rb") as fh:
-            raw = fh.read(_MAX_RECORD + 1)
-        if len(raw) > _MAX_RECORD:
-            return None
-        data = json.loads(raw.decode("utf-8"))
-    except (OSError, ValueError, RecursionError):  # RecursionError: "[[[[…" nested past Python's limit
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _same_place(recorded: object, prefix: Path) -> bool:
-    """Whether the ``prefix`` a record names is ``prefix`` (as given or resolved)."""
-    if not isinstance(recorded, str) or not recorded:
-        return False
-    return os.path.abspath(recorded) in (os.path.abspath(prefix), os.path.realpath(prefix))
+_same_place = same_place
 
 
 def _text(value: object) -> Optional[str]:
@@ -110,11 +86,6 @@ class Removal(TypedDict):
     problems: List[str]
     kept: List[str]
     forgot: bool
-
-
-#: The names of what an interrupted ``create`` or ``remove`` leaves beside a prefix NAME:
-#: ``.NAME<stem>PID`` (:mod:`envtool.steps.kernel.transaction`, this module).
-ASIDE_STEMS = (".envtool-old-", ".envtool-build-", ".envtool-tmp-")
 
 
 def status_of(prefix: Path) -> EnvironmentStatus:
@@ -289,111 +260,7 @@ def _check_records(prefix: Path, shown: str) -> dict:
     return rec
 
 
-class Leftovers(NamedTuple):
-    """The directories with envtool's aside names beside a prefix (see :func:`leftovers`)."""
-
-    mine: List[Path]
-    unproven: List[Path]
-    others: List[Path]
-    live: List[Path]
-
-
-def _aside_pid(prefix: Path, path: Path) -> Tuple[str, int]:
-    """The stem (one of :data:`ASIDE_STEMS`) and PID of the aside name ``path`` of ``prefix``."""
-    for stem in ASIDE_STEMS:
-        head = f".{prefix.name}{stem}"
-        if path.name.startswith(head) and path.name[len(head):].isdigit():
-            return stem, int(path.name[len(head):])
-    return "", 0
-
-
-def _marker_names(tmp: Path, prefix: Path) -> bool:
-    """Whether ``tmp`` (a real directory of this user's) carries envtool's run marker
-    (:data:`envtool.steps.kernel.transaction.RUN_MARKER`) naming ``prefix``."""
-    from envtool.steps.kernel.transaction import RUN_MARKER
-
-    try:
-        st = os.lstat(tmp)
-    except OSError:
-        return False
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-        return False
-    rec = read_record(tmp, RUN_MARKER)
-    return rec is not None and _same_place(rec.get("prefix"), prefix)
-
-
-def proven(prefix: Path, path: Path) -> bool:
-    """Whether envtool's own records prove the aside copy ``path`` is a copy of ``prefix`` that an
-    envtool run made.
-
-    Returns:
-        True for ``.NAME.envtool-old-PID`` carrying ``.envtool/create.json`` that names ``prefix``
-        (an environment renamed aside: what :func:`check_removable` accepts); for
-        ``.NAME.envtool-build-PID`` carrying that record, or whose run's private temporary directory
-        (:func:`envtool.steps.kernel.transaction.private_tmp`, same PID) carries the run marker
-        naming ``prefix``; for ``.NAME.envtool-tmp-PID`` carrying the run marker. Never for a PID
-        of 0 or 1 (no envtool runs as either).
-    """
-    from envtool.steps.kernel.transaction import private_tmp
-
-    stem, pid = _aside_pid(prefix, path)
-    if pid <= 1:
-        return False
-    if stem in (".envtool-old-", ".envtool-build-"):
-        rec = read_record(path)
-        if rec is not None and _same_place(rec.get("prefix"), prefix):
-            return True
-    if stem == ".envtool-build-":
-        sibling = prefix.parent / f".{prefix.name}.envtool-tmp-{pid}"
-        return _marker_names(sibling, prefix) or _marker_names(private_tmp(prefix, pid)[0], prefix)
-    if stem == ".envtool-tmp-":
-        return _marker_names(path, prefix)
-    return False
-
-
-def leftovers(prefix: Path) -> Leftovers:
-    """The aside copies interrupted envtool runs left beside ``prefix``, split into those this
-    process may finish and those it leaves alone.
-
-    Args:
-        prefix: the environment's absolute path (present or not).
-    Returns:
-        ``(mine, unproven, others, live)``: ``mine`` are directories ``.NAME<stem>PID`` (stems
-        :data:`ASIDE_STEMS`) that are not symbolic links, are owned by the effective user, whose PID
-        no longer runs (:func:`envtool.core.procs.stale_dirs`) and that envtool's records prove
-        envtool's (:func:`proven`); ``unproven`` are such directories without that proof (the
-        user's own data under a look-alike name: never touched; reported with a command the user
-        may run after checking); ``others`` have envtool's names and a dead PID but another owner,
-        or are not directories; ``live`` have a PID that runs (another envtool at work, or a PID
-        reused by another process). Only ``mine`` is ever deleted (with a proven build directory,
-        its run's private temporary directory under the system's when it lives there).
-    """
-    from envtool.core import procs
-
-    found = Leftovers([], [], [], [])
-    for stem in ASIDE_STEMS:
-        stale, live = procs.stale_dirs(prefix.parent, f".{prefix.name}{stem}")
-        found.live.extend(live)
-        for path in stale:
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()):
-                found.others.append(path)
-            elif proven(prefix, path):
-                found.mine.append(path)
-                if stem == ".envtool-build-":  # its private TMPDIR under the system's, when the path was long
-                    from envtool.steps.kernel.transaction import private_tmp
-
-                    tmp, far = private_tmp(prefix, _aside_pid(prefix, path)[1])
-                    if far and _marker_names(tmp, prefix):
-                        found.mine.append(tmp)
-            else:
-                found.unproven.append(path)
-    for part in found:
-        part.sort()
-    return found
+_aside_pid = aside_pid
 
 
 def _keep(result: "Removal", paths: List[Path]) -> None:
