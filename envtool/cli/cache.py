@@ -130,7 +130,10 @@ def run_list(args) -> int:
 
 def run_prune(args) -> int:
     """Prune the cache: with ``--dry-run`` only say what would go; on a terminal ask first, as
-    ``conda clean`` does (:func:`envtool.cli.common.confirm`; ``-y`` does not ask)."""
+    ``conda clean`` does (:func:`envtool.cli.common.confirm`; ``-y`` does not ask). A cache
+    reached through another user's directory or link, or one that is not the user's or that
+    others can write, is refused before anything is read (:func:`envtool.core.paths.check_cache`,
+    exit 2)."""
     from envtool.cli.common import confirm, will_ask
     from envtool.core.paths import cache_root
     from envtool.horovod import cache
@@ -138,7 +141,10 @@ def run_prune(args) -> int:
     from envtool.engines.installer import prune_bytecode
 
     from envtool.cli.common import progress_lines
+    from envtool.core.paths import check_cache
 
+    # the rule create applies (envtool.core.paths), before anything is read or deleted
+    check_cache("horovod-wheels", "logs", "bytecode")
     wc = cache.WheelCache()
     seconds = args.older_than * 86400.0
     dry = args.dry_run or will_ask(args)  # what would go, before asking (or instead of deleting)
@@ -221,8 +227,10 @@ def run_publish(args) -> int:
     from pathlib import Path
 
     from envtool.core.errors import UsageError
+    from envtool.core.paths import check_cache
     from envtool.horovod import cache
 
+    check_cache("horovod-wheels")  # publish only what another user could not have planted
     wc = cache.WheelCache()
     entries = wc.entries()
     if args.key:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import shlex
 import stat
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -136,18 +137,33 @@ def _as_variable(path: Path, key: str, value, kind: str) -> str:
 
 
 def _check_file(path: Path) -> None:
-    """Refuse a configuration file another user could have written (exit 2): a file or directory
-    writable by others, or owned by someone other than the caller or root."""
-    from envtool.core.errors import UsageError
+    """Refuse a configuration file another user could have written (exit 2).
 
-    for p in (path, path.parent):
-        st = os.stat(p)
-        if st.st_uid not in (0, os.geteuid()):
-            raise UsageError(f"{path}: the configuration file (or its directory {p}) belongs to another user "
-                             f"(uid {st.st_uid}); envtool reads only yours or root's")
-        if st.st_mode & stat.S_IWOTH and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
-            raise UsageError(f"{path}: {p} is writable by every user, so anyone could change envtool's "
-                             "settings; envtool will not read it (chmod o-w)")
+    The path to it must pass :func:`envtool.core.paths.trusted_path` (every directory on the way
+    root's or the caller's and writable by nobody else unless sticky, every link root's or the
+    caller's), and the file itself must be owned by the caller or root and writable by neither
+    its group nor others (a group member could otherwise point ``cache_dir`` or ``spec_path`` at
+    a directory of theirs). A group that is its owner's private group is the owner alone
+    (:func:`envtool.core.paths.writable_by_others`).
+
+    Raises:
+        UsageError: naming the file (or the component), its owner and mode, and the fix.
+    """
+    from envtool.core.errors import UsageError
+    from envtool.core.paths import owner_name, trusted_path, writable_by_others
+
+    st = trusted_path(path, "the configuration file", "keep it where only you or root can write")
+    if st is None:  # gone since it was found, or not a directory on the way
+        st = os.stat(path)
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid not in (0, os.geteuid()):
+        raise UsageError(f"{path}: the configuration file belongs to another user ({owner_name(st.st_uid)}, mode "
+                         f"{mode:04o}); envtool reads only yours or root's")
+    who = writable_by_others(st)
+    if who:
+        raise UsageError(f"{path}: the configuration file (owner {owner_name(st.st_uid)}, mode {mode:04o}) is "
+                         f"writable by {who}, so they could change envtool's settings; envtool will not read it "
+                         f"(chmod go-w {shlex.quote(str(path))})")
 
 
 def read_file(path: Path) -> Dict[str, str]:
