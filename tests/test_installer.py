@@ -168,6 +168,7 @@ def test_both_installers_pick_the_same_artifacts(created):
     assert versions == {"envtool-alpha": "1.0+cpu", "envtool-beta": "1.1", "envtool-gamma": "2.0"}
 
 
+@pytest.mark.slow  # 10-14 s with its environment's set-up on 2 loaded cores: over the fast tier's 10 s
 def test_uv_installs_are_byte_compiled_and_locked_like_pips(created):
     for name, prefix in created.items():
         site_packages = next((prefix / "lib").glob("python*/site-packages"))
