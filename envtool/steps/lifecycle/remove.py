@@ -398,9 +398,8 @@ def remove_environment(prefix: Path, dry_run: bool = False,
             (:func:`_check_registry`); the lock is held too long; the rename fails (a condition such
             as permission, naming the path).
     """
-    from envtool.core.errors import condition_message
-    from envtool.core.sizes import human, tree_size
-    from envtool.steps.kernel.transaction import PrefixLock, rename_noreplace
+    from envtool.core.sizes import tree_size
+    from envtool.steps.kernel.transaction import PrefixLock
 
     say = say or (lambda line: None)
     prefix = Path(os.path.abspath(prefix))
@@ -421,39 +420,60 @@ def remove_environment(prefix: Path, dry_run: bool = False,
     lock = PrefixLock(prefix)
     lock.acquire(say)
     try:
-        rec = check_removable(prefix)  # again: another envtool may have replaced it while we waited
-        record = _check_registry(prefix)
-        found = leftovers(prefix)
-        result["leftovers"] = [str(p) for p in found.mine]
-        aside = prefix.parent / f".{prefix.name}.envtool-old-{os.getpid()}"
-        earlier = _clear_own_aside(prefix, aside)
-        try:  # the step that can refuse comes before the sweep: exit 2 means nothing was touched
-            rename_noreplace(prefix, aside)
-        except OSError as exc:
-            cannot = f"cannot remove {prefix}: " + (condition_message(exc) or exc.strerror or str(exc))
-            if earlier:
-                raise EnvtoolError(f"{cannot}; the environment was not touched, but {aside} (a copy of it an "
-                                   "earlier envtool left) was deleted") from None
-            raise UsageError(cannot + "; nothing was touched") from None
-        if earlier:
-            result["swept"].append(str(aside) + " (an earlier run's)")
-        _keep(result, found.unproven)
-        _finish(found.mine, result, say)
-        say(f"deleting {prefix} ({human(result['size'])}; no longer visible there)")
-        why: Optional[str] = "interrupted"
-        try:
-            why = _delete_tree(aside)
-        finally:  # interrupted or not, the environment is gone: the aside copy goes too, then its record
-            if why is not None and os.path.lexists(aside):
-                why = _delete_tree(aside)
-            if why is None:
-                _forget(prefix, record, result)
-        if why is not None:
-            _left(result, aside, why)
-        result["removed"] = why is None
+        _remove_locked(prefix, result, say)
     finally:
         lock.release()
     return result
+
+
+def _remove_locked(prefix: Path, result: Removal, say: Callable[[str], None]) -> None:
+    """:func:`remove_environment`'s work once the prefix's lock is held: check again, rename the
+    environment aside (the step that can refuse, so exit 2 means nothing was touched), sweep dead
+    runs' copies, delete the aside copy, then forget the registry record; fills ``result``."""
+    from envtool.core.sizes import human
+
+    check_removable(prefix)  # again: another envtool may have replaced it while we waited
+    record = _check_registry(prefix)
+    found = leftovers(prefix)
+    result["leftovers"] = [str(p) for p in found.mine]
+    aside = prefix.parent / f".{prefix.name}.envtool-old-{os.getpid()}"
+    _rename_aside(prefix, aside, _clear_own_aside(prefix, aside), result)
+    _keep(result, found.unproven)
+    _finish(found.mine, result, say)
+    say(f"deleting {prefix} ({human(result['size'])}; no longer visible there)")
+    why: Optional[str] = "interrupted"
+    try:
+        why = _delete_tree(aside)
+    finally:  # interrupted or not, the environment is gone: the aside copy goes too, then its record
+        if why is not None and os.path.lexists(aside):
+            why = _delete_tree(aside)
+        if why is None:
+            _forget(prefix, record, result)
+    if why is not None:
+        _left(result, aside, why)
+    result["removed"] = why is None
+
+
+def _rename_aside(prefix: Path, aside: Path, earlier: bool, result: Removal) -> None:
+    """Rename ``prefix`` to ``aside`` (``earlier``: an earlier run's copy there was just deleted).
+
+    Raises:
+        UsageError: the rename fails and nothing was touched (exit 2).
+        EnvtoolError: the rename fails after the earlier copy was deleted (not exit 2).
+    """
+    from envtool.core.errors import condition_message
+    from envtool.steps.kernel.transaction import rename_noreplace
+
+    try:
+        rename_noreplace(prefix, aside)
+    except OSError as exc:
+        cannot = f"cannot remove {prefix}: " + (condition_message(exc) or exc.strerror or str(exc))
+        if earlier:
+            raise EnvtoolError(f"{cannot}; the environment was not touched, but {aside} (a copy of it an "
+                               "earlier envtool left) was deleted") from None
+        raise UsageError(cannot + "; nothing was touched") from None
+    if earlier:
+        result["swept"].append(str(aside) + " (an earlier run's)")
 
 
 def _clear_own_aside(prefix: Path, aside: Path) -> bool:
@@ -511,6 +531,28 @@ def _forget(prefix: Path, record: Optional[Path], result: Removal) -> None:
         result["finish"] = command if result["finish"] is None else f"{result['finish']} && {command}"
 
 
+def _nothing_here(prefix: Path, found) -> None:
+    """Refuse ``remove`` of a missing prefix with no copy of this user's beside it, naming the
+    copies left alone (``found``: :func:`leftovers`' split: another user's, or a live PID's).
+
+    Raises:
+        UsageError: always (exit 2, nothing touched).
+    """
+    note = ""
+    if found.others:
+        note = ("; left alone (another user's, or not a directory): "
+                + ", ".join(echo(str(p)) for p in found.others))
+    for path in found.live:  # another envtool at work, or a PID another process has now
+        pid = _aside_pid(prefix, path)[1]
+        note += (f"; {echo(str(path))} is left alone: a process with its PID {pid} is alive (another envtool "
+                 "at work on it, or the PID was reused); once that process is not envtool's, run remove again "
+                 "(or check it and delete it yourself)")
+    if found.live and not found.others:
+        raise UsageError(f"PREFIX {echo(str(prefix))}: no such environment, only a copy of another envtool "
+                         f"run{note}; nothing was touched")
+    raise UsageError(f"PREFIX {echo(str(prefix))}: no such environment (nothing is there){note}")
+
+
 def _finish_interrupted(prefix: Path, result: Removal, say: Callable[[str], None]) -> Removal:
     """``remove`` of a prefix that is gone: finish the aside copies an interrupted ``remove`` or
     ``create`` left beside it (see :func:`leftovers`), or refuse as :func:`check_removable` does.
@@ -519,9 +561,6 @@ def _finish_interrupted(prefix: Path, result: Removal, say: Callable[[str], None
         UsageError: nothing of this user's is left beside it (exit 2, nothing touched; aside copies
             of another user's are named, never touched).
     """
-    from envtool.core.sizes import tree_size
-    from envtool.steps.kernel.transaction import PrefixLock
-
     found = leftovers(prefix)
     mine = found.mine
     if not mine and found.unproven:  # the user's own data under a look-alike name: said, never deleted
@@ -534,31 +573,40 @@ def _finish_interrupted(prefix: Path, result: Removal, say: Callable[[str], None
         result["forgot"] = not result["left"]
         return result
     if not mine:
-        note = ""
-        if found.others:
-            note = ("; left alone (another user's, or not a directory): "
-                    + ", ".join(echo(str(p)) for p in found.others))
-        for path in found.live:  # another envtool at work, or a PID another process has now
-            pid = _aside_pid(prefix, path)[1]
-            note += (f"; {echo(str(path))} is left alone: a process with its PID {pid} is alive (another envtool "
-                     "at work on it, or the PID was reused); once that process is not envtool's, run remove again "
-                     "(or check it and delete it yourself)")
-        if found.live and not found.others:
-            raise UsageError(f"PREFIX {echo(str(prefix))}: no such environment, only a copy of another envtool "
-                             f"run{note}; nothing was touched")
-        raise UsageError(f"PREFIX {echo(str(prefix))}: no such environment (nothing is there){note}")
+        _nothing_here(prefix, found)
+    record = _check_registry(prefix)
+    _measure_copies(prefix, mine, result, say)
+    if result["dry_run"]:
+        _keep(result, found.unproven)
+        return result
+    _finish_locked(prefix, record, result, say)
+    return result
+
+
+def _measure_copies(prefix: Path, mine, result: Removal, say: Callable[[str], None]) -> None:
+    """Set ``result``'s ``spec`` (the first copy's record), ``size`` (bytes, hard links once) and
+    ``leftovers`` from the aside copies ``mine`` of the missing ``prefix``."""
+    from envtool.core.sizes import tree_size
+
     for path in mine:
         rec = read_record(path)
         if rec is not None and result["spec"] is None:
             result["spec"] = _text(rec.get("spec"))
-    record = _check_registry(prefix)
     say(f"measuring {len(mine)} aside cop{'y' if len(mine) == 1 else 'ies'} of {prefix}")
     seen: set = set()
     result["size"] = sum(tree_size(p, seen) for p in mine)
     result["leftovers"] = [str(p) for p in mine]
-    if result["dry_run"]:
-        _keep(result, found.unproven)
-        return result
+
+
+def _finish_locked(prefix: Path, record, result: Removal, say: Callable[[str], None]) -> None:
+    """Under the prefix's lock: delete this user's proven aside copies beside the missing
+    ``prefix`` (found again), then forget its registry ``record`` (or None); fills ``result``.
+
+    Raises:
+        UsageError: the prefix appeared while envtool waited for the lock (exit 2, nothing touched).
+    """
+    from envtool.steps.kernel.transaction import PrefixLock
+
     lock = PrefixLock(prefix)
     lock.acquire(say)
     try:
@@ -572,4 +620,3 @@ def _finish_interrupted(prefix: Path, result: Removal, say: Callable[[str], None
             _forget(prefix, record, result)
     finally:
         lock.release()
-    return result

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Set
 
 from envtool.core.errors import echo
 from envtool.steps.pack.model import NotPackable
@@ -108,39 +108,61 @@ def check_contents(prefix: Path, allow_outside_links: bool = False, base: Option
     Raises:
         NotPackable: exit 2, naming up to :data:`SHOWN` paths of each kind found and what was expected.
     """
-    from envtool.core.prefix import PrefixData
-
-    home = PrefixData(Path(prefix)).venv_config().get("home")
-    base_dirs = {os.path.realpath(d) for d in (os.path.dirname(base) if base else None, home) if d}
-    base_dirs |= {os.path.normpath(d) for d in (os.path.dirname(base) if base else None, home) if d}
-    if base:
-        base_dirs.add(os.path.dirname(os.path.realpath(base)))
+    base_dirs = _base_dirs(prefix, base)
     bin_dir = os.path.join(str(prefix), "bin")
     found: Dict[str, List[str]] = {"special": [], "setid": [], "outside": []}
     for dirpath, dirnames, filenames in os.walk(prefix):
         dirnames.sort()
         for name in sorted(dirnames) + sorted(filenames):
-            path = os.path.join(dirpath, name)
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            mode = st.st_mode
-            what = next((words for test, words in _SPECIAL if test(mode)), None)
-            if what is not None:
-                found["special"].append(f"{echo(path)} ({what})")
-            elif stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID):
-                bits = " and ".join(b for b, m in (("set-user-ID", stat.S_ISUID), ("set-group-ID", stat.S_ISGID))
-                                    if mode & m)
-                found["setid"].append(f"{echo(path)} ({bits}, mode {stat.S_IMODE(mode):04o})")
-            elif stat.S_ISLNK(mode):
-                try:
-                    text = os.readlink(path)
-                except OSError:
-                    continue
-                to_base = dirpath == bin_dir and os.path.isabs(text) and _base_link(text, base_dirs)
-                if not link_stays_inside(str(prefix), dirpath, text) and not to_base:
-                    found["outside"].append(f"{echo(path)} -> {echo(text)}")
+            _judge_entry(str(prefix), dirpath, name, dirpath == bin_dir, base_dirs, found)
+    problems = _problems(found, allow_outside_links)
+    if problems:
+        raise NotPackable(f"{echo(str(prefix))} cannot be packed: " + "; ".join(problems))
+    return [f"kept a link that leaves the environment (its target must exist on every node): {p}"
+            for p in found["outside"]]
+
+
+def _base_dirs(prefix: Path, base: Optional[str]) -> Set[str]:
+    """The directories a venv's ``bin/`` links may point into: its base interpreter's and
+    ``pyvenv.cfg``'s ``home``, as written and resolved."""
+    from envtool.core.prefix import PrefixData
+
+    home = PrefixData(Path(prefix)).venv_config().get("home")
+    dirs = {os.path.realpath(d) for d in (os.path.dirname(base) if base else None, home) if d}
+    dirs |= {os.path.normpath(d) for d in (os.path.dirname(base) if base else None, home) if d}
+    if base:
+        dirs.add(os.path.dirname(os.path.realpath(base)))
+    return dirs
+
+
+def _judge_entry(prefix: str, dirpath: str, name: str, in_bin: bool, base_dirs: Set[str],
+                 found: Dict[str, List[str]]) -> None:
+    """Add ``dirpath/name`` to ``found["special"]``, ``["setid"]`` or ``["outside"]`` when it is one."""
+    path = os.path.join(dirpath, name)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    mode = st.st_mode
+    what = next((words for test, words in _SPECIAL if test(mode)), None)
+    if what is not None:
+        found["special"].append(f"{echo(path)} ({what})")
+    elif stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID):
+        bits = " and ".join(b for b, m in (("set-user-ID", stat.S_ISUID), ("set-group-ID", stat.S_ISGID))
+                            if mode & m)
+        found["setid"].append(f"{echo(path)} ({bits}, mode {stat.S_IMODE(mode):04o})")
+    elif stat.S_ISLNK(mode):
+        try:
+            text = os.readlink(path)
+        except OSError:
+            return
+        to_base = in_bin and os.path.isabs(text) and _base_link(text, base_dirs)
+        if not link_stays_inside(prefix, dirpath, text) and not to_base:
+            found["outside"].append(f"{echo(path)} -> {echo(text)}")
+
+
+def _problems(found: Dict[str, List[str]], allow_outside_links: bool) -> List[str]:
+    """The refusals for what :func:`_judge_entry` found (empty: the environment can be packed)."""
     problems = []
     if found["special"]:
         problems.append("expected regular files, directories and symbolic links only; found "
@@ -154,10 +176,7 @@ def check_contents(prefix: Path, allow_outside_links: bool = False, base: Option
                         "(what they point at is not in the pack): " + _some(found["outside"])
                         + ": copy their targets into the environment, or give --allow-outside-links to keep "
                         "them as links (their targets must then exist at those paths on every node)")
-    if problems:
-        raise NotPackable(f"{echo(str(prefix))} cannot be packed: " + "; ".join(problems))
-    return [f"kept a link that leaves the environment (its target must exist on every node): {p}"
-            for p in found["outside"]]
+    return problems
 
 
 def _some(items: List[str]) -> str:
