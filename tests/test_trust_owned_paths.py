@@ -18,10 +18,8 @@ import grp
 import json
 import os
 import pwd
-import shutil
 import stat
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,19 +28,7 @@ import pytest
 from conftest import run_envtool
 from helpers.speed import scaled
 
-USER = "envtool-user"
-GROUP = "envtool-pub"
-
-
-@pytest.fixture
-def shared_tmp():
-    """A directory under /tmp that the second user can reach (pytest's own base is root's, 0700)."""
-    d = Path(tempfile.mkdtemp(prefix="envtool-owned-", dir="/tmp"))
-    os.chmod(d, 0o755)
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+from test_cache_trust import GROUP, USER, shared_tmp  # noqa: F401 (the second user, and a directory it reaches)
 
 
 def _ids():
