@@ -39,21 +39,13 @@ def add_layout(p, nodes_required: bool) -> None:
 
 
 def resolve(args):
-    """The job's :class:`~envtool.steps.jobscript.Target`: the environment given, or with ``--stage``
-    the pack's node-local copy."""
-    from envtool.core.errors import UsageError
-    from envtool.steps import jobscript
+    """The job's :class:`~envtool.steps.jobscript.Target` for ``args`` (``validate``'s too):
+    :func:`envtool.steps.jobscript.workflow.resolve_environment`."""
+    from envtool.steps.jobscript.workflow import resolve_environment
 
-    if getattr(args, "stage", None):
-        if args.module:
-            raise UsageError("--stage FILE runs the packed environment: give --prefix (its source) or nothing, "
-                             "not --module")
-        return jobscript.resolve_staged(args.stage, args.prefix, args.spec, args.site, args.site_file,
-                                        retired_ok=getattr(args, "retired_ok", False),
-                                        platform_mismatch_ok=getattr(args, "platform_mismatch_ok", False))
-    return jobscript.resolve_target(args.prefix, args.module, args.spec, args.site, args.site_file,
-                                    retired_ok=getattr(args, "retired_ok", False),
-                                    platform_mismatch_ok=getattr(args, "platform_mismatch_ok", False))
+    return resolve_environment(args.prefix, args.module, args.spec, args.site, args.site_file,
+                               getattr(args, "stage", None), retired_ok=getattr(args, "retired_ok", False),
+                               platform_mismatch_ok=getattr(args, "platform_mismatch_ok", False))
 
 
 def stage_summary(target):

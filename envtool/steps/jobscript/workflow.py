@@ -137,9 +137,7 @@ def compose(req: JobscriptRequest) -> JobscriptPlan:
         raise UsageError("--bind goes with --image (directories bound into the image)")
     if req.image is not None and (req.prefix or req.module or req.stage):
         raise UsageError("--image runs the environment the image carries: give no --prefix, --module or --stage")
-    if req.stage and req.module:
-        raise UsageError("--stage FILE runs the packed environment: give --prefix (its source) or nothing, "
-                         "not --module")
+    _check_stage(req.stage, req.module)
     if req.image is not None:
         what = f"the image {req.image} through the site's container runtime"
         reads: Tuple[str, ...] = ("#", "read the site file's container section")
@@ -165,8 +163,6 @@ def compose(req: JobscriptRequest) -> JobscriptPlan:
 
 def _resolve(step: Step, ctx: StepContext) -> Resolved:
     from envtool.scheduler.model import LaunchStep
-    from envtool.steps.jobscript.staged import resolve_staged
-    from envtool.steps.jobscript.target import resolve_target
 
     req: JobscriptRequest = step.data
     if req.image is not None:
@@ -176,13 +172,36 @@ def _resolve(step: Step, ctx: StepContext) -> Resolved:
                                                              retired_ok=req.retired_ok)
         return Resolved(target, container_run.image_step(target, section, req.image, list(req.command),
                                                          list(req.bind)), section)
-    if req.stage:
-        target = resolve_staged(req.stage, req.prefix, req.spec, req.site, req.site_file,
-                                retired_ok=req.retired_ok, platform_mismatch_ok=req.platform_mismatch_ok)
-    else:
-        target = resolve_target(req.prefix, req.module, req.spec, req.site, req.site_file,
-                                retired_ok=req.retired_ok, platform_mismatch_ok=req.platform_mismatch_ok)
+    target = resolve_environment(req.prefix, req.module, req.spec, req.site, req.site_file, req.stage,
+                                 retired_ok=req.retired_ok, platform_mismatch_ok=req.platform_mismatch_ok)
     return Resolved(target, LaunchStep(tuple(req.command)), None)
+
+
+def _check_stage(stage: Optional[str], module: Optional[str]) -> None:
+    """Refuse ``--stage`` with ``--module`` (exit 2): a staged job runs the pack, not a module."""
+    if stage and module:
+        raise UsageError("--stage FILE runs the packed environment: give --prefix (its source) or nothing, "
+                         "not --module")
+
+
+def resolve_environment(prefix: Optional[str], module: Optional[str], spec: Optional[str], site: Optional[str],
+                        site_file: Optional[str], stage: Optional[str] = None, retired_ok: bool = False,
+                        platform_mismatch_ok: bool = False) -> Any:
+    """The job's :class:`~envtool.steps.jobscript.target.Target`: the environment given, or with
+    ``stage`` the pack's node-local copy (``jobscript`` and ``validate --submit`` both ask this).
+
+    Raises:
+        UsageError, SpecError: ``stage`` with ``module``; a bad environment, spec, site or pack (exit 2).
+    """
+    from envtool.steps.jobscript.staged import resolve_staged
+    from envtool.steps.jobscript.target import resolve_target
+
+    _check_stage(stage, module)
+    if stage:
+        return resolve_staged(stage, prefix, spec, site, site_file, retired_ok=retired_ok,
+                              platform_mismatch_ok=platform_mismatch_ok)
+    return resolve_target(prefix, module, spec, site, site_file, retired_ok=retired_ok,
+                          platform_mismatch_ok=platform_mismatch_ok)
 
 
 def _render(step: Step, ctx: StepContext) -> Rendered:
