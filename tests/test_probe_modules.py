@@ -19,7 +19,7 @@ from helpers.speed import scaled
 
 PROBE_DIR = Path(probes.__file__).resolve().parent
 #: What the probes may import besides the standard library (only inside functions).
-PROBED = {"torch", "horovod", "tensorflow", "mxnet", "importlib_metadata", "pkg_resources"}
+PROBED = {"torch", "horovod", "tensorflow", "mxnet", "importlib_metadata", "pkg_resources", "numpy"}
 
 
 def torch_importable(python=sys.executable):
@@ -36,7 +36,7 @@ def run_by_path(python, name, *args, timeout=None):
 
 def test_every_probe_file_is_listed_and_found():
     files = {p.stem for p in PROBE_DIR.glob("*.py") if p.name != "__init__.py"}
-    assert files == set(probes.NAMES)
+    assert files == set(probes.NAMES) | set(probes.HELPERS)
     for name in probes.NAMES:
         path = probes.probe_path(name)
         assert path.is_absolute() and path.is_file() and path.parent == PROBE_DIR
@@ -50,7 +50,7 @@ def test_probe_names_shadow_no_module_they_could_import():
     stdlib = getattr(sys, "stdlib_module_names", None)
     if stdlib is None:
         pytest.skip("sys.stdlib_module_names needs Python 3.10")
-    for name in probes.NAMES:
+    for name in probes.NAMES + probes.HELPERS:
         assert name not in stdlib and name not in PROBED, name
 
 
@@ -79,11 +79,26 @@ def test_probe_is_a_standalone_script(name):
             if node in tree.body and stdlib is not None:  # module level: the standard library only
                 assert root in stdlib, f"{name} imports {root} at module level"
             elif stdlib is not None:
-                assert root in stdlib or root in PROBED, root
+                assert root in stdlib or root in PROBED or root in probes.HELPERS, root
     import importlib
 
     module = importlib.import_module(f"envtool.probes.{name}")
     assert module.MARKER == probes.MARKER
+
+
+@pytest.mark.parametrize("name", probes.HELPERS)
+def test_probe_helper_is_standalone(name):
+    # imported by probes and by the rank probe from their own directory: same contract, no main
+    path = PROBE_DIR / f"{name}.py"
+    tree = ast.parse(path.read_text(), feature_version=(3, 6))
+    assert ast.get_docstring(tree)
+    stdlib = getattr(sys, "stdlib_module_names", None) or set()
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            roots = [a.name.split(".")[0] for a in node.names] if isinstance(node, ast.Import) else [node.module]
+            assert not stdlib or all(r in stdlib for r in roots), f"{name} imports {roots} at module level"
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+            assert ast.get_docstring(node), f"{name}.{node.name} has no docstring"
 
 
 def test_parse_records_keeps_marked_json_objects_only():

@@ -96,8 +96,8 @@ def test_failing_rank_is_reported_with_its_error(slurm_cluster, slurm_site, tmp_
     import socket
 
     host = socket.gethostname()
-    assert f"rank 0 on {host}: ModuleNotFoundError: No module named 'torch'" in proc.stderr, proc.stderr
-    assert f"rank 1 on {host}: ModuleNotFoundError" in proc.stderr
+    assert f"rank 0 on {host} (pytorch): ModuleNotFoundError: No module named 'torch'" in proc.stderr, proc.stderr
+    assert f"rank 1 on {host} (pytorch): ModuleNotFoundError" in proc.stderr
     assert "FAILED" in proc.stdout and "job " in proc.stdout
     assert slurm_cluster.queue() == ""
 

@@ -258,6 +258,8 @@ def _print_here(args, result) -> None:
     for controller, recs in result.runs.items():
         print(f"{controller} controller, {args.ranks} ranks:")
         print(rk.table(recs))
+    for name, why in result.skipped.items():
+        print(f"{name}: skipped ({why})")
 
 
 def _print_preflight(pre) -> None:

@@ -36,6 +36,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 #: The probe scripts in this package (file name without ``.py``).
 NAMES: Tuple[str, ...] = ("env_info", "dataloader", "allreduce", "framework_versions", "bytecode", "imports")
+#: Standalone helper modules the probes (and the rank probe, beside which they are copied) import
+#: from their own directory; they have no ``main``.
+HELPERS: Tuple[str, ...] = ("tf_checks",)
 
 #: Prefix of every line a probe prints a JSON record on (each probe module repeats it; a test
 #: checks they agree).

@@ -118,6 +118,10 @@ LAUNCHES: Registry[Launch] = Registry("validation-launch", check=_check_launch)
 
 CHECKS.register("horovod-mpi", "envtool.validate.check_horovod:MPI", "horovod.torch, MPI controller, site launcher")
 CHECKS.register("horovod-gloo", "envtool.validate.check_horovod:GLOO", "horovod.torch, Gloo, srun --mpi=none")
+CHECKS.register("horovod-tf-mpi", "envtool.validate.check_horovod_tf:MPI",
+                "horovod.tensorflow and its Keras binding, MPI controller, site launcher")
+CHECKS.register("horovod-tf-gloo", "envtool.validate.check_horovod_tf:GLOO",
+                "horovod.tensorflow and its Keras binding, Gloo, srun --mpi=none")
 CHECKS.register("torch-gloo", "envtool.validate.check_torch:GLOO", "torch.distributed, gloo, srun --mpi=none")
 LAUNCHES.register("site", "envtool.validate.launches:SITE", "the site's launcher with the site's PMI (a job)")
 LAUNCHES.register("rendezvous", "envtool.validate.launches:RENDEZVOUS",
@@ -191,3 +195,25 @@ def launch_for(check: ValidationCheck, where: str) -> Launch:
     if launch is None:
         raise KeyError(f"validation check {check.name} has no {where} launch")
     return launch
+
+
+def dataloader_skipped(frameworks: Sequence[str]) -> str:
+    """Why the DataLoader start-method check does not apply to a spec with ``frameworks`` (its
+    ``horovod.frameworks``), or ``""`` when it does: PyTorch is among them, or none is named. The
+    check is PyTorch's: it starts ``torch.utils.data.DataLoader`` workers."""
+    fws = tuple(frameworks)
+    if not fws or "pytorch" in fws:
+        return ""
+    return (f"the spec's frameworks ({', '.join(fws)}) do not include PyTorch, whose DataLoader the check "
+            "starts workers with")
+
+
+#: The frameworks the rank probe has a synthetic training step for (``--benchmark``), preferred first.
+BENCHMARK_FRAMEWORKS = ("pytorch", "tensorflow")
+
+
+def benchmark_framework(frameworks: Optional[Sequence[str]]) -> str:
+    """Whose synthetic step ``--benchmark`` times for a spec with ``frameworks``: the first of
+    :data:`BENCHMARK_FRAMEWORKS` among them (PyTorch's CNN, else the same network in Keras), and
+    ``pytorch`` when the spec names neither or there is no spec (None)."""
+    return next((f for f in BENCHMARK_FRAMEWORKS if f in (frameworks or ())), "pytorch")

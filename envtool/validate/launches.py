@@ -85,30 +85,34 @@ def in_image(image: ImageRun, argv: Sequence[str], run_dir: Path) -> Tuple[str, 
 
 def _site(check: ValidationCheck, ctx: JobContext) -> LaunchStep:
     if ctx.image is not None:
-        argv = rk.probe_argv(ctx.python, IMAGE_RUN_DIR / ctx.probe.name, IMAGE_RUN_DIR, check.phase, ctx.method)
+        argv = rk.probe_argv(ctx.python, IMAGE_RUN_DIR / ctx.probe.name, IMAGE_RUN_DIR, check.phase, ctx.method,
+                             framework=check.framework)
         return LaunchStep(in_image(ctx.image, argv + list(check.args) + list(ctx.sweep), ctx.run_dir),
                           mpi=ctx.image.section.mpi, may_fail=True)
-    argv = rk.probe_argv(ctx.python, ctx.probe, ctx.run_dir, check.phase, ctx.method, import_trace=check.import_trace)
+    argv = rk.probe_argv(ctx.python, ctx.probe, ctx.run_dir, check.phase, ctx.method, import_trace=check.import_trace,
+                         framework=check.framework)
     return LaunchStep(tuple(argv + list(check.args) + list(ctx.sweep)), may_fail=ctx.site_may_fail)
 
 
 def _rendezvous(check: ValidationCheck, ctx: JobContext) -> LaunchStep:
-    argv = rk.probe_argv(ctx.python, ctx.probe, ctx.run_dir, check.phase, ctx.method)
+    argv = rk.probe_argv(ctx.python, ctx.probe, ctx.run_dir, check.phase, ctx.method, framework=check.framework)
     return LaunchStep(tuple(argv + list(check.args) + list(ctx.sweep)),
                       wrap=(ctx.python, str(ctx.rendezvous), check.rendezvous, str(ctx.run_dir), check.phase,
                             ctx.wait, "--"), mpi="none", may_fail=True)
 
 
 def here_phase(check: ValidationCheck) -> str:
-    """The rank probe's phase of ``check`` on this machine: ``probe-BACKEND``."""
-    return f"probe-{check.backend}"
+    """The rank probe's phase of ``check`` on this machine: ``probe-KEY`` (``probe-mpi``,
+    ``probe-tensorflow-gloo``; the key is unique per check)."""
+    return f"probe-{check.result_key}"
 
 
 def _horovodrun(check: ValidationCheck, ctx: HereContext) -> List[str]:
     from envtool.scheduler import launcher
 
     return launcher.horovodrun_argv(ctx.prefix, ctx.ranks, check.backend) + rk.probe_argv(
-        ctx.python, ctx.probe, ctx.run_dir, here_phase(check), ctx.method, import_trace=ctx.import_trace)
+        ctx.python, ctx.probe, ctx.run_dir, here_phase(check), ctx.method, import_trace=ctx.import_trace,
+        framework=check.framework)
 
 
 SITE = Launch(name="site", where="job", build=_site, in_image=True)

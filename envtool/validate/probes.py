@@ -12,7 +12,7 @@ import os
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from envtool import probes as _probes
 from envtool.core import procs
@@ -180,16 +180,56 @@ def check_build_output(prefix: Path, timeout: float = 180.0) -> str:
     return proc.stdout + (("\n" + proc.stderr) if proc.stderr.strip() else "")
 
 
-def allreduce_command(prefix: Path, ranks: int = 2, controller: str = "gloo") -> list:
-    """``horovodrun -np N -H localhost:N --gloo <prefix>/bin/python …/envtool/probes/allreduce.py`` for the
-    env (argv list). The launcher words come from the launcher model
-    (:func:`envtool.scheduler.launcher.horovodrun_argv`).
-    """
+def allreduce_command(prefix: Path, ranks: int = 2, controller: str = "gloo", framework: str = "pytorch") -> list:
+    """``horovodrun -np N -H localhost:N --gloo <prefix>/bin/python …/envtool/probes/allreduce.py
+    [--framework tensorflow]`` for the env (argv list). The launcher words come from the launcher
+    model (:func:`envtool.scheduler.launcher.horovodrun_argv`)."""
     from envtool.scheduler import launcher
 
     bin_dir = Path(prefix) / "bin"
     argv = launcher.horovodrun_argv(Path(prefix), ranks, "gloo" if controller == "gloo" else "mpi")
-    return argv + [str(bin_dir / "python"), str(_probes.probe_path("allreduce"))]
+    argv += [str(bin_dir / "python"), str(_probes.probe_path("allreduce"))]
+    return argv + (["--framework", framework] if framework != "pytorch" else [])
+
+
+def _records(output: str):
+    """Every JSON object in launcher output (tagged, interleaved; see :func:`parse_allreduce`)."""
+    decoder = json.JSONDecoder()
+    pos = output.find("{")
+    while pos >= 0:
+        try:
+            data, end = decoder.raw_decode(output, pos)
+        except ValueError:
+            pos = output.find("{", pos + 1)
+            continue
+        if isinstance(data, dict):
+            yield data
+        pos = output.find("{", end)
+
+
+def parse_keras(output: str) -> List[dict]:
+    """The ``keras_fit`` record of each rank in the allreduce probe's output (TensorFlow), each with
+    its ``rank``; [] when there is none."""
+    return [dict(d["keras_fit"], rank=d.get("rank")) for d in _records(output)
+            if isinstance(d.get("keras_fit"), dict)]
+
+
+def allreduce_failure(output: str) -> str:
+    """Why a 2-rank allreduce failed, in one line naming the rank where a rank said so: a Keras
+    check's error (``rank 1: after model.fit the weights differ …``), else the last line of a
+    Python traceback with its launcher tag (``[1,0]<stderr>:ImportError: …`` or ``[0]: …``), else ``""``."""
+    import re
+
+    for k in parse_keras(output):
+        if not k.get("ok"):
+            return f"rank {k.get('rank')}: {k.get('error')}"
+    last = ""
+    for line in output.splitlines():
+        m = re.match(r"^\[(\d+)(?:,(\d+))?\](?:<std(?:err|out)>)?:\s*(\w+(?:\.\w+)*(?:Error|Exception)\b.*)$", line)
+        if m:
+            rank = m.group(2) if m.group(2) is not None else m.group(1)
+            last = f"rank {rank}: {m.group(3).strip()[:300]}"
+    return last
 
 
 def parse_allreduce(output: str, ranks: int = 2) -> bool:
@@ -203,21 +243,15 @@ def parse_allreduce(output: str, ranks: int = 2) -> bool:
     """
     expected = allreduce_probe.expected_average(ranks)
     seen = set()
-    decoder = json.JSONDecoder()
-    pos = output.find("{")
-    while pos >= 0:
-        try:
-            data, end = decoder.raw_decode(output, pos)
-        except ValueError:
-            pos = output.find("{", pos + 1)
-            continue
-        if isinstance(data, dict) and data.get("size") == ranks:
+    for data in _records(output):
+        if data.get("size") == ranks:
+            if isinstance(data.get("keras_fit"), dict) and not data["keras_fit"].get("ok"):
+                continue
             try:
                 if abs(float(data.get("value", -1)) - expected) < 1e-6:
                     seen.add(data.get("rank"))
             except (TypeError, ValueError):
                 pass
-        pos = output.find("{", end)
     return seen == set(range(ranks))
 
 

@@ -144,17 +144,55 @@ def gloo_slot(rec):
                                                      os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR"))
 
 
-def pattern(torch, rank, count):
+def pattern(ops, rank, count):
     """float32 ``count`` elements: ``(rank % 7 + 1) * (i % 251 + 1)``; summed over n ranks at most
-    7 * 251 * n, exact in float32 (24-bit significand) for n up to 9000 ranks."""
-    i = torch.arange(count, dtype=torch.int64)
-    return ((rank % 7 + 1) * (i % 251 + 1)).to(torch.float32)
+    7 * 251 * n, exact in float32 (24-bit significand) for n up to 9000 ranks. ``ops``: a
+    :class:`TorchOps` or ``tf_checks.NumpyOps``."""
+    i = ops.arange(count)
+    return ops.float32((rank % 7 + 1) * (i % 251 + 1))
 
 
-def expected_sum(torch, size, count):
+def expected_sum(ops, size, count):
     """The exact sum of :func:`pattern` over ``size`` ranks."""
-    i = torch.arange(count, dtype=torch.int64)
-    return (sum(r % 7 + 1 for r in range(size)) * (i % 251 + 1)).to(torch.float32)
+    i = ops.arange(count)
+    return ops.float32(sum(r % 7 + 1 for r in range(size)) * (i % 251 + 1))
+
+
+class TorchOps(object):
+    """The array operations :func:`sweep` needs, with torch tensors on ``device`` (None: the CPU)."""
+
+    def __init__(self, torch, device=None):
+        self.torch, self.device = torch, device
+
+    def arange(self, count):
+        """``0 … count-1`` as int64."""
+        return self.torch.arange(count, dtype=self.torch.int64)
+
+    def float32(self, a):
+        """``a`` as float32, on the device."""
+        a = a.to(self.torch.float32)
+        return a.to(self.device) if self.device is not None else a
+
+    def equal(self, a, b):
+        """Bit-exact equality (bool)."""
+        return bool(self.torch.equal(a, b))
+
+    def wrong(self, a, b):
+        """How many elements differ (int)."""
+        return int((a != b).sum())
+
+    def scalar(self, value):
+        """A 1-element float32 tensor on the CPU."""
+        return self.torch.tensor([value])
+
+    def first(self, a):
+        """The first element as float."""
+        return float(a[0])
+
+    def sync(self):
+        """Wait for the device's queued work (nothing on the CPU)."""
+        if self.device is not None:
+            self.torch.cuda.synchronize(self.device)
 
 
 #: Seconds of timed allreduces per size of the sweep (after the verified one and one to measure).
@@ -163,40 +201,37 @@ SECONDS_PER_SIZE = 0.25
 MAX_ITERATIONS = 20
 
 
-def sweep(torch, allreduce, barrier, rank, size, max_bytes, device=None):
+def sweep(ops, allreduce, barrier, rank, size, max_bytes):
     """Allreduce every power-of-two size from 8 B to ``max_bytes``.
 
     Per size: one allreduce checked bit-exact against :func:`expected_sum`; one timed allreduce
     whose mean time over the ranks (whole microseconds, summed exactly, so every rank computes
     the same count) sets how many more fit in :data:`SECONDS_PER_SIZE` (1 to
     :data:`MAX_ITERATIONS`); those are timed together. The run time is bounded whatever the speed.
+    ``ops``: the framework's array operations (:class:`TorchOps`, ``tf_checks.NumpyOps``);
     ``allreduce(tensor, name)`` returns the sum; ``barrier()`` syncs the ranks.
     """
     out = []
     nbytes = 8
     while nbytes <= max_bytes:
         count = nbytes // 4
-        src = pattern(torch, rank, count)
-        want = expected_sum(torch, size, count)
-        if device is not None:
-            src, want = src.to(device), want.to(device)
+        src = pattern(ops, rank, count)
+        want = expected_sum(ops, size, count)
         got = allreduce(src, f"envtool.sweep.{nbytes}.check")
-        exact = bool(torch.equal(got, want))
-        bad = None if exact else int((got != want).sum())
+        exact = ops.equal(got, want)
+        bad = None if exact else ops.wrong(got, want)
         barrier()
         started = time.perf_counter()
         allreduce(src, f"envtool.sweep.{nbytes}.probe")
-        if device is not None:
-            torch.cuda.synchronize(device)
+        ops.sync()
         one_us = float(max(1, round((time.perf_counter() - started) * 1e6)))
-        mean_us = float(allreduce(torch.tensor([one_us]), f"envtool.sweep.{nbytes}.time")[0]) / size
+        mean_us = ops.first(allreduce(ops.scalar(one_us), f"envtool.sweep.{nbytes}.time")) / size
         iters = int(max(1, min(MAX_ITERATIONS, SECONDS_PER_SIZE * 1e6 // mean_us)))
         barrier()
         started = time.perf_counter()
         for k in range(iters):
             allreduce(src, f"envtool.sweep.{nbytes}.{k}")
-        if device is not None:
-            torch.cuda.synchronize(device)
+        ops.sync()
         seconds = (time.perf_counter() - started) / iters
         out.append({"bytes": nbytes, "iterations": iters, "seconds": seconds, "exact": exact,
                     "wrong_elements": bad})
@@ -420,23 +455,31 @@ def _main_thread():
     return threading.current_thread() is threading.main_thread()
 
 
-def time_imports():
-    """Import torch, then horovod.torch, in this process; seconds of each (wall clock) and the
-    prefix (``sys.prefix``) with its mount point and file system type."""
+#: What a rank of each framework imports (``--framework``), framework first, then Horovod's binding.
+FRAMEWORK_MODULES = {"pytorch": ("torch", "horovod.torch"),
+                     "tensorflow": ("tensorflow", "horovod.tensorflow", "horovod.tensorflow.keras")}
+
+
+def time_imports(modules=("torch", "horovod.torch")):
+    """Import ``modules`` in order, in this process; seconds of each (wall clock, keyed by module
+    name, and ``total``), the modules, and the prefix (``sys.prefix``) with its mount point and
+    file system type."""
+    import importlib
+
     started = time.monotonic()
-    import torch  # noqa: F401
-    t_torch = time.monotonic() - started
-    import horovod.torch  # noqa: F401
-    total = time.monotonic() - started
+    seconds = {}
+    for name in modules:
+        t0 = time.monotonic()
+        importlib.import_module(name)
+        seconds[name] = round(time.monotonic() - t0, 4)
+    seconds["total"] = round(time.monotonic() - started, 4)
     prefix = sys.prefix
     try:
         with open("/proc/self/mountinfo") as f:
             point, fstype = mount_of(os.path.realpath(prefix), f.readlines())
     except OSError:
         point, fstype = None, None
-    return {"seconds": {"torch": round(t_torch, 4), "horovod.torch": round(total - t_torch, 4),
-                        "total": round(total, 4)},
-            "prefix": prefix, "mount": point, "fs_type": fstype}
+    return {"seconds": seconds, "modules": list(modules), "prefix": prefix, "mount": point, "fs_type": fstype}
 
 
 def allreduce_check(hvd, torch, device=None):
@@ -540,16 +583,73 @@ def torch_probe(rec, method, sweep_max):
                                           "error": None if ok else f"sum {float(got[0])}, expected {expected}"}
         rec["checks"]["dataloader"] = dataloader_check(method)
         if sweep_max:
-            rec["checks"]["sweep"] = sweep(torch, allreduce, dist.barrier, rank, size, sweep_max)
+            rec["checks"]["sweep"] = sweep(TorchOps(torch), allreduce, dist.barrier, rank, size, sweep_max)
     finally:
         dist.destroy_process_group()
+
+
+def _hvd_sweep(hvd, ops, make, sweep_max):
+    """The sweep through Horovod (sum), with ``make(array) -> tensor`` for the framework's tensors."""
+
+    def allreduce(t, name):
+        return hvd.allreduce(make(t), name=name, op=hvd.Sum)
+
+    def barrier():
+        hvd.allreduce(make(ops.scalar(0.0)), name="envtool.sweep.barrier")
+
+    return sweep(ops, allreduce, barrier, hvd.rank(), hvd.size(), sweep_max)
+
+
+def torch_checks(rec, hvd, phase, method, sweep_max):
+    """``horovod.torch``: the allreduce on the CPU (and the rank's GPU), the DataLoader under
+    ``method``, the sweep (see the module docstring)."""
+    import torch
+
+    _say(phase, "allreduce on the CPU")
+    rec["checks"]["allreduce_cpu"] = allreduce_check(hvd, torch)
+    dev = None
+    if torch.cuda.is_available():
+        dev = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+        rec["checks"]["allreduce_gpu"] = allreduce_check(hvd, torch, dev)
+    _say(phase, "DataLoader")
+    rec["checks"]["dataloader"] = dataloader_check(method)
+    if sweep_max:
+        _say(phase, "allreduce sweep")
+        rec["checks"]["sweep"] = _hvd_sweep(hvd, TorchOps(torch), lambda t: t, sweep_max)
+        if dev is not None:
+            rec["checks"]["sweep_gpu"] = _hvd_sweep(hvd, TorchOps(torch, dev), lambda t: t, sweep_max)
+            rec["checks"]["sweep_gpu"]["nccl"] = bool(hvd.nccl_built())
+
+
+def tensorflow_checks(rec, hvd, phase, opts, sweep_max):
+    """``horovod.tensorflow`` and ``horovod.tensorflow.keras`` (``tf_checks.py`` beside this file):
+    in a ``probe`` phase the allreduce on the CPU, a 2-epoch ``model.fit`` whose weights must agree
+    on every rank, the sweep; in a ``bench`` phase the synthetic Keras step. The PyTorch
+    DataLoader check does not apply (``dataloader`` is not in the record)."""
+    import numpy as np
+    import tensorflow as tf
+    import tf_checks
+
+    hvdk = sys.modules["horovod.tensorflow.keras"]
+    if not phase.startswith("probe"):
+        rec["checks"]["benchmark"] = tf_checks.keras_benchmark(hvdk, tf, int(opts["--batch-size"]),
+                                                               int(opts["--steps"]))
+        return
+    _say(phase, "allreduce on the CPU (horovod.tensorflow)")
+    rec["checks"]["allreduce_cpu"] = tf_checks.allreduce_check(hvd, tf)
+    _say(phase, "Keras model.fit (horovod.tensorflow.keras)")
+    rec["checks"]["keras_fit"] = tf_checks.keras_fit_check(hvdk, tf, np)
+    if sweep_max:
+        _say(phase, "allreduce sweep")
+        rec["checks"]["sweep"] = _hvd_sweep(hvd, tf_checks.NumpyOps(np), tf.constant, sweep_max)
 
 
 def main(argv):
     """Run PHASE, write this rank's record, exit 1 when a check failed (see the module docstring)."""
     out_dir, phase = argv[1], argv[2]
     opts = {"--method": "", "--batch-size": "32", "--steps": "20", "--import-trace": "no", "--controller": "",
-            "--sweep": "0"}
+            "--sweep": "0", "--framework": ""}
     rest = argv[3:]
     for i in range(0, len(rest) - 1, 2):
         if rest[i] in opts:
@@ -567,17 +667,19 @@ def main(argv):
             return _write(rec, out_dir, phase)
         if controller == "gloo":
             gloo_slot(rec)
+        framework = opts["--framework"] or "pytorch"
+        modules = FRAMEWORK_MODULES[framework]
+        rec["framework"] = framework
         # What importing the framework and Horovod prints is printed once per rank in every job:
         # record it (the filters decide what counts, as for a user) instead of printing it.
-        _say(phase, "importing torch and horovod.torch")
+        _say(phase, "importing " + " and ".join(modules))
         with warnings.catch_warnings(record=True) as caught:
-            rec["import"] = time_imports()
-            import torch
-            import horovod.torch as hvd
+            rec["import"] = time_imports(modules)
         rec["import_warnings"] = ["%s: %s" % (w.category.__name__, w.message) for w in caught]
         if opts["--import-trace"] == "yes":
             prefixes = sorted({sys.prefix, os.path.realpath(sys.prefix)})
-            rec["import"]["metadata"] = trace_import(("torch", "horovod.torch"), prefixes)
+            rec["import"]["metadata"] = trace_import(modules, prefixes)
+        hvd = sys.modules[modules[1]]
 
         _say(phase, "hvd.init()")
         hvd.init()
@@ -590,31 +692,13 @@ def main(argv):
             # node srun was started from (SLURM_LAUNCH_NODE_IPADDR)
             rec["iface"], rec["iface_source"] = choose_iface("OMPI_MCA_btl_tcp_if_include",
                                                              os.environ.get("SLURM_LAUNCH_NODE_IPADDR"), export=False)
-        if phase.startswith("probe"):
-            _say(phase, "allreduce on the CPU")
-            rec["checks"]["allreduce_cpu"] = allreduce_check(hvd, torch)
-            dev = None
-            if torch.cuda.is_available():
-                dev = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
-                torch.cuda.set_device(dev)
-                rec["checks"]["allreduce_gpu"] = allreduce_check(hvd, torch, dev)
-            _say(phase, "DataLoader")
-            rec["checks"]["dataloader"] = dataloader_check(method)
-            if sweep_max:
-                _say(phase, "allreduce sweep")
-
-                def allreduce(t, name):
-                    return hvd.allreduce(t, name=name, op=hvd.Sum)
-
-                def barrier():
-                    hvd.allreduce(torch.zeros(1), name="envtool.sweep.barrier")
-
-                rec["checks"]["sweep"] = sweep(torch, allreduce, barrier, hvd.rank(), hvd.size(), sweep_max)
-                if dev is not None:
-                    rec["checks"]["sweep_gpu"] = sweep(torch, allreduce, barrier, hvd.rank(), hvd.size(), sweep_max,
-                                                       dev)
-                    rec["checks"]["sweep_gpu"]["nccl"] = bool(hvd.nccl_built())
+        if framework == "tensorflow":
+            tensorflow_checks(rec, hvd, phase, opts, sweep_max)
+        elif phase.startswith("probe"):
+            torch_checks(rec, hvd, phase, method, sweep_max)
         else:
+            import torch
+
             rec["checks"]["benchmark"] = benchmark(hvd, torch, int(opts["--batch-size"]), int(opts["--steps"]))
         rec["ok"] = all(c.get("ok") for c in rec["checks"].values())
     except BaseException as exc:  # report anything, including SystemExit from a library

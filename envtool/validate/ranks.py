@@ -12,13 +12,18 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, TypedDict, Union
 
 PROBE_FILE = Path(__file__).with_name("rank_probe.py")
+#: Standalone helpers the rank probe imports from its own directory (TensorFlow's checks).
+PROBE_HELPERS = (Path(__file__).parent.parent / "probes" / "tf_checks.py",)
 RENDEZVOUS_FILE = Path(__file__).with_name("rendezvous.py")
 
 
 def install_probe(run_dir: Path) -> Path:
-    """Copy ``rank_probe.py`` into ``run_dir`` (which compute nodes see) and return its path."""
+    """Copy ``rank_probe.py`` and the helpers it imports (:data:`PROBE_HELPERS`) into ``run_dir``
+    (which compute nodes see) and return the rank probe's path."""
     dest = Path(run_dir) / "rank_probe.py"
     shutil.copyfile(PROBE_FILE, dest)
+    for helper in PROBE_HELPERS:
+        shutil.copyfile(helper, Path(run_dir) / helper.name)
     return dest
 
 
@@ -30,10 +35,15 @@ def install_rendezvous(run_dir: Path) -> Path:
 
 
 def probe_argv(python: str, probe: Path, run_dir: Path, phase: str, method: Optional[str] = None,
-               batch_size: int = 32, steps: int = 20, import_trace: bool = False) -> List[str]:
-    """``PYTHON probe.py RUN_DIR PHASE [--method M] [--batch-size B --steps S] [--import-trace yes]``
-    (words); ``import_trace``: each rank also counts its metadata calls under the prefix (strace)."""
+               batch_size: int = 32, steps: int = 20, import_trace: bool = False,
+               framework: str = "pytorch") -> List[str]:
+    """``PYTHON probe.py RUN_DIR PHASE [--framework F] [--method M] [--batch-size B --steps S]
+    [--import-trace yes]`` (words); ``import_trace``: each rank also counts its metadata calls
+    under the prefix (strace); ``framework``: the binding the ranks use (``pytorch``,
+    ``tensorflow``; ``--framework`` is written for any but PyTorch, the probe's default)."""
     argv = [str(python), str(probe), str(run_dir), phase]
+    if framework != "pytorch":
+        argv += ["--framework", framework]
     if method:
         argv += ["--method", method]
     if import_trace:
@@ -63,9 +73,11 @@ def _rank(r: dict):
 
 
 def _where(r: dict) -> str:
-    """``rank R on HOST`` for a record, ``?`` for what it lacks."""
+    """``rank R on HOST (FRAMEWORK)`` for a record (the framework when the record names it),
+    ``?`` for what it lacks."""
     rank = _rank(r)
-    return f"rank {rank if rank is not None else '?'} on {r.get('host', '?')}"
+    framework = f" ({r['framework']})" if r.get("framework") else ""
+    return f"rank {rank if rank is not None else '?'} on {r.get('host', '?')}{framework}"
 
 
 def judge(records: List[dict], ranks: int, expected_warnings: Sequence[str] = ()) -> List[str]:
@@ -93,7 +105,8 @@ def judge(records: List[dict], ranks: int, expected_warnings: Sequence[str] = ()
                             f"a PMI mismatch, e.g. srun --mpi)")
         for w in r.get("import_warnings") or ():
             if not any(p.search(w) for p in patterns):
-                problems.append(f"{where}: importing torch and horovod.torch printed a warning: {w}")
+                modules = (r.get("import") or {}).get("modules") or ("torch", "horovod.torch")
+                problems.append(f"{where}: importing {' and '.join(modules)} printed a warning: {w}")
         if r.get("error"):
             problems.append(f"{where}: {r['error']}")
             continue
@@ -166,11 +179,14 @@ def last_lines(text: str) -> Dict[int, str]:
 
 
 def table(records: List[dict]) -> str:
-    """One line per rank: rank, host, local rank, controller, interface, allreduce, DataLoader,
-    import seconds and metadata calls under the prefix (when recorded), status (the interface the
-    controller used between nodes and how it was chosen; ``-`` where the probe does not know it)."""
+    """One line per rank: rank, host, local rank, framework, controller, interface, allreduce,
+    DataLoader (PyTorch) or Keras ``model.fit`` (TensorFlow), import seconds and metadata calls
+    under the prefix (when recorded), status (the interface the controller used between nodes and
+    how it was chosen; ``-`` where the probe does not know it)."""
     timed = any(r.get("import") for r in records)
-    rows = [("rank", "host", "local", "controller", "interface", "allreduce", "dataloader")
+    keras = any("keras_fit" in (r.get("checks") or {}) for r in records)
+    rows = [("rank", "host", "local", "framework", "controller", "interface", "allreduce",
+             "keras fit" if keras else "dataloader")
             + (("import s", "metadata calls") if timed else ()) + ("status",)]
     for r in records:
         c = r.get("checks") or {}
@@ -181,6 +197,10 @@ def table(records: List[dict]) -> str:
         dl = c.get("dataloader")
         dl_s = "-" if dl is None else (f"{dl['method']} ok ({dl['seconds']:.2f} s)" if dl.get("ok")
                                        else f"{dl.get('method')} FAILED")
+        kf = c.get("keras_fit")
+        if keras:
+            dl_s = "-" if kf is None else (f"ok, weights agree ({kf.get('seconds', 0):.2f} s)" if kf.get("ok")
+                                           else "FAILED")
         status = "ok" if r.get("ok") else ("FAILED: " + (r.get("error") or "a check failed"))[:80]
         rank = r.get("rank", r.get("launcher_rank"))
         local = r.get("local_rank", r.get("launcher_local_rank"))
@@ -192,7 +212,8 @@ def table(records: List[dict]) -> str:
                    str(meta["calls"]) if "calls" in meta else ("no strace" if "strace not found" in
                                                                str(meta.get("error")) else "-"))
         rows.append((str(rank if rank is not None else "?"), str(r.get("host", "?")),
-                     str(local if local is not None else "?"), str(r.get("controller", "-")),
+                     str(local if local is not None else "?"), str(r.get("framework") or "-"),
+                     str(r.get("controller", "-")),
                      str(r.get("iface") or "-"), ar_s, dl_s)
                     + imp + (status,))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
@@ -216,9 +237,11 @@ class _ScalingBase(TypedDict):
 
 
 class Scaling(_ScalingBase, total=False):
-    """What :func:`scaling` returns; ``controller`` is added by the caller that ran it."""
+    """What :func:`scaling` returns; ``controller`` and ``framework`` (whose step was timed:
+    ``pytorch``, ``tensorflow``) are added by the caller that ran it."""
 
     controller: str
+    framework: str
 
 
 def scaling(one: List[dict], many: List[dict]) -> Scaling:
@@ -248,8 +271,11 @@ def scaling(one: List[dict], many: List[dict]) -> Scaling:
 
 
 def format_scaling(result: Scaling) -> str:
-    """``ranks  samples/s per rank  total  efficiency`` lines."""
-    lines = [f"{'ranks':>5}  {'samples/s per rank':>18}  {'samples/s total':>15}  efficiency"]
+    """``ranks  samples/s per rank  total  efficiency`` lines (after a line naming the framework's
+    step when it is not PyTorch's: ``benchmark: a synthetic Keras step (tensorflow)``)."""
+    framework = result.get("framework") or "pytorch"
+    lines = [] if framework == "pytorch" else [f"benchmark: a synthetic Keras step ({framework})"]
+    lines += [f"{'ranks':>5}  {'samples/s per rank':>18}  {'samples/s total':>15}  efficiency"]
     base = result["points"][0]["samples_per_sec_per_rank"] if result["points"] else None
     for p in result["points"]:
         eff = p["samples_per_sec_per_rank"] / base if base else float("nan")
@@ -352,9 +378,10 @@ class _ImportSummaryBase(TypedDict):
 
 class ImportSummary(_ImportSummaryBase, total=False):
     """What :func:`import_summary` returns (see there); ``controller`` is added by the caller
-    whose run it summarises."""
+    whose run it summarises; ``modules``: what the ranks imported, in order."""
 
     controller: str
+    modules: List[str]
 
 
 def import_summary(records: List[dict], slow_seconds: float = SLOW_IMPORT_SECONDS) -> Optional[ImportSummary]:
@@ -391,6 +418,7 @@ def import_summary(records: List[dict], slow_seconds: float = SLOW_IMPORT_SECOND
     slow = bool(shared) and seconds["p99"] > slow_seconds
     return {
         "ranks": len(timed),
+        "modules": list(timed[0]["import"].get("modules") or ("torch", "horovod.torch")),
         "hosts": sorted({str(r.get("host", "?")) for r in timed}),
         "seconds": seconds,
         "torch_seconds": _stats([r["import"]["seconds"].get("torch") for r in timed
@@ -426,7 +454,8 @@ def format_import(summary: ImportSummary) -> str:
     s = summary["seconds"]
     where = summary["prefix"] if isinstance(summary["prefix"], str) else ", ".join(summary["prefix"])
     fs = ", ".join(summary["fs_types"]) or "?"
-    lines = [f"import torch + horovod.torch on {summary['ranks']} rank(s) (prefix {where}, {fs}): "
+    modules = " + ".join(summary.get("modules") or ("torch", "horovod.torch"))
+    lines = [f"import {modules} on {summary['ranks']} rank(s) (prefix {where}, {fs}): "
              f"p50 {s['p50']:.2f} s, p99 {s['p99']:.2f} s, max {s['max']:.2f} s"]
     m = summary.get("metadata_calls")
     if m:

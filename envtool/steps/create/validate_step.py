@@ -2,7 +2,12 @@
 
 * ``horovodrun --check-build`` parsed and compared with ``expect.check_build``;
 * a real DataLoader with 2 workers under ``expect.dataloader_start_method``;
-* a 2-rank Gloo allreduce through ``horovodrun`` when Horovod has PyTorch and Gloo;
+* a 2-rank allreduce through ``horovodrun`` for every framework of ``horovod.frameworks`` with a
+  probe (PyTorch: ``horovod.torch``; TensorFlow: ``horovod.tensorflow`` and a 2-epoch Keras
+  ``model.fit`` whose weights must agree on both ranks) and every controller of
+  ``horovod.controllers`` (Gloo, MPI);
+* the DataLoader check only where PyTorch is among the frameworks (it is PyTorch's); a spec
+  without PyTorch gets ``dataloader_skipped`` naming why;
 * importing each framework and its Horovod binding (``torch``, ``horovod.torch``) in one process:
   every warning that prints is reported, and one that ``expect.import_warnings`` does not name
   fails validation (a warning printed once per rank is noise in every job's output).
@@ -25,6 +30,7 @@ from envtool.probes import probe_path
 from envtool.spec.model import Spec
 from envtool.core.plan import PlanOptions, Step
 from envtool.validate import probes
+from envtool.validate.checks import dataloader_skipped
 
 
 def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
@@ -39,11 +45,10 @@ def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
         notes.append("expect check-build: frameworks " + ", ".join(cb.frameworks or ["-"]) + "; controllers "
                      + ", ".join(cb.controllers or ["-"]) + "; tensor operations "
                      + ", ".join(cb.tensor_operations or ["-"]))
-    run_allreduce = (spec.horovod.install != "none" and "pytorch" in spec.horovod.frameworks
-                     and "gloo" in spec.horovod.controllers and expect.check_build is not None)
-    if run_allreduce:
-        commands.append(tuple(probes.allreduce_command(prefix, 2, "gloo")))
-    if expect.dataloader_start_method:
+    allreduces = allreduce_runs(spec)
+    for framework, controller in allreduces:
+        commands.append(tuple(probes.allreduce_command(prefix, 2, controller, framework)))
+    if expect.dataloader_start_method and not dataloader_skipped(spec.horovod.frameworks):
         commands.append((str(PrefixData(prefix).python), str(probe_path("dataloader")),
                          expect.dataloader_start_method))
         notes.append(f"a DataLoader with 2 workers must run under start method {expect.dataloader_start_method!r}")
@@ -54,20 +59,39 @@ def plan_steps(spec: Spec, options: PlanOptions) -> List[Step]:
         commands.append((str(PrefixData(prefix).python), str(probe_path("imports")), *modules))
         notes.append("importing " + ", ".join(modules) + " must print no warning"
                      + (" but those matching expect.import_warnings" if spec.expect.import_warnings else ""))
-    return [Step(id="validate", title="Validate: horovodrun --check-build, DataLoader start method"
-                 + (", 2-rank allreduce" if run_allreduce else "") + (", clean imports" if modules else ""),
+    dataloader = bool(expect.dataloader_start_method and not dataloader_skipped(spec.horovod.frameworks))
+    return [Step(id="validate", title="Validate: horovodrun --check-build"
+                 + (", DataLoader start method" if dataloader else "")
+                 + (", 2-rank allreduce" if allreduces else "") + (", clean imports" if modules else ""),
                  commands=tuple(commands), notes=tuple(notes), action=_run_validate,
-                 data=ValidateData(spec=spec, prefix=str(prefix), allreduce=run_allreduce, imports=tuple(modules)))]
+                 data=ValidateData(spec=spec, prefix=str(prefix), allreduces=allreduces, imports=tuple(modules)))]
+
+
+#: The frameworks whose 2-rank allreduce ``create`` runs (those :mod:`envtool.probes.allreduce` has a
+#: binding for), and the controllers it runs them with.
+ALLREDUCE_FRAMEWORKS = ("pytorch", "tensorflow")
+ALLREDUCE_CONTROLLERS = ("gloo", "mpi")
+
+
+def allreduce_runs(spec: Spec) -> Tuple[Tuple[str, str], ...]:
+    """``(framework, controller)`` of every 2-rank allreduce ``create`` runs: each framework of
+    ``horovod.frameworks`` the allreduce probe has a binding for, with each controller of
+    ``horovod.controllers`` (Gloo, MPI); none when Horovod is not installed or nothing is expected
+    of check-build (then nothing says the build has them)."""
+    if spec.horovod.install == "none" or spec.expect.check_build is None:
+        return ()
+    return tuple((f, c) for f in spec.horovod.frameworks if f in ALLREDUCE_FRAMEWORKS
+                 for c in ALLREDUCE_CONTROLLERS if c in spec.horovod.controllers)
 
 
 @dataclass(frozen=True)
 class ValidateData:
-    """Payload of ``validate``: the spec (its ``expect``), the prefix, whether to run the 2-rank
-    allreduce, and the modules to import."""
+    """Payload of ``validate``: the spec (its ``expect``), the prefix, the 2-rank allreduces to run
+    (``(framework, controller)``, :func:`allreduce_runs`), and the modules to import."""
 
     spec: Spec
     prefix: str
-    allreduce: bool
+    allreduces: Tuple[Tuple[str, str], ...]
     imports: Tuple[str, ...]
 
 
@@ -95,8 +119,9 @@ def _check_build(prefix: Path):
         return None, "horovodrun --check-build did not answer in time"
 
 
-def _allreduce(prefix: Path):
-    argv = probes.allreduce_command(prefix, 2, "gloo")
+def _allreduce(prefix: Path, framework: str = "pytorch", controller: str = "gloo"):
+    """Run one 2-rank allreduce; ``(ok, output)``."""
+    argv = probes.allreduce_command(prefix, 2, controller, framework)
     env = dict(os.environ, PYTHONUNBUFFERED="1", PATH=f"{prefix / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env,
@@ -146,12 +171,28 @@ def _judge_check_build(step: Step, runner, cb_future, expected, result: dict, pr
             f"{r.name} ({r.section.replace('_', ' ')})" for r in comparison.missing))
 
 
-def _judge_allreduce(runner, ar_future, result: dict, problems: List[str]) -> None:
-    ok, output = ar_future.result()
-    runner.note("2-rank Gloo allreduce output:\n" + output)
-    result["allreduce"] = {"ranks": 2, "controller": "gloo", "ok": ok}
-    if not ok:
-        problems.append("the 2-rank Gloo allreduce did not return the expected average")
+def _judge_allreduce(runner, ar_futures, result: dict, problems: List[str]) -> None:
+    """Each 2-rank allreduce's verdict into ``result["allreduces"]`` (``result["allreduce"]``: the
+    first, as before TensorFlow had one); a failure names the framework and the controller, and the
+    rank when a rank said why."""
+    runs = []
+    for (framework, controller), future in ar_futures.items():
+        ok, output = future.result()
+        label = frameworks.get(framework).label
+        runner.note(f"2-rank {label} allreduce ({controller}) output:\n" + output)
+        entry: Dict[str, Any] = {"ranks": 2, "framework": framework, "controller": controller, "ok": ok}
+        keras = probes.parse_keras(output)
+        if keras:
+            entry["keras_fit"] = keras
+        runs.append(entry)
+        if not ok:
+            why = probes.allreduce_failure(output)
+            problems.append(f"the 2-rank {label} allreduce with {controller} (binding "
+                            f"{frameworks.get(framework).binding}) failed" + (f": {why}" if why else "")
+                            + f"; see {runner.log_path}")
+    result["allreduces"] = runs
+    if runs:
+        result["allreduce"] = runs[0]
 
 
 def _judge_dataloader(runner, dl_future, method, result: dict, problems: List[str]) -> None:
@@ -191,20 +232,26 @@ def _run_validate(step: Step, runner) -> dict:
     result: Dict[str, Any] = {"ok": True}   # the step's result, a JSON object (create --json)
     problems: List[str] = []
     method = spec.expect.dataloader_start_method
+    skip = dataloader_skipped(spec.horovod.frameworks)
+    if skip:
+        result["dataloader_skipped"] = skip
+        method = None
     expected = spec.expect.check_build
     modules = d.imports
     with ThreadPoolExecutor(max_workers=4) as pool:
         python = PrefixData(prefix).python
         im_future = pool.submit(probes.import_modules, python, modules) if modules else None
         cb_future = pool.submit(_check_build, prefix) if expected is not None else None
-        ar_future = pool.submit(_allreduce, prefix) if d.allreduce else None
+        ar_futures = {run: pool.submit(_allreduce, prefix, *run) for run in d.allreduces}
         dl_future = pool.submit(probes.dataloader, python, method) if method else None
-        _say_each_probe(runner, {cb_future: "horovodrun --check-build", ar_future: "2-rank Gloo allreduce",
-                                 dl_future: f"DataLoader ({method})", im_future: "clean imports"})
+        said: Dict[Any, str] = {cb_future: "horovodrun --check-build", dl_future: f"DataLoader ({method})",
+                                im_future: "clean imports"}
+        said.update({f: f"2-rank {frameworks.get(fw).label} allreduce ({c})" for (fw, c), f in ar_futures.items()})
+        _say_each_probe(runner, said)
     if cb_future is not None and expected is not None:
         _judge_check_build(step, runner, cb_future, expected, result, problems)
-    if ar_future is not None:
-        _judge_allreduce(runner, ar_future, result, problems)
+    if ar_futures:
+        _judge_allreduce(runner, ar_futures, result, problems)
     if dl_future is not None:
         _judge_dataloader(runner, dl_future, method, result, problems)
     if im_future is not None:
@@ -221,9 +268,14 @@ def format_report(result: dict) -> str:
     lines = []
     if "table" in result:
         lines.append(result["table"])
-    if "allreduce" in result:
-        a = result["allreduce"]
-        lines.append(f"{'2-rank allreduce (' + a['controller'] + ')':<28}{'ok':<11}{'ok' if a['ok'] else 'FAILED'}")
+    for a in result.get("allreduces") or ():
+        name = f"2-rank {frameworks.get(a['framework']).label} allreduce ({a['controller']})"
+        lines.append(f"{name:<28}{'ok':<11}{'ok' if a['ok'] else 'FAILED'}")
+        if "keras_fit" in a:
+            ok = bool(a["keras_fit"]) and all(k.get("ok") for k in a["keras_fit"])
+            lines.append(f"{'  Keras fit, weights agree':<28}{'yes':<11}{'ok' if ok else 'FAILED'}")
+    if "dataloader_skipped" in result:
+        lines.append(f"{'DataLoader start method':<28}{'-':<11}skipped: {result['dataloader_skipped']}")
     if "dataloader" in result:
         d = result["dataloader"]
         status = "ok" if d["ok"] else f"FAILED: {d['error']}"

@@ -128,21 +128,25 @@ def _runs(results: dict) -> List[HereRun]:
 
 
 def benchmark(step: Step, runner: StepContext) -> Optional[Dict[str, List[dict]]]:
-    """The training step at 1 rank and N ranks, with Gloo when it ran, else the first check's backend."""
+    """The training step at 1 rank and N ranks, of the spec's framework
+    (:func:`envtool.validate.checks.benchmark_framework`: PyTorch's synthetic CNN step, or the same
+    network as a Keras step), with Gloo when it ran for that framework, else the first run's backend."""
     from envtool.scheduler import launcher
 
     plan: HerePlan = step.data
     runs = _runs(runner.results)
     if not runs:
         return None
-    backends = [r.check.backend for r in runs]
+    spec = plan.target.spec
+    framework = vc.benchmark_framework(spec.horovod.frameworks if spec is not None else None)
+    backends = [r.check.backend for r in runs if r.check.framework == framework] or [r.check.backend for r in runs]
     controller = "gloo" if "gloo" in backends else backends[0]
-    points: Dict[str, List[dict]] = {"controller": controller}  # type: ignore[dict-item]
+    points: Dict[str, List[dict]] = {"controller": controller, "framework": framework}  # type: ignore[dict-item]
     for n in (1, plan.options.ranks):
         runner.progress(f"benchmark at {n} rank(s) ...")
         argv = launcher.horovodrun_argv(plan.prefix, n, controller) + rk.probe_argv(
             plan.target.python, plan.probe, plan.run_dir, f"bench-{n}", batch_size=plan.options.batch_size,
-            steps=plan.options.steps)
+            steps=plan.options.steps, framework=framework)
         _run(runner, plan, argv)
         points[str(n)] = rk.gather(plan.run_dir, f"bench-{n}")
     return points
@@ -157,7 +161,7 @@ def judge(step: Step, runner: StepContext) -> HereResult:
         result.problems.append(str(cb.problem()))
     warnings = expected_warnings(plan.target)
     for run in _runs(runner.results):
-        key = run.check.backend
+        key = run.check.result_key
         if not result.runs:
             summary = rk.import_summary(run.records, plan.options.slow_seconds)
             if summary is not None:
@@ -171,6 +175,10 @@ def judge(step: Step, runner: StepContext) -> HereResult:
             result.problems.append(f"{key}: horovodrun exited with {run.rc} (see {runner.log_path})")
     if not result.runs:
         result.problems.append("Horovod has neither a Gloo nor an MPI controller: nothing to run ranks with")
+    spec = plan.target.spec
+    skip = vc.dataloader_skipped(spec.horovod.frameworks) if spec is not None else ""
+    if skip:
+        result.skipped["dataloader"] = skip
     _judge_benchmark(plan, runner.results.get("benchmark"), result)
     return result
 
@@ -183,6 +191,7 @@ def _judge_benchmark(plan: HerePlan, points: Optional[dict], result: HereResult)
         result.problems += [f"benchmark at {k}: {p}" for p in rk.judge(points[k], int(k))]
     scaling = dict(rk.scaling(points["1"], points[str(n)]))
     scaling["controller"] = points["controller"]
+    scaling["framework"] = points.get("framework", "pytorch")
     result.benchmark = scaling
 
 

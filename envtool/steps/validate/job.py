@@ -203,13 +203,16 @@ def _launch_steps(target: Target, opts: JobOptions, run_dir: Path, checks, with_
     return out + [vc.launch_for(c, "job").build(c, ctx) for c in checks]
 
 
-def _benchmark_steps(target: Target, opts: JobOptions, run_dir: Path, lay: Layout) -> List[LaunchStep]:
+def _benchmark_steps(target: Target, opts: JobOptions, run_dir: Path, lay: Layout,
+                     framework: str = "pytorch") -> List[LaunchStep]:
+    """The benchmark's two steps (1 rank, then every rank) with ``framework``'s synthetic step
+    (PyTorch's CNN, or the same network as a Keras step for ``tensorflow``)."""
     probe = run_dir / "rank_probe.py"
     one = Layout(1, 1, lay.gpus_per_rank, lay.cpus_per_rank)
     return [LaunchStep(tuple(rk.probe_argv(target.python, probe, run_dir, "bench-1", batch_size=opts.batch_size,
-                                           steps=opts.steps)), layout=one),
+                                           steps=opts.steps, framework=framework)), layout=one),
             LaunchStep(tuple(rk.probe_argv(target.python, probe, run_dir, f"bench-{lay.ranks}",
-                                           batch_size=opts.batch_size, steps=opts.steps)))]
+                                           batch_size=opts.batch_size, steps=opts.steps, framework=framework)))]
 
 
 def _request(target: Target, opts: JobOptions, run_dir: Path, steps: List[LaunchStep], extra_env):
@@ -228,7 +231,8 @@ def _script(target: Target, opts: JobOptions, sched, run_dir: Path, steps: List[
         extra_env += [("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "INIT,NET"),
                       ("NCCL_DEBUG_FILE", str(run_dir / "nccl" / "%h.%p.log"))]
     if opts.benchmark:
-        steps = steps + _benchmark_steps(target, opts, run_dir, req.layout)
+        frameworks = target.spec.horovod.frameworks if target.spec is not None else None
+        steps = steps + _benchmark_steps(target, opts, run_dir, req.layout, vc.benchmark_framework(frameworks))
     req = _request(target, opts, run_dir, steps, extra_env)
     return req, render(req)
 

@@ -206,8 +206,10 @@ class HereResult:
 
     Attributes:
         run_dir, log: the temporary run directory and its log; None after a passing run (removed).
-        check_build: its result; runs: the records per controller (``gloo``, ``mpi``).
+        check_build: its result; runs: the records per check key (``gloo``, ``mpi``,
+            ``tensorflow-gloo``, ``tensorflow-mpi``).
         checks: the validation checks run (names).
+        skipped: checks that do not apply, with why (``dataloader`` for a spec without PyTorch).
         import_time: the first run's import summary, or None; benchmark: with ``--benchmark``.
         problems: one line each; ok: none.
     """
@@ -221,6 +223,7 @@ class HereResult:
     benchmark: Optional[Dict[str, Any]] = None
     problems: List[str] = field(default_factory=list)
     extras: Extras = field(default_factory=Extras)
+    skipped: Dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -233,7 +236,7 @@ class HereResult:
                                  log=str(self.log) if self.log else None, where="here",
                                  check_build=self.check_build.to_dict() if self.check_build else None,
                                  runs=self.runs, checks=self.checks, import_time=self.import_time,
-                                 problems=self.problems, ok=self.ok)
+                                 skipped=self.skipped, problems=self.problems, ok=self.ok)
         if self.benchmark is not None:
             d["benchmark"] = self.benchmark
         d.update(self.extras.to_dict())
