@@ -524,6 +524,7 @@ def _run_build(step: Step, runner) -> Dict:
     info = probe_env(runner, d.python)
     installed = info["frameworks"]
     _require_frameworks(step, runner, d, installed)
+    _refuse_incompatible(step, runner, d, installed)
     runner.note(f"toolchain (probed when planning): {d.toolchain.describe()}")
     build_vars, rules = _build_vars(d, installed, runner)
     key = build_key(d, info)
@@ -562,6 +563,31 @@ def _require_frameworks(step: Step, runner, d: BuildDecision, installed: Dict[st
         raise StepFailed(step.id, "Horovod is to be built with " + ", ".join(missing) + " but the environment has no "
                          + ", ".join("/".join(FRAMEWORK_DISTS[f]) for f in missing)
                          + " installed; add it to packages (or drop it from horovod.frameworks)", runner.log_path)
+
+
+def _refuse_incompatible(step: Step, runner, d: BuildDecision, installed: Dict[str, List[str]]) -> None:
+    """Stop before any compile (or cached wheel) when an installed framework version is one a known
+    incompatibility breaks (:data:`envtool.core.incompatible.KNOWN`): a spec that pins TensorFlow
+    to a broken version is refused when loaded; this catches what the spec does not pin (a
+    ``--clone`` of a base environment, an unpinned or ranged ``tensorflow``).
+
+    Args:
+        installed: framework → ``[distribution, version]`` as :func:`probe_env` reports.
+    Raises:
+        StepFailed: names the distribution and version, what is expected, and the row's id,
+            reason and upstream issue URL.
+    """
+    from envtool.core import incompatible
+
+    dists = {dist: ver for dist, ver in installed.values()}
+    hits = incompatible.installed_hits(Version(d.version) if d.version else None, d.requested, dists)
+    if not hits:
+        return
+    row, dist, ver = hits[0]
+    hvd = f"Horovod {d.version}" if d.version else "Horovod from horovod.source"
+    raise StepFailed(step.id, f"the environment has {dist} {ver}: expected {row.expected} when {hvd} is built "
+                     f"with {row.framework} (horovod.frameworks); nothing was compiled ({row.explain()})",
+                     runner.log_path)
 
 
 def _build_vars(d: BuildDecision, installed: Dict[str, List[str]], runner) -> Tuple[Dict[str, str], List[fixes.FixRule]]:
