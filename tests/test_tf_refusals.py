@@ -54,6 +54,11 @@ def test_a_range_that_admits_only_2_16_or_later_is_refused_one_that_admits_2_15_
     assert proc.returncode == 2 and TF_ISSUE in json.loads(proc.stdout)["error"], proc.stderr
     data = json.loads(run_envtool("plan", _tf_spec(tmp_path, "tf212", '"tensorflow-cpu==2.12.1"'), "--json").stdout)
     assert data["ok"] is True and data["exit"] == 0 and "build-horovod" in [s["id"] for s in data["steps"]]
+    assert not [n for s in data["steps"] for n in s["notes"] if "horovod-tf216" in n]  # decided: 2.12.1 is fine
+    data = json.loads(run_envtool("plan", _tf_spec(tmp_path, "tfge", '"tensorflow>=2.10"'), "--json").stdout)
+    assert data["ok"] is True, data
+    build = next(s for s in data["steps"] if s["id"] == "build-horovod")
+    assert [n for n in build["notes"] if "horovod-tf216 is checked when run" in n and TF_ISSUE in n]
 
 
 def test_keras_3_with_tensorflow_2_15_is_refused_naming_the_keras_pin(tmp_path):
@@ -84,6 +89,14 @@ def _pin(value: str, kind: str) -> m.Pin:
 def test_which_tensorflow_pins_admit_only_broken_versions(value, kind, refused):
     row = next(r for r in incompatible.KNOWN if r.id == "horovod-tf216")
     assert incompatible.pin_only_broken(row, _pin(value, kind)) is refused
+
+
+def test_which_pins_leave_the_installed_check_nothing_to_find():
+    row = next(r for r in incompatible.KNOWN if r.id == "horovod-tf216")
+    for value, kind in (("tensorflow<2.16", "pip"), ("tensorflow-cpu==2.15.1", "pip"), ("tensorflow-gpu 1.14.*", "conda")):
+        assert incompatible.pins_exclude(row, [_pin("numpy==2.4.6", "pip"), _pin(value, kind)]), value
+    for value, kind in (("tensorflow>=2.10", "pip"), ("tensorflow", "pip"), ("tensorflow-gpu 2.*", "conda")):
+        assert not incompatible.pins_exclude(row, [_pin(value, kind)]), value
 
 
 def test_installed_versions_the_build_step_refuses():

@@ -12,7 +12,8 @@ Two places use it, before anything is compiled:
   broken versions (``tensorflow-cpu==2.17.0``, ``>=2.16``, ``==2.17.*``); a pin that admits a
   working version (``<2.16``, ``>=2.10``) or no pin at all is not refused there;
 * the Horovod build step asks :func:`installed_hits` about the versions actually installed
-  (a ``--clone`` of a base environment, an unpinned TensorFlow) and fails before compiling.
+  (a ``--clone`` of a base environment, an unpinned TensorFlow) and fails before compiling;
+  ``plan`` notes that check where the pins leave it open (:func:`pins_exclude`).
 """
 from __future__ import annotations
 
@@ -36,9 +37,9 @@ class Incompatibility:
             of unknown version (a ``horovod.source`` URL) counts as affected.
         framework: the framework Horovod must be built with (a name in ``horovod.frameworks``).
         packages: the pip/conda package names whose versions decide the row.
-        label: the packages' name for people (``TensorFlow``).
         versions: the broken versions of ``packages``, a PEP 440 specifier (``>=2.16.0.dev0``:
             the 2.16 pre-releases included).
+        broken_text: the broken versions for people (``TensorFlow >= 2.16``).
         expected: what to pin instead, in words (shown as "expected …").
         reason: one line for people: what breaks.
         url: the upstream issue.
@@ -49,8 +50,8 @@ class Incompatibility:
     horovod: str
     framework: str
     packages: Tuple[str, ...]
-    label: str
     versions: str
+    broken_text: str
     expected: str
     reason: str
     url: str
@@ -79,8 +80,8 @@ KNOWN: Tuple[Incompatibility, ...] = (
         horovod="<=0.28.1",
         framework="tensorflow",
         packages=frameworks.get("tensorflow").package_names,
-        label="TensorFlow",
         versions=">=2.16.0.dev0",
+        broken_text="TensorFlow >= 2.16",
         expected="TensorFlow < 2.16 (e.g. tensorflow-cpu==2.15.1)",
         reason="no Horovod release (0.28.1 is the last) works with TensorFlow >= 2.16: "
                "AttributeError: 'Variable' object has no attribute 'ref' (TensorFlow 2.16 brings Keras 3)",
@@ -94,8 +95,8 @@ KNOWN: Tuple[Incompatibility, ...] = (
         horovod="<=0.28.1",
         framework="tensorflow",
         packages=("keras",),
-        label="Keras",
         versions=">=3.0.0.dev0",
+        broken_text="Keras >= 3",
         expected="Keras < 3 (e.g. keras==2.15.0 with TensorFlow 2.15)",
         reason="horovod.tensorflow.keras calls Variable.ref() (horovod/_keras/__init__.py@v0.28.1), "
                "which Keras 3 variables do not have (https://github.com/keras-team/keras/issues/19970): "
@@ -112,7 +113,7 @@ KNOWN: Tuple[Incompatibility, ...] = (
 # -- pins ------------------------------------------------------------------------------------------
 
 #: A version number inside a conda version spec (``>=2.16,<2.18``, ``2.14.1.*``): only used to
-#: pick test points (:func:`_admits_outside`); py-rattler decides what the spec admits.
+#: pick test points (:func:`_admits`); py-rattler decides what the spec admits.
 _CONDA_NUMBER = re.compile(r"\d+(?:\.\d+)*")
 
 
@@ -140,51 +141,67 @@ def _test_points(boundaries: Iterable[Version]) -> List[Version]:
     return points
 
 
-def _admits_outside(admits: Callable[[Version], bool], boundaries: Iterable[Version], bad: SpecifierSet) -> bool:
-    """Whether a version constraint admits a version that ``bad`` does not contain.
+def _admits(admits: Callable[[Version], bool], boundaries: Iterable[Version],
+            bad: SpecifierSet) -> Tuple[bool, bool]:
+    """Whether a version constraint admits a version ``bad`` contains, and one it does not.
 
     Both are unions of intervals whose ends are among ``boundaries`` (the constraint's
     versions and ``bad``'s), so it is enough to try one version in each interval
     (:func:`_test_points`).
+
+    Returns:
+        ``(admits a broken version, admits a working version)``.
     """
     bounds = list(boundaries) + [v for v in (_version(s.version) for s in bad) if v is not None]
-    return any(admits(v) and not bad.contains(v, prereleases=True) for v in _test_points(bounds))
+    admitted = [v for v in _test_points(bounds) if admits(v)]
+    broken = [bad.contains(v, prereleases=True) for v in admitted]
+    return any(broken), not all(broken)
 
 
-def pin_only_broken(row: Incompatibility, pin) -> bool:
-    """Whether a spec pin names one of the row's packages and admits only broken versions.
+def pin_admits(row: Incompatibility, pin) -> Optional[Tuple[bool, bool]]:
+    """What a spec pin on one of the row's packages admits.
 
     Args:
         row: the incompatibility.
         pin: a :class:`~envtool.spec.model.Pin` as loaded (``requirement`` for pip, ``match_spec``
             for conda).
     Returns:
-        True for ``tensorflow-cpu==2.17.0``, ``tensorflow>=2.16``, ``tensorflow==2.17.*``, conda
-        ``tensorflow-base 2.17.*``; False for ``<2.16``, ``>=2.10``, a bare name, another package,
-        or a pin whose versions cannot be read.
+        None when the pin names none of :attr:`Incompatibility.packages`; else ``(admits a
+        broken version, admits a working version)``: ``(True, False)`` for ``tensorflow-cpu==2.17.0``,
+        ``>=2.16``, ``==2.17.*``, conda ``tensorflow-base 2.17.*``; ``(False, True)`` for ``==2.15.1``,
+        ``<2.16``, conda ``1.14.*``; ``(True, True)`` for ``>=2.10``, a bare name, or versions
+        that cannot be read.
     """
     if (pin.name or "").lower() not in row.packages:
-        return False
+        return None
     bad = SpecifierSet(row.versions)
-    if pin.requirement is not None:
+    if pin.requirement is not None and len(pin.requirement.specifier):
         specifier = pin.requirement.specifier
-        if not len(specifier):
-            return False
         bounds = [v for v in (_version(s.version) for s in specifier) if v is not None]
-        return not _admits_outside(lambda v: specifier.contains(v, prereleases=True), bounds, bad)
-    if pin.match_spec is not None:
-        text = pin.match_spec.version
-        if not text:
-            return False
+        return _admits(lambda v: specifier.contains(v, prereleases=True), bounds, bad)
+    text = pin.match_spec.version if pin.match_spec is not None else None
+    if text:
         from rattler import Version as CondaVersion, VersionSpec  # conda's version rules
 
         try:
             spec = VersionSpec(str(text))
         except Exception:  # noqa: BLE001 - py-rattler raises its own error types
-            return False
+            return True, True
         bounds = [v for v in (_version(n) for n in _CONDA_NUMBER.findall(str(text))) if v is not None]
-        return not _admits_outside(lambda v: spec.matches(CondaVersion(str(v))), bounds, bad)
-    return False
+        return _admits(lambda v: spec.matches(CondaVersion(str(v))), bounds, bad)
+    return True, True
+
+
+def pin_only_broken(row: Incompatibility, pin) -> bool:
+    """Whether a spec pin names one of the row's packages and admits only broken versions
+    (:func:`pin_admits` is ``(True, False)``): what the spec rule refuses."""
+    return pin_admits(row, pin) == (True, False)
+
+
+def pins_exclude(row: Incompatibility, pins: Iterable[Any]) -> bool:
+    """Whether some pin on one of the row's packages admits no broken version (``==2.15.1``,
+    ``<2.16``, conda ``1.14.*``): then the row cannot apply to what gets installed."""
+    return any((pin_admits(row, p) or (True, True))[0] is False for p in pins)
 
 
 def spec_hits(horovod: Optional[Version], built_with: Iterable[str],

@@ -135,7 +135,7 @@ def plan_steps(spec: Spec, options: PlanOptions, locked: Any = None, loaded: Any
     requested = tuple(f for f in h.frameworks if f in FRAMEWORK_DISTS)
     notes = _prefix_notes(env)
     rule_ids, fix_env, rule_notes = _plan_rules(spec, version, requested, probed, env)
-    notes += rule_notes
+    notes += rule_notes + _incompatible_notes(spec, version, requested)
     if h.build_packages:
         notes.append("build-only packages (horovod.build_packages), installed by conda-install-build and removed "
                      "by conda-remove-build: " + ", ".join(p.value for p in h.build_packages))
@@ -190,6 +190,20 @@ def _missing_tools_notes(absent: Tuple[system_tools.BuildTool, ...], fix_lines: 
     if not absent:
         return []
     return ["a compile needs " + system_tools.describe(absent) + ": not found here; " + "; or ".join(fix_lines)]
+
+
+def _incompatible_notes(spec: Spec, version: Optional[Version], requested: Tuple[str, ...]) -> List[str]:
+    """The plan notes for the known incompatibilities (:data:`envtool.core.incompatible.KNOWN`) that
+    the step checks when run (:func:`_refuse_incompatible`: rows on a requested framework's own
+    distributions) and the spec's pins leave open (no pin excludes every broken version)."""
+    from envtool.core import incompatible
+
+    pins = spec.packages.pip + spec.packages.conda
+    return [f"known incompatibility {row.id} is checked when run (the spec's pins allow {row.broken_text}): "
+            f"the step stops before compiling if it finds {row.broken_text} installed; upstream: {row.url}"
+            for row in incompatible.KNOWN
+            if row.framework in requested and row.affects_horovod(version)
+            and set(row.packages) & set(FRAMEWORK_DISTS[row.framework]) and not incompatible.pins_exclude(row, pins)]
 
 
 def _prefix_notes(env: List[Tuple[str, str]]) -> List[str]:
