@@ -71,9 +71,9 @@ class Incompatibility:
         return f"known incompatibility {self.id}: {self.reason}; upstream: {self.url}"
 
 
-#: Horovod 0.28.1 (2023-06-12) is the last release on PyPI (https://pypi.org/project/horovod/#history);
-#: no later Horovod fixes either row (master has no fix: https://github.com/horovod/horovod/pull/4317,
-#: a fix for #4290, was withdrawn unmerged).
+#: Horovod 0.28.1 is the last release (https://pypi.org/project/horovod/0.28.1/; tag v0.28.1 of
+#: https://github.com/horovod/horovod, 2023-06-12, is its newest tag), and master has no fix for
+#: either row (https://github.com/horovod/horovod/pull/4317, "Fix #4290", was withdrawn unmerged).
 KNOWN: Tuple[Incompatibility, ...] = (
     Incompatibility(
         id="horovod-tf216",
