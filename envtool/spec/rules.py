@@ -37,6 +37,41 @@ def horovod_version(spec: Spec) -> Optional[Version]:
         raise SpecError(spec.path, "horovod.version", "a Horovod version such as 0.28.1", got=pin.value) from None
 
 
+def _pin_line(raw: Optional[LineDict], kind: str, index: int) -> Optional[int]:
+    """The line of ``packages.<kind>[index]`` in the merged raw mapping (its ``spec`` key when the
+    pin is a mapping, else the list's key), or None."""
+    packages = raw.get("packages") if raw is not None else None
+    if not isinstance(packages, LineDict):
+        return raw.line_of("packages") if raw is not None else None
+    items = packages.get(kind)
+    item = items[index] if isinstance(items, list) and index < len(items) else None
+    if isinstance(item, LineDict):
+        return item.line_of("spec" if "spec" in item else "value")
+    return packages.line_of(kind)
+
+
+def _check_incompatible(spec: Spec, version: Optional[Version], raw: Optional[LineDict]) -> None:
+    """Refuse a package pin that admits only versions a known incompatibility breaks
+    (:data:`envtool.core.incompatible.KNOWN`: Horovod <= 0.28.1 with TensorFlow >= 2.16 or Keras 3).
+
+    Raises:
+        SpecError: names the pin's field (``packages.pip[0]``) and line, what to pin instead,
+            the row's id, reason and upstream issue URL.
+    """
+    from envtool.core import incompatible
+
+    pins = [(("pip", i), p) for i, p in enumerate(spec.packages.pip)]
+    pins += [(("conda", i), p) for i, p in enumerate(spec.packages.conda)]
+    hits = incompatible.spec_hits(version, spec.horovod.frameworks, pins)
+    if not hits:
+        return
+    row, (kind, index), pin = hits[0]
+    hvd = f"Horovod {version}" if version is not None else "Horovod from horovod.source"
+    raise SpecError(spec.path, f"packages.{kind}[{index}]",
+                    f"{row.expected} when {hvd} is built with {row.framework} (horovod.frameworks)",
+                    got=pin.value, line=_pin_line(raw, kind, index), hint=row.explain())
+
+
 def check(spec: Spec, raw: Optional[LineDict] = None) -> None:
     """Run every cross-field rule on ``spec``.
 
@@ -153,6 +188,11 @@ def check(spec: Spec, raw: Optional[LineDict] = None) -> None:
             fail("expect.check_build.tensor_operations", "MLSL, not CCL, before Horovod 0.19.0")
         if version is not None and version >= Version("0.19.0") and "MLSL" in cb.tensor_operations:
             fail("expect.check_build.tensor_operations", "CCL, not MLSL, from Horovod 0.19.0")
+
+    # Known incompatibilities (envtool.core.incompatible.KNOWN, each row with its sources): a pin
+    # that admits only broken versions stops here, before anything is built.
+    if h.install != "none":
+        _check_incompatible(spec, version, raw)
 
     # Checked last, so that a more specific rule above names its own field first. envtool builds
     # with HOROVOD_WITHOUT_<X>=1 for every framework not listed, and "at least one [framework] must

@@ -135,7 +135,7 @@ def plan_steps(spec: Spec, options: PlanOptions, locked: Any = None, loaded: Any
     requested = tuple(f for f in h.frameworks if f in FRAMEWORK_DISTS)
     notes = _prefix_notes(env)
     rule_ids, fix_env, rule_notes = _plan_rules(spec, version, requested, probed, env)
-    notes += rule_notes
+    notes += rule_notes + _incompatible_notes(spec, version, requested)
     if h.build_packages:
         notes.append("build-only packages (horovod.build_packages), installed by conda-install-build and removed "
                      "by conda-remove-build: " + ", ".join(p.value for p in h.build_packages))
@@ -190,6 +190,20 @@ def _missing_tools_notes(absent: Tuple[system_tools.BuildTool, ...], fix_lines: 
     if not absent:
         return []
     return ["a compile needs " + system_tools.describe(absent) + ": not found here; " + "; or ".join(fix_lines)]
+
+
+def _incompatible_notes(spec: Spec, version: Optional[Version], requested: Tuple[str, ...]) -> List[str]:
+    """The plan notes for the known incompatibilities (:data:`envtool.core.incompatible.KNOWN`) that
+    the step checks when run (:func:`_refuse_incompatible`: rows on a requested framework's own
+    distributions) and the spec's pins leave open (no pin excludes every broken version)."""
+    from envtool.core import incompatible
+
+    pins = spec.packages.pip + spec.packages.conda
+    return [f"known incompatibility {row.id} is checked when run (the spec's pins allow {row.broken_text}): "
+            f"the step stops before compiling if it finds {row.broken_text} installed; upstream: {row.url}"
+            for row in incompatible.KNOWN
+            if row.framework in requested and row.affects_horovod(version)
+            and set(row.packages) & set(FRAMEWORK_DISTS[row.framework]) and not incompatible.pins_exclude(row, pins)]
 
 
 def _prefix_notes(env: List[Tuple[str, str]]) -> List[str]:
@@ -524,6 +538,7 @@ def _run_build(step: Step, runner) -> Dict:
     info = probe_env(runner, d.python)
     installed = info["frameworks"]
     _require_frameworks(step, runner, d, installed)
+    _refuse_incompatible(step, runner, d, installed)
     runner.note(f"toolchain (probed when planning): {d.toolchain.describe()}")
     build_vars, rules = _build_vars(d, installed, runner)
     key = build_key(d, info)
@@ -562,6 +577,31 @@ def _require_frameworks(step: Step, runner, d: BuildDecision, installed: Dict[st
         raise StepFailed(step.id, "Horovod is to be built with " + ", ".join(missing) + " but the environment has no "
                          + ", ".join("/".join(FRAMEWORK_DISTS[f]) for f in missing)
                          + " installed; add it to packages (or drop it from horovod.frameworks)", runner.log_path)
+
+
+def _refuse_incompatible(step: Step, runner, d: BuildDecision, installed: Dict[str, List[str]]) -> None:
+    """Stop before any compile (or cached wheel) when an installed framework version is one a known
+    incompatibility breaks (:data:`envtool.core.incompatible.KNOWN`): a spec that pins TensorFlow
+    to a broken version is refused when loaded; this catches what the spec does not pin (a
+    ``--clone`` of a base environment, an unpinned or ranged ``tensorflow``).
+
+    Args:
+        installed: framework → ``[distribution, version]`` as :func:`probe_env` reports.
+    Raises:
+        StepFailed: names the distribution and version, what is expected, and the row's id,
+            reason and upstream issue URL.
+    """
+    from envtool.core import incompatible
+
+    dists = {dist: ver for dist, ver in installed.values()}
+    hits = incompatible.installed_hits(Version(d.version) if d.version else None, d.requested, dists)
+    if not hits:
+        return
+    row, dist, ver = hits[0]
+    hvd = f"Horovod {d.version}" if d.version else "Horovod from horovod.source"
+    raise StepFailed(step.id, f"the environment has {dist} {ver}: expected {row.expected} when {hvd} is built "
+                     f"with {row.framework} (horovod.frameworks); nothing was compiled ({row.explain()})",
+                     runner.log_path)
 
 
 def _build_vars(d: BuildDecision, installed: Dict[str, List[str]], runner) -> Tuple[Dict[str, str], List[fixes.FixRule]]:
