@@ -5,6 +5,10 @@ with Gloo and MPI) made once per test session with ``envtool create``. The Horov
 cache (``~/.cache/envtool``) makes a second session's build take seconds. Set
 ``ENVTOOL_TEST_CPU_ENV=/path`` to reuse an existing environment while developing.
 
+``cpu_tensorflow_env``: the same for ``cpu-tensorflow-horovod`` (TensorFlow 2.12.1 CPU + Horovod
+0.28.1 built with TensorFlow, Gloo and MPI): a directory holding the environment (``env/``) and
+what ``envtool create --json`` printed (``create.json``). ``ENVTOOL_TEST_TF_ENV=/dir`` reuses one.
+
 ``multinode_cluster``: a real 2-node Slurm on this machine, each node its own network, UTS and
 mount namespace (tests/helpers/cluster.py), started once per session when a test asks for it and
 torn down at the end even when tests fail. Its nodes share everything but ``/tmp``; pytest's base
@@ -111,6 +115,27 @@ def cpu_horovod_env(tmp_path_factory) -> Path:
     return _reused_cpu_env() or shared.once(tmp_path_factory, "cpu-horovod", _build_cpu_horovod)
 
 
+def _build_cpu_tensorflow(target: Path) -> None:
+    target.mkdir()
+    env = {} if os.environ.get("XDG_STATE_HOME") else {"XDG_STATE_HOME": str(target / "state")}
+    proc = shared.run_stoppable([sys.executable, "-m", "envtool", "create", "cpu-tensorflow-horovod", "--prefix",
+                                 str(target / "env"), "--json"], cwd=REPO, timeout=speed.scaled(3600), env=env)
+    assert proc.returncode == 0, f"envtool create cpu-tensorflow-horovod failed:\n{proc.stdout}\n{proc.stderr}"
+    (target / "create.json").write_text(proc.stdout)
+
+
+def _reused_tf_env():
+    reuse = os.environ.get("ENVTOOL_TEST_TF_ENV")
+    return Path(reuse) if reuse and (Path(reuse) / "env" / "bin" / "horovodrun").exists() else None
+
+
+@pytest.fixture(scope="session")
+def cpu_tensorflow_env(tmp_path_factory) -> Path:
+    """A directory with a real cpu-tensorflow-horovod environment (``env/``) and its create's JSON
+    (``create.json``), made once per run and shared by the workers (as :func:`cpu_horovod_env`)."""
+    return _reused_tf_env() or shared.once(tmp_path_factory, "cpu-tensorflow", _build_cpu_tensorflow)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """A build :func:`pytest_collection_finish` started is waited for (under pytest-xdist the other
     worker may be waiting for it), unless the session was interrupted or stopped early (``-x``): then
@@ -120,13 +145,21 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_collection_finish(session):
-    """Start the cpu-horovod environment's build (a Horovod compile, minutes) as the run starts when a
-    collected test will use it, so it overlaps the tests that do not (one build per run: every
-    worker starts the thread, the first takes the lock and builds, the others find it built)."""
-    if getattr(session.config.option, "collectonly", False) or _reused_cpu_env():
+    """Start the cpu-horovod and cpu-tensorflow environments' builds (a Horovod compile each,
+    minutes) as the run starts when a collected test will use them, so they overlap the tests that do
+    not (one build per run: every worker starts the thread, the first takes the lock and builds,
+    the others find it built); the TensorFlow build waits for the PyTorch one."""
+    if getattr(session.config.option, "collectonly", False):
         return
-    if any("cpu_horovod_env" in getattr(item, "fixturenames", ()) for item in session.items):
+
+    def wanted(fixture):
+        return any(fixture in getattr(item, "fixturenames", ()) for item in session.items)
+
+    torch_first = [] if _reused_cpu_env() or not wanted("cpu_horovod_env") else [("cpu-horovod", _build_cpu_horovod)]
+    if torch_first:
         shared.start_early(session.config._tmp_path_factory, "cpu-horovod", _build_cpu_horovod)
+    if not _reused_tf_env() and wanted("cpu_tensorflow_env"):  # after the PyTorch build: one compile at a time
+        shared.start_early(session.config._tmp_path_factory, "cpu-tensorflow", _build_cpu_tensorflow, after=torch_first)
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 
 def run_root(tmp_path_factory) -> Path:
@@ -108,14 +108,22 @@ def stop_builds(grace: float = 60.0) -> None:
             _killpg(proc.pid, signal.SIGKILL)
 
 
-def start_early(tmp_path_factory, name: str, build: Callable[[Path], None]) -> threading.Thread:
+def start_early(tmp_path_factory, name: str, build: Callable[[Path], None],
+                after: Sequence[Tuple[str, Callable[[Path], None]]] = ()) -> threading.Thread:
     """Begin :func:`once` for ``name`` in a background thread now (at the start of the run), so that
     the build overlaps the tests that do not need it; the fixture's own :func:`once` then waits for
-    it. A failure is left for that fixture to report. The caller's thread settles pytest's base
-    temporary directory first (``getbasetemp`` takes no lock: two threads making it at once get two)."""
+    it. ``after``: ``(name, build)`` of artifacts to make (or wait for) first, so that two compiles
+    do not share the cores with each other. A failure is left for that fixture to report. The
+    caller's thread settles pytest's base temporary directory first (``getbasetemp`` takes no lock:
+    two threads making it at once get two)."""
     tmp_path_factory.getbasetemp()
 
     def run() -> None:
+        for first, first_build in after:
+            try:
+                once(tmp_path_factory, first, first_build)
+            except BaseException:  # reported by the fixture that asks for it
+                pass
         try:
             once(tmp_path_factory, name, build)
         except BaseException:  # reported by the fixture that asks for it

@@ -72,11 +72,12 @@ def pytest_collection_modifyitems(config, items):
 
     def inside(item):
         """0: a multi-node test that needs no build (it runs while the cpu-horovod environment is
-        built), 1: one on that environment, 2: one on an image; any other test 0."""
+        built), 1: one on that environment, 2: one on an image or on the cpu-tensorflow
+        environment (built after cpu-horovod's); any other test 0."""
         if item.get_closest_marker("multinode") is None:
             return 0
         used = set(getattr(item, "fixturenames", ()))
-        return 2 if IMAGE_FIXTURES & used else 1 if "cpu_horovod_env" in used else 0
+        return 2 if (IMAGE_FIXTURES | {"cpu_tensorflow_env"}) & used else 1 if "cpu_horovod_env" in used else 0
 
     order = sorted(groups, key=weight)
     position = {id(item): n for n, item in enumerate(items)}

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
+from envtool.core import frameworks
 from envtool.core.errors import StepFailed, UsageError
 from envtool.core.plan import Step, StepContext
 from envtool.steps.jobscript import Target
@@ -63,11 +64,13 @@ class HerePlan:
 
 @dataclass
 class HereRun:
-    """One check's run: the check, horovodrun's exit status and the ranks' records."""
+    """One check's run: the check, horovodrun's exit status, the ranks' records and the last
+    exception line horovodrun printed ("" for none)."""
 
     check: vc.ValidationCheck
     rc: int
     records: List[dict]
+    error: str = ""
 
 
 def _env(target: Target, prefix: Path) -> Dict[str, str]:
@@ -83,15 +86,19 @@ def _env(target: Target, prefix: Path) -> Dict[str, str]:
     return env
 
 
-def _run(runner: StepContext, plan: HerePlan, argv: List[str]) -> int:
-    """Run one horovodrun (output to the log); 124 when it ran past the timeout."""
+def _run(runner: StepContext, plan: HerePlan, argv: List[str]) -> Tuple[int, str]:
+    """Run one horovodrun (output to the log); its exit status (124 when it ran past the timeout)
+    and the last exception line it printed (``ValueError: MPI support has not been built. …``), or ""."""
+    import re
+
     try:
         proc = runner.run(argv, env=_env(plan.target, plan.prefix), timeout=plan.options.timeout,
                           check=False)
     except StepFailed as exc:
         runner.note(f"(failed: {exc})")
-        return 124
-    return proc.returncode
+        return 124, ""
+    errors = re.findall(r"^(?:\[\d+(?:,\d+)?\]<std\w+>:)?(\w+(?:Error|Exception): .+)$", proc.stdout or "", re.M)
+    return proc.returncode, (errors[-1].strip()[:300] if errors else "")
 
 
 def check_build(step: Step, runner: StepContext) -> CheckBuildResult:
@@ -112,6 +119,11 @@ def run_check(step: Step, runner: StepContext) -> Optional[HereRun]:
     plan: HerePlan = step.data[0]
     check: vc.ValidationCheck = step.data[1]
     built = {c.lower() for c in runner.results["check-build"].controllers or []}
+    spec = plan.target.spec
+    if not built and spec is not None:
+        # check-build names no controller when no framework binding of the build imports (it asks the
+        # bindings): run what the spec asks for, so each rank says why its binding fails
+        built = {c.lower() for c in spec.horovod.controllers}
     if check.backend not in built:
         runner.note(f"{check.name}: the build has no {check.backend} controller; not run")
         return None
@@ -119,8 +131,8 @@ def run_check(step: Step, runner: StepContext) -> Optional[HereRun]:
     ctx = HereContext(prefix=plan.prefix, python=plan.target.python, ranks=plan.options.ranks,
                       probe=plan.probe, run_dir=plan.run_dir, method=start_method(plan.target),
                       import_trace=plan.options.import_time and first)
-    rc = _run(runner, plan, vc.launch_for(check, "here").build(check, ctx))
-    return HereRun(check, rc, rk.gather(plan.run_dir, here_phase(check)))
+    rc, error = _run(runner, plan, vc.launch_for(check, "here").build(check, ctx))
+    return HereRun(check, rc, rk.gather(plan.run_dir, here_phase(check)), error)
 
 
 def _runs(results: dict) -> List[HereRun]:
@@ -171,7 +183,17 @@ def judge(step: Step, runner: StepContext) -> HereResult:
         result.checks.append(run.check.name)
         judged = rk.judge(run.records, plan.options.ranks, warnings)
         result.problems += [f"{key}: {p}" for p in judged]
-        if run.rc != 0 and not judged:
+        if run.rc != 0 and not run.records:
+            # no rank started: horovodrun itself stopped (it asks the framework bindings which
+            # controllers the build has; a binding that does not import leaves it none)
+            label = frameworks.get(run.check.framework).label
+            listed = (cb.found or {}).get("frameworks")
+            why = ("" if isinstance(listed, dict) and listed.get(label) else
+                   f"; check-build lists no {label}: Horovod's {run.check.binding} does not import here")
+            result.problems.insert(len(result.problems) - len(judged),
+                                   f"{key}: no {label} rank started: horovodrun exited with {run.rc}"
+                                   + (f" ({run.error})" if run.error else "") + why + f" (see {runner.log_path})")
+        elif run.rc != 0 and not judged:
             result.problems.append(f"{key}: horovodrun exited with {run.rc} (see {runner.log_path})")
     if not result.runs:
         result.problems.append("Horovod has neither a Gloo nor an MPI controller: nothing to run ranks with")

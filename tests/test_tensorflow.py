@@ -1,0 +1,191 @@
+"""TensorFlow and Keras with Horovod, for real (issue 40): Horovod 0.28.1 compiled against
+TensorFlow 2.12.1 (``specs/cpu-tensorflow-horovod.yaml``), validated through ``horovod.tensorflow``
+and ``horovod.tensorflow.keras`` with each controller, on this host (``create``, ``validate``) and
+across the 2-node test Slurm (``validate --submit``); a broken binding fails naming the framework
+and the rank.
+
+The environment (``cpu_tensorflow_env``, tests/conftest.py) is built once per run, after the
+cpu-horovod one; its ``create --json`` output is kept beside it (``create.json``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from helpers.speed import scaled
+
+pytestmark = [pytest.mark.slow]
+
+
+def envtool(*args, timeout=600):
+    env = {k: v for k, v in os.environ.items() if k != "ENVTOOL_DEBUG"}
+    return subprocess.run([sys.executable, "-m", "envtool", *map(str, args)], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=scaled(timeout))
+
+
+def _keras_agrees(per_rank):
+    """Every rank's Keras check passed, trained, and ended with rank 0's weights (same digest)."""
+    assert len(per_rank) == 2, per_rank
+    assert all(k["ok"] and k["trained"] and k["max_difference"] == 0.0 for k in per_rank), per_rank
+    assert len({k["weights_sha256"] for k in per_rank}) == 1, per_rank
+
+
+def test_create_builds_horovod_with_tensorflow_and_runs_both_controllers(cpu_tensorflow_env):
+    """check-build shows [X] TensorFlow with both controllers; create's 2-rank allreduce ran through
+    horovod.tensorflow with Gloo and with MPI, each with a Keras fit whose weights agree on both
+    ranks; the DataLoader check says why it was skipped; TensorFlow's start-up lines on fd 2 were
+    each matched by the spec's expect.import_warnings (none unexpected)."""
+    data = json.loads((cpu_tensorflow_env / "create.json").read_text())
+    assert data["ok"], data
+    v = data["results"]["validate"]
+    found = v["check_build"]["found"]
+    assert found["frameworks"]["TensorFlow"] is True, found
+    assert found["controllers"] == {"MPI": True, "Gloo": True}, found
+    runs = {(a["framework"], a["controller"]): a for a in v["allreduces"]}
+    assert sorted(runs) == [("tensorflow", "gloo"), ("tensorflow", "mpi")], v["allreduces"]
+    for run in runs.values():
+        assert run["ok"], run
+        _keras_agrees(run["keras_fit"])
+    assert "do not include PyTorch" in v["dataloader_skipped"], v
+    assert "dataloader" not in v
+    imports = v["imports"]
+    assert [m["module"] for m in imports["modules"]] == ["tensorflow", "horovod.tensorflow"]
+    assert imports["unexpected"] == [], imports
+    # what TensorFlow printed is really there and really matched (not an empty capture)
+    assert "oneDNN custom operations are on" in imports["modules"][0]["stderr"], imports
+    # the wheel-cache key names TensorFlow's version
+    from envtool.core.paths import cache_root
+
+    build = data["results"]["build-horovod"]
+    key = json.loads((cache_root() / "horovod-wheels" / build["cache_key"] / "key.json").read_text())
+    assert ["tensorflow-cpu", "2.12.1"] in [list(f) for f in key["frameworks"]], key
+    print(f"Horovod compiled against TensorFlow: {key.get('compiled')}")
+
+
+def test_validate_runs_each_controller_through_the_tensorflow_binding_and_a_keras_benchmark(cpu_tensorflow_env):
+    """``validate`` on this host: one 2-rank run per controller with horovod.tensorflow (allreduce,
+    Keras fit with weights compared across ranks), ranks naming their framework; the benchmark is a
+    synthetic Keras step at 1 and 2 ranks."""
+    prefix = cpu_tensorflow_env / "env"
+    proc = envtool("validate", "--prefix", prefix, "--benchmark", "--steps", "3", "--batch-size", "8", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["checks"] == ["horovod-tf-mpi", "horovod-tf-gloo"], data["checks"]
+    assert sorted(data["runs"]) == ["tensorflow-gloo", "tensorflow-mpi"]
+    for key, recs in data["runs"].items():
+        assert [r["rank"] for r in recs] == [0, 1], recs
+        for r in recs:
+            assert r["framework"] == "tensorflow" and r["controller"] == key.split("-")[1], r
+            assert r["checks"]["allreduce_cpu"]["ok"] and r["checks"]["allreduce_cpu"]["value"] == 1.5, r
+            assert r["import"]["modules"] == ["tensorflow", "horovod.tensorflow", "horovod.tensorflow.keras"], r
+        _keras_agrees([r["checks"]["keras_fit"] for r in recs])
+    assert "do not include PyTorch" in data["skipped"]["dataloader"], data["skipped"]
+    bench = data["benchmark"]
+    assert bench["framework"] == "tensorflow" and [p["ranks"] for p in bench["points"]] == [1, 2], bench
+    assert all(p["samples_per_sec_per_rank"] > 0 for p in bench["points"]), bench
+    # the text form's table: each rank's framework and the Keras column
+    from envtool.validate import ranks as rk
+
+    table = rk.table(data["runs"]["tensorflow-gloo"])
+    assert table.splitlines()[0].split()[:5] == ["rank", "host", "local", "framework", "controller"], table
+    assert "keras fit" in table.splitlines()[0] and "tensorflow  gloo" in table and "weights agree" in table, table
+
+
+def _copy_without_tensorflow_extension(prefix: Path, dest: Path) -> Path:
+    """A venv at ``dest`` that is ``prefix`` except for Horovod's TensorFlow extension: the
+    interpreter link and ``pyvenv.cfg`` copied, every other site-packages entry a symbolic link to
+    ``prefix``'s, ``horovod`` a real copy without ``horovod/tensorflow/mpi_lib*.so``."""
+    dest.mkdir()
+    shutil.copy2(prefix / "pyvenv.cfg", dest / "pyvenv.cfg")
+    (dest / "bin").mkdir()
+    for f in (prefix / "bin").iterdir():
+        if f.is_symlink():
+            (dest / "bin" / f.name).symlink_to(os.readlink(f))
+        else:
+            shutil.copy2(f, dest / "bin" / f.name)
+    (site,) = (prefix / "lib").glob("python3*/site-packages")
+    new_site = dest / site.relative_to(prefix)
+    new_site.mkdir(parents=True)
+    for entry in site.iterdir():
+        if entry.name == "horovod":
+            shutil.copytree(entry, new_site / "horovod", symlinks=True)
+        else:
+            (new_site / entry.name).symlink_to(entry)
+    removed = sorted((new_site / "horovod" / "tensorflow").glob("mpi_lib*.so"))
+    assert removed, "no horovod/tensorflow/mpi_lib*.so to remove"
+    for f in removed:
+        f.unlink()
+    return dest
+
+
+def test_a_broken_tensorflow_binding_fails_validate_naming_the_framework_and_the_rank(cpu_tensorflow_env, tmp_path):
+    """Horovod's TensorFlow extension removed from a copy of the environment: ``validate`` exits 1,
+    each controller's problem names the framework's check and each rank."""
+    broken = _copy_without_tensorflow_extension(cpu_tensorflow_env / "env", tmp_path / "broken")
+    spec = REPO / "specs" / "cpu-tensorflow-horovod.yaml"
+    proc = envtool("validate", "--prefix", broken, "--spec", spec, "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    problems = data["problems"]
+    # check-build asks the bindings: the only one broken, it lists no framework and no controller,
+    # and horovodrun starts no rank; every check names its framework, its binding and its ranks
+    assert problems[0].startswith("check-build: TensorFlow (frameworks), MPI (controllers), Gloo (controllers)")
+    for key, controller in (("tensorflow-mpi", "MPI"), ("tensorflow-gloo", "Gloo")):
+        said = [p for p in problems if p.startswith(key + ": ")]
+        assert said[0].startswith(f"{key}: no TensorFlow rank started: horovodrun exited with 1 (ValueError: "
+                                  f"{controller} support has not been built."), said
+        assert "check-build lists no TensorFlow: Horovod's horovod.tensorflow does not import here" in said[0], said
+        assert said[1:] == [f"{key}: rank {r}: no result (it did not start or was killed; see the job output)"
+                            for r in (0, 1)], said
+
+
+@pytest.mark.multinode
+def test_a_broken_tensorflow_binding_in_a_job_names_each_rank_and_its_error(multinode_cluster, cpu_tensorflow_env,
+                                                                            tmp_path):
+    """The same broken copy in a job (srun starts the ranks, not horovodrun): each rank on each node
+    reports that horovod.tensorflow has not been built, naming its framework."""
+    from test_multinode import envtool as cluster_envtool
+
+    broken = _copy_without_tensorflow_extension(cpu_tensorflow_env / "env", tmp_path / "broken")
+    site = _site(multinode_cluster, tmp_path)
+    proc = cluster_envtool(multinode_cluster, "validate", "--prefix", broken, "--spec",
+                           REPO / "specs" / "cpu-tensorflow-horovod.yaml", "--site-file", site, "--submit",
+                           "--nodes", "2", "--ranks-per-node", "1", "--sweep-max", "0", "--workdir", tmp_path / "run",
+                           "--json", "--timeout", "300", timeout=scaled(400))
+    assert proc.returncode == 1, proc.stderr + proc.stdout + multinode_cluster.logs()
+    problems = json.loads(proc.stdout)["problems"]
+    for rank, node in ((0, "node1"), (1, "node2")):
+        assert any(p.startswith(f"rank {rank} on {node} (tensorflow): ImportError: Extension horovod.tensorflow "
+                                "has not been built") for p in problems), (rank, problems)
+    assert multinode_cluster.wait_queue_empty() == ""
+
+
+def _site(cluster, tmp_path: Path) -> Path:
+    site = _site(multinode_cluster, tmp_path)
+    run = tmp_path / "run"
+    proc = cluster_envtool(multinode_cluster, "validate", "--prefix", cpu_tensorflow_env / "env", "--site-file", site,
+                           "--submit", "--nodes", "2", "--ranks-per-node", "2", "--sweep-max", "1KiB",
+                           "--workdir", run, "--json", "--timeout", "600", timeout=scaled(700))
+    assert proc.returncode == 0, proc.stderr + proc.stdout + multinode_cluster.logs()
+    data = json.loads(proc.stdout)
+    assert data["checks"] == ["horovod-tf-mpi", "horovod-tf-gloo"], data["checks"]
+    assert sorted(data["controllers"]) == ["tensorflow-gloo", "tensorflow-mpi"]
+    for name, c in data["controllers"].items():
+        ranks = c["ranks"]
+        assert [r["host"] for r in ranks] == ["node1", "node1", "node2", "node2"], (name, ranks)
+        for r in ranks:
+            assert r["ok"] and r["size"] == 4 and r["framework"] == "tensorflow", (name, r)
+            assert r["controller"] == name.split("-")[1], (name, r)
+            assert r["checks"]["allreduce_cpu"]["value"] == 2.5, (name, r)
+            assert all(s["exact"] for s in r["checks"]["sweep"]["sizes"]), (name, r)
+        keras = [r["checks"]["keras_fit"] for r in ranks]
+        assert all(k["ok"] and k["max_difference"] == 0.0 for k in keras), (name, keras)
+        assert len({k["weights_sha256"] for k in keras}) == 1, (name, keras)
+    assert multinode_cluster.wait_queue_empty() == ""
