@@ -364,3 +364,20 @@ def test_plan_says_what_conda_prefix_becomes(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert ("note: HOROVOD_CUDA_HOME=${CONDA_PREFIX}: envtool puts the prefix the build runs in there "
             "(no shell expands it)") in proc.stdout
+
+
+def test_runpath_gains_the_framework_directory_the_library_needs(tmp_path):
+    """Horovod's TensorFlow extension needs libtensorflow_framework.so.2 with no RUNPATH to it: the
+    relative TensorFlow directory is added, once; a library needing nothing there is left alone."""
+    from envtool.horovod.runpath import framework_entries
+
+    site = tmp_path / "lib/python3.11/site-packages"
+    (site / "tensorflow").mkdir(parents=True)
+    (site / "tensorflow" / "libtensorflow_framework.so.2").write_bytes(b"")
+    lib = site / "horovod" / "tensorflow" / "mpi_lib.cpython-311-x86_64-linux-gnu.so"
+    mpi = "/usr/lib/x86_64-linux-gnu/openmpi/lib"
+    needed = ["libmpi.so.40", "libtensorflow_framework.so.2", "libc.so.6"]
+    assert framework_entries(mpi, needed, lib, site) == mpi + ":$ORIGIN/../../tensorflow"
+    assert framework_entries(mpi + ":$ORIGIN/../../tensorflow", needed, lib, site) == mpi + ":$ORIGIN/../../tensorflow"
+    assert framework_entries(mpi, ["libmpi.so.40", "libc10.so"], lib, site) == mpi
+    assert framework_entries("", needed, lib, site) == "$ORIGIN/../../tensorflow"

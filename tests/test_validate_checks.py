@@ -89,7 +89,7 @@ def test_a_toy_check_and_launch_are_selected_and_written_into_the_job_script(tmp
     vc.LAUNCHES.register("toyrun", "helpers.toy_validation:LAUNCH")
     try:
         picked = [c.name for c in vc.select(vc.Selection(where="job", frameworks=("tensorflow",), gpus=True))]
-        assert picked == ["toy-tf-nccl"]  # no step launcher: no rendezvous checks; pytorch ones left out
+        assert picked == ["horovod-tf-mpi", "toy-tf-nccl"]  # no step launcher: no rendezvous checks; no pytorch
         assert "toy-tf-nccl" not in [c.name for c in vc.select(vc.Selection(where="job", gpus=False))]
         code = main(_dry(tmp_path, venv_prefix, _site(tmp_path), "--json"))
         plan = json.loads(capsys.readouterr().out)["plan"]
@@ -99,7 +99,9 @@ def test_a_toy_check_and_launch_are_selected_and_written_into_the_job_script(tmp
         vc.LAUNCHES.unregister("toyrun")
     assert code == 0
     names = [c["name"] for c in plan["checks"]]
-    assert names == ["horovod-mpi", "horovod-gloo", "torch-gloo", "toy-tf-gloo"], names  # the site has no GPUs
+    # no spec, no framework installed in the prefix: PyTorch's checks (and the toy's, declared for it);
+    # the site has no GPUs
+    assert names == ["horovod-mpi", "horovod-gloo", "torch-gloo", "toy-tf-gloo"], names
     assert "toyrun --nproc auto" in plan["script_text"] and "probe-toy --controller toy" in plan["script_text"]
     assert "toy-tf-nccl" not in vc.CHECKS.names()
 
@@ -148,3 +150,21 @@ def test_an_lsf_submit_line_printed_for_pasting_carries_the_script(tmp_path):
     line = shlex.join(argv).replace("exec bsub", "exec cat", 1)
     out = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0 and out.stdout == script.read_text()
+
+
+def test_without_a_spec_the_installed_framework_picks_the_checks(tmp_path):
+    """A prefix with no spec record: TensorFlow installed (its dist-info) selects Horovod's
+    TensorFlow checks and its Keras benchmark, not PyTorch's."""
+    prefix = tmp_path / "tfenv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True, timeout=scaled(120))
+    (site,) = prefix.glob("lib/python3*/site-packages")
+    info = site / "tensorflow_cpu-2.12.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tensorflow-cpu\nVersion: 2.12.1\n")
+    (info / "RECORD").write_text("")
+    proc = run_envtool(*_dry(tmp_path, prefix, _site(tmp_path), "--benchmark", "--json"))
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)["plan"]
+    assert [c["name"] for c in plan["checks"]] == ["horovod-tf-mpi", "horovod-tf-gloo"], plan["checks"]
+    assert all(c["framework"] == "tensorflow" for c in plan["checks"])
+    assert "bench-4 --framework tensorflow" in plan["script_text"], plan["script_text"]

@@ -169,27 +169,51 @@ def nvidia_smi() -> list:
     return [ln.strip() for ln in proc.stdout.splitlines() if ln.strip()] if proc.returncode == 0 else []
 
 
+def _tensorflow_view(tf_gpu: dict, items: List[str], problems: List[str], fixes: List[str]) -> None:
+    """TensorFlow's view of the GPUs of a GPU machine (the ``env_info`` probe's ``tf_gpu``): an item,
+    and a problem with its fix when it sees none (a CPU-only build such as ``tensorflow-cpu``, or
+    CUDA libraries it cannot load). Nothing when TensorFlow is not in the environment."""
+    if not tf_gpu:
+        return
+    if tf_gpu.get("error"):
+        problems.append(f"tensorflow could not list its GPUs: {tf_gpu['error']}")
+        fixes.append("python -c 'import tensorflow as tf; print(tf.config.list_physical_devices(\"GPU\"))' "
+                     "in the environment shows why")
+        return
+    devices = tf_gpu.get("devices") or []
+    items.append(f"tensorflow: built with CUDA {tf_gpu.get('cuda') or '-'} (cuDNN {tf_gpu.get('cudnn') or '-'}), "
+                 f"{len(devices)} GPU(s) {', '.join(devices)}".rstrip())
+    if not devices:
+        problems.append("tensorflow sees no GPU (" + ("a CPU-only build: tf.test.is_built_with_cuda() is False"
+                                                      if tf_gpu.get("built_with_cuda") is False
+                                                      else "its CUDA libraries did not load?") + ")")
+        fixes.append("install TensorFlow's GPU build (the tensorflow package, not tensorflow-cpu) with the CUDA and "
+                     "cuDNN its release was built with (https://www.tensorflow.org/install/source#gpu)")
+
+
 @check(ID, "GPU stack (CUDA, NCCL)", needs=("info",), order=60, fix="install the CUDA build of the framework")
 def run(ctx):
     info = ctx.probe("info")
     cuda = info.data.get("cuda") or {}
+    tf_gpu = info.data.get("tf_gpu") or {}
     caps = info.data.get("capabilities") or {}
     evidence = gpu_machine()
     wants_gpu = ctx.spec is not None and (ctx.spec.horovod.uses_gpu or ctx.spec.cuda is not None)
-    if not evidence and not cuda.get("available"):
+    if not evidence and not cuda.get("available") and not tf_gpu.get("devices"):
         reason = ("CPU-only machine: no NVIDIA/AMD driver (/proc/driver/nvidia/version, /dev/nvidiactl, /dev/kfd) "
                   "and no nvidia-smi")
         if wants_gpu:
             reason += f"; spec {ctx.spec.name} expects GPUs - run doctor on a GPU node"
-        return finding(ID, "skipped", reason, torch_cuda=cuda)
+        return finding(ID, "skipped", reason, torch_cuda=cuda, tensorflow_gpu=tf_gpu or None)
     items = [f"driver: {evidence}"]
     smi = nvidia_smi()
     if smi:
         items += [f"nvidia-smi: {line}" for line in smi]
-    problems = []
-    fixes = []
-    if not cuda:
-        items.append("torch is not installed in the env: CUDA not checked through a framework")
+    problems: List[str] = []
+    fixes: List[str] = []
+    _tensorflow_view(tf_gpu, items, problems, fixes)
+    if not cuda and not tf_gpu:
+        items.append("neither torch nor tensorflow is installed in the env: CUDA not checked through a framework")
     if ctx.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
         problems.append("CUDA_VISIBLE_DEVICES is set to '' (no GPU visible)")
         fixes.append("unset CUDA_VISIBLE_DEVICES (or let the launcher set it)")
@@ -215,10 +239,11 @@ def run(ctx):
         problems.append(f"NCCL {have} in use, the spec/site asks for {want}")
         mods = [m for m in (getattr(ctx.site, "modules", ()) or ()) if m.startswith("nccl/")]
         fixes.append(f"module load {mods[0]}" if mods else f"install nccl {want} in the environment")
-    details = {"torch_cuda": cuda, "horovod_nccl": hvd_nccl, "spec_nccl": want, "driver": evidence,
+    details = {"torch_cuda": cuda, "tensorflow_gpu": tf_gpu or None, "horovod_nccl": hvd_nccl, "spec_nccl": want, "driver": evidence,
                "nvidia_smi": smi}
     if problems:
         return finding(ID, "fail", "; ".join(problems), "; ".join(fixes), items=items, **details)
     seen = (f"{cuda.get('device_count', 0)} CUDA device(s) seen by torch" if cuda
+            else f"{len(tf_gpu.get('devices') or ())} GPU(s) seen by tensorflow" if tf_gpu
             else f"{len(smi)} GPU(s) by nvidia-smi; torch not installed")
     return finding(ID, "ok", f"{seen}; NCCL {have or '-'}", "", items=items, **details)

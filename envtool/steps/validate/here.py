@@ -21,7 +21,7 @@ from envtool.core import frameworks
 from envtool.core.errors import StepFailed, UsageError
 from envtool.core.plan import Step, StepContext
 from envtool.steps.jobscript import Target
-from envtool.steps.validate.judge import expected_warnings, start_method
+from envtool.steps.validate.judge import expected_warnings, frameworks_of, start_method
 from envtool.steps.validate.results import CheckBuildResult, HereResult, read_check_build
 from envtool.validate import checks as vc
 from envtool.validate import ranks as rk
@@ -149,8 +149,7 @@ def benchmark(step: Step, runner: StepContext) -> Optional[Dict[str, List[dict]]
     runs = _runs(runner.results)
     if not runs:
         return None
-    spec = plan.target.spec
-    framework = vc.benchmark_framework(spec.horovod.frameworks if spec is not None else None)
+    framework = vc.benchmark_framework(frameworks_of(plan.target))
     backends = [r.check.backend for r in runs if r.check.framework == framework] or [r.check.backend for r in runs]
     controller = "gloo" if "gloo" in backends else backends[0]
     points: Dict[str, List[dict]] = {"controller": controller, "framework": framework}  # type: ignore[dict-item]
@@ -197,8 +196,7 @@ def judge(step: Step, runner: StepContext) -> HereResult:
             result.problems.append(f"{key}: horovodrun exited with {run.rc} (see {runner.log_path})")
     if not result.runs:
         result.problems.append("Horovod has neither a Gloo nor an MPI controller: nothing to run ranks with")
-    spec = plan.target.spec
-    skip = vc.dataloader_skipped(spec.horovod.frameworks) if spec is not None else ""
+    skip = vc.dataloader_skipped(frameworks_of(plan.target))
     if skip:
         result.skipped["dataloader"] = skip
     _judge_benchmark(plan, runner.results.get("benchmark"), result)
@@ -249,7 +247,7 @@ def run_here(target: Target, opts: HereOptions, make_runner: Callable[[Path], ob
     if not (Path(prefix) / "bin" / "horovodrun").exists():
         raise UsageError(f"--prefix {prefix}: no bin/horovodrun (is Horovod installed there?)")
     spec = target.spec
-    frameworks = tuple(spec.horovod.frameworks) if spec is not None and spec.horovod.frameworks else None
+    frameworks = frameworks_of(target)
     run_dir = Path(tempfile.mkdtemp(prefix="envtool-validate-"))
     plan = HerePlan(target=target, options=opts, prefix=Path(prefix), run_dir=run_dir, probe=rk.install_probe(run_dir),
                     checks=tuple(vc.select(vc.Selection(where="here", frameworks=frameworks))))

@@ -158,8 +158,7 @@ def select_checks(target: Target, opts: JobOptions, sched, image: Optional[Image
     frameworks and the site (GPUs, the scheduler's step launcher, an image) imply."""
     if opts.preflight_only:
         return []
-    spec = target.spec
-    frameworks = tuple(spec.horovod.frameworks) if spec is not None and spec.horovod.frameworks else None
+    frameworks = jd.frameworks_of(target)
     gpus = bool(target.site.gpus_per_node) and (opts.gpus_per_rank is None or opts.gpus_per_rank > 0)
     return vc.select(vc.Selection(where="job", frameworks=frameworks, gpus=gpus, image=image is not None,
                                   step_launcher=bool(capabilities(sched).step_launcher)))
@@ -231,8 +230,8 @@ def _script(target: Target, opts: JobOptions, sched, run_dir: Path, steps: List[
         extra_env += [("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "INIT,NET"),
                       ("NCCL_DEBUG_FILE", str(run_dir / "nccl" / "%h.%p.log"))]
     if opts.benchmark:
-        frameworks = target.spec.horovod.frameworks if target.spec is not None else None
-        steps = steps + _benchmark_steps(target, opts, run_dir, req.layout, vc.benchmark_framework(frameworks))
+        steps = steps + _benchmark_steps(target, opts, run_dir, req.layout,
+                                         vc.benchmark_framework(jd.frameworks_of(target)))
     req = _request(target, opts, run_dir, steps, extra_env)
     return req, render(req)
 

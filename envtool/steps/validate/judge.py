@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from envtool.scheduler.model import capabilities
 from envtool.steps.validate import watch as wt
@@ -16,6 +16,26 @@ from envtool.validate import sweep
 def start_method(target) -> Optional[str]:
     """The spec's ``expect.dataloader_start_method``, or None."""
     return target.spec.expect.dataloader_start_method if target.spec is not None else None
+
+
+def frameworks_of(target) -> Tuple[str, ...]:
+    """The frameworks whose checks validation selects: the spec's ``horovod.frameworks``; without a
+    spec (or one naming none), those installed in the prefix (its pip distributions and conda
+    records, by :data:`envtool.core.frameworks.FRAMEWORKS`' package names), in check-build order;
+    ``("pytorch",)`` when neither says (a module validated in a job, an empty prefix)."""
+    from envtool.core import frameworks
+    from envtool.core.prefix import PrefixData
+
+    spec = getattr(target, "spec", None)
+    if spec is not None and spec.horovod.frameworks:
+        return tuple(spec.horovod.frameworks)
+    found = set()
+    prefix = getattr(target, "prefix", None)
+    if prefix is not None:
+        pd = PrefixData(Path(prefix))
+        names = [d.name for d in pd.distributions] + [str(r.get("name")) for r in pd.conda_record_dicts]
+        found = {fw.name for fw in (frameworks.by_package(n.lower()) for n in names) if fw is not None}
+    return tuple(n for n in frameworks.NAMES if n in found) or ("pytorch",)
 
 
 def expected_warnings(target) -> tuple:
