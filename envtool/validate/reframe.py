@@ -22,6 +22,7 @@ dicts of them), never pasted as code, so a site file or option cannot inject cod
 from __future__ import annotations
 
 import hashlib
+import json
 import pprint
 import re
 import shlex
@@ -31,7 +32,7 @@ from string import Template
 from typing import Dict, Optional, Tuple
 
 from envtool.spec.names import CONTROL_RE
-from envtool.validate.ranks import PROBE_FILE
+from envtool.validate.ranks import PROBE_FILE, PROBE_HELPERS
 
 TEMPLATE = Path(__file__).with_name("templates") / "reframe_test.py.in"
 #: First line of every file envtool writes here; an existing file without it is not replaced.
@@ -126,6 +127,7 @@ def render_test(exp: ReframeExport, version: str, test_name: str, settings_name:
         test_name, settings_name: the file names, for the header's ``reframe`` command.
     """
     probe = PROBE_FILE.read_text()
+    helpers = {h.name: h.read_text() for h in PROBE_HELPERS}
     values = dict(
         version=_line(version), test_name=_line(shlex.quote(test_name)),
         settings_name=_line(shlex.quote(settings_name)), nodes=int(exp.nodes),
@@ -137,6 +139,8 @@ def render_test(exp: ReframeExport, version: str, test_name: str, settings_name:
         probe_args=_lit(list(exp.probe_args)), check_build=_lit([list(p) for p in exp.check_build]),
         warnings=_lit(list(exp.warnings)), references=_lit({k: tuple(v) for k, v in exp.references.items()}),
         probe_sha256=_lit(hashlib.sha256(probe.encode()).hexdigest()), probe_source=repr(probe),
+        helpers_sha256=_lit(hashlib.sha256(json.dumps(helpers, sort_keys=True).encode()).hexdigest()),
+        helper_sources=repr(helpers),
         descr=_lit(exp.descr))
     text = Template(TEMPLATE.read_text()).substitute(values)
     assert text.startswith(TEST_MARK)

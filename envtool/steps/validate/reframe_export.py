@@ -10,8 +10,9 @@ from typing import Any, Dict, List, Optional, Tuple
 from envtool.core.errors import UsageError
 from envtool.scheduler.model import LaunchStep
 from envtool.steps.jobscript import Target, build_request
-from envtool.steps.validate.judge import expected_warnings, start_method
+from envtool.steps.validate.judge import expected_warnings, frameworks_of, start_method
 from envtool.steps.validate.job import JobOptions
+from envtool.validate import checks as vc
 from envtool.validate import ranks as rk
 
 
@@ -93,7 +94,8 @@ def _export(target: Target, req, access: List[str], scheduler: str):
     check_build = shlex.join(([target.python, str(target.prefix / "bin" / "horovodrun")] if target.prefix
                               else ["horovodrun"]) + ["--check-build"]) + " > check-build.txt 2>&1 || true"
     what = str(target.prefix) if target.prefix else f"module {target.module}"
-    probe = rk.probe_argv(target.python, Path("rank_probe.py"), Path("."), "probe", start_method(target))
+    probe = rk.probe_argv(target.python, Path("rank_probe.py"), Path("."), "probe", start_method(target),
+                          framework=vc.benchmark_framework(frameworks_of(target)))
     return rf.ReframeExport(
         system=rf.reframe_name(target.site.name, "site"),
         partition=rf.reframe_name(req.effective_queue or "default", "default"),
@@ -138,7 +140,8 @@ def export_reframe(target: Target, job: JobOptions, output: str = "envtool_valid
     for path, mark, opt in ((test, rf.TEST_MARK, "-o"), (settings_file, rf.SETTINGS_MARK, "--settings")):
         _replaceable(path, mark, opt)
     steps = [LaunchStep(tuple(rk.probe_argv(target.python, Path("rank_probe.py"), Path("."), "probe",
-                                            start_method(target))))]
+                                            start_method(target),
+                                            framework=vc.benchmark_framework(frameworks_of(target)))))]
     req = build_request(target, job.nodes, steps, job.ranks_per_node, job.gpus_per_rank, job.time_limit, job.account,
                         job.queue, "envtool-validate", extra_env=[("PYTHONUNBUFFERED", "1")])
     exp = _export(target, req, _access(site, job.account, req.effective_queue), scheduler)
