@@ -312,6 +312,8 @@ BUILD_SOURCE = "horovod-build"
 #: Specs with Horovod and no build script of their own to compare with, each with the reason.
 NO_BUILD_SCRIPT = {
     "cpu-horovod": "envtool's own build; it mirrors no site's or vendor's script",
+    "cpu-tensorflow-horovod": "envtool's own build; it mirrors no site's or vendor's script",
+    "cpu-tf-torch-horovod": "envtool's own build; it mirrors no site's or vendor's script",
     "local-gpu-nccl": "envtool's own build on the workplace's GPU machine (docs/gpu-proof.md)",
     "ibm-wml-ce-1.7.0": "IBM's conda package of the WML-CE channel; its build script is not public",
     "open-ce-0.1": "OLCF's pre-release Summit module; horovod-feedstock has no tag for it",

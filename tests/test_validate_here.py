@@ -15,6 +15,9 @@ from helpers.speed import scaled
 
 @pytest.mark.slow
 def test_validate_here_every_controller_and_benchmark_plot(cpu_horovod_env, tmp_path):
+    """Every controller's 2 ranks, the benchmark with its plot, and --import-time: the first run's
+    ranks count the metadata calls of their imports under strace, every run times them (one run for
+    both: each took about 50 s)."""
     pytest.importorskip("matplotlib", reason="--plot needs matplotlib (the test extra installs it)")
     png = tmp_path / "scaling.png"
     # a short TMPDIR: the DataLoader's forkserver binds a Unix socket under it, and a socket path
@@ -22,7 +25,8 @@ def test_validate_here_every_controller_and_benchmark_plot(cpu_horovod_env, tmp_
     tmp = Path(tempfile.mkdtemp(prefix="etv-", dir="/tmp"))
     try:
         proc = run_envtool("validate", "--prefix", cpu_horovod_env, "--benchmark", "--steps", "5", "--plot", png,
-                           "--json", timeout=1200, env={"TMPDIR": str(tmp)})
+                           *(("--import-time",) if shutil.which("strace") else ()), "--json", timeout=1200,
+                           env={"TMPDIR": str(tmp)})
         assert proc.returncode == 0, proc.stderr + proc.stdout
         # a passing run leaves no run directory behind (torch keeps its own torchinductor_USER cache there)
         assert [p.name for p in tmp.iterdir() if p.name.startswith("envtool-")] == []
@@ -41,6 +45,26 @@ def test_validate_here_every_controller_and_benchmark_plot(cpu_horovod_env, tmp_
     eff = data["benchmark"]["efficiency"]
     assert eff == pytest.approx(points[1]["samples_per_sec_per_rank"] / points[0]["samples_per_sec_per_rank"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if shutil.which("strace"):
+        _import_time_counts_real_calls(data, cpu_horovod_env)
+
+
+def _import_time_counts_real_calls(data, prefix):
+    s = data["import_time"]
+    assert s["ranks"] == 2 and s["prefix"] == str(prefix) and s["untraced"] == []
+    first = data["runs"][s["controller"]]
+    for r in first:
+        imp = r["import"]
+        assert 0 < imp["seconds"]["torch"] <= imp["seconds"]["total"]
+        # importing torch and horovod.torch from the venv looks up thousands of names under it
+        assert imp["metadata"]["calls"] > 1000 and imp["metadata"]["by_syscall"]["openat"] > 100
+        assert imp["metadata"]["failed"] > 0 and imp["fs_type"]
+    assert s["metadata_calls"]["max"] == max(r["import"]["metadata"]["calls"] for r in first)
+    assert s["seconds"]["max"] == max(r["import"]["seconds"]["total"] for r in first)
+    # every run times the import; only the first counts calls
+    other = [c for c in data["runs"] if c != s["controller"]]
+    for c in other:
+        assert all("metadata" not in r["import"] and r["import"]["seconds"]["total"] > 0 for r in data["runs"][c])
 
 
 def test_validate_here_reports_a_missing_horovod(tmp_path):

@@ -660,6 +660,8 @@ def main(argv):
     rec = {"phase": phase, "host": socket.gethostname(), "pid": os.getpid(), "launcher_rank": _first(RANK_VARS),
            "launcher_local_rank": _first(LOCAL_RANK_VARS), "ok": False, "checks": {}}
     shutdown = None  # Horovod's, once it is up
+    framework = opts["--framework"] or "pytorch"
+    rec["framework"] = framework
     try:
         if controller == "torch":
             torch_probe(rec, method, sweep_max)
@@ -667,9 +669,7 @@ def main(argv):
             return _write(rec, out_dir, phase)
         if controller == "gloo":
             gloo_slot(rec)
-        framework = opts["--framework"] or "pytorch"
         modules = FRAMEWORK_MODULES[framework]
-        rec["framework"] = framework
         # What importing the framework and Horovod prints is printed once per rank in every job:
         # record it (the filters decide what counts, as for a user) instead of printing it.
         _say(phase, "importing " + " and ".join(modules))
