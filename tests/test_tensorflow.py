@@ -56,7 +56,7 @@ def test_create_builds_horovod_with_tensorflow_and_runs_both_controllers(cpu_ten
     assert "do not include PyTorch" in v["dataloader_skipped"], v
     assert "dataloader" not in v
     imports = v["imports"]
-    assert [m["module"] for m in imports["modules"]] == ["tensorflow", "horovod.tensorflow"]
+    assert [m["module"] for m in imports["modules"]] == ["tensorflow", "horovod.tensorflow", "horovod.tensorflow.keras"]
     assert imports["unexpected"] == [], imports
     # what TensorFlow printed is really there and really matched (not an empty capture)
     assert "oneDNN custom operations are on" in imports["modules"][0]["stderr"], imports

@@ -175,6 +175,9 @@ def _tensorflow_view(tf_gpu: dict, items: List[str], problems: List[str], fixes:
     CUDA libraries it cannot load). Nothing when TensorFlow is not in the environment."""
     if not tf_gpu:
         return
+    if tf_gpu.get("unknown"):
+        items.append(f"tensorflow: {tf_gpu['unknown']}")
+        return
     if tf_gpu.get("error"):
         problems.append(f"tensorflow could not list its GPUs: {tf_gpu['error']}")
         fixes.append("python -c 'import tensorflow as tf; print(tf.config.list_physical_devices(\"GPU\"))' "

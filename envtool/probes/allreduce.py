@@ -74,9 +74,19 @@ def _tensorflow():
     import tensorflow as tf
     import tf_checks
 
+    why = tf_checks.eager(tf)  # TensorFlow 1.x: before any operation
+    if why:
+        sys.stderr.write("allreduce.py: %s\n" % why)
+        return 1
     hvd.init()
-    result = hvd.allreduce(tf.constant([contribution(hvd.rank())]), name=TENSOR_NAME)
+    tf_checks.pin_gpu(tf, hvd.local_rank())
+    with tf.device("/cpu:0"):
+        result = hvd.allreduce(tf.constant([contribution(hvd.rank())]), name=TENSOR_NAME)
     value = float(result.numpy()[0])
+    if int(tf.__version__.split(".")[0]) < 2:  # the Keras check needs TensorFlow 2 (see the rank probe)
+        print(MARKER + json.dumps({"rank": hvd.rank(), "size": hvd.size(), "value": value,
+                                   "framework": "tensorflow"}), flush=True)
+        return 0 if abs(value - expected_average(hvd.size())) < 1e-6 else 1
     keras = tf_checks.keras_fit_check(hvdk, tf, np)
     print(MARKER + json.dumps({"rank": hvd.rank(), "size": hvd.size(), "value": value, "framework": "tensorflow",
                                "keras_fit": keras}), flush=True)

@@ -280,10 +280,18 @@ def tf_gpu_info():
     out = {"built_with_cuda": None, "cuda": None, "cudnn": None, "devices": []}  # type: dict
     try:
         out["built_with_cuda"] = bool(tf.test.is_built_with_cuda())
-        build = dict(tf.sysconfig.get_build_info())
+        get_build_info = getattr(tf.sysconfig, "get_build_info", None)  # TensorFlow >= 2.3
+        build = dict(get_build_info()) if get_build_info is not None else {}
         out["cuda"] = build.get("cuda_version")
         out["cudnn"] = build.get("cudnn_version")
-        out["devices"] = [d.name for d in tf.config.list_physical_devices("GPU")]
+        listing = getattr(getattr(tf, "config", None), "list_physical_devices", None)  # TensorFlow >= 2.1
+        if listing is None:
+            listing = getattr(getattr(getattr(tf, "config", None), "experimental", None), "list_physical_devices", None)
+        if listing is None:
+            out["devices"] = None
+            out["unknown"] = "TensorFlow %s cannot list its devices (tf.config.list_physical_devices)" % tf.__version__
+        else:
+            out["devices"] = [d.name for d in listing("GPU")]
     except Exception as exc:
         out["error"] = "{}: {}".format(type(exc).__name__, exc)
     return out

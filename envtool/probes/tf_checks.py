@@ -29,8 +29,40 @@ KERAS_BATCH = 16
 KERAS_EPOCHS = 2
 
 
+def eager(tf):
+    """Switch a TensorFlow 1.x to eager execution (``tf.compat.v1.enable_eager_execution``, TF >= 1.13;
+    it must come before any operation is made), so the checks below run as in TensorFlow 2.
+    Returns None when eager execution is on, else why it is not (str)."""
+    if tf.executing_eagerly():
+        return None
+    enable = getattr(getattr(getattr(tf, "compat", None), "v1", None), "enable_eager_execution", None)
+    if enable is None:
+        return "TensorFlow %s has no eager execution (tf.compat.v1.enable_eager_execution)" % tf.__version__
+    enable()
+    return None if tf.executing_eagerly() else "eager execution could not be enabled"
+
+
+def pin_gpu(tf, local_rank):
+    """One GPU per rank, as Horovod's TensorFlow 2 examples do
+    (horovod/horovod@v0.28.1:examples/tensorflow2/tensorflow2_keras_mnist.py): memory growth on, and
+    only the GPU ``local_rank % count`` visible. Returns that GPU's name, or None without GPUs (or
+    a TensorFlow without ``tf.config``)."""
+    config = getattr(tf, "config", None)
+    if config is None or not hasattr(config, "list_physical_devices"):
+        return None
+    gpus = config.list_physical_devices("GPU")
+    if not gpus:
+        return None
+    for gpu in gpus:
+        config.experimental.set_memory_growth(gpu, True)
+    mine = gpus[local_rank % len(gpus)]
+    config.set_visible_devices(mine, "GPU")
+    return mine.name
+
+
 def allreduce_check(hvd, tf, label="tf.cpu"):
-    """Average ``rank + 1`` over every rank through ``horovod.tensorflow``; must be ``(size + 1) / 2``.
+    """Average ``rank + 1`` over every rank through ``horovod.tensorflow``, with the tensor on the
+    CPU (``tf.device("/cpu:0")``); must be ``(size + 1) / 2``.
 
     Args:
         hvd: ``horovod.tensorflow`` (initialised).
@@ -40,17 +72,19 @@ def allreduce_check(hvd, tf, label="tf.cpu"):
         ``{"ok", "value", "expected", "error"}`` and, when ok, ``latency_us``: the mean time of one
         such 4-byte allreduce over :data:`LATENCY_REPS`, in microseconds.
     """
-    t = tf.constant([float(hvd.rank() + 1)])
-    got = float(hvd.allreduce(t, name="envtool.probe." + label).numpy()[0])
+    with tf.device("/cpu:0"):
+        t = tf.constant([float(hvd.rank() + 1)])
+        got = float(hvd.allreduce(t, name="envtool.probe." + label).numpy()[0])
     expected = (hvd.size() + 1) / 2.0
     ok = abs(got - expected) < 1e-6
     out = {"ok": ok, "value": got, "expected": expected,
            "error": None if ok else "got %s, expected %s" % (got, expected)}
     if ok:
-        hvd.allreduce(t, name="envtool.probe.%s.warm" % label)
-        started = time.perf_counter()
-        for i in range(LATENCY_REPS):
-            hvd.allreduce(t, name="envtool.probe.%s.lat%d" % (label, i))
+        with tf.device("/cpu:0"):
+            hvd.allreduce(t, name="envtool.probe.%s.warm" % label)
+            started = time.perf_counter()
+            for i in range(LATENCY_REPS):
+                hvd.allreduce(t, name="envtool.probe.%s.lat%d" % (label, i))
         out["latency_us"] = round((time.perf_counter() - started) / LATENCY_REPS * 1e6, 3)
     return out
 
@@ -75,13 +109,13 @@ def keras_fit_check(hvdk, tf, np):
     Returns:
         ``{"ok", "error", "max_difference"`` (largest absolute difference from rank 0's weights
         after fit), ``"trained"`` (the weights moved from the broadcast ones), ``"weights_sha256"``
-        (of the float64 weights, equal on every rank when ok), ``"loss"`` (last epoch's),
+        (of the float64 weights), ``"loss"`` (last epoch's),
         ``"seconds"``, ``"optimizer"``}``.
     """
     rank, size = hvdk.rank(), hvdk.size()
     started = time.monotonic()
     tf.random.set_seed(1000 + rank)
-    rng = np.random.default_rng(rank)
+    rng = np.random.RandomState(rank)  # numpy < 1.17 has no default_rng
     x = rng.normal(size=(KERAS_SAMPLES, 4)).astype("float32")
     y = (x @ np.array([[1.0], [-2.0], [0.5], [3.0]], dtype="float32")).astype("float32")
     model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu", input_shape=(4,)),
@@ -137,8 +171,10 @@ def keras_benchmark(hvdk, tf, batch_size, steps):
     for _ in range(steps):
         model.train_on_batch(data, target)
     seconds = time.monotonic() - started
+    gpus = tf.config.get_visible_devices("GPU") if hasattr(tf.config, "get_visible_devices") else []
     return {"ok": True, "batch_size": batch_size, "steps": steps, "seconds": round(seconds, 4),
-            "samples_per_sec": batch_size * steps / seconds, "device": "cpu", "framework": "tensorflow"}
+            "samples_per_sec": batch_size * steps / seconds, "device": gpus[0].name if gpus else "cpu",
+            "framework": "tensorflow"}
 
 
 class NumpyOps(object):

@@ -1,6 +1,13 @@
 """Run by every rank of a validation job with the environment's own interpreter; not imported by envtool.
 
-    python rank_probe.py OUT_DIR PHASE [--method M] [--batch-size B] [--steps S] [--import-trace yes]
+    python rank_probe.py OUT_DIR PHASE [--framework F] [--method M] [--batch-size B] [--steps S]
+                         [--import-trace yes] [--controller C] [--sweep MAX]
+
+``--framework pytorch`` (the default) checks ``horovod.torch``; ``--framework tensorflow`` checks
+``horovod.tensorflow`` and ``horovod.tensorflow.keras`` with the helpers of ``tf_checks.py``
+(copied beside this file): the allreduce, a Keras ``model.fit`` whose weights must agree on every
+rank, the sweep, and in a ``bench`` phase a synthetic Keras step; each rank sees one GPU (its
+local rank's) where there are GPUs. The DataLoader check is PyTorch's.
 
 PHASE ``probe``: Horovod initialises (whatever controller the launcher gives it: MPI under
 srun/jsrun/mpiexec, Gloo under ``horovodrun --gloo``), an allreduce of ``rank + 1`` must average
@@ -10,7 +17,8 @@ break). PHASE ``bench-<N>``: a synthetic data-parallel training step (Horovod's 
 benchmark pattern: fixed random batch, DistributedOptimizer, warm-up, timed iterations) and the
 samples/s of this rank.
 
-Every phase times this rank's first ``import torch`` and ``import horovod.torch`` (record field
+Every phase times this rank's first import of the framework and Horovod's binding (``torch`` and
+``horovod.torch``, or ``tensorflow``, ``horovod.tensorflow`` and ``horovod.tensorflow.keras``; record field
 ``import``: seconds of each and their total, the prefix, and the file system type it is on). With
 ``--import-trace yes`` the rank then runs one more interpreter under ``strace`` that imports the
 same modules, and counts the file system metadata calls it made under the prefix
@@ -632,6 +640,7 @@ def tensorflow_checks(rec, hvd, phase, opts, sweep_max):
     import tf_checks
 
     hvdk = sys.modules["horovod.tensorflow.keras"]
+    rec["gpu"] = tf_checks.pin_gpu(tf, hvd.local_rank())
     if not phase.startswith("probe"):
         rec["checks"]["benchmark"] = tf_checks.keras_benchmark(hvdk, tf, int(opts["--batch-size"]),
                                                                int(opts["--steps"]))
@@ -639,7 +648,10 @@ def tensorflow_checks(rec, hvd, phase, opts, sweep_max):
     _say(phase, "allreduce on the CPU (horovod.tensorflow)")
     rec["checks"]["allreduce_cpu"] = tf_checks.allreduce_check(hvd, tf)
     _say(phase, "Keras model.fit (horovod.tensorflow.keras)")
-    rec["checks"]["keras_fit"] = tf_checks.keras_fit_check(hvdk, tf, np)
+    if int(tf.__version__.split(".")[0]) >= 2:
+        rec["checks"]["keras_fit"] = tf_checks.keras_fit_check(hvdk, tf, np)
+    else:  # tf.keras's fit under TensorFlow 1.x eager execution is not what Horovod's Keras binding supports
+        rec["skipped"] = {"keras_fit": "the Keras check needs TensorFlow 2 (this is %s)" % tf.__version__}
     if sweep_max:
         _say(phase, "allreduce sweep")
         rec["checks"]["sweep"] = _hvd_sweep(hvd, tf_checks.NumpyOps(np), tf.constant, sweep_max)
@@ -680,6 +692,12 @@ def main(argv):
             prefixes = sorted({sys.prefix, os.path.realpath(sys.prefix)})
             rec["import"]["metadata"] = trace_import(modules, prefixes)
         hvd = sys.modules[modules[1]]
+        if framework == "tensorflow":
+            import tf_checks
+
+            why = tf_checks.eager(sys.modules["tensorflow"])  # TensorFlow 1.x: before any operation
+            if why:
+                raise RuntimeError(why)
 
         _say(phase, "hvd.init()")
         hvd.init()

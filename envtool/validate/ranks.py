@@ -394,8 +394,10 @@ def import_summary(records: List[dict], slow_seconds: float = SLOW_IMPORT_SECOND
             reported with the staging fix (default :data:`SLOW_IMPORT_SECONDS`, from OLCF's
             measurement cited there).
     Returns:
-        None when no rank recorded an import; else ``{"ranks", "seconds": {"p50", "p99", "max"}
-        (torch and horovod.torch together, wall clock s), "torch_seconds", "metadata_calls":
+        None when no rank recorded an import; else ``{"ranks", "modules" (what the ranks imported:
+        ``torch``, ``horovod.torch``; or ``tensorflow``, ``horovod.tensorflow``,
+        ``horovod.tensorflow.keras``), "seconds": {"p50", "p99", "max"} (all of them together,
+        wall clock s), "torch_seconds" (None for TensorFlow), "metadata_calls":
         {"p50", "p99", "max"} or None, "metadata_failed", "untraced": ["rank R on HOST: why"],
         "prefix", "fs_types", "mounts", "slow" (bool), "slow_seconds", "fix": [command lines]}``.
     """

@@ -97,7 +97,8 @@ class ValidateData:
 
 def import_modules(spec: Spec) -> tuple:
     """The modules whose import validation checks: each of ``horovod.frameworks`` (``torch``) and,
-    when Horovod is installed, its binding (``horovod.torch``), in that order."""
+    when Horovod is installed, its binding (``horovod.torch``; for TensorFlow also
+    ``horovod.tensorflow.keras``, as the ranks import them), in that order."""
     out = []
     for name in spec.horovod.frameworks:
         try:
@@ -107,6 +108,8 @@ def import_modules(spec: Spec) -> tuple:
         out.append(fw.module)
         if spec.horovod.install != "none":
             out.append(fw.binding)
+            if fw.name == "tensorflow":  # what validation's ranks import too (the Keras check)
+                out.append("horovod.tensorflow.keras")
     return tuple(out)
 
 

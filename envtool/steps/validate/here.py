@@ -127,6 +127,12 @@ def run_check(step: Step, runner: StepContext) -> Optional[HereRun]:
     if check.backend not in built:
         runner.note(f"{check.name}: the build has no {check.backend} controller; not run")
         return None
+    listed = (runner.results["check-build"].found or {}).get("frameworks")
+    label = frameworks.get(check.framework).label if check.framework in frameworks.NAMES else ""
+    if spec is None and isinstance(listed, dict) and label and not listed.get(label):
+        # no spec says which frameworks Horovod was built for: one installed beside it may not be
+        runner.note(f"{check.name}: check-build lists no {label}; not run (no spec asks for it)")
+        return None
     first = not any(isinstance(v, HereRun) for v in runner.results.values())
     ctx = HereContext(prefix=plan.prefix, python=plan.target.python, ranks=plan.options.ranks,
                       probe=plan.probe, run_dir=plan.run_dir, method=start_method(plan.target),
@@ -185,7 +191,8 @@ def judge(step: Step, runner: StepContext) -> HereResult:
         if run.rc != 0 and not run.records:
             # no rank started: horovodrun itself stopped (it asks the framework bindings which
             # controllers the build has; a binding that does not import leaves it none)
-            label = frameworks.get(run.check.framework).label
+            label = frameworks.get(run.check.framework).label if run.check.framework in frameworks.NAMES \
+                else run.check.framework
             listed = (cb.found or {}).get("frameworks")
             why = ("" if isinstance(listed, dict) and listed.get(label) else
                    f"; check-build lists no {label}: Horovod's {run.check.binding} does not import here")

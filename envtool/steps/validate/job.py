@@ -159,6 +159,10 @@ def select_checks(target: Target, opts: JobOptions, sched, image: Optional[Image
     if opts.preflight_only:
         return []
     frameworks = jd.frameworks_of(target)
+    if target.spec is None and "pytorch" in frameworks:
+        # no spec: the job cannot ask check-build first which installed frameworks Horovod was built
+        # for; PyTorch's checks, as before TensorFlow had any
+        frameworks = ("pytorch",)
     gpus = bool(target.site.gpus_per_node) and (opts.gpus_per_rank is None or opts.gpus_per_rank > 0)
     return vc.select(vc.Selection(where="job", frameworks=frameworks, gpus=gpus, image=image is not None,
                                   step_launcher=bool(capabilities(sched).step_launcher)))

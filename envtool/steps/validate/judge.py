@@ -38,6 +38,12 @@ def frameworks_of(target) -> Tuple[str, ...]:
     return tuple(n for n in frameworks.NAMES if n in found) or ("pytorch",)
 
 
+def _benchmark_framework(target) -> str:
+    from envtool.validate import checks as vc
+
+    return vc.benchmark_framework(frameworks_of(target))
+
+
 def expected_warnings(target) -> tuple:
     """The spec's ``expect.import_warnings`` (patterns of accepted import warnings), or ()."""
     spec = getattr(target, "spec", None)
@@ -199,6 +205,7 @@ def job(plan, ended, pmi_result, got) -> JobResult:
             result.problems += [f"benchmark at 1: {p}" for p in rk.judge(one, 1)]
             result.problems += [f"benchmark at {lay.ranks}: {p}" for p in rk.judge(many, lay.ranks)]
         result.benchmark = dict(rk.scaling(one, many))
+        result.benchmark["framework"] = _benchmark_framework(plan.target)
     if ended.state not in wt.DONE_STATES and not result.problems:
         result.problems.append(f"the job ended {ended.state} (exit status {ended.code}); see {run_dir / 'job.out'}")
     return result
