@@ -28,8 +28,8 @@ def run_root(tmp_path_factory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
-#: name -> the lock threads of this process take before the file lock (fcntl record locks belong to
-#: the process: a second thread would be granted the file lock its own process holds)
+#: name -> the lock threads of this process take before the file lock (which would also keep them
+#: apart: each opens the file anew)
 _thread_locks: Dict[str, threading.Lock] = {}
 _guard = threading.Lock()
 
@@ -41,7 +41,11 @@ def _locked(path: Path) -> Iterator[None]:
     with tlock:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.lockf(fd, fcntl.LOCK_EX)  # blocks while another worker builds
+            # flock, not lockf: a POSIX record lock belongs to the process, and the kernel's deadlock
+            # detection then sees two workers, each with one thread holding a build's lock and
+            # another waiting for the other's, as a deadlock (EDEADLK) although no thread waits for
+            # itself; flock's lock belongs to the open file and detects nothing (flock(2), fcntl(2))
+            fcntl.flock(fd, fcntl.LOCK_EX)  # blocks while another worker builds
             yield
         finally:
             os.close(fd)
