@@ -134,6 +134,13 @@ def _build_cpu_tensorflow(target: Path) -> None:
     (target / "create.json").write_text(proc.stdout)
 
 
+#: The TensorFlow tests (tests/test_tensorflow.py) run when ENVTOOL_TEST_TENSORFLOW=1 or
+#: ENVTOOL_TEST_TF_ENV names a prepared environment: with them CI took 39:55 of its 40-minute budget
+#: in a rehearsal (their build alone 440 s under load), so CI (which unsets both) leaves them out
+#: until the suite has room for them.
+TENSORFLOW_TESTS = bool(os.environ.get("ENVTOOL_TEST_TENSORFLOW") == "1" or os.environ.get("ENVTOOL_TEST_TF_ENV"))
+
+
 def _reused_tf_env():
     reuse = os.environ.get("ENVTOOL_TEST_TF_ENV")
     return Path(reuse) if reuse and (Path(reuse) / "env" / "bin" / "horovodrun").exists() else None
@@ -168,7 +175,7 @@ def pytest_collection_finish(session):
     torch_first = [] if _reused_cpu_env() or not wanted("cpu_horovod_env") else [("cpu-horovod", _build_cpu_horovod)]
     if torch_first:
         shared.start_early(session.config._tmp_path_factory, "cpu-horovod", _build_cpu_horovod)
-    if not _reused_tf_env() and wanted("cpu_tensorflow_env"):  # after the PyTorch build: one compile at a time
+    if TENSORFLOW_TESTS and not _reused_tf_env() and wanted("cpu_tensorflow_env"):  # after the PyTorch build: one compile at a time
         shared.start_early(session.config._tmp_path_factory, "cpu-tensorflow", _build_cpu_tensorflow, after=torch_first)
 
 

@@ -13,21 +13,22 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, TENSORFLOW_TESTS, run_envtool
+from test_multinode import site  # noqa: F401 - the test cluster's site file
 from helpers.speed import scaled
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not TENSORFLOW_TESTS, reason="TensorFlow tests: set ENVTOOL_TEST_TENSORFLOW=1 "
+                                 "(they build Horovod against TensorFlow; not in CI's 40-minute budget yet)")]
 
 
 def envtool(*args, timeout=600):
-    env = {k: v for k, v in os.environ.items() if k != "ENVTOOL_DEBUG"}
-    return subprocess.run([sys.executable, "-m", "envtool", *map(str, args)], capture_output=True, text=True,
-                          cwd=REPO, env=env, timeout=scaled(timeout))
+    """The real CLI (conftest's ``run_envtool``) with a timeout scaled to the machine."""
+    return run_envtool(*args, timeout=scaled(timeout))
 
 
 def _keras_agrees(per_rank):
@@ -133,10 +134,10 @@ def _copy_without_tensorflow_extension(prefix: Path, dest: Path) -> Path:
             (dest / "bin" / f.name).symlink_to(os.readlink(f))
         else:
             shutil.copy2(f, dest / "bin" / f.name)
-    (site,) = (prefix / "lib").glob("python3*/site-packages")
-    new_site = dest / site.relative_to(prefix)
+    (site_packages,) = (prefix / "lib").glob("python3*/site-packages")
+    new_site = dest / site_packages.relative_to(prefix)
     new_site.mkdir(parents=True)
-    for entry in site.iterdir():
+    for entry in site_packages.iterdir():
         if entry.name == "horovod":
             shutil.copytree(entry, new_site / "horovod", symlinks=True)
         else:
@@ -170,14 +171,13 @@ def test_a_broken_tensorflow_binding_fails_validate_naming_the_framework_and_the
 
 
 @pytest.mark.multinode
-def test_a_broken_tensorflow_binding_in_a_job_names_each_rank_and_its_error(multinode_cluster, cpu_tensorflow_env,
-                                                                            tmp_path):
+def test_a_broken_tensorflow_binding_in_a_job_names_each_rank_and_its_error(multinode_cluster, site,  # noqa: F811
+                                                                            cpu_tensorflow_env, tmp_path):
     """The same broken copy in a job (srun starts the ranks, not horovodrun): each rank on each node
     reports that horovod.tensorflow has not been built, naming its framework."""
     from test_multinode import envtool as cluster_envtool
 
     broken = _copy_without_tensorflow_extension(cpu_tensorflow_env / "env", tmp_path / "broken")
-    site = _site(multinode_cluster, tmp_path)
     proc = cluster_envtool(multinode_cluster, "validate", "--prefix", broken, "--spec",
                            REPO / "specs" / "cpu-tensorflow-horovod.yaml", "--site-file", site, "--submit",
                            "--nodes", "2", "--ranks-per-node", "1", "--sweep-max", "0", "--workdir", tmp_path / "run",
@@ -190,24 +190,9 @@ def test_a_broken_tensorflow_binding_in_a_job_names_each_rank_and_its_error(mult
     assert multinode_cluster.wait_queue_empty() == ""
 
 
-def _site(cluster, tmp_path: Path) -> Path:
-    """The test cluster's site file (as tests/test_multinode.py's ``site`` fixture writes it)."""
-    site = tmp_path / "testcluster.yaml"
-    site.write_text(f"""name: testcluster
-summary: the multi-node Slurm the tests start (namespaces on one machine)
-platforms: [linux-64]
-scheduler: slurm
-launcher: "srun -n {{ranks}}"
-gpus_per_node: 0
-batch:
-  cpus_per_node: {cluster.cpus}
-  mpi: pmix
-""")
-    return site
-
-
 @pytest.mark.multinode
-def test_validate_submit_runs_the_tensorflow_binding_on_both_nodes(multinode_cluster, cpu_tensorflow_env, tmp_path):
+def test_validate_submit_runs_the_tensorflow_binding_on_both_nodes(multinode_cluster, site,  # noqa: F811
+                                                                   cpu_tensorflow_env, tmp_path):
     """2 ranks, one on node1 and one on node2, with horovod.tensorflow: MPI through srun --mpi=pmix,
     Gloo through srun --mpi=none and the rendezvous; each rank's allreduce, sweep (to 64 B, numpy
     arrays through TensorFlow tensors) and Keras fit pass, and the weights agree on both nodes.
@@ -215,7 +200,6 @@ def test_validate_submit_runs_the_tensorflow_binding_on_both_nodes(multinode_clu
     TensorFlow, 3-5 s of CPU)."""
     from test_multinode import envtool as cluster_envtool
 
-    site = _site(multinode_cluster, tmp_path)
     run = tmp_path / "run"
     proc = cluster_envtool(multinode_cluster, "validate", "--prefix", cpu_tensorflow_env / "env", "--site-file", site,
                            "--submit", "--nodes", "2", "--ranks-per-node", "1", "--sweep-max", "64B",

@@ -101,6 +101,12 @@ def _run(runner: StepContext, plan: HerePlan, argv: List[str]) -> Tuple[int, str
     return proc.returncode, (errors[-1].strip()[:300] if errors else "")
 
 
+def _label(framework: str) -> str:
+    """check-build's label of a spec's framework (``TensorFlow``), ``""`` for one it does not know
+    (a plug-in's)."""
+    return frameworks.get(framework).label if framework in frameworks.NAMES else ""
+
+
 def check_build(step: Step, runner: StepContext) -> CheckBuildResult:
     """``horovodrun --check-build`` read and compared with the spec."""
     from envtool.validate import probes
@@ -128,7 +134,7 @@ def run_check(step: Step, runner: StepContext) -> Optional[HereRun]:
         runner.note(f"{check.name}: the build has no {check.backend} controller; not run")
         return None
     listed = (runner.results["check-build"].found or {}).get("frameworks")
-    label = frameworks.get(check.framework).label if check.framework in frameworks.NAMES else ""
+    label = _label(check.framework)
     if spec is None and isinstance(listed, dict) and label and not listed.get(label):
         # no spec says which frameworks Horovod was built for: one installed beside it may not be
         runner.note(f"{check.name}: check-build lists no {label}; not run (no spec asks for it)")
@@ -191,8 +197,7 @@ def judge(step: Step, runner: StepContext) -> HereResult:
         if run.rc != 0 and not run.records:
             # no rank started: horovodrun itself stopped (it asks the framework bindings which
             # controllers the build has; a binding that does not import leaves it none)
-            label = frameworks.get(run.check.framework).label if run.check.framework in frameworks.NAMES \
-                else run.check.framework
+            label = _label(run.check.framework) or run.check.framework
             listed = (cb.found or {}).get("frameworks")
             why = ("" if isinstance(listed, dict) and listed.get(label) else
                    f"; check-build lists no {label}: Horovod's {run.check.binding} does not import here")
