@@ -117,6 +117,7 @@ def test_once_builds_one_artifact_for_two_processes_and_remembers_a_failure(tmp_
             assert all(o.startswith("FAILED") and "the toy build broke" in o for o in outs), outs
 
 
+@pytest.mark.slow  # 35 s under CI's load in rehearsal 16 (a nested pytest-xdist run), over the fast tier's limit
 def test_pytest_xdist_hands_out_the_groups_in_the_order_the_suite_gives_them(tmp_path):
     """pytest-xdist's controller reorders the groups by size unless told not to; the suite's order
     (a module with a slow test before a larger one without) must reach the worker."""
