@@ -315,6 +315,52 @@ def test_sigterm_is_exit_130_and_kills_the_children(tmp_path, command, program):
                 os.kill(p, signal.SIGKILL)
 
 
+def test_a_signal_while_the_process_registry_is_locked_still_ends_the_command():
+    """SIGTERM that lands while the main thread holds :mod:`envtool.core.procs`'s registry lock (as
+    when ``command_scope`` starts its guard process) is still exit 130 at once: the CLI's handler
+    kills the descendants, which takes that lock again in the same thread. With a plain lock this
+    deadlocked; CI's ``retire`` interrupted early hung this way (faulthandler's stack:
+    ``kill_descendants`` under ``_on_signal`` under ``watch``)."""
+    code = ("import os, signal, sys, time\n"
+            "from envtool.cli.main import install_signal_handlers\n"
+            "from envtool.core import procs\n"
+            "install_signal_handlers()\n"
+            "try:\n"
+            "    with procs._lock:\n"
+            "        os.kill(os.getpid(), signal.SIGTERM)\n"
+            "        time.sleep(30)\n"
+            "except KeyboardInterrupt as exc:\n"
+            "    print('interrupted', type(exc).__name__)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=scaled(20),
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.returncode == 0 and proc.stdout.strip() == "interrupted Interrupted", (proc.stdout, proc.stderr)
+
+
+def test_a_signal_whose_exception_cpython_drops_still_ends_the_command():
+    """A stop signal handled inside a weakref callback (as importlib's module-lock clean-up is):
+    CPython drops the handler's exception ("Exception ignored in"), so envtool's unraisable hook
+    sends the signal again and the command still ends with Interrupted, with no traceback."""
+    code = ("import os, signal, sys, time, weakref\n"
+            "from envtool.cli import entry, main\n"
+            "sys.unraisablehook = entry._swallowed_stop\n"
+            "main.install_signal_handlers()\n"
+            "class A: pass\n"
+            "def cb(ref):\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "    for _ in range(10 ** 6): pass\n"
+            "a = A(); r = weakref.ref(a, cb)\n"
+            "try:\n"
+            "    del a\n"
+            "    time.sleep(20)\n"
+            "    print('lost')\n"
+            "except KeyboardInterrupt as exc:\n"
+            "    print('interrupted', type(exc).__name__)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=scaled(40),
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.stdout.strip() == "interrupted Interrupted", (proc.stdout, proc.stderr)
+    assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_sigint_early_in_publish_is_exit_130_without_traceback(shared_dir):
     """A raw KeyboardInterrupt at any moment of start-up and work: exit 130, no traceback, one JSON object."""
     for delay in (0.3, 0.45, 0.6, 0.9):

@@ -255,13 +255,18 @@ def test_an_interrupted_retire_leaves_the_version_or_nothing(world):
         if not prefix.exists():
             assert pub(world, root, mods).returncode == 0
         files = sorted(str(p.relative_to(prefix)) for p in prefix.rglob("*"))
-        env = dict(os.environ, **world["env"])
+        env = dict(os.environ, **world["env"], PYTHONFAULTHANDLER="1")  # SIGABRT: every thread's stack
         proc = subprocess.Popen(["python3", "-m", "envtool", "retire", "pubtest/1.0", "--root", str(root)],
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 cwd=Path(__file__).resolve().parent.parent)
         time.sleep(delay)
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=scaled(120))
+        try:
+            out, err = proc.communicate(timeout=scaled(120))
+        except subprocess.TimeoutExpired:  # say where it hangs: faulthandler prints the stacks on SIGABRT
+            proc.send_signal(signal.SIGABRT)
+            out, err = proc.communicate(timeout=scaled(30))
+            pytest.fail(f"retire still running {scaled(120):.0f} s after SIGTERM at {delay} s:\n{err}")
         assert proc.returncode in (0, 130, -signal.SIGTERM), (proc.returncode, out, err)
         assert "Traceback" not in err, err
         visible = [p for p in (*(root / "pubtest").iterdir(), *(mods / "pubtest").iterdir())

@@ -20,8 +20,41 @@ def _early_stop(signum, frame) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
+def _swallowed_stop(unraisable) -> None:
+    """``sys.unraisablehook``: a stop signal's exception that CPython had to drop is sent again.
+
+    CPython ignores an exception raised where it cannot propagate (a weakref callback such as
+    importlib's module-lock clean-up, a finalizer, an at-fork hook) and prints "Exception ignored
+    in" with a traceback. When that exception is the KeyboardInterrupt a stop handler raised, the
+    user's SIGINT/SIGTERM/SIGHUP would be lost and the command would go on (seen here: about 1
+    SIGTERM in 400 during start-up). The signal is sent again from a short-lived thread, so that
+    it lands after the hook has returned, at a point where it can propagate; nothing is printed.
+    Any other unraisable exception goes to CPython's own hook.
+
+    Args:
+        unraisable: CPython's ``UnraisableHookArgs`` (``exc_value`` is the dropped exception).
+    """
+    import threading
+
+    exc = unraisable.exc_value
+    if not isinstance(exc, KeyboardInterrupt):
+        sys.__unraisablehook__(unraisable)
+        return
+    signum = getattr(exc, "signum", None)
+    if signum is None:
+        name = str(exc.args[0]) if exc.args else ""
+        signum = signal.Signals[name] if name in signal.Signals.__members__ else signal.SIGINT
+    main = sys.modules.get("envtool.cli.main")
+    if main is not None:
+        main.rearm()  # its handler ignores repeats once it has fired
+    resend = threading.Timer(0.01, os.kill, (os.getpid(), signum))
+    resend.daemon = True
+    resend.start()
+
+
 def entry() -> NoReturn:
     """Run the CLI and exit with its status (see the module docstring)."""
+    sys.unraisablehook = _swallowed_stop
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup: stays ignored
             signal.signal(sig, _early_stop)

@@ -124,6 +124,13 @@ def _on_signal(signum, frame) -> None:
     raise Interrupted(signum)
 
 
+def rearm() -> None:
+    """Let :func:`_on_signal` act on the next signal again: its exception was dropped by CPython
+    (raised inside a weakref callback or a finalizer), so the command never stopped."""
+    global _stopping
+    _stopping = False
+
+
 def install_signal_handlers() -> dict:
     """SIGINT, SIGTERM and SIGHUP end any command with exit 130 after killing its children; a signal
     that was ignored when envtool started (``nohup``, a background job) stays ignored.

@@ -194,7 +194,10 @@ def kill_marked(value: str, wait: float = 10.0) -> int:
             return len(killed)
         time.sleep(0.05)
 
-_lock = threading.Lock()
+#: Re-entrant: the signal handlers (:func:`kill_descendants` from the CLI's) run in the main thread
+#: and may interrupt it while it holds this lock (:func:`watch` starting the guard); a plain lock
+#: then deadlocked the command on SIGTERM, with nothing printed (seen in CI under load).
+_lock = threading.RLock()
 _children: Set[subprocess.Popen] = set()
 _scratch: List[Path] = []
 
