@@ -16,6 +16,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 from envtool.checks.common import version_tuple
 from envtool.checks.registry import check, finding
+from envtool.core import comm_rules, gpu_gates
 
 ID = "gpu"
 
@@ -169,6 +170,42 @@ def nvidia_smi() -> list:
     return [ln.strip() for ln in proc.stdout.splitlines() if ln.strip()] if proc.returncode == 0 else []
 
 
+def _smi(*args: str) -> str:
+    """The output of ``nvidia-smi ARGS`` ("" when it is absent, fails or hangs for 20 s)."""
+    import subprocess
+
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return ""
+    try:
+        proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout if proc.returncode == 0 else ""
+
+
+def node_report(ctx, cuda: dict, nccl: Optional[str]):
+    """The GPU gates and known-bad stack rules on this node (:mod:`envtool.core.gpu_gates`): the
+    driver and GPUs from ``nvidia-smi`` (its header, ``-L`` and the ``compute_cap`` query), torch's
+    CUDA version and compiled targets from the ``info`` probe, the network and plug-ins from the
+    site file's ``gpu`` section, NCCL's version in use and the variables the ranks get.
+
+    Returns:
+        a :class:`~envtool.core.gpu_gates.GpuReport`.
+    """
+    site_gpu = getattr(ctx.site, "gpu", None)
+    gpus_per_node = getattr(ctx.site, "gpus_per_node", 0) or 0
+    facts = gpu_gates.node_facts(_smi(), _smi("-L"), _smi(*gpu_gates.SMI_CAPS[1:]), cuda=cuda.get("torch_cuda"),
+                                 arch_list=tuple(cuda["arch_list"]) if cuda.get("arch_list") is not None else None,
+                                 nccl_ranks_per_gpu_node=gpus_per_node if gpus_per_node > 1 else 0,
+                                 where="this node")
+    gates = [gpu_gates.driver_gate(facts), gpu_gates.arch_gate(facts), gpu_gates.mig_gate(facts)]
+    comm = comm_rules.CommFacts(gpu=facts.gpu if facts.gpu != "the GPU" else (site_gpu.model if site_gpu else None),
+                                network=site_gpu.network if site_gpu else None, nccl=nccl,
+                                plugins=site_gpu.nccl_plugins if site_gpu else (), env=dict(ctx.environ))
+    return gpu_gates.rules_report(gates, comm)
+
+
 def _tensorflow_view(tf_gpu: dict, items: List[str], problems: List[str], fixes: List[str]) -> None:
     """TensorFlow's view of the GPUs of a GPU machine (the ``env_info`` probe's ``tf_gpu``): an item,
     and a problem with its fix when it sees none (a CPU-only build such as ``tensorflow-cpu``, or
@@ -242,11 +279,57 @@ def run(ctx):
         problems.append(f"NCCL {have} in use, the spec/site asks for {want}")
         mods = [m for m in (getattr(ctx.site, "modules", ()) or ()) if m.startswith("nccl/")]
         fixes.append(f"module load {mods[0]}" if mods else f"install nccl {want} in the environment")
+    report = node_report(ctx, cuda, have)
+    for problem, fix in report.problems():
+        problems.append(problem)
+        fixes.append(fix)
+    items += [line for line in report.lines() if ": fail:" not in line and ": matched:" not in line]
     details = {"torch_cuda": cuda, "tensorflow_gpu": tf_gpu or None, "horovod_nccl": hvd_nccl, "spec_nccl": want, "driver": evidence,
-               "nvidia_smi": smi}
+               "nvidia_smi": smi, "gates": report.to_dict()}
     if problems:
         return finding(ID, "fail", "; ".join(problems), "; ".join(fixes), items=items, **details)
     seen = (f"{cuda.get('device_count', 0)} CUDA device(s) seen by torch" if cuda
             else f"{len(tf_gpu.get('devices') or ())} GPU(s) seen by tensorflow" if tf_gpu
             else f"{len(smi)} GPU(s) by nvidia-smi; torch not installed")
     return finding(ID, "ok", f"{seen}; NCCL {have or '-'}", "", items=items, **details)
+
+
+def spec_nccl_version(spec) -> Optional[str]:
+    """The NCCL version a spec will run with: its ``nccl`` conda pin, a ``nccl/<ver>`` site module,
+    or the site's recorded ``nccl`` library (``site.libraries``); None when none says."""
+    found = spec_nccl(spec, spec.site)
+    if found:
+        return found
+    for name, pin in spec.site.libraries:
+        if name == "nccl" and getattr(pin, "value", None):
+            return str(pin.value).split()[0].lstrip("=")
+    return None
+
+
+def plan_report(spec) -> gpu_gates.GpuReport:
+    """The gates and rules ``plan`` applies to ``spec`` on a login node, from the site file's ``gpu``
+    section (:class:`envtool.spec.sites.gpu.SiteGPU`) and the spec's CUDA and NCCL.
+
+    Nothing is checked for a CPU spec or a site file without a ``gpu`` section (``skipped`` says
+    which). The framework's compiled targets are not known before it is installed, so the
+    ``arch`` gate is left to ``doctor`` on a GPU node.
+    """
+    wants_gpu = spec.cuda is not None or spec.horovod.uses_gpu
+    site_gpu = spec.site.gpu
+    if not wants_gpu:
+        return gpu_gates.GpuReport(skipped=f"spec {spec.name} is CPU-only: no GPU gates")
+    if site_gpu is None:
+        return gpu_gates.GpuReport(skipped=f"site {spec.site.name} has no gpu section (model, driver, network): "
+                                   "the GPU gates run in doctor on a GPU node")
+    where = f"site {spec.site.name}, {site_gpu.date}"
+    nccl_ranks = spec.site.gpus_per_node if spec.site.gpus_per_node > 1 else 0
+    facts = gpu_gates.GateFacts(driver=site_gpu.driver, cuda=str(spec.cuda.value) if spec.cuda is not None else None,
+                                capability=site_gpu.capability or gpu_gates.capability_of(site_gpu.model),
+                                gpu=site_gpu.model, arch_list=None, framework="the framework", mig=site_gpu.mig,
+                                nccl_ranks_per_gpu_node=nccl_ranks, where=where)
+    gates = [gpu_gates.driver_gate(facts), gpu_gates.mig_gate(facts)]
+    env = dict(spec.site.env)
+    env.update(dict(spec.env))
+    comm = comm_rules.CommFacts(gpu=site_gpu.model, network=site_gpu.network, nccl=spec_nccl_version(spec),
+                                plugins=site_gpu.nccl_plugins, env=env, where=where)
+    return gpu_gates.rules_report(gates, comm)

@@ -253,6 +253,8 @@ class Plan:
     spec: Spec
     options: PlanOptions
     steps: Tuple[Step, ...]
+    #: the GPU gates and known-bad stack rules ``plan`` applied (a ``to_dict()``-able report), or None
+    gpu: Optional[Any] = None
 
     def step(self, step_id: str) -> Optional[Step]:
         """The step with ``step_id``, or None."""
@@ -264,7 +266,8 @@ class Plan:
                 "lock": {"file": str(self.options.from_lock) if self.options.from_lock else None,
                          "reason": self.options.lock_reason},
                 "installer": self.options.install_with.to_dict() if self.options.install_with else None,
-                "steps": [s.to_dict() for s in self.steps]}
+                "steps": [s.to_dict() for s in self.steps],
+                "gpu": self.gpu.to_dict() if self.gpu is not None else None}
 
 def format_steps(steps: Sequence["Step"]) -> List[str]:
     """The lines :func:`envtool.steps.create.planner.format_plan` prints for ``steps`` (a sequence of :class:`Step`): numbered,

@@ -256,13 +256,16 @@ def mpi_info():
 
 def cuda_info():
     """torch's CUDA view: ``torch_cuda``, ``available``, ``device_count`` and, with devices,
-    ``devices`` and ``nccl`` (``"2.18.3"``); ``error`` when a call raised."""
+    ``arch_list`` (``torch.cuda.get_arch_list()``), ``devices`` and ``nccl`` (``"2.18.3"``);
+    ``error`` when a call raised."""
     import torch
     cuda = {"torch_cuda": getattr(getattr(torch, "version", None), "cuda", None)}
     try:
         cuda["available"] = available = bool(torch.cuda.is_available())
         cuda["device_count"] = count = int(torch.cuda.device_count())
         if available:
+            # the targets compiled into torch (sm_80, compute_90): the arch gate checks the GPU against them
+            cuda["arch_list"] = list(torch.cuda.get_arch_list())
             cuda["devices"] = [torch.cuda.get_device_name(i) for i in range(count)]
             version = torch.cuda.nccl.version()
             cuda["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)

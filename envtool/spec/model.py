@@ -222,6 +222,8 @@ class Site:
             alcf_polaris/modulefiles/2022-09-08.lua#L55-L57).
         build_cache_group: the group trusted to write those caches and ``$ENVTOOL_CACHE_PATH``'s
             (site file's ``build_cache_group``), or None: a cache writable by any group is skipped.
+        gpu: the site file's ``gpu`` section (:class:`envtool.spec.sites.gpu.SiteGPU`: the GPU
+            nodes' model, capability, driver, MIG, network and NCCL plug-ins), or None.
     """
 
     name: str = "local"
@@ -236,6 +238,7 @@ class Site:
     libraries: Tuple[Tuple[str, "Pin"], ...] = ()
     env_paths: Tuple[Tuple[str, str, str], ...] = ()
     build_cache_group: Optional[str] = None
+    gpu: Optional[Any] = None
 
 
 @dataclass(frozen=True)

@@ -170,7 +170,8 @@ def _loopback(addr: str) -> bool:
 
 def judge(records: List[Dict[str, str]], nodes: int, prefix: Optional[Path],
           local_lock: Optional[str] = None, site_path: Optional[str] = None,
-          run_dir: Optional[Path] = None, warnings: Optional[List[str]] = None) -> List[str]:
+          run_dir: Optional[Path] = None, warnings: Optional[List[str]] = None,
+          site_gpu=None, ranks_per_node: int = 1) -> List[str]:
     """Problems (one line each: node(s), cause, a quoted fix line), or [] when the pre-flight passed.
 
     Args:
@@ -182,6 +183,9 @@ def judge(records: List[Dict[str, str]], nodes: int, prefix: Optional[Path],
         run_dir: the run directory (the ``maps-*.txt`` of GPU nodes are read from it), or None.
         warnings: a list that gets what is not a failure (``/dev/shm`` below 1 GiB, no tool to
             test reachability with), or None.
+        site_gpu: the site file's ``gpu`` section (:class:`envtool.spec.sites.gpu.SiteGPU`: the
+            network and NCCL plug-ins the known-bad stack rules need), or None.
+        ranks_per_node: the job's ranks on each node (the MIG gate refuses more than one with NCCL).
     """
     problems: List[str] = []
     if warnings is None:
@@ -252,6 +256,7 @@ def judge(records: List[Dict[str, str]], nodes: int, prefix: Optional[Path],
     problems += _judge_interface(records, nodes, site_path, warnings)
     problems += _judge_shm(records, warnings)
     problems += _judge_nccl(records, prefix, run_dir)
+    problems += _judge_gpu_gates(records, run_dir, site_gpu, ranks_per_node, warnings)
     return problems
 
 
@@ -342,6 +347,50 @@ def _judge_nccl(records: List[Dict[str, str]], prefix: Optional[Path], run_dir: 
             problems.append(f"pre-flight: {r.get('host', '?')}: {len(libs)} libnccl files in one process of the "
                             f"environment ({', '.join(libs)}): torch and Horovod then keep separate NCCL state "
                             f"and hang or crash in the first collective; fix: keep one: {fix}")
+    return problems
+
+
+def _read(run_dir: Path, name: str) -> str:
+    try:
+        return (Path(run_dir) / DIR / name).read_text(errors="replace")[:1 << 20]
+    except OSError:
+        return ""
+
+
+def _judge_gpu_gates(records: List[Dict[str, str]], run_dir: Optional[Path], site_gpu, ranks_per_node: int,
+                     warnings: List[str]) -> List[str]:
+    """The GPU gates and the known-bad stack rules on each GPU node that reported ``nvidia-smi``'s
+    outputs (:mod:`envtool.core.gpu_gates`, :mod:`envtool.core.comm_rules`): a failed gate or a
+    matched rule is a problem naming the node and the fix; an undecided rule is a warning."""
+    import json
+
+    from envtool.core import gpu_gates
+    from envtool.core import comm_rules
+
+    problems: List[str] = []
+    if run_dir is None:
+        return problems
+    for r in records:
+        task, host = r.get("task", "?"), r.get("host", "?")
+        if r.get("smi") != "yes" or not task.isdigit():
+            continue
+        try:
+            view = json.loads(_read(run_dir, f"torch-{task}.json") or "{}")
+        except ValueError:
+            view = {}
+        arch = view.get("arch_list")
+        facts = gpu_gates.node_facts(_read(run_dir, f"smi-{task}.txt"), _read(run_dir, f"smil-{task}.txt"),
+                                     _read(run_dir, f"smic-{task}.txt"), cuda=view.get("cuda"),
+                                     arch_list=tuple(arch) if isinstance(arch, list) else None,
+                                     nccl_ranks_per_gpu_node=ranks_per_node,
+                                     where=host)
+        env = {k[4:]: v for k, v in r.items() if k.startswith("env_")}
+        comm = comm_rules.CommFacts(gpu=facts.gpu, network=getattr(site_gpu, "network", None), nccl=view.get("nccl"),
+                                    plugins=getattr(site_gpu, "nccl_plugins", ()), env=env)
+        report = gpu_gates.rules_report(gpu_gates.run_gates(facts), comm)
+        problems += [f"pre-flight: {host}: {p}; fix: {f}" for p, f in report.problems()]
+        warnings += [f"pre-flight: {host}: known-bad stack {rule.id} not decided ({why})"
+                     for rule, why in report.undecided]
     return problems
 
 

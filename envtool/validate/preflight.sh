@@ -192,19 +192,43 @@ while time.monotonic() < end:
         sleep 0.1; waited=$((waited + 1))
     done
     [ -n "$listener" ] && kill "$listener" 2>/dev/null
-    # on GPU nodes: the libnccl files one process of the environment maps
+    # on GPU nodes: the driver and GPUs (nvidia-smi's header, -L and the compute_cap query) for the
+    # GPU gates, and the NCCL settings the ranks get
+    if [ "$gpu" = "1" ]; then
+        if command -v nvidia-smi >/dev/null 2>&1; then
+            timeout 20 nvidia-smi > "$out/smi-$task.txt" 2>/dev/null
+            timeout 20 nvidia-smi -L > "$out/smil-$task.txt" 2>/dev/null
+            timeout 20 nvidia-smi --query-gpu=index,compute_cap --format=csv > "$out/smic-$task.txt" 2>/dev/null
+            echo "smi=yes"
+        else
+            echo "smi=-"
+        fi
+        for v in NCCL_PROTO FI_CXI_RDZV_THRESHOLD FI_CXI_RDZV_GET_MIN NCCL_IB_PCI_RELAXED_ORDERING; do
+            val="$(printenv "$v" || true)"
+            if [ -n "$val" ]; then echo "env_$v=$(printf %s "$val" | tr -d ' ')"; fi
+        done
+    fi
+    # on GPU nodes: the libnccl files one process of the environment maps, and torch's CUDA view
     if [ "$gpu" = "1" ] && [ -x "$prefix/bin/python" ]; then
         timeout 60 "$prefix/bin/python" -c '
-import sys
+import json, sys
 import torch
 try:
     import horovod.torch  # noqa: F401
 except ImportError:
     pass
-torch.cuda.is_available()
+view = {"cuda": torch.version.cuda, "available": torch.cuda.is_available()}
+if view["available"]:
+    view["arch_list"] = list(torch.cuda.get_arch_list())
+    try:
+        view["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+    except Exception:
+        pass
+with open(sys.argv[2], "w") as out:
+    json.dump(view, out)
 with open("/proc/self/maps") as f, open(sys.argv[1], "w") as out:
     out.write(f.read())
-' "$out/maps-$task.txt" >/dev/null 2>&1 && echo "maps=maps-$task.txt" || echo "maps=-"
+' "$out/maps-$task.txt" "$out/torch-$task.json" >/dev/null 2>&1 && echo "maps=maps-$task.txt" || echo "maps=-"
     fi
     echo "done=yes"
 } > "$tmp"

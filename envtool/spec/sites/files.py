@@ -15,6 +15,7 @@ from envtool.spec import model as m
 from envtool.spec.sites.batch import BatchSection, parse_batch
 from envtool.spec.sites.container import ContainerSection, parse_container
 from envtool.spec.sites.detect_rules import DetectRule, parse_detect
+from envtool.spec.sites.gpu import SiteGPU, parse_gpu
 from envtool.spec.sites.node_local import NodeLocal, parse_node_local
 from envtool.spec.sites.reader import check_source
 from envtool.spec.sites.retired import Retirement, parse_retired
@@ -23,7 +24,7 @@ from envtool.spec.yamlload import LineDict, load_yaml
 
 SITE_FILE_KEYS = ("name", "summary", "sources", "platforms", "scheduler", "launcher", "gpus_per_node", "modules",
                   "env", "notes", "stacks", "batch", "build_caches", "build_modules", "build_cache_group", "detect",
-                  "clone_prefix", "validation", "retired", "node_local", "container")
+                  "clone_prefix", "validation", "retired", "node_local", "container", "gpu")
 STACK_KEYS = ("spec", "modules", "base_env", "launcher", "env", "mark", "source", "note", "warning", "overrides")
 BUNDLED_SITES = ("summit", "perlmutter", "polaris", "bede", "theta", "local")
 
@@ -97,6 +98,8 @@ class SiteFile:
             does not say.
         validate: the ``validation`` section's fabric and allreduce-sweep references
             (:class:`ValidateSection`).
+        gpu: the GPU nodes' hardware, driver and communication stack (:class:`SiteGPU`), or None
+            when the file does not say.
     """
 
     name: str
@@ -127,6 +130,7 @@ class SiteFile:
     retired: Optional[Retirement] = None
     container: Optional[ContainerSection] = None
     validate: ValidateSection = None  # type: ignore[assignment]
+    gpu: Optional[SiteGPU] = None
 
     def mapping_for(self, spec_name: str) -> Optional[StackMapping]:
         """The stack entry for ``spec_name``: exact key first, then the first matching glob; or None.
@@ -200,7 +204,8 @@ def load_site(path: Path) -> SiteFile:
                     clone_prefix=clone_prefix, env_paths=env_paths, references=parse_references(spath, raw),
                     retired=retired, validate=parse_validate(spath, raw),
                     node_local=parse_node_local(spath, raw, source_ids),
-                    container=parse_container(spath, raw, source_ids))
+                    container=parse_container(spath, raw, source_ids),
+                    gpu=parse_gpu(spath, raw, source_ids))
 
 
 def _platforms(r) -> Tuple[str, ...]:

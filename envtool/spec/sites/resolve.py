@@ -143,7 +143,8 @@ def _site_for(sf: SiteFile, mapping: Optional[StackMapping], own_site: m.Site) -
                   build_cache_group=sf.build_cache_group,
                   # the libraries the spec records are that site's modules'; another site's are unknown
                   libraries=own_site.libraries if same else (),
-                  env_paths=(own_site.env_paths if same else ()) + sf.env_paths + entry.env_paths)
+                  env_paths=(own_site.env_paths if same else ()) + sf.env_paths + entry.env_paths,
+                  gpu=sf.gpu)
 
 
 def resolve(name: str, site: Optional[str] = None, site_file: Optional[str] = None) -> m.Spec:

@@ -14,6 +14,8 @@ import os
 import shlex
 from typing import List, Optional, Tuple
 
+from envtool.checks import gpu as gpu_check
+from envtool.core import gpu_gates
 from envtool.engines.registry import engine_for, engines
 from envtool.spec.model import Spec
 from envtool.steps.create import validate_step as validate
@@ -121,6 +123,8 @@ def make_plan(spec: Spec, options: PlanOptions) -> Plan:
         UsageError: an option the spec's engine cannot honour (e.g. ``--clone`` with venv).
         SpecError: a build variable the Horovod version cannot take.
     """
+    gpu = gpu_check.plan_report(spec)  # a driver too old, MIG, a known-bad stack: refused before anything runs
+    refuse_gpu(spec, gpu)
     engine = engine_for(spec.engine, options.engine)  # resolved once; every step below gets this one
     options = machine.probe(spec, options, engine)  # the one look at the machine; what follows reads values
     steps: List[Step] = []
@@ -142,7 +146,26 @@ def make_plan(spec: Spec, options: PlanOptions) -> Plan:
     steps += lock_step.plan_steps(spec, options)
     steps += modulefile_step.plan_steps(spec, options)
     ids = install_step_ids()
-    return Plan(spec=spec, options=options, steps=tuple(with_spec_env(spec, s, ids) for s in steps))
+    return Plan(spec=spec, options=options, steps=tuple(with_spec_env(spec, s, ids) for s in steps), gpu=gpu)
+
+
+def refuse_gpu(spec: Spec, report: "gpu_gates.GpuReport") -> None:
+    """Stop ``plan`` and ``create`` when a GPU gate failed or a known-bad communication stack matched
+    (:func:`envtool.core.gpu_gates.plan_report`).
+
+    Raises:
+        UsageError: naming each failed gate and matched rule with its source and fix (exit 2).
+    """
+    problems = report.problems()
+    if not problems:
+        return
+    from envtool.core.errors import UsageError
+
+    where = f"site {spec.site.name}'s gpu section ({spec.site.gpu.source}, {spec.site.gpu.date})" \
+        if spec.site.gpu is not None else f"site {spec.site.name}"
+    raise UsageError(f"spec {spec.name} cannot run as planned on {where}:\n"
+                     + "".join(f"  - {p}\n    fix: {f}\n" for p, f in problems)
+                     + "Nothing was done. If the site changed, update its site file's gpu section.")
 
 
 def install_step_ids() -> frozenset:
@@ -184,6 +207,8 @@ def format_plan(plan: Plan) -> str:
         lines.append(f"packages: {plan.options.lock_reason}")
     if plan.options.install_with is not None:
         lines.append(f"installer: {redact(plan.options.install_with.reason)}")
+    if plan.gpu is not None and not plan.gpu.skipped:
+        lines += plan.gpu.lines()
     lines += format_steps(plan.steps)
     return "\n".join(lines)
 

@@ -132,7 +132,8 @@ def _preflight(plan, ended, pmi_result, got, result: JobResult) -> bool:
     warnings: List[str] = list(pmi_result.notes) if pmi_result else []
     problems = list(pmi_result.problems) if pmi_result else []
     problems += pf.judge(got.preflight, plan.layout.nodes, target.prefix, lock_of(target),
-                         site_path=target.site.path, run_dir=plan.run_dir, warnings=warnings)
+                         site_path=target.site.path, run_dir=plan.run_dir, warnings=warnings,
+                         site_gpu=getattr(target.site, "gpu", None), ranks_per_node=plan.layout.ranks_per_node)
     if target.stage is not None and len(got.preflight) < plan.layout.nodes:
         problems.insert(0, stage_failed(target.stage, plan.run_dir / "job.out"))
     result.preflight = PreflightResult(ok=not problems, nodes=got.preflight, problems=problems, warnings=warnings,
