@@ -124,10 +124,16 @@ CHECKS.register("horovod-tf-mpi", "envtool.validate.check_horovod_tf:MPI",
 CHECKS.register("horovod-tf-gloo", "envtool.validate.check_horovod_tf:GLOO",
                 "horovod.tensorflow and its Keras binding, Gloo, srun --mpi=none")
 CHECKS.register("torch-gloo", "envtool.validate.check_torch:GLOO", "torch.distributed, gloo, srun --mpi=none")
+CHECKS.register("torch-nccl", "envtool.validate.check_torch:NCCL",
+                "torch.distributed, NCCL on each rank's GPU, srun --mpi=none (GPU sites)")
 LAUNCHES.register("site", "envtool.validate.launches:SITE", "the site's launcher with the site's PMI (a job)")
 LAUNCHES.register("rendezvous", "envtool.validate.launches:RENDEZVOUS",
                   "srun --mpi=none, envtool's rendezvous in the batch shell (a job)")
 LAUNCHES.register("horovodrun", "envtool.validate.launches:HOROVODRUN", "horovodrun -np N on this machine")
+LAUNCHES.register("torchrun", "envtool.validate.launches:TORCHRUN",
+                  "torchrun on each node, c10d rendezvous on the first (a job; validate --launch torchrun)")
+LAUNCHES.register("srun", "envtool.validate.launches:SRUN",
+                  "one srun task per rank with RANK/WORLD_SIZE/MASTER_ADDR exported (a job; validate --launch srun)")
 
 
 @dataclass(frozen=True)

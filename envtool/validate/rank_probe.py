@@ -1,7 +1,7 @@
 """Run by every rank of a validation job with the environment's own interpreter; not imported by envtool.
 
     python rank_probe.py OUT_DIR PHASE [--framework F] [--method M] [--batch-size B] [--steps S]
-                         [--import-trace yes] [--controller C] [--sweep MAX]
+                         [--import-trace yes] [--controller C] [--backend B] [--sweep MAX]
 
 ``--framework pytorch`` (the default) checks ``horovod.torch``; ``--framework tensorflow`` checks
 ``horovod.tensorflow`` and ``horovod.tensorflow.keras`` with the helpers of ``tf_checks.py``
@@ -35,8 +35,11 @@ still reports.
 ``rendezvous.py`` gave Horovod's rendezvous server) by its launcher rank, checks the launcher put
 it on that node, and sets ``HOROVOD_RANK``/``SIZE``/``LOCAL_*``/``CROSS_*``/``HOSTNAME`` and
 ``HOROVOD_GLOO_IFACE`` (the site's, or the interface that routes to the rendezvous address).
-``--controller torch``: ``torch.distributed`` with the gloo backend, through the c10d TCPStore
-``rendezvous.py`` serves (``ENVTOOL_TORCH_STORE``), ``GLOO_SOCKET_IFNAME`` chosen the same way.
+``--controller torch``: ``torch.distributed`` through the c10d TCPStore ``rendezvous.py`` serves
+(``ENVTOOL_TORCH_STORE``), with ``--backend B`` (``auto``: NCCL where the rank sees a GPU and torch
+has NCCL, else gloo; ``nccl``, ``gloo``, ``mpi``: that one, or a failed ``backend`` check naming
+what this torch lacks); ``GLOO_SOCKET_IFNAME`` (or ``NCCL_SOCKET_IFNAME``) chosen the same way.
+Under NCCL the allreduce and the sweep run on the rank's GPU (``allreduce_gpu``, ``sweep_gpu``).
 
 ``--sweep MAX``: after the checks, an allreduce (sum) of float32 tensors of every power of two
 from 8 bytes to MAX bytes, each element a small integer that depends on rank and position, so
@@ -560,8 +563,51 @@ def _say(phase, what):
     print("envtool-probe %s on %s: %s" % (phase, socket.gethostname(), what), flush=True)
 
 
-def torch_probe(rec, method, sweep_max):
-    """``torch.distributed`` (gloo backend) through the job's c10d store: the allreduce check, the
+class BackendUnavailable(RuntimeError):
+    """The torch.distributed backend asked for cannot run on this rank (the message says why)."""
+
+
+def choose_backend(torch, dist, want):
+    """The torch.distributed backend of this rank and why: ``(backend, reason)``.
+
+    ``want`` ``auto`` (or empty): NCCL when this rank sees a GPU and torch has NCCL, else gloo.
+    ``nccl``, ``gloo``, ``mpi``: that one, when this torch has it (``dist.is_<name>_available()``)
+    and, for NCCL, a GPU is visible; else :class:`BackendUnavailable` naming what is missing
+    (PyTorch's own wheels have no MPI backend: https://pytorch.org/docs/stable/distributed.html,
+    "MPI ... only included if you build PyTorch from source on a host that has MPI installed").
+    """
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    nccl = bool(dist.is_nccl_available())
+    if want in ("", "auto"):
+        if gpus and nccl:
+            return "nccl", "auto: this rank sees %d GPU(s) and torch has NCCL" % gpus
+        return "gloo", "auto: " + ("torch has no NCCL" if gpus else "no GPU on this rank")
+    if want == "nccl":
+        if not nccl:
+            raise BackendUnavailable("torch.distributed has no NCCL backend in this build "
+                                     "(torch.distributed.is_nccl_available() is False: a CPU build of torch?)")
+        if not gpus:
+            raise BackendUnavailable("the NCCL backend needs a GPU on each rank; this rank sees none "
+                                     "(torch.cuda.is_available() is False, CUDA_VISIBLE_DEVICES=%r)"
+                                     % os.environ.get("CUDA_VISIBLE_DEVICES"))
+        return "nccl", "asked for; this rank sees %d GPU(s)" % gpus
+    if want == "mpi":
+        if not dist.is_mpi_available():
+            raise BackendUnavailable("torch.distributed has no MPI backend in this build "
+                                     "(torch.distributed.is_mpi_available() is False): PyTorch's wheels are built "
+                                     "without MPI; build torch from source against the site's MPI, or use nccl or gloo")
+        return "mpi", "asked for"
+    if want == "gloo":
+        if not dist.is_gloo_available():
+            raise BackendUnavailable("torch.distributed has no gloo backend in this build "
+                                     "(torch.distributed.is_gloo_available() is False)")
+        return "gloo", "asked for"
+    raise BackendUnavailable("unknown torch.distributed backend %r (auto, nccl, gloo or mpi)" % want)
+
+
+def torch_probe(rec, method, sweep_max, want_backend=""):
+    """``torch.distributed`` through the job's c10d store (the MPI backend: MPI's own ranks): the
+    backend :func:`choose_backend` picks, the allreduce check (on the rank's GPU under NCCL), the
     DataLoader, and the sweep (see the module docstring)."""
     import datetime
 
@@ -569,29 +615,64 @@ def torch_probe(rec, method, sweep_max):
         import torch
         import torch.distributed as dist
     rec["import_warnings"] = ["%s: %s" % (w.category.__name__, w.message) for w in caught]
-    addr, port = os.environ["ENVTOOL_TORCH_STORE"].rsplit(":", 1)
-    rank, size = rec["launcher_rank"], int(os.environ.get("SLURM_NTASKS") or os.environ["ENVTOOL_TORCH_SIZE"])
-    rec["iface"], rec["iface_source"] = choose_iface("GLOO_SOCKET_IFNAME", addr)
+    try:
+        backend, why = choose_backend(torch, dist, want_backend or os.environ.get("ENVTOOL_TORCH_BACKEND", ""))
+    except BackendUnavailable as exc:
+        rec.update(controller="torch", backend=want_backend or "?", error=str(exc))
+        rec["checks"]["backend"] = {"ok": False, "error": str(exc)}
+        return
+    rec.update(backend_wanted=want_backend or "auto", backend_reason=why)
     timeout = datetime.timedelta(seconds=float(os.environ.get("ENVTOOL_RENDEZVOUS_TIMEOUT", "300")))
-    store = dist.TCPStore(addr, int(port), size, False, timeout)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=timeout)
+    if backend == "mpi":
+        dist.init_process_group("mpi", timeout=timeout)
+        rank, size = dist.get_rank(), dist.get_world_size()
+    elif "ENVTOOL_TORCH_STORE" not in os.environ and os.environ.get("MASTER_ADDR"):
+        # torchrun, or srun with RANK/WORLD_SIZE/MASTER_ADDR exported: env:// as a DDP script does
+        addr = os.environ["MASTER_ADDR"]
+        rec["iface"], rec["iface_source"] = choose_iface("GLOO_SOCKET_IFNAME" if backend == "gloo"
+                                                         else "NCCL_SOCKET_IFNAME", addr)
+        rec["init_method"] = "env://"
+        dist.init_process_group(backend, init_method="env://", timeout=timeout)
+        rank, size = dist.get_rank(), dist.get_world_size()
+    else:
+        addr, port = os.environ["ENVTOOL_TORCH_STORE"].rsplit(":", 1)
+        rank, size = rec["launcher_rank"], int(os.environ.get("SLURM_NTASKS") or os.environ["ENVTOOL_TORCH_SIZE"])
+        if backend == "gloo":
+            rec["iface"], rec["iface_source"] = choose_iface("GLOO_SOCKET_IFNAME", addr)
+        else:
+            rec["iface"], rec["iface_source"] = choose_iface("NCCL_SOCKET_IFNAME", addr)
+        store = dist.TCPStore(addr, int(port), size, False, timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout)
     rec.update(rank=dist.get_rank(), size=dist.get_world_size(), local_rank=rec["launcher_local_rank"],
                controller="torch", backend=dist.get_backend())
+    dev = None
+    if backend == "nccl":
+        dev = torch.device("cuda", (rec["launcher_local_rank"] or 0) % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+        try:
+            rec["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:  # noqa: BLE001 - an old torch's nccl.version() is an int
+            pass
 
     def allreduce(t, name):
         out = t.clone()  # all_reduce works in place; the copy is timed with it
         dist.all_reduce(out)
+        if dev is not None:
+            torch.cuda.synchronize()  # NCCL's all_reduce is queued on the GPU: time it to completion
         return out
 
     try:
-        got = allreduce(torch.tensor([float(rank + 1)]), "check")
+        one = torch.tensor([float(rank + 1)])
+        got = allreduce(one.to(dev) if dev is not None else one, "check")
         expected = (size + 1) * size / 2.0
         ok = float(got[0]) == expected
-        rec["checks"]["allreduce_cpu"] = {"ok": ok, "value": float(got[0]) / size, "expected": (size + 1) / 2.0,
-                                          "error": None if ok else f"sum {float(got[0])}, expected {expected}"}
+        key = "allreduce_gpu" if dev is not None else "allreduce_cpu"
+        rec["checks"][key] = {"ok": ok, "value": float(got[0]) / size, "expected": (size + 1) / 2.0,
+                              "error": None if ok else f"sum {float(got[0])}, expected {expected}"}
         rec["checks"]["dataloader"] = dataloader_check(method)
         if sweep_max:
-            rec["checks"]["sweep"] = sweep(TorchOps(torch), allreduce, dist.barrier, rank, size, sweep_max)
+            rec["checks"]["sweep_gpu" if dev is not None else "sweep"] = sweep(TorchOps(torch, dev), allreduce,
+                                                                              dist.barrier, rank, size, sweep_max)
     finally:
         dist.destroy_process_group()
 
@@ -661,7 +742,7 @@ def main(argv):
     """Run PHASE, write this rank's record, exit 1 when a check failed (see the module docstring)."""
     out_dir, phase = argv[1], argv[2]
     opts = {"--method": "", "--batch-size": "32", "--steps": "20", "--import-trace": "no", "--controller": "",
-            "--sweep": "0", "--framework": ""}
+            "--sweep": "0", "--framework": "", "--backend": ""}
     rest = argv[3:]
     for i in range(0, len(rest) - 1, 2):
         if rest[i] in opts:
@@ -671,12 +752,16 @@ def main(argv):
     sweep_max = int(opts["--sweep"])
     rec = {"phase": phase, "host": socket.gethostname(), "pid": os.getpid(), "launcher_rank": _first(RANK_VARS),
            "launcher_local_rank": _first(LOCAL_RANK_VARS), "ok": False, "checks": {}}
+    if os.environ.get("TORCHELASTIC_RUN_ID") is not None:
+        # started by torchrun: the srun task that started torchrun is one per node, so its
+        # SLURM_PROCID is the node's; torchrun's RANK and LOCAL_RANK are the rank's
+        rec.update(launcher_rank=_first(("RANK",)), launcher_local_rank=_first(("LOCAL_RANK",)), launch="torchrun")
     shutdown = None  # Horovod's, once it is up
     framework = opts["--framework"] or "pytorch"
     rec["framework"] = framework
     try:
         if controller == "torch":
-            torch_probe(rec, method, sweep_max)
+            torch_probe(rec, method, sweep_max, opts["--backend"])
             rec["ok"] = all(c.get("ok") for c in rec["checks"].values())
             return _write(rec, out_dir, phase)
         if controller == "gloo":

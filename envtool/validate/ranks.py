@@ -179,7 +179,8 @@ def last_lines(text: str) -> Dict[int, str]:
 
 
 def table(records: List[dict]) -> str:
-    """One line per rank: rank, host, local rank, framework, controller, interface, allreduce,
+    """One line per rank: rank, host, local rank, framework, controller (``torch/BACKEND`` for
+    torch.distributed: the backend that rank used), interface, allreduce,
     DataLoader (PyTorch) or Keras ``model.fit`` (TensorFlow), import seconds and metadata calls
     under the prefix (when recorded), status (the interface the controller used between nodes and
     how it was chosen; ``-`` where the probe does not know it)."""
@@ -192,6 +193,8 @@ def table(records: List[dict]) -> str:
         c = r.get("checks") or {}
         ar = c.get("allreduce_cpu")
         ar_s = "-" if ar is None else (f"ok ({ar['value']:g})" if ar.get("ok") else "FAILED")
+        if c.get("backend") and not c["backend"].get("ok"):
+            ar_s = "backend not available"
         if c.get("allreduce_gpu"):
             ar_s += ", gpu " + ("ok" if c["allreduce_gpu"].get("ok") else "FAILED")
         dl = c.get("dataloader")
@@ -213,7 +216,8 @@ def table(records: List[dict]) -> str:
                                                                str(meta.get("error")) else "-"))
         rows.append((str(rank if rank is not None else "?"), str(r.get("host", "?")),
                      str(local if local is not None else "?"), str(r.get("framework") or "-"),
-                     str(r.get("controller", "-")),
+                     str(r.get("controller", "-")) + (f"/{r['backend']}" if r.get("controller") == "torch"
+                                                      and r.get("backend") else ""),
                      str(r.get("iface") or "-"), ar_s, dl_s)
                     + imp + (status,))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
