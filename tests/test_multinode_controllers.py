@@ -97,3 +97,32 @@ def test_the_table_names_hosts_interfaces_and_sizes(multinode_cluster, site, cpu
     sizes = [w[0] + " " + w[1] for w in lines if len(w) == 7 and w[1] in ("B", "KiB") and w[-1] == "yes"]
     assert sizes == ([f"{n} B" for n in (8, 16, 32, 64, 128, 256, 512)] + ["1 KiB"]) * 3, out   # each controller
     assert multinode_cluster.wait_queue_empty() == ""
+
+
+@pytest.mark.parametrize("launch", ["torchrun", "srun"])
+def test_torch_checks_through_the_launches_ddp_users_write(multinode_cluster, site, cpu_horovod_env, tmp_path,  # noqa: F811
+                                                           launch):
+    """``validate --submit --launch torchrun|srun`` (issue 41, item 2): the torch.distributed check
+    alone, 4 ranks on node1 and node2, started as a DDP script is: torchrun on each node with its
+    c10d rendezvous on node1, or one srun task per rank with RANK/WORLD_SIZE/MASTER_ADDR exported;
+    the ranks initialise from the environment (env://) and the gloo allreduce is right."""
+    run = tmp_path / f"run-{launch}"
+    proc = envtool(multinode_cluster, "validate", "--prefix", cpu_horovod_env, "--site-file", site, "--submit",
+                   "--nodes", "2", "--ranks-per-node", "2", "--workdir", run, "--json", "--timeout", "600",
+                   "--sweep-max", "0", "--launch", launch, timeout=800)
+    assert proc.returncode == 0, proc.stderr + proc.stdout + multinode_cluster.logs()
+    data = json.loads(proc.stdout)
+    assert sorted(data["controllers"]) == ["torch"], data["controllers"]
+    ranks = data["controllers"]["torch"]["ranks"]
+    assert [(r["rank"], r["host"], r["local_rank"]) for r in ranks] == \
+        [(0, "node1", 0), (1, "node1", 1), (2, "node2", 0), (3, "node2", 1)], ranks
+    for r in ranks:
+        assert r["ok"] and r["size"] == 4 and r["backend"] == "gloo" and r["init_method"] == "env://", r
+        assert r["checks"]["allreduce_cpu"]["value"] == 2.5, r
+        assert r.get("launch") == ("torchrun" if launch == "torchrun" else None), r
+    script = (run / "job.sh").read_text()
+    if launch == "torchrun":
+        assert "torch.distributed.run" in script and "--rdzv_backend=c10d" in script, script
+    else:
+        assert "MASTER_ADDR=" in script and "torch.distributed.run" not in script, script
+    assert multinode_cluster.wait_queue_empty() == ""

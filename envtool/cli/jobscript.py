@@ -65,6 +65,10 @@ def register(sub) -> None:
                                    "site file lacks a value a flag needs (the message names the field).")
     add_target(p)
     add_layout(p, nodes_required=True)
+    p.add_argument("--launch", choices=("torchrun", "srun"),
+                   help="start COMMAND as a PyTorch DDP script: torchrun on each node (c10d rendezvous on the "
+                        "first node) or one srun task per rank with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and "
+                        "MASTER_PORT exported (env://); default: the site's launcher (Slurm sites)")
     p.add_argument("--job-name", help="the job's name")
     p.add_argument("--job-output", metavar="FILE", help="file the job's stdout and stderr go to")
     p.add_argument("--workdir", metavar="DIR", help="directory the job changes to first")
@@ -95,6 +99,9 @@ def _command(args) -> list:
         command = command[1:]
     if not command:
         raise UsageError("no command: end the options with -- COMMAND ...")
+    if getattr(args, "launch", None) and getattr(args, "image", None):
+        raise UsageError(f"--launch {args.launch} starts the command on the host's environment; --image runs it "
+                         "through the site's container runtime: give one of them")
     return command
 
 
@@ -132,7 +139,7 @@ def request_of(args):
         ranks_per_node=args.ranks_per_node, gpus_per_rank=args.gpus_per_rank, time=args.time, account=args.account,
         queue=args.queue, job_name=args.job_name, job_output=args.job_output,
         workdir=str(Path(args.workdir).absolute()) if args.workdir else None,
-        output=Path(args.output).absolute() if args.output else None)
+        output=Path(args.output).absolute() if args.output else None, launch=args.launch)
 
 
 def run(args) -> int:

@@ -59,6 +59,10 @@ def register(sub) -> None:
                         "by envtool image) through the site file's container runtime; no --prefix/--module")
     p.add_argument("--bind", action="append", default=[], metavar="SRC[:DST]",
                    help="with --image: also bind this host directory into the image (repeatable)")
+    p.add_argument("--launch", choices=("torchrun", "srun"),
+                   help="with --submit: run the torch.distributed checks alone, started as PyTorch users start DDP: "
+                        "torchrun on each node (c10d rendezvous on the first node) or one srun task per rank with "
+                        "RANK, WORLD_SIZE and MASTER_ADDR exported (env://); Slurm sites")
     p.add_argument("--dry-run", action="store_true",
                    help="with --submit: print the plan (its steps, the validation checks, the job script and the "
                         "submit command); write and submit nothing")
@@ -114,6 +118,8 @@ RULES = (
                "install strace)"),
     (lambda a: a.stage and not a.submit,
      lambda a: "--stage stages the environment in a batch job: add --submit"),
+    (lambda a: a.launch is not None and not a.submit,
+     lambda a: f"--launch {a.launch} starts the ranks of a batch job: add --submit"),
     (lambda a: a.image is not None and not a.submit,
      lambda a: "--image runs the ranks in the image through the site's scheduler: add --submit"),
     (lambda a: a.image is not None and bool(a.prefix or a.module or a.stage),
@@ -199,7 +205,7 @@ def _job_options(args):
                       time_limit=args.time, account=args.account, queue=args.queue, benchmark=args.benchmark,
                       steps=args.steps, batch_size=args.batch_size, workdir=args.workdir, timeout=args.timeout,
                       preflight_only=args.preflight, sweep_max=_sweep_max(args) or 0, image=args.image,
-                      binds=tuple(args.bind),
+                      binds=tuple(args.bind), launch=args.launch,
                       slow_seconds=rk.SLOW_IMPORT_SECONDS if args.slow_import is None else args.slow_import)
 
 

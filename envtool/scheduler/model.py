@@ -297,6 +297,13 @@ class Capabilities:
             (``job_nodes``, ``unresponsive_nodes``, ``parse_launch_failures``).
         step_launcher: the launcher validation steps need (their own PMI plugin per step, ``srun
             --mpi=none``), whatever the site's job-script launcher; ``""``: the site's.
+        task_vars: the variables the step launcher gives each task, as ``(rank, local rank, tasks,
+            nodes, job id)`` (Slurm's ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NTASKS``,
+            ``SLURM_JOB_NUM_NODES``, ``SLURM_JOB_ID``: srun(1), "OUTPUT ENVIRONMENT VARIABLES",
+            https://slurm.schedmd.com/srun.html), or ``()``: the DDP launches
+            (:mod:`envtool.scheduler.ddp`) are not written for it.
+        first_node: a shell command that prints the job's first node (Slurm: ``scontrol show
+            hostnames "$SLURM_JOB_NODELIST" | head -n 1``), or ``""``.
     """
 
     submits: bool = True
@@ -306,6 +313,8 @@ class Capabilities:
     preflight: bool = False
     names_nodes: bool = False
     step_launcher: str = ""
+    task_vars: Tuple[str, ...] = ()
+    first_node: str = ""
 
 
 def capabilities(sched: object) -> Capabilities:

@@ -7,6 +7,9 @@ inside an image through the site's container runtime (``validate --image``). ``R
 ``srun --mpi=none`` as the child of envtool's rendezvous server in the batch shell
 (``rendezvous.py``, which serves Horovod's Gloo rendezvous or torch.distributed's TCPStore; why in
 the batch shell, see that file). ``HOROVODRUN``: ``horovodrun -np N -H localhost:N --gloo|--mpi``.
+``TORCHRUN`` and ``SRUN``: the launches PyTorch users write (``validate --submit --launch``,
+:mod:`envtool.scheduler.ddp`): torchrun on each node with its c10d rendezvous, or one srun task
+per rank with ``RANK``/``WORLD_SIZE``/``MASTER_ADDR`` exported (``env://``).
 """
 from __future__ import annotations
 
@@ -14,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
-from envtool.scheduler.model import LaunchStep
+from envtool.scheduler import ddp
+from envtool.scheduler.model import LaunchStep, Layout
 from envtool.validate import ranks as rk
 from envtool.validate.checks import Launch, ValidationCheck
 
@@ -48,6 +52,10 @@ class JobContext:
         site_may_fail: the site launch's step may fail without stopping the script (a pre-flight
             gate stands before it).
         image: the image the ranks run in, or None.
+        caps: the scheduler's :class:`~envtool.scheduler.model.Capabilities` (the DDP launches
+            need its task variables), or None.
+        layout: the job's :class:`~envtool.scheduler.model.Layout` (torchrun starts each node's
+            ranks), or None.
     """
 
     python: str
@@ -59,6 +67,8 @@ class JobContext:
     wait: str = "900"
     site_may_fail: bool = False
     image: Optional[ImageRun] = None
+    caps: Any = None
+    layout: Optional[Layout] = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +125,28 @@ def _horovodrun(check: ValidationCheck, ctx: HereContext) -> List[str]:
         framework=check.framework)
 
 
+def _torchrun(check: ValidationCheck, ctx: JobContext) -> LaunchStep:
+    """torchrun on each node (:func:`envtool.scheduler.ddp.torchrun_argv`): one task per node with
+    the CPUs and GPUs of its ranks, no PMI."""
+    lay = ctx.layout
+    assert lay is not None  # the job's launch steps set it
+    argv = rk.probe_argv(ctx.python, ctx.probe, ctx.run_dir, check.phase, ctx.method, framework=check.framework)
+    words = ddp.torchrun_argv(ctx.caps, ctx.python, lay.ranks_per_node,
+                              argv[1:] + list(check.args) + list(ctx.sweep))
+    per_node = Layout(nodes=lay.nodes, ranks_per_node=1, gpus_per_rank=lay.gpus_per_rank * lay.ranks_per_node,
+                      cpus_per_rank=lay.cpus_per_rank * lay.ranks_per_node)
+    return LaunchStep(tuple(words), layout=per_node, mpi="none", may_fail=True)
+
+
+def _srun_env(check: ValidationCheck, ctx: JobContext) -> LaunchStep:
+    """One task per rank exporting torch.distributed's variables (:func:`envtool.scheduler.ddp.srun_env_argv`)."""
+    argv = rk.probe_argv(ctx.python, ctx.probe, ctx.run_dir, check.phase, ctx.method, framework=check.framework)
+    return LaunchStep(tuple(ddp.srun_env_argv(ctx.caps, argv + list(check.args) + list(ctx.sweep))), mpi="none",
+                      may_fail=True)
+
+
 SITE = Launch(name="site", where="job", build=_site, in_image=True)
 RENDEZVOUS = Launch(name="rendezvous", where="job", build=_rendezvous, needs_step_launcher=True)
 HOROVODRUN = Launch(name="horovodrun", where="here", build=_horovodrun)
+TORCHRUN = Launch(name="torchrun", where="job", build=_torchrun, needs_step_launcher=True)
+SRUN = Launch(name="srun", where="job", build=_srun_env, needs_step_launcher=True)

@@ -39,6 +39,8 @@ class JobscriptRequest:
         time, account, queue, job_name, job_output: the job's directives, or None.
         workdir: the absolute directory the job changes to first, or None.
         output: the absolute file to write, or None (the script goes to stdout).
+        launch: ``torchrun`` or ``srun`` (:mod:`envtool.scheduler.ddp`): start ``command`` as a
+            PyTorch DDP script, or None: with the site's launcher.
     """
 
     command: Tuple[str, ...]
@@ -62,6 +64,7 @@ class JobscriptRequest:
     job_output: Optional[str] = None
     workdir: Optional[str] = None
     output: Optional[Path] = None
+    launch: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -211,7 +214,8 @@ def _render(step: Step, ctx: StepContext) -> Rendered:
 
     req: JobscriptRequest = step.data
     r: Resolved = ctx.results["resolve"]
-    job = build_request(r.target, req.nodes, [r.step], req.ranks_per_node, req.gpus_per_rank, req.time,
+    launch_step = ddp_step(r.target, req) if req.launch else r.step
+    job = build_request(r.target, req.nodes, [launch_step], req.ranks_per_node, req.gpus_per_rank, req.time,
                         req.account, req.queue, req.job_name, req.job_output, req.workdir)
     if r.section is not None:
         from envtool.steps.jobscript import container_run
@@ -220,6 +224,38 @@ def _render(step: Step, ctx: StepContext) -> Rendered:
                                                                                       str(req.image)),))
     warnings = tuple(w for w in (gpu_mismatch(r.target, job),) if w) if req.image is None else ()
     return Rendered(job, render(job), warnings)
+
+
+def ddp_step(target: Any, req: JobscriptRequest) -> Any:
+    """The launch step of ``req.command`` as a DDP script (``--launch torchrun|srun``,
+    :mod:`envtool.scheduler.ddp`): torchrun on each node with the CPUs and GPUs of its ranks, or
+    one task per rank with torch.distributed's variables; no PMI (``srun --mpi=none``).
+
+    Raises:
+        UsageError: the site's scheduler does not declare its tasks' variables (exit 2).
+    """
+    import os
+    import re
+
+    from envtool import scheduler
+    from envtool.scheduler import ddp
+    from envtool.scheduler.model import LaunchStep, Layout, capabilities
+    from envtool.scheduler.script import make_layout
+
+    caps = capabilities(scheduler.get(target.site.scheduler))
+    command = list(req.command)
+    if req.launch == ddp.SRUN:
+        return LaunchStep(tuple(ddp.srun_env_argv(caps, command)), mpi="none")
+    lay = make_layout(target.site, req.nodes, req.ranks_per_node, req.gpus_per_rank)
+    python = str(getattr(target, "python", None) or "python3")
+    if re.fullmatch(r"python[0-9.]*", os.path.basename(command[0])):
+        command = command[1:]  # torchrun runs the script with the interpreter that runs it
+    else:
+        command = ["--no-python", *command]  # a program, not a script (torchrun --no-python)
+    per_node = Layout(nodes=lay.nodes, ranks_per_node=1, gpus_per_rank=lay.gpus_per_rank * lay.ranks_per_node,
+                      cpus_per_rank=lay.cpus_per_rank * lay.ranks_per_node)
+    return LaunchStep(tuple(ddp.torchrun_argv(caps, python, lay.ranks_per_node, command)), layout=per_node,
+                      mpi="none")
 
 
 def _write(step: Step, ctx: StepContext) -> Path:

@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from envtool.core.errors import CheckFailed, UsageError
 from envtool.core.plan import Step
 from envtool.scheduler.model import LaunchStep, Layout, capabilities
+from envtool.scheduler.script import make_layout
 from envtool.steps.jobscript import Target, build_request, render
 from envtool.steps.validate import judge as jd
 from envtool.steps.validate import watch as wt
@@ -53,6 +54,9 @@ class JobOptions:
         slow_seconds: p99 import seconds above which an import is reported with the staging fix.
         sweep_max: bytes of the sweep's largest allreduce (0: no sweep).
         image: run in this image (``--image``); binds: extra directories bound into it.
+        launch: ``torchrun`` or ``srun`` (``--launch``): run the torch.distributed checks alone,
+            started the way PyTorch users start DDP (:mod:`envtool.scheduler.ddp`); None: every
+            check with its own launch.
     """
 
     nodes: int
@@ -71,6 +75,7 @@ class JobOptions:
     sweep_max: int = sweep.MAX_SIZE
     image: Optional[str] = None
     binds: Tuple[str, ...] = ()
+    launch: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,8 @@ def _refuse(target: Target, opts: JobOptions, with_preflight: bool) -> None:
               f"--preflight: the pre-flight is written for Slurm sites so far; site {target.site.name} "
               f"({target.site.path}) uses scheduler {target.site.scheduler or 'none'}"),
              (opts.preflight_only and opts.benchmark, "--preflight runs the pre-flight alone: drop --benchmark"),
+             (opts.image is not None and opts.launch is not None,
+              f"--launch {opts.launch} starts torch.distributed on the host's environment: drop --image"),
              (opts.image is not None and opts.benchmark,
               "--benchmark runs on the host's environment: with --image drop --benchmark (the image's ranks are "
               "validated by check-build and the allreduce)"))
@@ -164,8 +171,15 @@ def select_checks(target: Target, opts: JobOptions, sched, image: Optional[Image
         # for; PyTorch's checks, as before TensorFlow had any
         frameworks = ("pytorch",)
     gpus = bool(target.site.gpus_per_node) and (opts.gpus_per_rank is None or opts.gpus_per_rank > 0)
-    return vc.select(vc.Selection(where="job", frameworks=frameworks, gpus=gpus, image=image is not None,
-                                  step_launcher=bool(capabilities(sched).step_launcher)))
+    chosen = vc.select(vc.Selection(where="job", frameworks=frameworks, gpus=gpus, image=image is not None,
+                                    step_launcher=bool(capabilities(sched).step_launcher)))
+    if opts.launch is None:
+        return chosen
+    torch = [dataclasses.replace(c, launch=opts.launch) for c in chosen if c.binding == "torch.distributed"]
+    if not torch:
+        raise UsageError(f"--launch {opts.launch} starts the torch.distributed checks, and this job has none "
+                         f"(frameworks: {', '.join(frameworks) or 'none'}; site {target.site.name})")
+    return torch
 
 
 def _preflight_steps(target: Target, opts: JobOptions, run_dir: Path) -> List[LaunchStep]:
@@ -192,7 +206,7 @@ def _check_build_step(target: Target, ctx: JobContext) -> LaunchStep:
     return LaunchStep(argv, redirect=str(ctx.run_dir / "check-build.txt"), direct=True, may_fail=True)
 
 
-def _launch_steps(target: Target, opts: JobOptions, run_dir: Path, checks, with_preflight: bool,
+def _launch_steps(target: Target, opts: JobOptions, sched, run_dir: Path, checks, with_preflight: bool,
                   image: Optional[ImageRun]) -> List[LaunchStep]:
     """Pre-flight, check-build and one step per check (each check's launch makes it)."""
     out = _preflight_steps(target, opts, run_dir) if with_preflight else []
@@ -201,7 +215,9 @@ def _launch_steps(target: Target, opts: JobOptions, run_dir: Path, checks, with_
     ctx = JobContext(python=target.python, probe=run_dir / "rank_probe.py", rendezvous=run_dir / "rendezvous.py",
                      run_dir=run_dir, method=jd.start_method(target),
                      sweep=("--sweep", str(opts.sweep_max)) if opts.sweep_max else (),
-                     wait=str(int(opts.timeout or RENDEZVOUS_SECONDS)), site_may_fail=with_preflight, image=image)
+                     wait=str(int(opts.timeout or RENDEZVOUS_SECONDS)), site_may_fail=with_preflight, image=image,
+                     caps=capabilities(sched), layout=make_layout(target.site, opts.nodes, opts.ranks_per_node,
+                                                                  opts.gpus_per_rank))
     out.append(_check_build_step(target, ctx))
     return out + [vc.launch_for(c, "job").build(c, ctx) for c in checks]
 
@@ -260,8 +276,8 @@ def plan_job(target: Target, opts: JobOptions, progress: Progress = lambda s: No
     run_dir = Path(opts.workdir).absolute() if opts.workdir else \
         Path.cwd() / time.strftime("envtool-validate-%Y%m%d-%H%M%S")
     checks = tuple(select_checks(target, opts, sched, image))
-    req, text = _script(target, opts, sched, run_dir, _launch_steps(target, opts, run_dir, checks, with_preflight,
-                                                                    image))
+    steps = _launch_steps(target, opts, sched, run_dir, checks, with_preflight, image)
+    req, text = _script(target, opts, sched, run_dir, steps)
     script = run_dir / "job.sh"
     submit = tuple(wt.pasteable_submit_argv(sched, script)) if capabilities(sched).submits else ("bash", str(script))
     plan = JobPlan(target=target, options=opts, sched=sched, run_dir=run_dir, script=script, text=text,
