@@ -197,7 +197,9 @@ def node_report(ctx, cuda: dict, nccl: Optional[str]):
     gpus_per_node = getattr(ctx.site, "gpus_per_node", 0) or 0
     facts = gpu_gates.node_facts(_smi(), _smi("-L"), _smi(*gpu_gates.SMI_CAPS[1:]), cuda=cuda.get("torch_cuda"),
                                  arch_list=tuple(cuda["arch_list"]) if cuda.get("arch_list") is not None else None,
-                                 nccl_ranks_per_gpu_node=gpus_per_node if gpus_per_node > 1 else 0,
+                                 # MIG matters only where the ranks talk NCCL: a CUDA build of torch
+                                 nccl_ranks_per_gpu_node=gpus_per_node if gpus_per_node > 1 and
+                                 cuda.get("torch_cuda") else 0,
                                  where="this node")
     gates = [gpu_gates.driver_gate(facts), gpu_gates.arch_gate(facts), gpu_gates.mig_gate(facts)]
     comm = comm_rules.CommFacts(gpu=facts.gpu if facts.gpu != "the GPU" else (site_gpu.model if site_gpu else None),
@@ -295,14 +297,23 @@ def run(ctx):
 
 
 def spec_nccl_version(spec) -> Optional[str]:
-    """The NCCL version a spec will run with: its ``nccl`` conda pin, a ``nccl/<ver>`` site module,
-    or the site's recorded ``nccl`` library (``site.libraries``); None when none says."""
-    found = spec_nccl(spec, spec.site)
-    if found:
-        return found
+    """The NCCL version a spec will run with, when it is exact: an exact ``nccl`` conda pin
+    (``nccl 2.18.3``, ``nccl=2.18.3``, ``nccl==2.18.3``), a ``nccl/<ver>`` site module, or the
+    site's recorded ``nccl`` library (``site.libraries``); None when none says or only a range
+    does (``nccl >=2.14``: the solver decides)."""
+    # an exact version only: a range (nccl >=2.14) leaves the solver free, so a rule on it stays open
+    for pin in spec.packages.conda:
+        m = re.match(r"\s*nccl(?:\s*==?\s*|\s+)(\d+(?:\.\d+)+)(?:[.*\s=]|$)", pin.value)
+        if m and not re.search(r"[<>~!,]", pin.value):
+            return m.group(1)
+    for mod in getattr(spec.site, "modules", ()) or ():
+        m = re.match(r"nccl/(\d+(?:\.\d+)+)", mod)
+        if m:
+            return m.group(1)
     for name, pin in spec.site.libraries:
-        if name == "nccl" and getattr(pin, "value", None):
-            return str(pin.value).split()[0].lstrip("=")
+        value = str(getattr(pin, "value", "") or "")
+        if name == "nccl" and re.fullmatch(r"=?=?\s*\d+(\.\d+)+", value.strip()):
+            return value.strip().lstrip("=").strip()
     return None
 
 

@@ -241,6 +241,15 @@ def driver_gate(facts: GateFacts) -> Gate:
         return Gate("driver", "unknown", f"CUDA {facts.cuda}: the node's driver version is not known{where}",
                     source=DRIVER_SOURCE)
     minimum = min_driver(facts.cuda)
+    oldest_major, oldest_driver = MIN_DRIVER[-1]
+    if minimum is None:
+        where_ = f" ({facts.where})" if facts.where else ""
+        if want.major < oldest_major and have is not None and have >= Version(oldest_driver):
+            # a driver runs every older toolkit (backward compatibility, the same page)
+            return Gate("driver", "ok", f"driver {facts.driver}{where_} runs CUDA {facts.cuda} (older than CUDA "
+                        f"{oldest_major}, which it runs)", source=DRIVER_SOURCE)
+        return Gate("driver", "unknown", f"driver {facts.driver or '?'}{where_}, CUDA {facts.cuda}: no minimum "
+                    "driver known for that CUDA major", source=DRIVER_SOURCE)
     built = f"{facts.framework} is built with CUDA {facts.cuda}"
     shown = f"driver {facts.driver or '?'}" + (f" (CUDA {facts.driver_cuda})" if facts.driver_cuda else "") + where
     if native is not None and want.release[:2] <= native.release[:2]:
@@ -345,8 +354,12 @@ def mig_gate(facts: GateFacts) -> Gate:
                     MIG_SOURCE)
     if facts.mig is None and ranks > 1:
         return Gate("mig", "unknown", f"MIG state of {facts.gpu} not known{where}", source=MIG_SOURCE)
-    return Gate("mig", "ok", ("MIG enabled, one NCCL rank per node" if facts.mig else "MIG not enabled") + where,
-                source=MIG_SOURCE)
+    if facts.mig:
+        said = "MIG enabled, " + ("one NCCL rank per node" if ranks == 1 else "no NCCL ranks (no CUDA build of the "
+                                                                            "framework, or one GPU per node)")
+    else:
+        said = "MIG not enabled" if facts.mig is not None else "MIG state not known"
+    return Gate("mig", "ok", said + where, source=MIG_SOURCE)
 
 
 def run_gates(facts: GateFacts) -> List[Gate]:

@@ -265,7 +265,8 @@ def cuda_info():
         cuda["device_count"] = count = int(torch.cuda.device_count())
         if available:
             # the targets compiled into torch (sm_80, compute_90): the arch gate checks the GPU against them
-            cuda["arch_list"] = list(torch.cuda.get_arch_list())
+            if hasattr(torch.cuda, "get_arch_list"):  # torch >= 1.6
+                cuda["arch_list"] = list(torch.cuda.get_arch_list())
             cuda["devices"] = [torch.cuda.get_device_name(i) for i in range(count)]
             version = torch.cuda.nccl.version()
             cuda["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)

@@ -218,7 +218,7 @@ try:
 except ImportError:
     pass
 view = {"cuda": torch.version.cuda, "available": torch.cuda.is_available()}
-if view["available"]:
+if view["available"] and hasattr(torch.cuda, "get_arch_list"):  # torch >= 1.6
     view["arch_list"] = list(torch.cuda.get_arch_list())
     try:
         view["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))

@@ -39,7 +39,8 @@ it on that node, and sets ``HOROVOD_RANK``/``SIZE``/``LOCAL_*``/``CROSS_*``/``HO
 (``ENVTOOL_TORCH_STORE``), with ``--backend B`` (``auto``: NCCL where the rank sees a GPU and torch
 has NCCL, else gloo; ``nccl``, ``gloo``, ``mpi``: that one, or a failed ``backend`` check naming
 what this torch lacks); ``GLOO_SOCKET_IFNAME`` (or ``NCCL_SOCKET_IFNAME``) chosen the same way.
-Under NCCL the allreduce and the sweep run on the rank's GPU (``allreduce_gpu``, ``sweep_gpu``).
+Under NCCL the allreduce and the sweep run on the rank's GPU (``allreduce_gpu``; the sweep stays
+under ``sweep`` with ``device: cuda``).
 
 ``--sweep MAX``: after the checks, an allreduce (sum) of float32 tensors of every power of two
 from 8 bytes to MAX bytes, each element a small integer that depends on rank and position, so
@@ -655,7 +656,9 @@ def torch_probe(rec, method, sweep_max, want_backend=""):
             pass
 
     def allreduce(t, name):
-        out = t.clone()  # all_reduce works in place; the copy is timed with it
+        # all_reduce works in place; the copy is timed with it. NCCL takes GPU tensors only, and the
+        # sweep's timing scalar is made on the CPU (TorchOps.scalar, for Horovod): move it
+        out = t.to(dev, copy=True) if dev is not None else t.clone()
         dist.all_reduce(out)
         if dev is not None:
             torch.cuda.synchronize()  # NCCL's all_reduce is queued on the GPU: time it to completion
@@ -671,8 +674,9 @@ def torch_probe(rec, method, sweep_max, want_backend=""):
                               "error": None if ok else f"sum {float(got[0])}, expected {expected}"}
         rec["checks"]["dataloader"] = dataloader_check(method)
         if sweep_max:
-            rec["checks"]["sweep_gpu" if dev is not None else "sweep"] = sweep(TorchOps(torch, dev), allreduce,
-                                                                              dist.barrier, rank, size, sweep_max)
+            # under "sweep" whatever the device: the check (torch-nccl) says which backend it is
+            rec["checks"]["sweep"] = sweep(TorchOps(torch, dev), allreduce, dist.barrier, rank, size, sweep_max)
+            rec["checks"]["sweep"]["device"] = "cuda" if dev is not None else "cpu"
     finally:
         dist.destroy_process_group()
 

@@ -196,7 +196,8 @@ def table(records: List[dict]) -> str:
         if c.get("backend") and not c["backend"].get("ok"):
             ar_s = "backend not available"
         if c.get("allreduce_gpu"):
-            ar_s += ", gpu " + ("ok" if c["allreduce_gpu"].get("ok") else "FAILED")
+            gpu_s = "gpu " + ("ok" if c["allreduce_gpu"].get("ok") else "FAILED")
+            ar_s = gpu_s if ar is None else ar_s + ", " + gpu_s
         dl = c.get("dataloader")
         dl_s = "-" if dl is None else (f"{dl['method']} ok ({dl['seconds']:.2f} s)" if dl.get("ok")
                                        else f"{dl.get('method')} FAILED")
