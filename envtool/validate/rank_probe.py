@@ -617,7 +617,7 @@ def torch_probe(rec, method, sweep_max, want_backend=""):
         import torch.distributed as dist
     rec["import_warnings"] = ["%s: %s" % (w.category.__name__, w.message) for w in caught]
     try:
-        backend, why = choose_backend(torch, dist, want_backend or os.environ.get("ENVTOOL_TORCH_BACKEND", ""))
+        backend, why = choose_backend(torch, dist, want_backend)
     except BackendUnavailable as exc:
         rec.update(controller="torch", backend=want_backend or "?", error=str(exc))
         rec["checks"]["backend"] = {"ok": False, "error": str(exc)}
