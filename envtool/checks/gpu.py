@@ -157,17 +157,8 @@ def gpu_machine() -> Optional[str]:
 
 def nvidia_smi() -> list:
     """``name, driver version, memory`` per GPU from ``nvidia-smi`` ([] when absent or failing)."""
-    import subprocess
-
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return []
-    try:
-        proc = subprocess.run([exe, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [ln.strip() for ln in proc.stdout.splitlines() if ln.strip()] if proc.returncode == 0 else []
+    out = _smi("--query-gpu=name,driver_version,memory.total", "--format=csv,noheader")
+    return [ln.strip() for ln in out.splitlines() if ln.strip()]
 
 
 def _smi(*args: str) -> str:
