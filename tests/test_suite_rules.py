@@ -128,11 +128,35 @@ def test_pytest_xdist_hands_out_the_groups_in_the_order_the_suite_gives_them(tmp
         "    keep_group_order(config)\n")
     (tmp_path / "test_few.py").write_text("import pytest\n@pytest.mark.slow\ndef test_slow_one():\n    pass\n")
     (tmp_path / "test_many.py").write_text("".join(f"def test_{n}():\n    pass\n" for n in range(4)))
-    env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{REPO}", "ENVTOOL_TEST_SLOWDOWN": "1"}
+    # only pytest-xdist among the installed plug-ins (CI's run of this test once waited over 177 s
+    # for a pytest that loads them all, on a machine busy building images), and Python's
+    # faulthandler armed: a run over the bound prints where each process stood (_run_dumping)
+    env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{REPO}", "ENVTOOL_TEST_SLOWDOWN": "1",
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONFAULTHANDLER": "1"}
     env.pop("PYTEST_ADDOPTS", None)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-n", "1", "--dist",
-                           "loadgroup", "--rootdir", str(tmp_path)], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=scaled(120))
+    proc = _run_dumping([sys.executable, "-m", "pytest", "-v", "-p", "xdist.plugin", "-p", "no:cacheprovider",
+                         "-n", "1", "--dist", "loadgroup", "--rootdir", str(tmp_path)], tmp_path, env, scaled(300))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ran = [line.split("PASSED ")[1].split("::")[0] for line in proc.stdout.splitlines() if "PASSED " in line]
     assert ran == ["test_few.py"] + ["test_many.py"] * 4, proc.stdout
+
+
+def _run_dumping(argv: list, cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """Run ``argv`` in a session of its own; past ``timeout`` seconds, SIGABRT to the whole process
+    group (with ``PYTHONFAULTHANDLER=1`` each Python process prints its threads' stacks), then fail
+    with what they printed."""
+    import signal
+
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGABRT)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+        pytest.fail(f"{' '.join(argv)} ran over {timeout:.0f} s; the stacks faulthandler printed:\n{out}\n{err}")
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
