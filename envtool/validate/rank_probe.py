@@ -261,14 +261,17 @@ DATALOADER_TIMEOUT_S = 300
 
 
 def dataloader_check(method, timeout=DATALOADER_TIMEOUT_S):
-    """Iterate a DataLoader with 2 workers under start ``method``; returns ok/method/seconds/error.
+    """Iterate a DataLoader with one worker under start ``method``; returns ok/method/seconds/error.
+
+    One worker, as ``envtool/probes/dataloader.py`` (its ``WORKERS`` says why): the method starts
+    it, and it sends every batch; a second would only repeat its start on every rank.
 
     A batch that does not come within ``timeout`` seconds fails the check (naming the method and the
     wait) instead of hanging the rank until the job's limit."""
     from torch.utils.data import DataLoader
 
     started = time.monotonic()
-    loader = DataLoader(Squares(), batch_size=2, num_workers=2, multiprocessing_context=method, timeout=timeout)
+    loader = DataLoader(Squares(), batch_size=2, num_workers=1, multiprocessing_context=method, timeout=timeout)
     try:
         total = int(sum(int(b.sum()) for b in loader))
     except RuntimeError as exc:
