@@ -2,7 +2,7 @@
 environment or a venv.
 
 ``python -m venv --system-site-packages`` makes an environment that also imports its base
-installation's site-packages (https://docs.python.org/3/library/venv.html). Run by a
+installation's site-packages (https://docs.python.org/3/library/venv.html). Run by an
 interpreter that is itself a venv, ``venv`` bases the new environment on that venv's *base*
 installation (``sys._base_executable``, PEP 405), so the venv's own packages are not seen:
 stdlib ``venv`` and ``site`` have no notion of a parent venv (python/cpython#129445, open;
