@@ -292,7 +292,11 @@ def test_venv_source_clones_as_layer(tmp_path):
     out = subprocess.run([str(target / "bin/python"), "-c", "import modpkg, sys; print(modpkg.X, sys.prefix)"],
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == ["42", str(target)]
-    assert "include-system-site-packages = true" in (target / "pyvenv.cfg").read_text()
+    # the source venv does not include its base's site-packages, so neither does the layer; it sees
+    # the source's through the .pth whose site.addsitedir names what the source's interpreter reports
+    assert "include-system-site-packages = false" in (target / "pyvenv.cfg").read_text()
+    layer_sp = next((target / "lib").glob("python*/site-packages"))
+    assert (layer_sp / "_envtool_layer.pth").read_text() == f"import site; site.addsitedir({str(sp)!r})\n"
     record = json.loads((target / ".envtool" / "create.json").read_text())
     assert record["clone_mode"] == "layer" and record["clone_of_module"] == "modpy/1.0", record
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from envtool.core import frameworks
 from envtool.core.prefix import PrefixData
@@ -17,6 +17,39 @@ def installed_pip(prefix: Path) -> Dict[str, str]:
     """``{canonical name: version}`` of the prefix's Python distributions
     (:class:`~envtool.core.prefix.PrefixData`)."""
     return PrefixData(Path(prefix)).versions()
+
+
+def base_pip(ctx) -> Dict[str, Tuple[str, str]]:
+    """``{canonical name: (version, base prefix)}`` of the distributions a layered venv
+    (:func:`envtool.engines.layer.is_layered`) sees from its base and does not hold itself, read
+    in the directories its interpreter has on ``sys.path`` (the ``info`` probe) outside the
+    prefix (:func:`envtool.engines.layer.base_packages`); ``{}`` for an environment that is not
+    layered or whose interpreter did not answer."""
+    from envtool.engines import layer
+
+    prefix = Path(ctx.prefix)
+    if not layer.is_layered(prefix):
+        return {}
+    info = ctx.probe("info")
+    data = info.data or {}
+    if info.error or not data.get("sys_path"):
+        return {}
+    view = layer.SiteDirs(python=str(data.get("python") or ""), executable=str(data.get("executable") or ""),
+                          prefix=str(data.get("prefix") or prefix), base_prefix=str(data.get("base_prefix") or ""),
+                          venv=True, conda=False, site_packages=(),
+                          user_site=data.get("user_site") if data.get("enable_user_site") else None,
+                          sys_path=tuple(str(p) for p in data.get("sys_path") or ()))
+    _, where = layer.base_of(view, prefix)
+    where = where or "its base"
+    return {p.name: (p.version, where) for p in layer.base_packages(view, prefix)}
+
+
+def visible_pip(ctx) -> Dict[str, str]:
+    """``{canonical name: version}`` of what the environment holds (:func:`installed_pip`) and,
+    for a layered venv, what it sees from its base (:func:`base_pip`)."""
+    out = {name: version for name, (version, _) in base_pip(ctx).items()}
+    out.update(installed_pip(Path(ctx.prefix)))
+    return out
 
 
 def installed_frameworks(info) -> Dict[str, str]:

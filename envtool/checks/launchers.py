@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from envtool.checks.common import installed_pip
+from envtool.checks.common import visible_pip
 from envtool.checks.registry import check, finding
 from envtool.scheduler import launcher
 
@@ -62,7 +62,7 @@ def run(ctx):
     problems = []
     fixes = []
     if not on_path.get(wanted) and not shutil.which(wanted, path=path):
-        if wanted == "horovodrun" and "horovod" not in installed_pip(Path(ctx.prefix)):
+        if wanted == "horovodrun" and "horovod" not in visible_pip(ctx):
             # not a launcher problem: the environment has no Horovod, so it has no horovodrun
             details["horovod_installed"] = False
             items.append(f"Horovod is not installed in {ctx.prefix}: it provides {wanted}")

@@ -5,7 +5,7 @@ Defaults (horovod.md, "Runtime variables worth showing"): ``HOROVOD_FUSION_THRES
 """
 from __future__ import annotations
 
-from envtool.checks.common import installed_pip, version_tuple
+from envtool.checks.common import version_tuple, visible_pip
 from envtool.checks.registry import check, finding
 
 ID = "runtime-vars"
@@ -19,7 +19,7 @@ _NUMERIC = ("HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME", "HOROVOD_CACHE_CAP
 
 @check(ID, "Horovod runtime variables (information)", order=80)
 def run(ctx):
-    version = installed_pip(ctx.prefix).get("horovod")
+    version = visible_pip(ctx).get("horovod")
     new = version_tuple(version, 2) >= (0, 21) if version else True
     defaults = {"HOROVOD_FUSION_THRESHOLD": f"{(128 if new else 64) * 1024 * 1024} (default, bytes)",
                 "HOROVOD_CYCLE_TIME": f"{1 if new else 5} (default, ms)"}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from envtool.checks.common import installed_pip
+from envtool.checks.common import base_pip, installed_pip
 from envtool.checks.registry import check, finding
 from envtool.spec.model import Spec
 
@@ -19,20 +19,35 @@ def _conda_records(prefix: Path) -> list:
     return PrefixData(Path(prefix)).conda_records
 
 
-def compare_pins(spec: Spec, prefix: Path, python_version: Optional[str]) -> Tuple[List[str], List[str]]:
+def compare_pins(spec: Spec, prefix: Path, python_version: Optional[str],
+                 base: Optional[Mapping[str, Tuple[str, str]]] = None) -> Tuple[List[str], List[str]]:
     """Compare the spec's pins with what ``prefix`` holds, through the values
     :mod:`envtool.spec.load` parsed (:attr:`Pin.requirement`, :attr:`Pin.match_spec`,
     :meth:`Pin.matches`); nothing is parsed again here.
 
+    Args:
+        spec: the spec.
+        prefix: the environment.
+        python_version: its interpreter's version, or None.
+        base: ``{canonical name: (version, base prefix)}`` of what a layered environment sees from
+            its base (:func:`envtool.checks.common.base_pip`); a pin the prefix does not hold
+            counts as present when the base has it, and its line says so.
     Returns:
-        ``(ok_lines, problem_lines)``, each ``"name: want X, found Y"``.
+        ``(ok_lines, problem_lines)``, each ``"name: want X, found Y"`` (``"… (from the base
+        B)"`` for a base package).
     """
     ok: List[str] = []
     bad: List[str] = []
     if spec.python is not None and python_version:
         line = f"python: want {spec.python.value}, found {python_version}"
         (ok if spec.python.matches(python_version) is not False else bad).append(line)
-    pip = installed_pip(prefix)
+    own = installed_pip(prefix)
+    pip: Dict[str, str] = {name: version for name, (version, _) in (base or {}).items()}
+    pip.update(own)
+
+    def origin(name: str) -> str:
+        return "" if name in own or not base or name not in base else f" (from the base {base[name][1]})"
+
     for pin in spec.packages.pip:
         req = pin.requirement  # parsed once by envtool.spec.load
         if req is None or pin.name is None:
@@ -41,9 +56,9 @@ def compare_pins(spec: Spec, prefix: Path, python_version: Optional[str]) -> Tup
         if have is None:
             bad.append(f"{req.name}: want {pin.value}, not installed")
         elif req.specifier and not req.specifier.contains(have, prereleases=True):
-            bad.append(f"{req.name}: want {pin.value}, found {have}")
+            bad.append(f"{req.name}: want {pin.value}, found {have}{origin(pin.name)}")
         else:
-            ok.append(f"{req.name}: {have}")
+            ok.append(f"{req.name}: {have}{origin(pin.name)}")
     if spec.packages.conda:
         records = _conda_records(prefix)
         for pin in spec.packages.conda:
@@ -64,7 +79,7 @@ def compare_pins(spec: Spec, prefix: Path, python_version: Optional[str]) -> Tup
         if have is None:
             bad.append(f"horovod: want {want}, not installed")
         elif spec.horovod.version.matches(have) is False:
-            bad.append(f"horovod: want {want}, found {have}")
+            bad.append(f"horovod: want {want}, found {have}{origin('horovod')}")
     return ok, bad
 
 
@@ -88,8 +103,9 @@ def run(ctx):
             failed.append(f"import {name} failed: {rec.get('error')}")
     items = list(failed)
     ok_lines: List[str] = []
+    base = base_pip(ctx) if ctx.spec is not None else {}
     if ctx.spec is not None:
-        ok_lines, bad = compare_pins(ctx.spec, Path(ctx.prefix), data.get("python"))
+        ok_lines, bad = compare_pins(ctx.spec, Path(ctx.prefix), data.get("python"), base=base)
         items += bad
         from envtool.core import frameworks
 
@@ -111,6 +127,13 @@ def run(ctx):
                 ok_lines.append(f"{name}: {have} (lock)")
     summary_found = ", ".join(f"{k} {v}" for k, v in found.items() if v)
     details: Dict[str, Any] = {"found": found, "matched": ok_lines}
+    own = installed_pip(Path(ctx.prefix)) if base else {}
+    pinned = {p.name for p in ctx.spec.packages.pip if p.name} | {"horovod"} if ctx.spec is not None else set()
+    from_base = {n: base[n][0] for n in sorted(pinned) if n in base and n not in own}
+    if from_base:
+        details["from_base"] = {"prefix": next(iter(base.values()))[1], "packages": from_base}
+        summary_found += (f"; from the base {details['from_base']['prefix']}: "
+                          + ", ".join(f"{n} {v}" for n, v in from_base.items()))
     fix = ""
     if items:
         name = ctx.spec.name if ctx.spec is not None else "SPEC"

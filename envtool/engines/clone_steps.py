@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from envtool.core.errors import EnvtoolError, StepFailed
 from envtool.core.plan import PlanOptions, Step, StepContext
 from envtool.engines.base import CloneSettings
+from envtool.engines.layer import LAYER_PTH as _LAYER_PTH
 from envtool.engines.rattler_api import install_records, package_cache, quote_path as _q, read_prefix_records
 from envtool.core.prefix import PrefixData
 
@@ -241,30 +242,34 @@ def clone_layer_step(source: Path, prefix: Path, final_prefix: Path, mode: str =
 
 
 def _layer_action(step: Step, runner: StepContext) -> dict:
-    """Run ``venv --system-site-packages``; for a venv source add a ``.pth`` naming its site-packages.
+    """Run ``venv --system-site-packages`` with the source's interpreter, then make the layer see
+    what the source sees (:func:`envtool.engines.layer.layer_over`: for a venv source, a ``.pth``
+    whose ``site.addsitedir`` names the site-packages the source's interpreter reports).
 
     ``venv`` run from a venv bases the new one on the *base* interpreter (PEP 405
-    ``sys._base_executable``), so the source venv's own packages would not be visible.
+    ``sys._base_executable``), so without it the source venv's own packages would not be visible.
+
+    Raises:
+        StepFailed: the source's interpreter cannot be asked, or the files cannot be written.
     """
-    from envtool.core.prefix import PrefixData
+    from envtool.engines.layer import layer_over, probe_site
 
     d: LayerData = step.data
     runner.run(step.commands[0])
-    src = Path(d.source)
-    if PrefixData(src).is_venv:
-        src_sp, new_sp = PrefixData(src).site_packages, PrefixData(Path(d.prefix)).site_packages
-        if src_sp and new_sp:
-            (new_sp / LAYER_PTH).write_text(str(src_sp) + "\n")
-            runner.note(f"{new_sp}/{LAYER_PTH} -> {src_sp}")
-    return {"source": str(src), "mode": "layer"}
+    try:
+        record = layer_over(probe_site(step.commands[0][0]), Path(d.prefix))
+    except (EnvtoolError, OSError) as exc:
+        raise StepFailed(step.id, f"cannot layer the venv over {d.source}: {exc}", runner.log_path) from None
+    if record["pth"]:
+        runner.note(f"{record['pth']} -> " + ", ".join(map(str, record["site_packages"])))
+    return {"source": str(d.source), "mode": "layer", "base": record}
 
 
-#: The ``.pth`` file a layer on a venv source writes into its own site-packages: one line, the
-#: source's site-packages (Python's ``site`` module adds each existing directory a ``.pth`` line
-#: names to ``sys.path`` and silently skips one that does not exist:
-#: https://docs.python.org/3/library/site.html). So a layer whose source is removed still runs,
-#: without the source's packages: :func:`layer_base` tells.
-LAYER_PTH = "_envtool_layer.pth"
+#: The ``.pth`` file a layer on a venv source writes into its own site-packages
+#: (:data:`envtool.engines.layer.LAYER_PTH`). ``site.addsitedir`` of a directory that is gone finds
+#: nothing there and raises nothing (https://docs.python.org/3/library/site.html), so a layer whose
+#: source is removed still runs, without the source's packages: :func:`layer_base` tells.
+LAYER_PTH = _LAYER_PTH
 
 
 @dataclass(frozen=True)
@@ -299,6 +304,7 @@ def layer_base(prefix: Path) -> Optional[LayerBase]:
     import os
 
     from envtool.core.prefix import PrefixData
+    from envtool.engines.layer import pth_dirs
 
     rec: Dict[str, Any] = {}
     record = Path(prefix) / ".envtool" / "create.json"
@@ -313,8 +319,7 @@ def layer_base(prefix: Path) -> Optional[LayerBase]:
     named = None
     try:
         if sp is not None:
-            lines = [ln.strip() for ln in (sp / LAYER_PTH).read_text(errors="replace").splitlines() if ln.strip()]
-            named = lines[0] if lines and os.path.isabs(lines[0]) else None
+            named = next(iter(pth_dirs((sp / LAYER_PTH).read_text(errors="replace"))), None)
     except OSError:
         pass
     if named is None and rec.get("clone_mode") != "layer":

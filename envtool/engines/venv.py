@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
@@ -18,7 +19,8 @@ from envtool.engines.base import Engine, InstalledPackage, LockInstall
 from envtool.engines.pip import pip_install_step
 from envtool.core.errors import UsageError
 from envtool.spec.model import Spec
-from envtool.core.plan import PlanOptions, Step
+from envtool.core.plan import PlanOptions, Step, StepContext
+from envtool.engines.layer import LAYER_PTH
 
 
 def _wanted(spec: Spec) -> Tuple[str, str]:
@@ -100,15 +102,55 @@ def create_venv_step(spec: Spec, options: PlanOptions, notes: Tuple[str, ...] = 
     if inst is not None and inst.name == "uv":
         seeds = [Path(w) for w in facts.seed_wheels] if probed else bundled_seed_wheels(base)  # type: ignore[union-attr]
     title = f"Create a venv at {options.prefix}" + (" over the base interpreter's packages" if layered else "")
+    # a base interpreter that is itself a venv: venv bases the new one on *its* base, so a .pth
+    # file names the base venv's site-packages (envtool.engines.layer.layer_over)
+    over: Tuple[Tuple[str, ...], ...] = ((("#", f"when {base} is itself a venv: {LAYER_PTH} in the new "
+                                                "site-packages runs site.addsitedir(<its site-packages>)"),)
+                                         if layered else ())
+    action = _create_layered if layered else None
     if inst is None or not seeds:
-        return Step(id="create-venv", title=title, commands=((base, "-m", "venv", *layer, prefix),),
-                    notes=tuple(notes))
+        return Step(id="create-venv", title=title, commands=((base, "-m", "venv", *layer, prefix), *over),
+                    notes=tuple(notes), action=action, data=LayeredVenv(base) if layered else None)
     py = str(PrefixData(Path(prefix)).python)
     seed = (inst.program, "pip", "install", "--no-config", "--python", py, "--no-index", "--no-deps",
             *(str(w) for w in seeds))
     return Step(id="create-venv", title=title + " (seeded by uv from ensurepip's wheels)",
-                commands=((base, "-m", "venv", "--without-pip", *layer, prefix), seed),
-                env=install_env(inst), drop_env=inst.drop_env, notes=tuple(notes))
+                commands=((base, "-m", "venv", "--without-pip", *layer, prefix), seed, *over),
+                env=install_env(inst), drop_env=inst.drop_env, notes=tuple(notes), action=action,
+                data=LayeredVenv(base) if layered else None)
+
+
+@dataclass(frozen=True)
+class LayeredVenv:
+    """Payload of a layered ``create-venv`` step: the base interpreter it runs ``venv`` with."""
+
+    base_python: str
+
+
+def _create_layered(step: Step, runner: StepContext) -> dict:
+    """Run the ``create-venv`` commands, then make the new venv see what its base interpreter
+    (``step.data``) sees (:func:`envtool.engines.layer.layer_over`: a ``.pth`` for a venv base).
+
+    Returns:
+        ``{"base": <layer_over's record>}``.
+    Raises:
+        StepFailed: the base interpreter cannot be asked where its packages are, or the files
+            cannot be written.
+    """
+    from envtool.core.errors import EnvtoolError, StepFailed
+    from envtool.engines.layer import layer_over, probe_site
+
+    runner.run_commands(step)
+    prefix = Path(step.commands[0][-1])  # python -m venv ... PREFIX
+    try:
+        base = probe_site(step.data.base_python)
+        record = layer_over(base, prefix)
+    except (EnvtoolError, OSError) as exc:
+        raise StepFailed(step.id, f"cannot layer the venv over {step.data.base_python}: {exc}", runner.log_path) from None
+    if record["pth"]:
+        runner.note(f"the base interpreter is a venv ({base.prefix}): {record['pth']} adds "
+                    + ", ".join(map(str, record["site_packages"])))
+    return {"base": record}
 
 
 class VenvEngine(Engine):

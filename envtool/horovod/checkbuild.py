@@ -94,11 +94,34 @@ def parse(text: str) -> CheckBuild:
             if name not in (n for n, _ in sections[current]):
                 sections[current].append((name, m.group(1) in "Xx"))
     if not any(sections.values()):
-        snippet = text.strip().splitlines()[-1][:200] if text.strip() else "(empty output)"
-        raise CheckBuildParseError(
-            "no 'horovodrun --check-build' sections found (Horovod < 0.17.1 has no --check-build); "
-            f"last line: {snippet}")
+        raise CheckBuildParseError(_no_sections(text))
     return CheckBuild(version=version, **{k: tuple(v) for k, v in sections.items()})
+
+
+#: The last line of a Python traceback: ``ModuleNotFoundError: No module named 'yaml'`` (an
+#: exception class name, a colon, the message).
+_RAISED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)): (.*)$")
+_NO_MODULE = re.compile(r"No module named '([^']+)'")
+
+
+def _no_sections(text: str) -> str:
+    """Why ``horovodrun --check-build`` printed no section: the exception it died of when its
+    output ends in a traceback (a missing module named, with what to install), else the last
+    line (an old Horovod without the option, 0.17.1 added it)."""
+    lines = [ln.rstrip() for ln in text.strip().splitlines() if ln.strip()]
+    raised = next((m for m in (_RAISED.match(ln.strip()) for ln in reversed(lines)) if m), None)
+    if raised is not None:
+        what = f"{raised.group(1)}: {raised.group(2)}"[:300]
+        module = _NO_MODULE.search(raised.group(2))
+        if module is not None:
+            top = module.group(1).split(".")[0]
+            return (f"horovodrun --check-build failed before printing anything: {what}; the module {top!r} is "
+                    f"missing from the environment (and from any base it is layered over): install the package "
+                    f"that provides it into the environment")
+        return f"horovodrun --check-build failed before printing anything: {what}"
+    snippet = lines[-1][:200] if lines else "(empty output)"
+    return ("no 'horovodrun --check-build' sections found (Horovod < 0.17.1 has no --check-build); "
+            f"last line: {snippet}")
 
 
 #: The capability rows of ``horovodrun --check-build`` and the API function each one shows, in

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from envtool.core.errors import EnvtoolError, UsageError
-from envtool.lock.model import LockData, LockedPackage
+from envtool.lock.model import BaseSet, LockData, LockedPackage
 from envtool.spec.model import Spec
 from envtool.core.prefix import PrefixData
 
@@ -137,7 +137,8 @@ def not_public_message(spec: Spec, exc) -> str:
 
 def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built_keys: Optional[Dict[str, str]] = None,
                 lookup: bool = True, progress: Optional[Callable[[str], None]] = None,
-                known: Optional[Mapping[Tuple[str, str], Tuple[str, str]]] = None) -> LockData:
+                known: Optional[Mapping[Tuple[str, str], Tuple[str, str]]] = None,
+                layered_over: Optional[Mapping[str, object]] = None) -> LockData:
     """Snapshot ``prefix`` (see :mod:`envtool.lock.snapshot`) as a lock for this machine's platform.
 
     Args:
@@ -150,12 +151,14 @@ def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built
         progress: progress callback.
         known: see :func:`envtool.lock.snapshot.snapshot` (URLs and hashes already known, e.g.
             from the lock the environment was installed from).
+        layered_over: the ``create-venv``/``clone-layer`` step's ``base`` record while ``create``
+            runs (:func:`envtool.engines.layer.layer_over`), or None: read from the prefix.
     Returns:
-        the lock (kind ``snapshot``); pip URLs made portable (:mod:`envtool.lock.portable`),
+        the lock (kind ``snapshot``; a layered venv's base set in ``base``); pip URLs made portable (:mod:`envtool.lock.portable`),
         the interpreter recorded.
     Raises:
         UsageError: not an environment.
-        EnvtoolError: the pip lookup failed.
+        EnvtoolError: the pip lookup failed, or a layered venv's interpreter cannot be asked.
     """
     from envtool.lock import snapshot
     from envtool.lock.portable import make_portable
@@ -211,7 +214,31 @@ def lock_prefix(prefix: Path, spec: Optional[Spec] = None, site: str = "", built
     return LockData(packages=tuple(packages), platforms=(platform,), channels=snapshot.channels_of(packages),
                     content_hash=((platform, digest or "unknown"),), spec=name, spec_hash=digest, site=site,
                     kind="snapshot", engine=engine, sources=sources, interpreter=interpreter, spec_fields=fields,
-                    pip_indexes=pip_indexes)
+                    pip_indexes=pip_indexes, base=base_set(Path(prefix), layered_over))
+
+
+def base_set(prefix: Path, recorded: Optional[Mapping[str, object]] = None) -> Optional[BaseSet]:
+    """What a layered venv (:func:`envtool.engines.layer.is_layered`) sees from its base, as the
+    lock records it (:class:`~envtool.lock.model.BaseSet`): read in the directories its own
+    interpreter has on ``sys.path`` outside ``prefix`` (:func:`envtool.engines.layer.base_packages`).
+
+    Args:
+        prefix: the environment.
+        recorded: see :func:`envtool.engines.layer.base_of`.
+    Returns:
+        the base set, or None when ``prefix`` is not a layered venv.
+    Raises:
+        EnvtoolError: the environment's interpreter cannot be asked (names it and why).
+    """
+    from envtool.engines import layer
+
+    if not layer.is_layered(prefix):
+        return None
+    view = layer.probe_site(str(PrefixData(prefix).python))
+    found = layer.base_packages(view, prefix)
+    kind, where = layer.base_of(view, prefix, recorded)
+    return BaseSet(kind=kind, prefix=where,
+                   packages=tuple((p.name, p.version) for p in found), records=layer.records_digest(found))
 
 
 def relative_sources(data: LockData, lock_path: Path) -> LockData:

@@ -12,14 +12,14 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from envtool.core.atomic import umask_mode
 from envtool.core.errors import UsageError
 from envtool.core.inputs import check_input
-from envtool.lock.model import (BUILT_CATEGORY, META_BUILT_PREFIX, META_ENGINE, META_KIND, META_PACKAGES,
-                                META_PIP_INDEXES, META_PYTHON, META_SITE, META_SPEC, META_SPEC_FIELDS, META_SPEC_HASH, LockData,
-                                LockedPackage, packages_stamp)
+from envtool.lock.model import (BUILT_CATEGORY, META_BASE, META_BASE_PACKAGES, META_BUILT_PREFIX, META_ENGINE, META_KIND, META_PACKAGES,
+                                META_PIP_INDEXES, META_PYTHON, META_SITE, META_SPEC, META_SPEC_FIELDS, META_SPEC_HASH, BaseSet,
+                                LockData, LockedPackage, packages_stamp)
 from envtool.core.platforms import optional_interpreter
 
 #: Archive suffixes of conda packages (conda docs, "Package naming conventions").
@@ -49,6 +49,10 @@ def to_conda_lock(data: LockData):
         custom[META_SPEC_FIELDS] = json.dumps(dict(data.spec_fields), sort_keys=True, separators=(",", ":"))
     if data.pip_indexes:
         custom[META_PIP_INDEXES] = json.dumps(dict(data.pip_indexes), sort_keys=True, separators=(",", ":"))
+    if data.base is not None:
+        custom[META_BASE] = json.dumps({"kind": data.base.kind, "prefix": data.base.prefix,
+                                        "records": data.base.records}, sort_keys=True, separators=(",", ":"))
+        custom[META_BASE_PACKAGES] = json.dumps(dict(data.base.packages), sort_keys=True, separators=(",", ":"))
     custom[META_PACKAGES] = packages_stamp(data.packages)
     packages = []
     try:
@@ -182,12 +186,49 @@ def read_lock(path: Path) -> LockData:
     except (ValueError, AttributeError, RecursionError):
         raise UsageError(f"{path}: metadata.custom_metadata.{META_SPEC_FIELDS}: expected a JSON object") from None
     pip_indexes = _pip_indexes(path, custom.get(META_PIP_INDEXES))
+    base = _base_set(path, custom.get(META_BASE), custom.get(META_BASE_PACKAGES))
     return LockData(
         packages=tuple(packages), platforms=tuple(meta.platforms),
         channels=tuple(c.url for c in meta.channels), content_hash=tuple(sorted(meta.content_hash.items())),
         spec=custom.get(META_SPEC, ""), spec_hash=custom.get(META_SPEC_HASH, ""), site=custom.get(META_SITE, ""),
         kind=custom.get(META_KIND, ""), engine=custom.get(META_ENGINE, ""), sources=tuple(meta.sources),
-        interpreter=optional_interpreter(custom.get(META_PYTHON)), spec_fields=spec_fields, pip_indexes=pip_indexes)
+        interpreter=optional_interpreter(custom.get(META_PYTHON)), spec_fields=spec_fields, pip_indexes=pip_indexes,
+        base=base)
+
+
+def _base_set(path: Path, head, packages) -> Optional[BaseSet]:
+    """``metadata.custom_metadata.envtool.base`` and ``envtool.base_packages`` as a :class:`BaseSet`,
+    or None when the lock has neither (an environment that is not layered).
+
+    Raises:
+        UsageError: one is there without the other, or either is not the JSON object
+            :func:`to_conda_lock` writes (names the field and what was expected).
+    """
+    import re
+
+    if head is None and packages is None:
+        return None
+    field = f"{path}: metadata.custom_metadata"
+    try:
+        meta = json.loads(head) if isinstance(head, str) and len(head) <= 65536 else None
+    except (ValueError, RecursionError):
+        meta = None
+    if not (isinstance(meta, dict) and meta.get("kind") in ("venv", "conda", "system")
+            and isinstance(meta.get("prefix"), str) and isinstance(meta.get("records"), str)
+            and re.fullmatch(r"[0-9]+ sha256:[0-9a-f]{64}", meta["records"])):
+        raise UsageError(f"{field}.{META_BASE}: expected a JSON object with kind (venv, conda or system), "
+                         "prefix and records ('<count> sha256:<64 hex digits>')")
+    try:
+        pkgs = json.loads(packages) if isinstance(packages, str) and len(packages) <= 4 * 1024 * 1024 else None
+    except (ValueError, RecursionError):
+        pkgs = None
+    if not (isinstance(pkgs, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in pkgs.items())):
+        raise UsageError(f"{field}.{META_BASE_PACKAGES}: expected a JSON object of package names to versions")
+    if int(meta["records"].split(" ", 1)[0]) != len(pkgs):
+        raise UsageError(f"{field}.{META_BASE_PACKAGES}: {META_BASE} records {meta['records'].split(' ', 1)[0]} "
+                         f"base packages but {len(pkgs)} are listed: the lock was edited; write it again")
+    return BaseSet(kind=meta["kind"], prefix=meta["prefix"], packages=tuple(sorted(pkgs.items())),
+                   records=meta["records"])
 
 
 def _pip_indexes(path: Path, text) -> tuple:

@@ -34,6 +34,31 @@ META_PACKAGES = "envtool.packages"
 #: custom_metadata key: the package indexes of pip entries that are not on PyPI, a JSON object
 #: ``{project: public index URL}`` (the spec's ``index:`` pins), which ``create`` installs from.
 META_PIP_INDEXES = "envtool.pip_indexes"
+#: custom_metadata key of a layered environment's base (:class:`BaseSet`): a JSON object
+#: ``{"kind": "venv"|"conda"|"system", "prefix": …, "records": "<count> sha256:<digest>"}``.
+META_BASE = "envtool.base"
+#: custom_metadata key: the base's packages, a JSON object ``{normalized name: version}``.
+META_BASE_PACKAGES = "envtool.base_packages"
+
+
+@dataclass(frozen=True)
+class BaseSet:
+    """The packages a layered environment sees from its base and does not hold (a venv with
+    ``venv.system_site_packages``, a clone layered over another environment): not entries of
+    the lock (nothing installs them), but recorded beside them, so a changed base can be told.
+
+    Attributes:
+        kind: ``venv``, ``conda`` or ``system`` (:attr:`envtool.engines.layer.SiteDirs.kind`).
+        prefix: the base's prefix.
+        packages: ``(normalized name, version)`` pairs, sorted.
+        records: ``<count> sha256:<digest>`` over the packages' names, versions and ``RECORD``
+            files (:func:`envtool.engines.layer.records_digest`).
+    """
+
+    kind: str
+    prefix: str
+    packages: Tuple[Tuple[str, str], ...]
+    records: str
 
 
 @dataclass(frozen=True)
@@ -100,6 +125,7 @@ class LockData:
         spec_fields: ``(field, digest)`` pairs of the spec's lock-relevant fields, or ``()``.
         pip_indexes: ``(project, public index URL)`` pairs for pip entries served by an index
             other than PyPI (the spec's ``index:`` pins), or ``()``.
+        base: what a layered environment sees from its base (:class:`BaseSet`), or None.
     """
 
     packages: Tuple[LockedPackage, ...]
@@ -115,6 +141,7 @@ class LockData:
     interpreter: Optional[Interpreter] = None
     spec_fields: Tuple[Tuple[str, str], ...] = ()
     pip_indexes: Tuple[Tuple[str, str], ...] = ()
+    base: Optional[BaseSet] = None
 
     def for_platform(self, platform: str) -> List[LockedPackage]:
         """The entries for ``platform`` (conda first, then pip, in file order)."""

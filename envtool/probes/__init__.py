@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 #: The probe scripts in this package (file name without ``.py``).
-NAMES: Tuple[str, ...] = ("env_info", "dataloader", "allreduce", "framework_versions", "bytecode", "imports")
+NAMES: Tuple[str, ...] = ("env_info", "dataloader", "allreduce", "framework_versions", "bytecode", "imports",
+                          "site_dirs")
 #: Standalone helper modules the probes (and the rank probe, beside which they are copied) import
 #: from their own directory; they have no ``main``.
 HELPERS: Tuple[str, ...] = ("tf_checks",)

@@ -562,8 +562,76 @@ def _run_build(step: Step, runner) -> Dict:
     no_deps = ["--no-deps"] if d.no_deps else []
     runner.run([d.python, "-m", "pip", "install", "--disable-pip-version-check", *no_deps, str(wheel)])
     check_installed_wheel(d.prefix, sha, step.id, runner)
+    result["runtime_dependencies_installed"] = install_runtime_deps(d.prefix, step.id, runner)
     result["runpath"] = _fix_runpaths(d.python, runner)
     return result
+
+
+def missing_runtime_deps(prefix: Path) -> List[str]:
+    """The installed Horovod's runtime requirements (its ``Requires-Dist`` without extras whose
+    markers hold for the environment's interpreter: cloudpickle, psutil, pyyaml, packaging, cffi
+    for 0.28.1) that the environment's interpreter does not see: not in the prefix and not in a
+    base it is layered over (:func:`envtool.engines.layer.visible_versions`).
+
+    Returns:
+        the requirement strings (markers dropped), in Horovod's order; ``[]`` when Horovod is
+        not installed in ``prefix``.
+    Raises:
+        EnvtoolError: the environment's interpreter cannot be asked where its packages are.
+    """
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    from envtool.core.prefix import canonical_name
+    from envtool.engines.layer import probe_site, visible_versions
+
+    dist = next((x for x in PrefixData(prefix).distributions if x.name == "horovod"), None)
+    if dist is None:
+        return []
+    view = probe_site(str(PrefixData(prefix).python))
+    seen = visible_versions(view)
+    marker_env = {"python_version": ".".join(view.python.split(".")[:2]), "python_full_version": view.python,
+                  "extra": ""}
+    out: List[str] = []
+    for line in dist.requires:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and not req.marker.evaluate(marker_env):
+            continue  # an extra (horovod[pytorch]) or another interpreter's requirement
+        if canonical_name(req.name) not in seen:
+            req.marker = None
+            out.append(str(req))
+    return out
+
+
+def install_runtime_deps(prefix: Path, step_id: str, runner) -> List[str]:
+    """Install Horovod's runtime requirements the environment does not see
+    (:func:`missing_runtime_deps`) into the environment itself: an environment layered over a base
+    that lacks one (PyYAML, say) would otherwise fail at ``horovodrun`` with ``No module named
+    'yaml'``. Those the base provides are left to the base.
+
+    Returns:
+        the requirements installed (``[]`` when none was missing).
+    Raises:
+        StepFailed: the interpreter cannot be asked, or a requirement is still missing after the
+            install (named, with the install's log).
+    """
+    from envtool.core.errors import EnvtoolError
+
+    try:
+        missing = missing_runtime_deps(prefix)
+        if not missing:
+            return []
+        runner.progress("      installing Horovod's runtime requirements the environment lacks: " + ", ".join(missing))
+        runner.run([str(PrefixData(prefix).python), "-m", "pip", "install", "--disable-pip-version-check", *missing])
+        still = missing_runtime_deps(prefix)
+    except EnvtoolError as exc:
+        raise StepFailed(step_id, f"cannot check Horovod's runtime requirements: {exc}", runner.log_path) from None
+    if still:
+        raise StepFailed(step_id, "Horovod's runtime requirement(s) " + ", ".join(still) + " are still missing after "
+                         "pip install; install them into the environment (or its base)", runner.log_path)
+    return missing
 
 
 def _require_frameworks(step: Step, runner, d: BuildDecision, installed: Dict[str, List[str]]) -> None:

@@ -65,8 +65,10 @@ def _run_lock(step: Step, runner: StepContext) -> Dict[str, Any]:
             known = {(p.key[1], p.version): (p.url, p.sha256)
                      for p in lockio.read_lock(Path(d.from_lock)).packages
                      if p.manager == "pip" and p.sha256 and not p.built}
+        made = runner.results.get("create-venv") or runner.results.get("clone-layer") or {}
         data = build.lock_prefix(prefix, spec=d.spec, site=d.site, built_keys=keys,
-                                 progress=runner.note, known=known)
+                                 progress=runner.note, known=known,
+                                 layered_over=made.get("base") if isinstance(made, dict) else None)
         lockio.write_lock(data, prefix / LOCK_NAME)
     except EnvtoolError as exc:
         runner.note(f"no lock written: {exc}")
