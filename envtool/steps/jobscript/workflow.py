@@ -227,11 +227,10 @@ def resolve_environment(prefix: Optional[str], module: Optional[str], spec: Opti
 def _render(step: Step, ctx: StepContext) -> Rendered:
     import dataclasses
 
-    from envtool.steps.jobscript.request import build_request, gpu_mismatch, render
-
     from envtool import scheduler
     from envtool.scheduler import ddp
     from envtool.scheduler.model import capabilities
+    from envtool.steps.jobscript.request import build_request, gpu_mismatch, render
 
     req: JobscriptRequest = step.data
     r: Resolved = ctx.results["resolve"]
