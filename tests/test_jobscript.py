@@ -109,9 +109,10 @@ def test_perlmutter_reproduces_seed_003_sbatch_script(tmp_path):
     block = text[text.index("#SBATCH -A dasrepo_g"):text.index("sbatch horovod_batch.sh")]
     want = [d for d in directives(block, "#SBATCH") if d[0] != "-e"]  # envtool sends both streams to -o
     seed_modules = next(line.split()[3:] for line in text.splitlines() if line.startswith("perlmutter:login15>$ module load"))
+    # a Horovod program: the site's launcher line (perlmutter's default launch is NERSC's DDP srun)
     out = script("--site", "perlmutter", "--spec", "perlmutter-horovod", "--module", "horovod/0.28.1",
                  "--nodes", "2", "--account", "dasrepo_g", "--time", "2:00:00", "--job-output", "%x_%j.out",
-                 "--", "python", "tf_keras_fashion_mnist.py")
+                 "--launch", "launcher", "--", "python", "tf_keras_fashion_mnist.py")
     assert sorted(directives(out, "#SBATCH")) == sorted(want)
     assert 'export SLURM_CPU_BIND=cores' in out.splitlines()  # seed: export SLURM_CPU_BIND="cores"
     assert "srun python tf_keras_fashion_mnist.py" in block.splitlines()

@@ -8,10 +8,16 @@ entry points, the launch assumed for each and why; ``details.suppressed`` the is
 ``# envtool: ignore[rule]`` comments; ``details.omitted`` the issues past the report's cap. The
 text items say the launch assumed once per program (``launch assumed for ENTRY: …``) and list its
 issues below without it; ``details.issues`` keeps each message whole. The check never fails: ``doctor --strict`` / ``--fail-on`` turns remaining issues into exit status 1.
+
+For each program whose launch kind has a job-script launch (:func:`launch_for`), the fix (also on
+an ``ok`` finding) and ``details.programs[].jobscript`` give the ``envtool jobscript`` line that
+starts it that way, shell-quoted: a torch.distributed (DDP) program ``--launch torchrun``, or the
+site's default DDP launch when its file names one; an MPI or Horovod program ``--launch launcher``
+(the site's launcher line) where the site's default is a DDP launch.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from envtool.checks.model import Context, Finding
 from envtool.checks.registry import check, finding
@@ -71,6 +77,70 @@ def _items(issues, programs) -> List[str]:
     return items
 
 
+def launch_for(kind: str, site: Any) -> Optional[Tuple[str, str]]:
+    """The ``jobscript --launch`` value for a program of launch kind ``kind`` (a key of
+    :data:`envtool.checks.scan.LAUNCHES`) at ``site`` (a :class:`~envtool.spec.sites.SiteFile` or
+    None), and why; None when there is nothing to add (a single process, Lightning, an MPI or
+    Horovod program where ``jobscript`` already writes the site's launcher line) or no job-script
+    launch fits (a DDP program at a site whose scheduler the DDP launches are not written for).
+
+    Raises:
+        SpecError: ``site``'s scheduler is not registered (its file was already checked: a bug).
+    """
+    from envtool.scheduler import ddp
+
+    sec = getattr(site, "launch", None)
+    if kind in ("horovod", "mpi"):
+        if sec is not None and sec.default in ddp.LAUNCHES:
+            return ddp.LAUNCHER, (f"an MPI or Horovod program: the site's launcher line, not site {site.name}'s "
+                                  f"default {sec.default} launch for DDP")
+        return None
+    if kind != "torchrun":
+        return None
+    if site is not None:
+        from envtool import scheduler
+        from envtool.scheduler.model import capabilities
+
+        caps = capabilities(scheduler.get(site.scheduler))
+        if len(caps.task_vars) != 5 or not caps.first_node:
+            return None
+        if sec is not None and sec.default in ddp.LAUNCHES:
+            return sec.default, ddp.choose(site, None).origin
+    return ddp.TORCHRUN, "a torch.distributed program: torchrun starts each node's ranks"
+
+
+def jobscript_line(entry: str, launch: str, site: Any, prefix: Optional[str]) -> str:
+    """``envtool jobscript [--prefix P] [--site S] --nodes 1 --launch L -- python ENTRY``, each word
+    quoted for the shell."""
+    import shlex
+
+    words = ["envtool", "jobscript"] + (["--prefix", prefix] if prefix else []) + \
+        (["--site", site.name] if site is not None else []) + ["--nodes", "1", "--launch", launch, "--", "python",
+                                                               entry]
+    return shlex.join(words)
+
+
+def _launch_lines(programs, opts) -> Tuple[List[dict], List[str], List[str]]:
+    """The report's programs with ``jobscript`` (the line) and ``jobscript_launch`` added where a
+    launch fits, the item lines (``launch for ENTRY: LINE (why)``) and the fix parts."""
+    site, prefix = opts.get("site_file"), opts.get("prefix")
+    out, items, fixes = [], [], []
+    for p in programs:
+        p = dict(p)
+        fit = launch_for(p.get("launch", ""), site)
+        if fit is None and p.get("launch") == "torchrun" and site is not None:
+            items.append(f"launch for {p['entry']}: no jobscript launch at site {site.name} (scheduler "
+                         f"{site.scheduler or 'none'}): envtool's torchrun and srun launches are written for Slurm "
+                         "so far; start it as the site documents")
+        if fit is not None:
+            line = jobscript_line(p["entry"], fit[0], site, prefix)
+            p["jobscript"], p["jobscript_launch"] = line, fit[0]
+            items.append(f"launch for {p['entry']}: {line} ({fit[1]})")
+            fixes.append(f"start {p['entry']} with: {line}")
+        out.append(p)
+    return out, items, fixes
+
+
 @check(ID, "Training script scan (--script)", order=40,
        fix="apply the change named on each line")
 def run(ctx: Context) -> Finding:
@@ -83,20 +153,22 @@ def run(ctx: Context) -> Finding:
     issues = report.issues
     names = ", ".join(str(p) for p in ctx.scripts)
     files = sorted({i.path for i in issues})
-    items = _items(issues, report.programs)
+    programs, launch_items, launch_fixes = _launch_lines(report.programs,
+                                                         getattr(ctx, "script_options", None) or {})
+    items = launch_items + _items(issues, report.programs)
     if report.omitted:
         items.append(f"... {report.omitted} more issue(s) not listed (the report keeps the first {len(issues)})")
     warns = [i for i in issues if i.level != "info"]
     mechanisms = {r: list(scan.MECHANISMS[r]) for r in sorted({i.rule for i in issues}) if r in scan.MECHANISMS}
     infos = len(issues) - len(warns)
     details: Dict[str, Any] = dict(items=items, issues=[i.to_dict() for i in issues], files=files, mechanisms=mechanisms,
-                   programs=report.programs, suppressed=[i.to_dict() for i in report.suppressed],
+                   programs=programs, suppressed=[i.to_dict() for i in report.suppressed],
                    omitted=report.omitted, source_files=report.files, source_bytes=report.bytes)
     sup = f"; {len(report.suppressed)} suppressed" if report.suppressed else ""
     if not warns and not report.omitted:
         note = f"; {infos} unproven note(s) (-v shows them)" if infos else ""
-        return finding(ID, "ok", f"{names}: no risky pattern found{note}{sup}", **details)
+        return finding(ID, "ok", f"{names}: no risky pattern found{note}{sup}", "; ".join(launch_fixes), **details)
     note = f" and {infos} unproven note(s)" if infos else ""
     more = f" (+{report.omitted} not listed)" if report.omitted else ""
     return finding(ID, "warn", f"{len(warns)} risky pattern(s){more}{note} in {names}{sup}",
-                   "apply the fix named on each line", **details)
+                   "; ".join(["apply the fix named on each line"] + launch_fixes), **details)

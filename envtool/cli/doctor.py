@@ -123,6 +123,7 @@ def _resolve(args):
         if args.script or getattr(args, "entry", None):  # the scan needs no environment
             scripts, options = _script_options(args, _scripts(args))
             ctx = Context(prefix=None, scripts=tuple(scripts), environ=dict(os.environ), timeout=args.timeout)
+            options["site_file"] = _site(args.site) if args.site else None
             ctx.script_options = options
             return ctx
         raise UsageError("nothing to examine: give --prefix PREFIX (an environment), activate one ($CONDA_PREFIX "
@@ -169,8 +170,27 @@ def _resolve(args):
     scripts, options = _script_options(args, _scripts(args))
     ctx = Context(prefix=prefix.resolve() if not prefix.is_symlink() else prefix, spec=spec, site=site,
                   lock=lock, scripts=tuple(scripts), environ=dict(os.environ), timeout=args.timeout)
+    if scripts:
+        options["site_file"] = _scan_site(args, site)
+        options["prefix"] = str(prefix)
     ctx.script_options = options
     return ctx
+
+
+def _scan_site(args, site):
+    """The site file whose launch the script scan suggests: ``--site``'s (a bad one is exit 2), else
+    the spec's site's file when one by that name loads, else None."""
+    from envtool.core.errors import SpecError
+
+    if args.site:
+        return site if hasattr(site, "launch") else _site(args.site)
+    name = getattr(site, "name", None)
+    if not name:
+        return None
+    try:
+        return _site(name)
+    except SpecError:  # the spec names a site no file describes: nothing to suggest from
+        return None
 
 
 def _scripts(args):
@@ -225,7 +245,8 @@ def fail_level(args) -> Optional[str]:
 
 
 def format_text(findings, verbose: bool = False, columns: Optional[int] = None) -> str:
-    """The human report: ``STATUS  id  summary``, then items and ``fix:`` indented.
+    """The human report: ``STATUS  id  summary``, then items and ``fix:`` indented (an ``ok``
+    finding's ``fix:`` only when its check set one: the script scan's launch line).
 
     The summary, the items and ``-v``'s details are wrapped to ``columns`` (default: stdout's
     width, :func:`envtool.core.term.width`: the terminal's, else ``COLUMNS``, else 80), each
@@ -243,7 +264,7 @@ def format_text(findings, verbose: bool = False, columns: Optional[int] = None) 
         lines += head
         for item in f.details.get("items", []) if (verbose or f.status in ("warn", "fail")) else []:
             lines += term.wrap(item, columns, first=pad + "- ", rest=pad + "  ")
-        if f.fix and f.status in ("warn", "fail"):
+        if f.fix and f.status != "skipped":  # an ok finding has a fix only when its check set one
             lines.append(f"{pad}fix: {f.fix}")
         if verbose:
             for k, v in f.details.items():

@@ -65,10 +65,11 @@ def register(sub) -> None:
                                    "site file lacks a value a flag needs (the message names the field).")
     add_target(p)
     add_layout(p, nodes_required=True)
-    p.add_argument("--launch", choices=("torchrun", "srun"),
+    p.add_argument("--launch", choices=("torchrun", "srun", "launcher"),
                    help="start COMMAND as a PyTorch DDP script: torchrun on each node (c10d rendezvous on the "
                         "first node) or one srun task per rank with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and "
-                        "MASTER_PORT exported (env://); default: the site's launcher (Slurm sites)")
+                        "MASTER_PORT exported (env://; Slurm sites); launcher: the site's launcher line (MPI and "
+                        "Horovod programs); default: the site file's launch.default, else launcher")
     p.add_argument("--job-name", help="the job's name")
     p.add_argument("--job-output", metavar="FILE", help="file the job's stdout and stderr go to")
     p.add_argument("--workdir", metavar="DIR", help="directory the job changes to first")
@@ -105,13 +106,16 @@ def _command(args) -> list:
     return command
 
 
-def _json(args, target, req, section, text: str, warnings) -> dict:
-    """``jobscript --json``: the site, scheduler, launcher, layout, file, staging, image and script."""
+def _json(args, target, req, section, text: str, warnings, launch=None) -> dict:
+    """``jobscript --json``: the site, scheduler, launcher, launch (its name and where it came
+    from), layout, file, staging, image and script."""
     from pathlib import Path
 
     lay = req.layout
     return {"site": target.site.name, "site_file": target.site.path,
             "scheduler": target.site.scheduler or "none", "launcher": target.launcher.program,
+            "launch": None if launch is None else {"name": launch.name, "from": launch.origin,
+                                                   "site_default": launch.from_site},
             "spec": target.spec.name if target.spec is not None else None,
             "layout": {"nodes": lay.nodes, "ranks_per_node": lay.ranks_per_node, "ranks": lay.ranks,
                        "gpus_per_rank": lay.gpus_per_rank, "cpus_per_rank": lay.cpus_per_rank},
@@ -154,7 +158,7 @@ def run(args) -> int:
     for warning in res.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.json:
-        print_json(_json(args, res.target, res.request, res.section, res.text, list(res.warnings)))
+        print_json(_json(args, res.target, res.request, res.section, res.text, list(res.warnings), res.launch))
     elif args.output:
         if not getattr(args, "quiet", False):
             print(f"jobscript: wrote {args.output} ({res.target.site.scheduler or 'no scheduler'}, "

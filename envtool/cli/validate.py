@@ -59,10 +59,12 @@ def register(sub) -> None:
                         "by envtool image) through the site file's container runtime; no --prefix/--module")
     p.add_argument("--bind", action="append", default=[], metavar="SRC[:DST]",
                    help="with --image: also bind this host directory into the image (repeatable)")
-    p.add_argument("--launch", choices=("torchrun", "srun"),
+    p.add_argument("--launch", choices=("torchrun", "srun", "launcher"),
                    help="with --submit: run the torch.distributed checks alone, started as PyTorch users start DDP: "
                         "torchrun on each node (c10d rendezvous on the first node) or one srun task per rank with "
-                        "RANK, WORLD_SIZE and MASTER_ADDR exported (env://); Slurm sites")
+                        "RANK, WORLD_SIZE and MASTER_ADDR exported (env://); Slurm sites; launcher: every check "
+                        "through its own launch; default: the site file's launch.default for the torch.distributed "
+                        "checks beside the others, else launcher")
     p.add_argument("--dry-run", action="store_true",
                    help="with --submit: print the plan (its steps, the validation checks, the job script and the "
                         "submit command); write and submit nothing")

@@ -56,6 +56,8 @@ class JobContext:
             need its task variables), or None.
         layout: the job's :class:`~envtool.scheduler.model.Layout` (torchrun starts each node's
             ranks), or None.
+        site: the site file (its ``launch`` section names the rendezvous host and the GPU order
+            of the DDP launches), or None.
     """
 
     python: str
@@ -69,6 +71,7 @@ class JobContext:
     image: Optional[ImageRun] = None
     caps: Any = None
     layout: Optional[Layout] = None
+    site: Any = None
 
 
 @dataclass(frozen=True)
@@ -132,17 +135,18 @@ def _torchrun(check: ValidationCheck, ctx: JobContext) -> LaunchStep:
     assert lay is not None  # the job's launch steps set it
     argv = rk.probe_argv(ctx.python, ctx.probe, ctx.run_dir, check.phase, ctx.method, framework=check.framework)
     words = ddp.torchrun_argv(ctx.caps, ctx.python, lay.ranks_per_node,
-                              argv[1:] + list(check.args) + list(ctx.sweep))
+                              argv[1:] + list(check.args) + list(ctx.sweep), ctx.site)
     per_node = Layout(nodes=lay.nodes, ranks_per_node=1, gpus_per_rank=lay.gpus_per_rank * lay.ranks_per_node,
                       cpus_per_rank=lay.cpus_per_rank * lay.ranks_per_node)
     return LaunchStep(tuple(words), layout=per_node, mpi="none", may_fail=True)
 
 
 def _srun_env(check: ValidationCheck, ctx: JobContext) -> LaunchStep:
-    """One task per rank exporting torch.distributed's variables (:func:`envtool.scheduler.ddp.srun_env_argv`)."""
+    """One task per rank exporting torch.distributed's variables (:func:`envtool.scheduler.ddp.srun_env_argv`),
+    the site's GPU order on whole nodes."""
     argv = rk.probe_argv(ctx.python, ctx.probe, ctx.run_dir, check.phase, ctx.method, framework=check.framework)
-    return LaunchStep(tuple(ddp.srun_env_argv(ctx.caps, argv + list(check.args) + list(ctx.sweep))), mpi="none",
-                      may_fail=True)
+    return LaunchStep(tuple(ddp.srun_env_argv(ctx.caps, argv + list(check.args) + list(ctx.sweep), ctx.site,
+                                              ddp.gpu_order(ctx.site, ctx.layout))), mpi="none", may_fail=True)
 
 
 SITE = Launch(name="site", where="job", build=_site, in_image=True)

@@ -47,6 +47,13 @@ with ``--site-file``) holds::
       base_source: id                   #   where the base is documented (an id in ``sources``; optional)
       bind: [/global/cfs]               #   host directories bound into the image at the same path
       note: free text
+    launch:                             # how DDP scripts start here (see :class:`LaunchSection`)
+      default: srun                     #   torchrun | srun | launcher, without --launch
+      source: id                        #   where the site documents it (required with default)
+      rendezvous_host: "{node}-hsn0"    #   the first node's name for MASTER_ADDR / --rdzv_endpoint
+      rendezvous_host_source: id
+      gpu_order: [3, 2, 1, 0]           #   CUDA_VISIBLE_DEVICES of the srun launch on a whole node
+      gpu_order_source: id
     retired:                            # the system is decommissioned (see :class:`Retirement`)
       date: "2024-11-15"
       source: id                        #   the facility's announcement (an id in ``sources``)
@@ -84,7 +91,7 @@ The package keeps one module per concern, and every name is importable from here
   its ``stacks``), :func:`available`, :func:`find`, :func:`retirement`;
 - :mod:`~envtool.spec.sites.batch`, :mod:`~envtool.spec.sites.container`,
   :mod:`~envtool.spec.sites.node_local`, :mod:`~envtool.spec.sites.retired`,
-  :mod:`~envtool.spec.sites.validation`, :mod:`~envtool.spec.sites.detect_rules`: one section each;
+  :mod:`~envtool.spec.sites.launch`, :mod:`~envtool.spec.sites.validation`, :mod:`~envtool.spec.sites.detect_rules`: one section each;
 - :mod:`~envtool.spec.sites.detection`: which site this machine is (:func:`detect`), :func:`clone_prefix`;
 - :mod:`~envtool.spec.sites.resolve`: a spec resolved for a site (:func:`resolve`, :func:`resolve_full`).
 """
@@ -98,6 +105,7 @@ from envtool.spec.sites.detect_rules import DETECT_KEYS, DetectRule
 from envtool.spec.sites.detection import Detection, clone_prefix, detect
 from envtool.spec.sites.files import (BUNDLED_SITES, SITE_FILE_KEYS, STACK_KEYS, SiteFile, StackMapping, available,
                                       find, load_site, retirement)
+from envtool.spec.sites.launch import LAUNCH_CHOICES, LAUNCH_KEYS, RENDEZVOUS_HOST_RE, LaunchSection
 from envtool.spec.sites.node_local import NODE_LOCAL_KEYS, NODE_LOCAL_PATH_RE, NodeLocal
 from envtool.spec.sites.resolve import Resolved, resolve, resolve_full
 from envtool.spec.sites.retired import RETIRED_KEYS, Retirement
@@ -108,8 +116,9 @@ from envtool.spec.sites.validation import (FABRICS, PERF_NAME_RE, REFERENCE_CONT
 __all__ = [
     "AllreduceReference", "BATCH_KEYS", "BATCH_TIME_RE", "BUNDLED_SITES", "BatchSection", "CONTAINER_BASE_RE",
     "CONTAINER_KEYS", "CONTAINER_RUNTIMES", "ContainerSection", "DETECT_KEYS", "DetectRule", "Detection",
-    "FABRICS", "GPU_OPTIONS", "INTERFACE_RE", "MPI_ABIS", "NODE_LOCAL_KEYS", "NODE_LOCAL_PATH_RE", "NodeLocal",
-    "PERF_NAME_RE", "QUEUE_OPTIONS", "REFERENCE_CONTROLLERS", "REFERENCE_SIZES", "REFERENCE_UNITS",
+    "FABRICS", "GPU_OPTIONS", "INTERFACE_RE", "LAUNCH_CHOICES", "LAUNCH_KEYS", "LaunchSection", "MPI_ABIS",
+    "NODE_LOCAL_KEYS", "NODE_LOCAL_PATH_RE", "NodeLocal", "PERF_NAME_RE", "QUEUE_OPTIONS", "RENDEZVOUS_HOST_RE",
+    "REFERENCE_CONTROLLERS", "REFERENCE_SIZES", "REFERENCE_UNITS",
     "RETIRED_KEYS", "Reference", "Resolved", "Retirement", "SITE_FILE_KEYS", "STACK_KEYS", "SiteFile",
     "StackMapping", "VALIDATION_KEYS", "ValidateSection", "available", "clone_prefix", "detect", "find",
     "load_site", "parse_size", "resolve", "resolve_full", "retirement",

@@ -16,6 +16,7 @@ from envtool.spec.sites.batch import BatchSection, parse_batch
 from envtool.spec.sites.container import ContainerSection, parse_container
 from envtool.spec.sites.detect_rules import DetectRule, parse_detect
 from envtool.spec.sites.gpu import SiteGPU, parse_gpu
+from envtool.spec.sites.launch import LaunchSection, parse_launch
 from envtool.spec.sites.node_local import NodeLocal, parse_node_local
 from envtool.spec.sites.reader import check_source
 from envtool.spec.sites.retired import Retirement, parse_retired
@@ -24,7 +25,7 @@ from envtool.spec.yamlload import LineDict, load_yaml
 
 SITE_FILE_KEYS = ("name", "summary", "sources", "platforms", "scheduler", "launcher", "gpus_per_node", "modules",
                   "env", "notes", "stacks", "batch", "build_caches", "build_modules", "build_cache_group", "detect",
-                  "clone_prefix", "validation", "retired", "node_local", "container", "gpu")
+                  "clone_prefix", "validation", "retired", "node_local", "container", "gpu", "launch")
 STACK_KEYS = ("spec", "modules", "base_env", "launcher", "env", "mark", "source", "note", "warning", "overrides")
 BUNDLED_SITES = ("summit", "perlmutter", "polaris", "bede", "theta", "local")
 
@@ -100,6 +101,8 @@ class SiteFile:
             (:class:`ValidateSection`).
         gpu: the GPU nodes' hardware, driver and communication stack (:class:`SiteGPU`), or None
             when the file does not say.
+        launch: the default launch of DDP scripts, the rendezvous host's name and the GPU order
+            (:class:`LaunchSection`), or None when the file does not say.
     """
 
     name: str
@@ -131,6 +134,7 @@ class SiteFile:
     container: Optional[ContainerSection] = None
     validate: ValidateSection = None  # type: ignore[assignment]
     gpu: Optional[SiteGPU] = None
+    launch: Optional[LaunchSection] = None
 
     def mapping_for(self, spec_name: str) -> Optional[StackMapping]:
         """The stack entry for ``spec_name``: exact key first, then the first matching glob; or None.
@@ -195,9 +199,10 @@ def load_site(path: Path) -> SiteFile:
                       got=clone_prefix)
     env, env_paths = r.env_map("env")
     retired = parse_retired(spath, raw, sources)
+    gpus_per_node = r.int("gpus_per_node", 0)
     return SiteFile(name=r.str("name") or Path(path).stem, path=spath, summary=r.str("summary") or "",
                     sources=sources, platforms=tuple(platforms), scheduler=None if scheduler == "none" else scheduler,
-                    launcher=r.str("launcher"), gpus_per_node=r.int("gpus_per_node", 0),
+                    launcher=r.str("launcher"), gpus_per_node=gpus_per_node,
                     modules=r.str_list("modules"), env=env, notes=r.str("notes") or "",
                     stacks=stacks, batch=batch, build_caches=build_caches,
                     build_modules=r.str_list("build_modules"), build_cache_group=build_cache_group, detect=detect,
@@ -205,7 +210,8 @@ def load_site(path: Path) -> SiteFile:
                     retired=retired, validate=parse_validate(spath, raw),
                     node_local=parse_node_local(spath, raw, source_ids),
                     container=parse_container(spath, raw, source_ids),
-                    gpu=parse_gpu(spath, raw, source_ids))
+                    gpu=parse_gpu(spath, raw, source_ids),
+                    launch=parse_launch(spath, raw, source_ids, gpus_per_node))
 
 
 def _platforms(r) -> Tuple[str, ...]:

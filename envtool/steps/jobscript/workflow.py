@@ -40,7 +40,8 @@ class JobscriptRequest:
         workdir: the absolute directory the job changes to first, or None.
         output: the absolute file to write, or None (the script goes to stdout).
         launch: ``torchrun`` or ``srun`` (:mod:`envtool.scheduler.ddp`): start ``command`` as a
-            PyTorch DDP script, or None: with the site's launcher.
+            PyTorch DDP script; ``launcher``: with the site's launcher line; None: the site file's
+            ``launch.default``, else the site's launcher.
     """
 
     command: Tuple[str, ...]
@@ -80,11 +81,13 @@ class Resolved:
 @dataclass(frozen=True)
 class Rendered:
     """``render``'s result: the scheduler request (``envtool.scheduler.model.JobRequest``), the
-    script's text and the warnings to print (a GPU layout the site's nodes do not have)."""
+    script's text, the warnings to print (a GPU layout the site's nodes do not have) and the
+    launch (:class:`envtool.scheduler.ddp.LaunchChoice`, None with ``--image``)."""
 
     request: Any
     text: str
     warnings: Tuple[str, ...]
+    launch: Any = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,8 @@ class JobscriptResult:
         text: the script.
         warnings: lines printed as ``warning:``.
         path: the file written (``--output``), or None.
+        launch: how the ranks start and why (:class:`envtool.scheduler.ddp.LaunchChoice`), or None
+            with ``--image``.
     """
 
     target: Any
@@ -106,6 +111,7 @@ class JobscriptResult:
     text: str
     warnings: Tuple[str, ...]
     path: Optional[Path]
+    launch: Any = None
 
 
 @dataclass(frozen=True)
@@ -154,7 +160,7 @@ def compose(req: JobscriptRequest) -> JobscriptPlan:
         Step("resolve", f"Resolve the site, spec and launcher of {what}", commands=(reads,), action=_resolve,
              data=req),
         Step("render", f"Write the script for {req.nodes} node(s): directives, modules, variables, launcher line",
-             action=_render, data=req)]
+             notes=(_launch_note(req),), action=_render, data=req)]
     if req.output is not None:
         steps.append(Step("write", f"Write the script to {req.output}",
                           commands=(("#", "write", str(req.output.parent / f".{req.output.name}.tmp-PID")),
@@ -162,6 +168,17 @@ def compose(req: JobscriptRequest) -> JobscriptPlan:
                                      str(req.output))),
                           notes=("an existing file there is replaced",), action=_write, data=req))
     return JobscriptPlan(req, tuple(steps))
+
+
+def _launch_note(req: JobscriptRequest) -> str:
+    """The render step's note on the launch (the plan reads no site file, so without ``--launch``
+    it names the rule; the script's header says what the rule chose and its source)."""
+    if req.image is not None:
+        return "launch: the site's container runtime on every rank (--image)"
+    if req.launch:
+        return f"launch: {req.launch} (--launch {req.launch})"
+    return ("launch: the site file's launch.default (torchrun, srun or launcher, with its source), else the "
+            "site's launcher; the script's header names the choice and its source")
 
 
 def _resolve(step: Step, ctx: StepContext) -> Resolved:
@@ -210,26 +227,40 @@ def resolve_environment(prefix: Optional[str], module: Optional[str], spec: Opti
 def _render(step: Step, ctx: StepContext) -> Rendered:
     import dataclasses
 
+    from envtool import scheduler
+    from envtool.scheduler import ddp
+    from envtool.scheduler.model import capabilities
     from envtool.steps.jobscript.request import build_request, gpu_mismatch, render
 
     req: JobscriptRequest = step.data
     r: Resolved = ctx.results["resolve"]
-    launch_step = ddp_step(r.target, req) if req.launch else r.step
+    choice = None
+    launch_step = r.step
+    if r.section is None:
+        choice = ddp.choose(r.target.site, req.launch, capabilities(scheduler.get(r.target.site.scheduler)))
+        if choice.ddp:
+            launch_step = ddp_step(r.target, req, choice.name)
     job = build_request(r.target, req.nodes, [launch_step], req.ranks_per_node, req.gpus_per_rank, req.time,
                         req.account, req.queue, req.job_name, req.job_output, req.workdir)
+    if choice is not None and (choice.ddp or choice.from_site or req.launch):
+        more = "; --launch sets another" if choice.from_site else ""
+        job = dataclasses.replace(job, comments=job.comments + (f"launch: {choice.name}, {choice.origin}{more}",))
     if r.section is not None:
         from envtool.steps.jobscript import container_run
 
         job = dataclasses.replace(job, comments=job.comments + (container_run.comment(r.target.site, r.section,
                                                                                       str(req.image)),))
     warnings = tuple(w for w in (gpu_mismatch(r.target, job),) if w) if req.image is None else ()
-    return Rendered(job, render(job), warnings)
+    return Rendered(job, render(job), warnings, choice)
 
 
-def ddp_step(target: Any, req: JobscriptRequest) -> Any:
-    """The launch step of ``req.command`` as a DDP script (``--launch torchrun|srun``,
-    :mod:`envtool.scheduler.ddp`): torchrun on each node with the CPUs and GPUs of its ranks, or
-    one task per rank with torch.distributed's variables; no PMI (``srun --mpi=none``).
+def ddp_step(target: Any, req: JobscriptRequest, launch: Optional[str] = None) -> Any:
+    """The launch step of ``req.command`` as a DDP script (``torchrun`` or ``srun``,
+    :mod:`envtool.scheduler.ddp`; ``launch`` defaults to ``req.launch``): torchrun on each node
+    with the CPUs and GPUs of its ranks and no PMI (``srun --mpi=none``), or one task per rank
+    with torch.distributed's variables and the site's PMI plug-in (an MPI or Horovod program
+    started this way still finds its peers). Both name the first node as the site file's
+    ``launch.rendezvous_host`` says; the srun launch exports ``launch.gpu_order`` on whole nodes.
 
     Raises:
         UsageError: the site's scheduler does not declare its tasks' variables (exit 2).
@@ -242,11 +273,12 @@ def ddp_step(target: Any, req: JobscriptRequest) -> Any:
     from envtool.scheduler.model import LaunchStep, Layout, capabilities
     from envtool.scheduler.script import make_layout
 
+    launch = launch or req.launch
     caps = capabilities(scheduler.get(target.site.scheduler))
     command = list(req.command)
-    if req.launch == ddp.SRUN:
-        return LaunchStep(tuple(ddp.srun_env_argv(caps, command)), mpi="none")
     lay = make_layout(target.site, req.nodes, req.ranks_per_node, req.gpus_per_rank)
+    if launch == ddp.SRUN:
+        return LaunchStep(tuple(ddp.srun_env_argv(caps, command, target.site, ddp.gpu_order(target.site, lay))))
     python = str(getattr(target, "python", None) or "python3")
     if re.fullmatch(r"python[0-9.]*", os.path.basename(command[0])):
         command = command[1:]  # torchrun runs the script with the interpreter that runs it
@@ -254,8 +286,8 @@ def ddp_step(target: Any, req: JobscriptRequest) -> Any:
         command = ["--no-python", *command]  # a program, not a script (torchrun --no-python)
     per_node = Layout(nodes=lay.nodes, ranks_per_node=1, gpus_per_rank=lay.gpus_per_rank * lay.ranks_per_node,
                       cpus_per_rank=lay.cpus_per_rank * lay.ranks_per_node)
-    return LaunchStep(tuple(ddp.torchrun_argv(caps, python, lay.ranks_per_node, command)), layout=per_node,
-                      mpi="none")
+    return LaunchStep(tuple(ddp.torchrun_argv(caps, python, lay.ranks_per_node, command, target.site)),
+                      layout=per_node, mpi="none")
 
 
 def _write(step: Step, ctx: StepContext) -> Path:
@@ -298,4 +330,4 @@ def run(plan: JobscriptPlan, verbose: bool = False) -> JobscriptResult:
     r: Resolved = res["resolve"]
     rendered: Rendered = res["render"]
     return JobscriptResult(r.target, r.section, rendered.request, rendered.text, rendered.warnings,
-                           res.get("write"))
+                           res.get("write"), rendered.launch)

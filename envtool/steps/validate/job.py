@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from envtool.core.errors import CheckFailed, UsageError
 from envtool.core.plan import Step
+from envtool.scheduler import ddp
 from envtool.scheduler.model import LaunchStep, Layout, capabilities
 from envtool.scheduler.script import make_layout
 from envtool.steps.jobscript import Target, build_request, render
@@ -55,8 +56,9 @@ class JobOptions:
         sweep_max: bytes of the sweep's largest allreduce (0: no sweep).
         image: run in this image (``--image``); binds: extra directories bound into it.
         launch: ``torchrun`` or ``srun`` (``--launch``): run the torch.distributed checks alone,
-            started the way PyTorch users start DDP (:mod:`envtool.scheduler.ddp`); None: every
-            check with its own launch.
+            started the way PyTorch users start DDP (:mod:`envtool.scheduler.ddp`); ``launcher``:
+            every check with its own launch; None: the site file's ``launch.default`` for the
+            torch.distributed checks (beside the others), else as ``launcher``.
     """
 
     nodes: int
@@ -90,6 +92,9 @@ class JobPlan:
         with_preflight: the job starts with the pre-flight; launcher_note: why srun starts the ranks.
         image: the image the ranks run in, or None; poll_max: the longest pause between two looks.
         steps: the plan's steps, in order.
+        launch_note: how the torch.distributed checks start and where that choice came from
+            (``--launch`` or the site file's ``launch.default``), or None when each check keeps
+            its own launch.
     """
 
     target: Target
@@ -106,6 +111,7 @@ class JobPlan:
     image: Optional[ImageRun] = None
     poll_max: float = wt.JOB_POLL_MAX
     steps: Tuple[Step, ...] = ()
+    launch_note: Optional[str] = None
 
     def to_dict(self) -> Dict[str, Any]:
         """JSON-ready form (``validate --submit --dry-run --json``)."""
@@ -114,7 +120,8 @@ class JobPlan:
                 "script_text": self.text, "submit": list(self.submit),
                 "layout": {"nodes": lay.nodes, "ranks": lay.ranks, "ranks_per_node": lay.ranks_per_node},
                 "checks": [c.to_dict() for c in self.checks], "preflight": self.with_preflight,
-                "launcher_note": self.launcher_note, "steps": [s.to_dict() for s in self.steps]}
+                "launcher_note": self.launcher_note, "launch_note": self.launch_note,
+                "steps": [s.to_dict() for s in self.steps]}
 
 
 def _refuse(target: Target, opts: JobOptions, with_preflight: bool) -> None:
@@ -126,7 +133,7 @@ def _refuse(target: Target, opts: JobOptions, with_preflight: bool) -> None:
               f"--preflight: the pre-flight is written for Slurm sites so far; site {target.site.name} "
               f"({target.site.path}) uses scheduler {target.site.scheduler or 'none'}"),
              (opts.preflight_only and opts.benchmark, "--preflight runs the pre-flight alone: drop --benchmark"),
-             (opts.image is not None and opts.launch is not None,
+             (opts.image is not None and opts.launch in ddp.LAUNCHES,
               f"--launch {opts.launch} starts torch.distributed on the host's environment: drop --image"),
              (opts.image is not None and opts.benchmark,
               "--benchmark runs on the host's environment: with --image drop --benchmark (the image's ranks are "
@@ -160,9 +167,27 @@ def _image(target: Target, opts: JobOptions) -> Optional[ImageRun]:
     return ImageRun(section, image_path(section, opts.image, must_exist=True), tuple(opts.binds))
 
 
-def select_checks(target: Target, opts: JobOptions, sched, image: Optional[ImageRun]) -> List[vc.ValidationCheck]:
+def launch_choice(target: Target, opts: JobOptions, sched, image: Optional[ImageRun]) -> Optional[ddp.LaunchChoice]:
+    """The DDP launch of the torch.distributed checks (``--launch``, else the site file's
+    ``launch.default``), or None: each check keeps its own launch (``--launch launcher``, no
+    default, an image, a pre-flight alone).
+
+    Raises:
+        SpecError: the site's default is a DDP launch its scheduler cannot write (exit 2).
+    """
+    if opts.preflight_only or image is not None or opts.launch == ddp.LAUNCHER:
+        return None
+    choice = ddp.choose(target.site, opts.launch, capabilities(sched))
+    return choice if choice.ddp else None
+
+
+def select_checks(target: Target, opts: JobOptions, sched, image: Optional[ImageRun],
+                  choice: Optional[ddp.LaunchChoice] = None) -> List[vc.ValidationCheck]:
     """The validation checks this job runs: none for a pre-flight alone, else those the spec's
-    frameworks and the site (GPUs, the scheduler's step launcher, an image) imply."""
+    frameworks and the site (GPUs, the scheduler's step launcher, an image) imply. With
+    ``--launch torchrun|srun`` the torch.distributed checks alone, through that launch; with a
+    site default launch (``choice.from_site``) the torch.distributed checks through it and the
+    others as they are."""
     if opts.preflight_only:
         return []
     frameworks = jd.frameworks_of(target)
@@ -173,11 +198,13 @@ def select_checks(target: Target, opts: JobOptions, sched, image: Optional[Image
     gpus = bool(target.site.gpus_per_node) and (opts.gpus_per_rank is None or opts.gpus_per_rank > 0)
     chosen = vc.select(vc.Selection(where="job", frameworks=frameworks, gpus=gpus, image=image is not None,
                                     step_launcher=bool(capabilities(sched).step_launcher)))
-    if opts.launch is None:
+    if choice is None:
         return chosen
-    torch = [dataclasses.replace(c, launch=opts.launch) for c in chosen if c.binding == "torch.distributed"]
+    if choice.from_site:
+        return [dataclasses.replace(c, launch=choice.name) if c.binding == "torch.distributed" else c for c in chosen]
+    torch = [dataclasses.replace(c, launch=choice.name) for c in chosen if c.binding == "torch.distributed"]
     if not torch:
-        raise UsageError(f"--launch {opts.launch} starts the torch.distributed checks, and this job has none "
+        raise UsageError(f"--launch {choice.name} starts the torch.distributed checks, and this job has none "
                          f"(frameworks: {', '.join(frameworks) or 'none'}; site {target.site.name})")
     return torch
 
@@ -217,7 +244,7 @@ def _launch_steps(target: Target, opts: JobOptions, sched, run_dir: Path, checks
                      sweep=("--sweep", str(opts.sweep_max)) if opts.sweep_max else (),
                      wait=str(int(opts.timeout or RENDEZVOUS_SECONDS)), site_may_fail=with_preflight, image=image,
                      caps=capabilities(sched), layout=make_layout(target.site, opts.nodes, opts.ranks_per_node,
-                                                                  opts.gpus_per_rank))
+                                                                  opts.gpus_per_rank), site=target.site)
     out.append(_check_build_step(target, ctx))
     return out + [vc.launch_for(c, "job").build(c, ctx) for c in checks]
 
@@ -275,14 +302,20 @@ def plan_job(target: Target, opts: JobOptions, progress: Progress = lambda s: No
     image = _image(target, opts)
     run_dir = Path(opts.workdir).absolute() if opts.workdir else \
         Path.cwd() / time.strftime("envtool-validate-%Y%m%d-%H%M%S")
-    checks = tuple(select_checks(target, opts, sched, image))
+    choice = launch_choice(target, opts, sched, image)
+    if choice is not None and choice.from_site:
+        progress(f"validate: torch.distributed checks start with {choice.name}, {choice.origin} (--launch "
+                 "launcher: each check through its own launch)")
+    checks = tuple(select_checks(target, opts, sched, image, choice))
     steps = _launch_steps(target, opts, sched, run_dir, checks, with_preflight, image)
     req, text = _script(target, opts, sched, run_dir, steps)
     script = run_dir / "job.sh"
     submit = tuple(wt.pasteable_submit_argv(sched, script)) if capabilities(sched).submits else ("bash", str(script))
     plan = JobPlan(target=target, options=opts, sched=sched, run_dir=run_dir, script=script, text=text,
                    submit=submit, checks=checks, layout=req.layout, with_preflight=with_preflight,
-                   launcher_note=note, image=image, poll_max=poll_max)
+                   launcher_note=note, image=image, poll_max=poll_max,
+                   launch_note=None if choice is None else f"torch.distributed checks: launch {choice.name}, "
+                                                            f"{choice.origin}")
     return dataclasses.replace(plan, steps=tuple(_steps(plan)))
 
 
@@ -318,6 +351,8 @@ def format_plan(plan: JobPlan) -> str:
     lines = [f"Plan for validate --submit on site {plan.target.site.name} ({plan.sched.NAME}) -> {plan.run_dir}",
              f"layout: {plan.layout.nodes} node(s), {plan.layout.ranks} ranks; checks: "
              + (", ".join(c.name for c in plan.checks) or "none")]
+    if plan.launch_note:
+        lines.append(plan.launch_note)
     for i, step in enumerate(plan.steps, 1):
         lines.append(f"{i}. [{step.id}] {step.title}")
         lines += [f"   $ {line}" for line in step.shell_lines(with_env=False)]

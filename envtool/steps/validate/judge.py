@@ -185,7 +185,8 @@ def job(plan, ended, pmi_result, got) -> JobResult:
     result = JobResult(run_dir=run_dir, scheduler=plan.sched.NAME, script=plan.script, output=run_dir / "job.out",
                        layout={"nodes": lay.nodes, "ranks": lay.ranks, "ranks_per_node": lay.ranks_per_node},
                        job_id=ended.job_id, state=ended.state, exit_status=ended.code,
-                       checks=[c.name for c in plan.checks], launcher_note=plan.launcher_note)
+                       checks=[c.name for c in plan.checks], launcher_note=plan.launcher_note,
+                       launch_note=plan.launch_note)
     result.problems = lost_nodes(plan.sched, ended.job_id, ended.watch, run_dir, plan.script)
     if ended.state == wt.TIMED_OUT:
         result.problems.append(f"job {ended.job_id} did not finish within {plan.options.timeout:.0f} s; it was "

@@ -141,6 +141,8 @@ class JobResult:
             ``not submitted`` when the pre-flight on this host stopped it.
         checks: the validation checks the job ran (names).
         launcher_note: why the ranks start with the scheduler's step launcher, or None.
+        launch_note: how the torch.distributed checks started and where that came from
+            (``--launch`` or the site file's ``launch.default``), or None.
         preflight, check_build: their results, or None.
         ranks: the records of the site launcher's step; controllers: per check key.
         import_time: :func:`envtool.validate.ranks.import_summary` of those ranks.
@@ -158,6 +160,7 @@ class JobResult:
     exit_status: Optional[int] = None
     checks: List[str] = field(default_factory=list)
     launcher_note: Optional[str] = None
+    launch_note: Optional[str] = None
     preflight: Optional[PreflightResult] = None
     check_build: Optional[CheckBuildResult] = None
     ranks: List[dict] = field(default_factory=list)
@@ -189,6 +192,8 @@ class JobResult:
             problems=self.problems, warnings=self.warnings, ok=self.ok)
         if self.launcher_note:
             d["launcher_note"] = self.launcher_note
+        if self.launch_note:
+            d["launch_note"] = self.launch_note
         if self.preflight is not None:
             d["preflight"] = self.preflight.to_dict()
         if self.controllers is not None:
