@@ -46,13 +46,21 @@ def _root_env(home: Path) -> dict:
 
 
 def _register(env: dict, prefix: Path) -> Path:
-    """Write ``prefix``'s registry record under ``env``'s state directory, as ``create`` does."""
+    """Write ``prefix``'s registry record under ``env``'s state directory, as ``create`` does (the
+    same JSON by hand in the second user's tree, where root's envtool refuses to write: issue 43)."""
     from envtool.core import registry
 
     before = os.environ.get("XDG_STATE_HOME")
     os.environ["XDG_STATE_HOME"] = env["XDG_STATE_HOME"]
     try:
-        return registry.record(prefix, "bare")
+        try:
+            return registry.record(prefix, "bare")
+        except PermissionError:  # the state directory is below the second user's directory
+            path = registry.record_path(prefix)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"prefix": os.path.abspath(prefix), "spec": "bare", "created": 1.0,
+                                        "kind": "created", "module": None}))
+            return path
     finally:
         if before is None:
             del os.environ["XDG_STATE_HOME"]

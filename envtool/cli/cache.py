@@ -76,7 +76,7 @@ def usage() -> dict:
     from pathlib import Path
 
     from envtool.cli.info import _pip_cache, _uv_cache
-    from envtool.core.paths import CACHE_ENTRIES, cache_root
+    from envtool.core.paths import CACHE_ENTRIES, CACHE_TAG, cache_root
     from envtool.core.sizes import tree_size
     from envtool.engines.installer import find_uv
 
@@ -88,6 +88,8 @@ def usage() -> dict:
     except OSError:
         names = []
     for name in names:
+        if name == CACHE_TAG:  # envtool's mark on a cache root it created (envtool.core.paths)
+            continue
         (dirs if name in CACHE_ENTRIES else other)[name] = tree_size(root / name)
     tools = []
     for name, path in (("uv", _uv_cache(find_uv()[0])), ("pip", _pip_cache())):
@@ -133,7 +135,8 @@ def run_prune(args) -> int:
     ``conda clean`` does (:func:`envtool.cli.common.confirm`; ``-y`` does not ask). A cache
     reached through another user's directory or link, or one that is not the user's or that
     others can write, is refused before anything is read (:func:`envtool.core.paths.check_cache`,
-    exit 2)."""
+    exit 2). Inside it, only the user's own entries, logs and bytecode are deleted; another user's
+    entry is kept and named (``"kept"`` in ``--json``)."""
     from envtool.cli.common import confirm, will_ask
     from envtool.core.paths import cache_root
     from envtool.horovod import cache
@@ -148,8 +151,9 @@ def run_prune(args) -> int:
     wc = cache.WheelCache()
     seconds = args.older_than * 86400.0
     dry = args.dry_run or will_ask(args)  # what would go, before asking (or instead of deleting)
+    kept: list = []  # entries of another user's, which prune never deletes
     if dry:
-        gone = wc.prune(seconds, dry_run=True)
+        gone = wc.prune(seconds, dry_run=True, kept=kept)
         pyc_count, pyc_bytes = prune_bytecode(dry_run=True)
         log_count, log_bytes = _prune_logs(seconds, dry_run=True)
         total = sum(e.size for e in gone) + pyc_bytes + log_bytes
@@ -162,7 +166,8 @@ def run_prune(args) -> int:
     if not args.dry_run:
         with progress_lines(args, "cache prune: ") as say:  # stderr; a terminal: the phase with its clock
             say(f"pruning the wheel cache {wc.dir}")
-            gone = wc.prune(seconds)
+            kept.clear()
+            gone = wc.prune(seconds, kept=kept)
             say("deleting kept bytecode that no environment links")
             pyc_count, pyc_bytes = prune_bytecode()
             say(f"deleting build logs older than {args.older_than:g} days")
@@ -173,8 +178,11 @@ def run_prune(args) -> int:
                     "deleted": [e.to_json() for e in gone], "freed_bytes": sum(e.size for e in gone),
                     "bytecode": {"deleted": pyc_count, "freed_bytes": pyc_bytes},
                     "logs": {"deleted": log_count, "freed_bytes": log_bytes},
-                    "total_freed_bytes": sum(e.size for e in gone) + pyc_bytes + log_bytes})
+                    "total_freed_bytes": sum(e.size for e in gone) + pyc_bytes + log_bytes,
+                    "kept": [dict(e.to_json(), owner=_owner(e.path)) for e in kept]})
         return 0
+    for e in kept:
+        print(f"kept {e.digest}: it belongs to {_owner(e.path)}, not to you; envtool deletes only your own entries")
     if pyc_count:
         print(f"{verb} {pyc_count} kept bytecode file(s) no environment links ({_size(pyc_bytes)})")
     if log_count:
@@ -188,6 +196,18 @@ def run_prune(args) -> int:
         print(f"pruned {len(gone)} entr{'y' if len(gone) == 1 else 'ies'} from {wc.dir}, freed "
               f"{_size(sum(e.size for e in gone))}")
     return 0
+
+
+def _owner(path) -> str:
+    """The owner of ``path`` (not followed), as :func:`envtool.core.paths.owner_name` writes it."""
+    import os
+
+    from envtool.core.paths import owner_name
+
+    try:
+        return owner_name(os.lstat(path).st_uid)
+    except OSError:
+        return "unknown"
 
 
 def _prune_logs(older_than: float, dry_run: bool = False):

@@ -208,7 +208,12 @@ def _write(path, data) -> None:
     An existing file keeps its permission bits (a file the user made ``0600`` stays so; a new one
     is ``0600``: a mirror or cache path is nobody else's business), and a symbolic
     link (a dotfiles checkout) is written through: its target is replaced, the link stays. YAML
-    comments in the file are not kept (PyYAML reads none).
+    comments in the file are not kept (PyYAML reads none). The way to the file is checked first
+    (:func:`envtool.core.paths.walk_trusted`): a link or directory another user owns or can write
+    is refused (exit 2), and links are followed by hand, not by the kernel.
+
+    Raises:
+        UsageError: see :func:`envtool.core.paths.trusted_path`.
     """
     import os
     import stat
@@ -216,9 +221,13 @@ def _write(path, data) -> None:
     import yaml
 
     from envtool.core.atomic import write_text_atomic
+    from envtool.core.paths import walk_trusted
 
-    target = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+    # envtool's rule for paths (envtool.core.paths): never through another user's link or directory
+    _, real = walk_trusted(path, "the configuration file", "keep it where only you or root can write")
+    target = Path(real)
     target.parent.mkdir(parents=True, exist_ok=True)
+    walk_trusted(target, "the configuration file", "keep it where only you or root can write")
     try:
         mode = stat.S_IMODE(os.stat(target).st_mode)
     except OSError:

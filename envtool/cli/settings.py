@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import shlex
-import stat
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -136,34 +134,36 @@ def _as_variable(path: Path, key: str, value, kind: str) -> str:
     return os.path.expanduser(value) if kind == "path" else value
 
 
-def _check_file(path: Path) -> None:
-    """Refuse a configuration file another user could have written (exit 2).
+#: What a configuration file's errors suggest instead.
+_INSTEAD = "keep it where only you or root can write"
 
-    The path to it must pass :func:`envtool.core.paths.trusted_path` (every directory on the way
-    root's or the caller's and writable by nobody else unless sticky, every link root's or the
-    caller's), and the file itself must be owned by the caller or root and writable by neither
-    its group nor others (a group member could otherwise point ``cache_dir`` or ``spec_path`` at
-    a directory of theirs). A group that is its owner's private group is the owner alone
-    (:func:`envtool.core.paths.writable_by_others`).
 
+def _check_file(path: Path) -> bytes:
+    """The bytes of a configuration file, read only when no other user could have written it (exit 2 else).
+
+    envtool's one rule for a path it uses (:mod:`envtool.core.paths`, the same as for caches):
+    the way to the file must pass :func:`envtool.core.paths.trusted_path` (every directory on the
+    way root's or the caller's and writable by nobody else, group included, unless sticky; every
+    link root's or the caller's), and the file itself must be a regular file owned by the caller
+    or root and writable by neither its group nor others (a group member could otherwise point
+    ``cache_dir`` or ``spec_path`` at a directory of theirs). A group that is its owner's private
+    group is the owner alone (:func:`envtool.core.paths.writable_by_others`). The file is opened
+    ``O_NOFOLLOW`` and must be the one checked (:func:`envtool.core.paths.open_trusted_file`).
+
+    Returns:
+        the file's bytes (at most :data:`envtool.spec.yamlload.MAX_BYTES` + 1).
     Raises:
         UsageError: naming the file (or the component), its owner and mode, and the fix.
+        SpecError: the file cannot be read (naming it).
     """
-    from envtool.core.errors import UsageError
-    from envtool.core.paths import owner_name, trusted_path, writable_by_others
+    from envtool.core.errors import SpecError
+    from envtool.core.paths import open_trusted_file
+    from envtool.spec.yamlload import MAX_BYTES
 
-    st = trusted_path(path, "the configuration file", "keep it where only you or root can write")
-    if st is None:  # gone since it was found, or not a directory on the way
-        st = os.stat(path)
-    mode = stat.S_IMODE(st.st_mode)
-    if st.st_uid not in (0, os.geteuid()):
-        raise UsageError(f"{path}: the configuration file belongs to another user ({owner_name(st.st_uid)}, mode "
-                         f"{mode:04o}); envtool reads only yours or root's")
-    who = writable_by_others(st)
-    if who:
-        raise UsageError(f"{path}: the configuration file (owner {owner_name(st.st_uid)}, mode {mode:04o}) is "
-                         f"writable by {who}, so they could change envtool's settings; envtool will not read it "
-                         f"(chmod go-w {shlex.quote(str(path))})")
+    try:
+        return open_trusted_file(path, "the configuration file", _INSTEAD, MAX_BYTES)
+    except OSError as exc:
+        raise SpecError(path, "(file)", "a readable YAML file", hint=exc.strerror or str(exc)) from None
 
 
 def read_file(path: Path) -> Dict[str, str]:
@@ -195,11 +195,18 @@ def load_mapping(path: Path) -> Dict[Any, Any]:
         SpecError: not YAML, or too large or deep (exit 2, naming the file and line).
     """
     from envtool.core.errors import SpecError, UsageError
-    from envtool.spec.yamlload import load_yaml
+    from envtool.spec.yamlload import MAX_BYTES, load_yaml_text
 
-    _check_file(path)
+    raw = _check_file(path)
     try:
-        data = load_yaml(path)
+        if len(raw) > MAX_BYTES:
+            raise SpecError(path, "(file)", f"a YAML file of at most {MAX_BYTES} bytes")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SpecError(path, "(file)", "UTF-8 text", line=raw.count(b"\n", 0, exc.start) + 1,
+                            hint=f"byte 0x{raw[exc.start]:02x} at offset {exc.start} is not UTF-8") from None
+        data = load_yaml_text(text, path)
     except SpecError as exc:
         if exc.field == "(top level)":
             raise UsageError(f"{path}: expected a mapping of settings ({', '.join(SETTINGS)})") from None
@@ -281,6 +288,10 @@ def apply() -> None:
             if var in values:
                 os.environ[var] = values[var]
                 _origins[key] = where
+                if key == "cache_dir":
+                    from envtool.core.paths import note_origin
+
+                    note_origin(where)  # an error about the cache root names this file
                 break
         else:
             _origins[key] = "default"

@@ -414,7 +414,7 @@ def prune_bytecode(store: Optional[Path] = None, dry_run: bool = False) -> Tuple
 
     An entry whose link count is 1 is held by the store alone: every environment that shared it
     is gone (or recompiled), so it can only serve a source inode that no longer exists. Its hash
-    sidecar (``<entry>.sha256``) goes with it.
+    sidecar (``<entry>.sha256``) goes with it. Only the current user's files are deleted.
 
     Args:
         store: the bytecode store (default ``<envtool cache>/bytecode``).
@@ -434,7 +434,8 @@ def prune_bytecode(store: Optional[Path] = None, dry_run: bool = False) -> Tuple
     for entry in entries:
         try:
             st = entry.stat(follow_symlinks=False)
-            if entry.name.endswith(".pyc") and entry.is_file(follow_symlinks=False) and st.st_nlink == 1:
+            if entry.name.endswith(".pyc") and entry.is_file(follow_symlinks=False) and st.st_nlink == 1 \
+                    and st.st_uid == os.geteuid():  # another user's file is never envtool's to delete
                 if not dry_run:
                     os.unlink(entry.path)
                 count += 1
@@ -447,6 +448,8 @@ def prune_bytecode(store: Optional[Path] = None, dry_run: bool = False) -> Tuple
     for entry in entries:  # a hash sidecar (envtool.probes.bytecode) whose entry is gone
         if entry.name.endswith(".pyc.sha256") and entry.name[:-len(".sha256")] not in names:
             try:
+                if entry.stat(follow_symlinks=False).st_uid != os.geteuid():
+                    continue
                 os.unlink(entry.path)
             except OSError:
                 pass

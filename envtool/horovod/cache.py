@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from envtool.core.paths import cache_root, ensure_dir
+from envtool.core.paths import cache_root, check_cache, ensure_dir
 
 
 @dataclass(frozen=True)
@@ -299,9 +299,15 @@ class WheelCache:
         Returns:
             ``(wheel, "")`` on a hit; ``(None, "")`` when there is no entry; ``(None, reason)``
             when the entry is there but not used (``reason`` says why, naming the path).
+        Raises:
+            UsageError: a writable (the user's) cache that fails envtool's rule for caches
+                (:func:`envtool.core.paths.check_cache`: reached through another user's link or
+                directory, owned by another user, or writable by others; exit 2).
         """
         digest = key.digest()
         entry = self.dir / digest
+        if not self.read_only:  # the user's own cache: envtool's one rule, as for every command (exit 2)
+            check_cache("horovod-wheels", root=self.root)
         if not os.path.lexists(entry):
             return None, ""
         problem = trust_problem(self.root, ("horovod-wheels", f"horovod-wheels/{digest}"),
@@ -369,6 +375,7 @@ class WheelCache:
         """
         if self.read_only:
             raise PermissionError(f"{self.root} is a read-only (site) wheel cache")
+        check_cache("horovod-wheels", root=self.root)
         ensure_dir(self.dir)
         final = self.dir / key.digest()
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.dir))
@@ -419,14 +426,18 @@ class WheelCache:
                 continue
         return sorted(out, key=lambda e: -e.mtime)
 
-    def prune(self, older_than: float, now: Optional[float] = None, dry_run: bool = False) -> List[Entry]:
+    def prune(self, older_than: float, now: Optional[float] = None, dry_run: bool = False,
+              kept: Optional[List[Entry]] = None) -> List[Entry]:
         """Delete entries not used for ``older_than`` seconds, incomplete entries, and leftovers of
-        interrupted stores (``.tmp-*`` older than a day).
+        interrupted stores (``.tmp-*`` older than a day). Only what the current user owns is
+        deleted: an entry (or leftover) of another user's is left as it is, and with ``kept`` given
+        such entries are appended to it (the caller says so).
 
         Args:
             older_than: age in seconds (``0`` deletes every entry).
             now: the current time (seconds since the epoch; default ``time.time()``).
             dry_run: delete nothing; return what would be deleted.
+            kept: when given, entries that would go but belong to another user are appended.
         Returns:
             the entries deleted (with ``dry_run``: those that would be).
         Raises:
@@ -438,6 +449,10 @@ class WheelCache:
         gone = []
         for e in self.entries():
             if now - e.mtime >= older_than or e.wheel is None or e.key is None:
+                if not _mine(e.path):
+                    if kept is not None:
+                        kept.append(e)
+                    continue
                 if not dry_run:
                     shutil.rmtree(e.path, ignore_errors=True)
                 gone.append(e)
@@ -445,11 +460,20 @@ class WheelCache:
             return gone
         try:
             for p in self.dir.glob(".tmp-*"):
-                if now - p.stat().st_mtime > 86400:
+                if now - p.lstat().st_mtime > 86400 and _mine(p):
                     shutil.rmtree(p, ignore_errors=True)
         except OSError:
             pass
         return gone
+
+
+def _mine(path: Path) -> bool:
+    """True when ``path`` (not followed) is a directory of the current user's: what prune may delete."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
 
 
 def site_roots(site_caches: Iterable[str] = ()) -> Tuple[Path, ...]:
@@ -527,16 +551,27 @@ def publish(entries: Sequence[Entry], to: Path, dry_run: bool = False) -> List[D
     Returns:
         one ``{"digest", "wheel", "status": "published"|"replaced"|"already there"|"skipped"|"would publish"|
         "would replace", "reason"?}`` per entry.
+    ``to`` goes through envtool's rule for paths (:func:`envtool.core.paths.trusted_path`: no
+    directory on the way that another user owns or can write, no link of another user's), and
+    ``to`` and ``to/horovod-wheels``, when they exist, must be the publisher's and not writable by
+    every user (:func:`_check_destination`). Only the directories publish creates get their mode
+    set: an existing ``to`` keeps its own.
+
     Raises:
         OSError: ``to`` cannot be created or written.
+        UsageError: ``to`` fails the rule above (exit 2, naming the component, its owner and mode).
     """
     dest_dir = Path(to) / "horovod-wheels"
     for d in (Path(to), dest_dir):
+        _check_destination(d)
         if dry_run:
-            break
-        if not d.is_dir():
-            d.mkdir(parents=True, exist_ok=True)
-            os.chmod(d, stat.S_IMODE(d.stat().st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
+            continue
+        try:
+            os.mkdir(d) if d.parent.is_dir() else d.mkdir(parents=True)
+        except FileExistsError:
+            continue  # not envtool's: its mode is left as it is
+        _check_destination(d)
+        os.chmod(d, stat.S_IMODE(d.lstat().st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
         _group_readable(d)
     site = WheelCache(Path(to), read_only=True)
     out = []
@@ -592,6 +627,30 @@ def publish(entries: Sequence[Entry], to: Path, dry_run: bool = False) -> List[D
             raise
         out.append({"digest": e.digest, "wheel": e.wheel.name, "status": "replaced" if stale else "published"})
     return out
+
+
+def _check_destination(d: Path) -> None:
+    """Refuse a site cache directory ``d`` that ``cache publish`` would write (exit 2): the way to
+    it must pass :func:`envtool.core.paths.trusted_path`; an existing ``d`` must be a directory of
+    the publisher's (not a link) that every user cannot write (its group may: a site's group)."""
+    from envtool.core.errors import UsageError
+    from envtool.core.paths import owner_name, trusted_path
+
+    instead = "publish into a directory of your own, reached through directories of yours or root's"
+    st = trusted_path(d, "the site cache (--to)", instead)
+    if st is None:
+        if os.path.lexists(d):
+            raise UsageError(f"the site cache (--to) {d}: not a directory ({instead})")
+        return
+    mode = stat.S_IMODE(st.st_mode)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"the site cache (--to) {d}: not a directory ({instead})")
+    if st.st_uid != os.geteuid():
+        raise UsageError(f"the site cache (--to) {d}: owned by {owner_name(st.st_uid)} (mode {mode:04o}), not by "
+                         f"you (uid {os.geteuid()}); envtool publishes only into a directory of yours ({instead})")
+    if mode & stat.S_IWOTH:
+        raise UsageError(f"the site cache (--to) {d}: writable by every user (mode {mode:04o}); envtool will not "
+                         f"publish there (chmod o-w {d}, or {instead})")
 
 
 def _umask() -> int:
