@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from envtool.core import external
 from envtool.spec.sites import ContainerSection
 from envtool.checks.model import Context, Finding
 from envtool.checks.registry import check, finding
@@ -97,7 +98,7 @@ def _ldd(path: Path, timeout: float) -> Dict[str, str]:
     if not exe:
         return {}
     try:
-        proc = subprocess.run([exe, str(path)], capture_output=True, text=True, timeout=timeout)
+        proc = external.run([exe, str(path)], timeout=timeout)
     except (OSError, subprocess.SubprocessError):
         return {}
     out: Dict[str, str] = {}
@@ -115,7 +116,7 @@ def _ldconfig(timeout: float) -> Dict[str, str]:
     if not exe:
         return {}
     try:
-        proc = subprocess.run([exe, "-p"], capture_output=True, text=True, timeout=timeout)
+        proc = external.run([exe, "-p"], timeout=timeout)
     except (OSError, subprocess.SubprocessError):
         return {}
     want = "x86-64" if os.uname().machine == "x86_64" else ""  # the cache also lists 32-bit libraries

@@ -162,14 +162,17 @@ def nvidia_smi() -> list:
 
 
 def _smi(*args: str) -> str:
-    """The output of ``nvidia-smi ARGS`` ("" when it is absent, fails or hangs for 20 s)."""
+    """The output of ``nvidia-smi ARGS`` ("" when it is absent, fails or hangs for 20 s), decoded by
+    :func:`envtool.core.external.run` (a byte that is not UTF-8 becomes U+FFFD, never an error)."""
     import subprocess
+
+    from envtool.core import external
 
     exe = shutil.which("nvidia-smi")
     if not exe:
         return ""
     try:
-        proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=20)
+        proc = external.run([exe, *args], timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return proc.stdout if proc.returncode == 0 else ""

@@ -12,6 +12,7 @@ from typing import Dict, Optional, Tuple
 
 from envtool.checks.common import visible_pip
 from envtool.checks.registry import check, finding
+from envtool.core import external
 from envtool.scheduler import launcher
 
 ID = "launchers"
@@ -39,8 +40,9 @@ def _search_path(ctx) -> str:
 
 
 def _version_banner(exe: str) -> str:
+    """What ``EXE --version`` prints (stdout and stderr, decoded by :func:`envtool.core.external.run`)."""
     try:
-        proc = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=20)
+        proc = external.run([exe, "--version"], timeout=20)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"({exc})"
     return (proc.stdout + proc.stderr).strip()

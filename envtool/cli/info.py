@@ -29,8 +29,9 @@ def _uv_cache(uv: str) -> str:
 
     if uv:
         try:
-            out = subprocess.run([uv, "cache", "dir"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                 timeout=30, stdin=subprocess.DEVNULL)
+            from envtool.core import external
+
+            out = external.run([uv, "cache", "dir"], timeout=30)
             if out.returncode == 0 and out.stdout.strip():
                 return out.stdout.strip()
         except (OSError, subprocess.TimeoutExpired):

@@ -25,14 +25,13 @@ compute capabilities (https://developer.nvidia.com/cuda-gpus), NVIDIA/nccl#1716 
 from __future__ import annotations
 
 import csv
-import io
 import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from packaging.version import InvalidVersion, Version
 
-from envtool.core import comm_rules
+from envtool.core import comm_rules, external
 
 #: Where the minimum drivers come from (Table 1, "CUDA Toolkit 11.x, 12.x, and 13.x Driver Version Ranges").
 DRIVER_SOURCE = "https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html"
@@ -136,7 +135,8 @@ def parse_smi_header(text: str) -> Optional[Tuple[str, str]]:
     CUDA Version: Y``, or from the 610 driver on ``KMD Version: X  CUDA UMD Version: Y``
     (sgl-project/sglang#27487). The CUDA version is the newest the driver runs natively. None
     when neither is there (``CUDA Version: Not Found`` on a vGPU host, bigstack-oss/cubecos#312)."""
-    m = re.search(r"(?:Driver|KMD) Version:\s*(\d+(?:\.\d+)+)\s+CUDA (?:UMD )?Version:\s*(\d+\.\d+)", text)
+    m = re.search(r"(?:Driver|KMD) Version:\s*([0-9]{1,9}(?:\.[0-9]{1,9}){1,4})\s+CUDA (?:UMD )?Version:\s*"
+                  r"([0-9]{1,4}\.[0-9]{1,4})(?![0-9])", text)
     return (m.group(1), m.group(2)) if m else None
 
 
@@ -146,8 +146,9 @@ def parse_smi_list(text: str) -> List[NodeGPU]:
     gpus: List[NodeGPU] = []
     for line in text.splitlines():
         g = re.match(r"GPU (\d+): (.+?) \(UUID: ", line)
-        if g:
-            gpus.append(NodeGPU(int(g.group(1)), g.group(2).strip()))
+        index = external.small_int(g.group(1)) if g else None
+        if g and index is not None:
+            gpus.append(NodeGPU(index, g.group(2).strip()))
             continue
         m = re.match(r"\s+MIG (\S+)\s+Device\s+\d+:", line)
         if m and gpus:
@@ -156,13 +157,25 @@ def parse_smi_list(text: str) -> List[NodeGPU]:
     return gpus
 
 
+def _csv_rows(text: str) -> List[List[str]]:
+    """The CSV rows of ``text``, each line read on its own: a line the csv module refuses (a quoted
+    field over its size limit, ``csv.Error``) is skipped, and an open quote ends with its line."""
+    rows: List[List[str]] = []
+    for line in text.splitlines():
+        try:
+            rows += list(csv.reader([line], skipinitialspace=True))
+        except csv.Error:
+            continue
+    return rows
+
+
 def parse_smi_caps(text: str) -> Dict[int, str]:
     """Index -> compute capability from ``nvidia-smi --query-gpu=...,index,compute_cap --format=csv``
     (:data:`SMI_CAPS`; the header line names the columns, in any order). A driver without the
     ``compute_cap`` field prints an error instead (huggingface/candle#733): nothing is returned."""
     caps: Dict[int, str] = {}
     columns: Optional[List[str]] = None
-    for row in csv.reader(io.StringIO(text), skipinitialspace=True):
+    for row in _csv_rows(text):
         cells = [c.strip() for c in row]
         if "compute_cap" in cells and "index" in cells:
             columns = cells
@@ -170,8 +183,9 @@ def parse_smi_caps(text: str) -> Dict[int, str]:
         if columns is None or len(cells) != len(columns):
             continue
         entry = dict(zip(columns, cells))
-        if entry["index"].isdigit() and re.fullmatch(r"\d+\.\d+", entry["compute_cap"]):
-            caps[int(entry["index"])] = entry["compute_cap"]
+        index = external.small_int(entry["index"])
+        if index is not None and re.fullmatch(r"[0-9]{1,4}\.[0-9]{1,4}", entry["compute_cap"]):
+            caps[index] = entry["compute_cap"]
     return caps
 
 
@@ -203,7 +217,7 @@ def node_facts(smi: str, listing: str, caps: str = "", **facts) -> "GateFacts":
 def _version(text: Optional[str]) -> Optional[Version]:
     try:
         return Version(text) if text else None
-    except InvalidVersion:
+    except (InvalidVersion, ValueError):  # packaging raises ValueError on a number int() refuses
         return None
 
 
@@ -280,7 +294,7 @@ def _newest_cuda(driver: Optional[Version]) -> Optional[str]:
 
 def _target(word: str) -> Optional[Tuple[str, int, int, str]]:
     """``sm_86`` -> ("sm", 8, 6, ""), ``compute_90`` -> ("compute", 9, 0, ""), ``sm_90a`` -> (..., "a")."""
-    m = re.fullmatch(r"(sm|compute)_(\d+)(\d)([af]?)", word.strip())
+    m = re.fullmatch(r"(sm|compute)_([0-9]{1,4})([0-9])([af]?)", word.strip())
     return (m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)) if m else None
 
 
@@ -292,7 +306,7 @@ def covers(arch_list: Sequence[str], capability: str) -> Optional[str]:
     (``compute_XYa`` on ``X.Y`` only), compiled when loaded. The closest cubin is preferred, then
     the newest PTX.
     """
-    m = re.fullmatch(r"(\d+)\.(\d+)", capability.strip())
+    m = re.fullmatch(r"([0-9]{1,4})\.([0-9]{1,4})", capability.strip())
     if not m:
         return None
     cap = (int(m.group(1)), int(m.group(2)))

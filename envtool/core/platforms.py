@@ -17,6 +17,7 @@ import sysconfig
 from dataclasses import dataclass
 from typing import Optional
 
+from envtool.core import external
 from envtool.core.errors import EnvtoolError
 
 #: ``platform.machine()`` → the arch part of a conda platform name.
@@ -103,8 +104,7 @@ def probe_interpreter(python: str, timeout: float = 60.0) -> Interpreter:
     if python == sys.executable:
         return current_interpreter()
     try:
-        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        proc = external.run([python, "-c", _PROBE], timeout=timeout)
         impl, version, plat = json.loads(proc.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
         raise EnvtoolError(f"cannot ask {python} which interpreter it is: {exc}") from None

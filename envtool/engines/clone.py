@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+from envtool.core import external
 from envtool.core.errors import EnvtoolError, UsageError
 from envtool.core.prefix import CONDA_META, PrefixData
 
@@ -274,7 +275,7 @@ def _wait_cp(proc, dest: Path) -> None:
     _, err = proc.communicate()
     children.forget(proc)
     if proc.returncode != 0:
-        raise EnvtoolError(f"copying packages into the cache {dest.parent} failed: {err.decode(errors='replace').strip()}")
+        raise EnvtoolError(f"copying packages into the cache {dest.parent} failed: {external.decode(err).strip()}")
 
 
 def seed_cache(records: Sequence[Any], cache_dir: Path, pkgs_dirs: Sequence[Path],

@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from envtool.core import external
 from envtool.core.errors import UsageError
 from envtool.core.plan import Installer
 
@@ -126,8 +127,7 @@ def read_pip_config(python: str, env: Optional[Dict[str, str]] = None, timeout: 
     """
     argv = [python, "-m", "pip", "config", "list", "--disable-pip-version-check"]
     try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
-                              stdin=subprocess.DEVNULL, env=env, timeout=timeout)
+        proc = external.run(argv, timeout=timeout, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise PipConfigError(f"{shlex.join(argv)}: {exc}") from None
     if proc.returncode != 0:
@@ -255,8 +255,7 @@ def find_uv() -> Tuple[str, str]:
     if not path:
         return "", ""
     try:
-        out = subprocess.run([path, "--version"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                             timeout=30, stdin=subprocess.DEVNULL)
+        out = external.run([path, "--version"], timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return "", ""
     if out.returncode != 0:

@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from packaging.version import Version
 
+from envtool.core import external
 from envtool.core.paths import ensure_dir
 
 #: Framework name (spec spelling) → installed/pinned version.
@@ -47,10 +48,22 @@ class Toolchain:
         return ", ".join(parts) or "toolchain unknown"
 
 
+#: a tool's version number as it prints it: ASCII digits and dots, each part at most 9 digits
+_VERSION_WORD = r"([0-9]{1,9}(?:\.[0-9]{1,9}){0,5})(?![0-9])"
+
+
+def _tool_version(text: str) -> Optional[Version]:
+    """``Version(text)``, or None when packaging does not read it (never raises)."""
+    try:
+        return Version(text)
+    except ValueError:  # InvalidVersion is a ValueError
+        return None
+
+
 def parse_cmake_version(text: str) -> Optional[Version]:
     """``cmake version 4.4.3`` (first line of ``cmake --version``) → ``Version('4.4.3')``, or None."""
-    m = re.search(r"cmake version (\d+(?:\.\d+)*)", text or "")
-    return Version(m.group(1)) if m else None
+    m = re.search(r"cmake version " + _VERSION_WORD, text or "")
+    return _tool_version(m.group(1)) if m else None
 
 
 def parse_cxx_version(text: str) -> Tuple[str, Optional[Version]]:
@@ -63,19 +76,21 @@ def parse_cxx_version(text: str) -> Tuple[str, Optional[Version]]:
     """
     text = text or ""
     first = text.strip().splitlines()[0] if text.strip() else ""
-    m = re.search(r"clang version (\d+(?:\.\d+)*)", text)
-    if m:
-        return "clang", Version(m.group(1))
+    m = re.search(r"clang version " + _VERSION_WORD, text)
+    if m and _tool_version(m.group(1)) is not None:
+        return "clang", _tool_version(m.group(1))
     if "Free Software Foundation" in text or re.match(r"\S*(g\+\+|c\+\+|gcc)\b", first):
-        m = re.search(r"(\d+\.\d+(?:\.\d+)?)\s*$", first)
-        if m:
-            return "gnu", Version(m.group(1))
+        m = re.search(r"(?<![0-9])([0-9]{1,9}\.[0-9]{1,9}(?:\.[0-9]{1,9})?)\s*$", first)
+        if m and _tool_version(m.group(1)) is not None:
+            return "gnu", _tool_version(m.group(1))
     return "", None
 
 
 def _version_output(argv: List[str]) -> str:
+    """What ``argv`` (a ``--version`` call) prints, decoded by :func:`envtool.core.external.run`;
+    "" when it fails, cannot start or takes over 30 s."""
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        proc = external.run(argv, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return (proc.stdout or proc.stderr) if proc.returncode == 0 else ""

@@ -59,6 +59,21 @@ def find_patchelf() -> str:
     return shutil.which("patchelf") or ""
 
 
+
+def _patchelf(argv: List[str], timeout: float) -> str:
+    """``patchelf``'s standard output (decoded by :func:`envtool.core.external.run`).
+
+    Raises:
+        OSError: it cannot be started; subprocess.TimeoutExpired: over ``timeout`` seconds;
+        subprocess.CalledProcessError: it exited non-zero.
+    """
+    from envtool.core import external
+
+    proc = external.run(argv, timeout=timeout)
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, argv, proc.stdout, proc.stderr)
+    return proc.stdout
+
 def relative_entries(runpath: str, library: Path, site_packages: Path) -> str:
     """``runpath`` (``:``-separated) with each entry inside a ``site-packages`` directory rewritten
     as ``$ORIGIN/…`` pointing to the same place under ``site_packages``, relative to ``library``'s
@@ -94,14 +109,11 @@ def fix_runpaths(package_dir: Path, site_packages: Path, patchelf: Optional[str]
     changes = []
     for lib in sorted(Path(package_dir).rglob("*.so")):
         try:
-            old = subprocess.run([patchelf, "--print-rpath", str(lib)], capture_output=True, text=True,
-                                 timeout=timeout, check=True).stdout.strip()
-            needed = subprocess.run([patchelf, "--print-needed", str(lib)], capture_output=True, text=True,
-                                    timeout=timeout, check=True).stdout.split()
+            old = _patchelf([patchelf, "--print-rpath", str(lib)], timeout).strip()
+            needed = _patchelf([patchelf, "--print-needed", str(lib)], timeout).split()
             new = framework_entries(relative_entries(old, lib, Path(site_packages)), needed, lib, Path(site_packages))
             if new != old:
-                subprocess.run([patchelf, "--set-rpath", new, str(lib)], capture_output=True, text=True,
-                               timeout=timeout, check=True)
+                _patchelf([patchelf, "--set-rpath", new, str(lib)], timeout)
                 changes.append((str(lib), old, new))
         except (OSError, subprocess.SubprocessError) as exc:
             return changes, f"patchelf failed on {lib}: {exc}"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from envtool.core import external
 from envtool.core.errors import EnvtoolError
 from envtool.lock.model import LockedPackage, normalize
 
@@ -84,8 +85,7 @@ def run_report(python: str, requirements: Sequence[str], extra_args: Sequence[st
             progress("pip resolves: " + " ".join(requirements))
         env = dict(os.environ, PIP_NO_INPUT="1")
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
-                                  stdin=subprocess.DEVNULL)
+            proc = external.run(argv, timeout=timeout, env=env)
         except subprocess.TimeoutExpired:
             raise EnvtoolError(f"pip did not resolve {' '.join(requirements)} within {timeout:.0f} s") from None
         except OSError as exc:

@@ -21,6 +21,7 @@ import subprocess
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from envtool.core import external
 from envtool.core.errors import EnvtoolError
 from envtool.modules.content import EnvChange
 
@@ -95,9 +96,8 @@ def activate_d_changes(prefix: Path, runtime_prefix: Path,
         origin = f"etc/conda/activate.d/{script.name}"
         code = ('env -0; printf "\\0%s\\0" "$1"; . "$2" || exit $?; env -0')
         try:
-            proc = subprocess.run(["bash", "--noprofile", "--norc", "-c", code, "envtool", _SPLIT, str(script)],
-                                  env=base if before is None else before, capture_output=True, text=True,
-                                  timeout=timeout, errors="replace", stdin=subprocess.DEVNULL)
+            proc = external.run(["bash", "--noprofile", "--norc", "-c", code, "envtool", _SPLIT, str(script)],
+                                env=base if before is None else before, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise EnvtoolError(f"{script}: did not finish in {timeout:.0f} s while computing its effect "
                                "for the modulefile") from None

@@ -13,10 +13,10 @@ from __future__ import annotations
 import glob
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from envtool.core import external
 from envtool.core.errors import EnvtoolError
 
 
@@ -43,8 +43,8 @@ def cache_dirs(env: Optional[dict] = None, timeout: float = 60) -> List[Tuple[st
     cmd = lmod_cmd()
     if cmd is None:
         return []
-    proc = subprocess.run([cmd, "bash", "--config_json"], capture_output=True, text=True, timeout=timeout,
-                          env=env if env is not None else os.environ.copy())
+    proc = external.run([cmd, "bash", "--config_json"], timeout=timeout,
+                        env=env if env is not None else os.environ.copy())
     text = (proc.stdout.strip() or proc.stderr.strip())
     try:
         data = json.loads(text[text.index("{"):])
@@ -75,8 +75,7 @@ def refresh(modulepath: str, caches: List[Tuple[str, str]], timeout: float = 600
     done = []
     for cache_dir, stamp in caches:
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run([str(script), "-d", cache_dir, "-t", stamp, modulepath], capture_output=True,
-                              text=True, timeout=timeout)
+        proc = external.run([str(script), "-d", cache_dir, "-t", stamp, modulepath], timeout=timeout)
         if proc.returncode != 0:
             raise EnvtoolError(f"{script} -d {cache_dir} -t {stamp} failed: {(proc.stderr or proc.stdout)[-500:]}")
         done.append(cache_dir)

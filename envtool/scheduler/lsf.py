@@ -119,8 +119,8 @@ def parse_status(stdout: str) -> Dict[str, JobState]:
         stat = words[header.index("STAT")]
         code: Optional[int] = None
         if "EXIT_CODE" in header and len(words) > header.index("EXIT_CODE") \
-                and words[header.index("EXIT_CODE")].isdigit():
-            code = int(words[header.index("EXIT_CODE")])
+                and external.small_int(words[header.index("EXIT_CODE")]) is not None:
+            code = external.small_int(words[header.index("EXIT_CODE")])
         elif stat == "DONE":
             code = 0
         phase = phase_of(stat, QUEUED, RUNNING, FINISHED)

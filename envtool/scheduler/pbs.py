@@ -110,7 +110,7 @@ def parse_status(stdout: str) -> Dict[str, JobState]:
             raise output_error("qstat -f", "a 'job_state = S' line in each 'Job Id: ID' block", stdout)
         phase = phase_of(st.group(1), QUEUED, RUNNING, FINISHED)
         code = re.search(r"^\s+Exit_status = (-?\d+)", block, re.M)
-        out[job_id] = JobState(phase, st.group(1), int(code.group(1)) if code and phase == "done" else None)
+        out[job_id] = JobState(phase, st.group(1), external.small_int(code.group(1)) if code and phase == "done" else None)
     return out
 
 

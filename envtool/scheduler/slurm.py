@@ -159,7 +159,7 @@ def parse_final_status(stdout: str) -> Dict[str, JobState]:
         phase = phase_of(js.group(1), QUEUED, RUNNING)
         code = re.search(r"\sExitCode=(\d+):(\d+)", line)
         out[jid.group(1)] = JobState(phase, js.group(1),
-                                     int(code.group(1)) if code and phase == "done" else None)
+                                     external.small_int(code.group(1)) if code and phase == "done" else None)
     return out
 
 

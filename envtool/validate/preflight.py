@@ -45,6 +45,7 @@ import shutil
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from envtool.core import external
 from envtool.core.prefix import PrefixData
 
 SCRIPT = Path(__file__).with_name("preflight.sh")
@@ -157,7 +158,7 @@ def gather(run_dir: Path) -> List[Dict[str, str]]:
             if sep:
                 rec[key.strip()] = value.strip()
         out.append(rec)
-    return sorted(out, key=lambda r: int(r["task"]) if r.get("task", "").isdigit() else 0)
+    return sorted(out, key=lambda r: external.small_int(r.get("task")) or 0)
 
 
 def _names(recs: List[Dict[str, str]]) -> str:
@@ -313,14 +314,15 @@ def _judge_interface(records: List[Dict[str, str]], nodes: int, site_path: Optio
 def _judge_shm(records: List[Dict[str, str]], warnings: List[str]) -> List[str]:
     problems: List[str] = []
     fix = shlex.join(["mount", "-o", "remount,size=50%", "/dev/shm"])
-    small = [r for r in records if r.get("shm_kib", "").isdigit() and int(r["shm_kib"]) < SHM_MIN_KIB]
+    sized = [(r, external.small_int(r.get("shm_kib"))) for r in records]
+    small = [(r, k) for r, k in sized if k is not None and 0 <= k < SHM_MIN_KIB]
     if small:
-        sizes = ", ".join(f"{r.get('host', '?')} {int(r['shm_kib']) // 1024} MiB" for r in small)
-        problems.append(f"pre-flight: {_names(small)}: /dev/shm is below {SHM_MIN_KIB // 1024} MiB ({sizes}): "
+        sizes = ", ".join(f"{r.get('host', '?')} {k // 1024} MiB" for r, k in small)
+        problems.append(f"pre-flight: {_names([r for r, _ in small])}: /dev/shm is below {SHM_MIN_KIB // 1024} MiB ({sizes}): "
                         f"NCCL's shared-memory transport and DataLoader workers fail there ('unhandled system "
                         f"error', 'Bus error'); fix: as root on those nodes {fix} (in a container: "
                         f"--shm-size or --ipc=host)")
-    low = [r for r in records if r.get("shm_kib", "").isdigit() and SHM_MIN_KIB <= int(r["shm_kib"]) < SHM_WARN_KIB]
+    low = [r for r, k in sized if k is not None and SHM_MIN_KIB <= k < SHM_WARN_KIB]
     if low:
         warnings.append(f"pre-flight: {_names(low)}: /dev/shm is below {SHM_WARN_KIB // 1024 // 1024} GiB: DataLoader "
                         f"workers with large batches may run out of it; to raise it: {fix}")
@@ -403,7 +405,8 @@ def table(records: List[Dict[str, str]]) -> str:
         iface = r.get("iface", "-")
         iface += "" if r.get("iface_state", "present") == "present" else " (missing)"
         iface += f" {r['iface_addr']}" if r.get("iface_addr", "-") != "-" else ""
-        shm = f"{int(r['shm_kib']) // 1024} MiB" if r.get("shm_kib", "").isdigit() else "-"
+        kib = external.small_int(r.get("shm_kib"))
+        shm = f"{kib // 1024} MiB" if kib is not None and kib >= 0 else "-"
         rows.append((r.get("host", "?"), "-" if prefix == "-" else prefix,
                      (r.get("lock_sha256") or "-")[:12], r.get("first_addr", "-"), iface,
                      r.get("reach") or "-", shm))

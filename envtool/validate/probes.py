@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from envtool import probes as _probes
-from envtool.core import procs
+from envtool.core import external, procs
 from envtool.core.prefix import PrefixData
 from envtool.probes import allreduce as allreduce_probe
 from envtool.probes import dataloader as dataloader_probe
@@ -174,9 +174,8 @@ def check_build_output(prefix: Path, timeout: float = 180.0) -> str:
     if not horovodrun.exists():
         raise FileNotFoundError(str(horovodrun))
     env = _clean_env({"PATH": f"{Path(prefix) / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"})
-    proc = subprocess.run([str(PrefixData(Path(prefix)).python), str(horovodrun), "--check-build"],
-                          capture_output=True, text=True, timeout=timeout, env=env,
-                          preexec_fn=procs.die_with_parent)
+    proc = external.run([str(PrefixData(Path(prefix)).python), str(horovodrun), "--check-build"],
+                        timeout=timeout, env=env, preexec_fn=procs.die_with_parent)
     return proc.stdout + (("\n" + proc.stderr) if proc.stderr.strip() else "")
 
 

@@ -169,12 +169,15 @@ def last_lines(text: str) -> Dict[int, str]:
     (at most 200 characters)."""
     import re
 
+    from envtool.core import external
+
     out: Dict[int, str] = {}
     for line in text.splitlines():
         m = re.match(r"^\s*(\d+): ?(.*)$", line)
         # slurmstepd's own lines (a step being cancelled) are not what the rank printed
-        if m and m.group(2).strip() and not m.group(2).startswith("slurmstepd"):
-            out[int(m.group(1))] = m.group(2).strip()[:200]
+        task = external.small_int(m.group(1)) if m else None
+        if m and task is not None and m.group(2).strip() and not m.group(2).startswith("slurmstepd"):
+            out[task] = m.group(2).strip()[:200]
     return out
 
 

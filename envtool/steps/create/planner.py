@@ -15,7 +15,7 @@ import shlex
 from typing import List, Optional, Tuple
 
 from envtool.checks import gpu as gpu_check
-from envtool.core import gpu_gates
+from envtool.core import external, gpu_gates
 from envtool.engines.registry import engine_for, engines
 from envtool.spec.model import Spec
 from envtool.steps.create import validate_step as validate
@@ -86,8 +86,7 @@ def check_site_modules(spec: Spec, environ=None) -> None:
     said = ""
     if lmod:
         try:
-            proc = subprocess.run([lmod, "python", "load", *mods], capture_output=True, text=True, env=env,
-                                  timeout=120, stdin=subprocess.DEVNULL)
+            proc = external.run([lmod, "python", "load", *mods], env=env, timeout=120)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise UsageError(f"$LMOD_CMD {lmod}: cannot ask Lmod to load {' '.join(mods)} ({exc})") from None
         if proc.returncode == 0:

@@ -22,7 +22,7 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
-from envtool.core import frameworks, procs
+from envtool.core import external, frameworks, procs
 from envtool.core.errors import CheckFailed, StepFailed
 from envtool.core.prefix import PrefixData
 from envtool.horovod import checkbuild
@@ -127,11 +127,9 @@ def _allreduce(prefix: Path, framework: str = "pytorch", controller: str = "gloo
     argv = probes.allreduce_command(prefix, 2, controller, framework)
     env = dict(os.environ, PYTHONUNBUFFERED="1", PATH=f"{prefix / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env,
-                              preexec_fn=procs.die_with_parent)
+        proc = external.run(argv, timeout=300, env=env, preexec_fn=procs.die_with_parent)
     except subprocess.TimeoutExpired as exc:
-        # bytes even under text=True (https://docs.python.org/3/library/subprocess.html#subprocess.TimeoutExpired)
-        said = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        said = external.decode(exc.stdout)  # bytes (https://docs.python.org/3/library/subprocess.html#subprocess.TimeoutExpired)
         return False, f"timed out after 300 s: {said}"
     output = proc.stdout + proc.stderr
     return proc.returncode == 0 and probes.parse_allreduce(proc.stdout, 2), output

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
+from envtool.core import external
 from envtool.core.errors import EnvtoolError, UsageError
 from envtool.core.plan import MachineFacts, PlanOptions
 from envtool.spec.model import Spec
@@ -52,9 +53,10 @@ class BuildProbe:
 
 
 def first_line(argv: List[str]) -> Optional[str]:
-    """The first line ``argv`` prints (stdout, else stderr) when it exits 0 within 30 s, else None."""
+    """The first line ``argv`` prints (stdout, else stderr; decoded by :func:`envtool.core.external.run`)
+    when it exits 0 within 30 s, else None."""
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        out = external.run(argv, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
     text = (out.stdout or out.stderr).strip()

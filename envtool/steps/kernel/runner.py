@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from envtool.core import procs
+from envtool.core import external, procs
 from envtool.core.errors import CheckFailed, StepFailed, naming
 from envtool.core.paths import cache_root
 from envtool.core.plan import Plan, Step, redact
@@ -155,7 +155,8 @@ class Runner:
         """
         try:
             return procs.popen([str(a) for a in argv], env=full_env, cwd=cwd, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace")
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, encoding=external.ENCODING,
+                               errors=external.ERRORS)  # decoded as envtool.core.external.decode does
         except OSError as exc:
             self.note(f"cannot start {argv[0]}: {exc}")
             raise StepFailed(step_id, f"cannot run {argv[0]}: {exc.strerror}", self.log_path) from None

@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 from typing import Optional, Tuple
 
+from envtool.core import external
 from envtool.core.errors import UsageError
 from envtool.steps.pack.model import MANIFEST
 
@@ -20,7 +21,7 @@ def _squashfs_text(path: Path) -> Optional[str]:
         raise UsageError(f"--stage {path}: a squashfs image, and unsquashfs (squashfs-tools) is not here "
                          f"to read its manifest")
     proc = subprocess.run(["unsquashfs", "-cat", str(path), MANIFEST], capture_output=True, timeout=120)
-    return proc.stdout.decode(errors="replace") if proc.returncode == 0 else None
+    return external.decode(proc.stdout) if proc.returncode == 0 else None
 
 
 def _tar_text(path: Path) -> Optional[str]:
