@@ -370,26 +370,32 @@ def run_job(plan: JobPlan, runner) -> JobResult:
     Raises:
         CheckFailed: the scheduler refused the job (its message).
         KeyboardInterrupt: Ctrl-C or SIGTERM; the job has been cancelled first.
+        BaseException: any other failure after the submission is re-raised too, after the job
+            was cancelled (:func:`cancel_unfinished`): no way out leaves a job running.
     """
     total = len(plan.steps)
     try:
-        with wt.TermAsInterrupt():
-            for i, step in enumerate(plan.steps, 1):
-                runner.run_step(step, i, total)
+        try:
+            with wt.TermAsInterrupt():
+                for i, step in enumerate(plan.steps, 1):
+                    runner.run_step(step, i, total)
+        except BaseException:
+            try:
+                cancel_unfinished(plan, runner)
+            except KeyboardInterrupt:  # a signal came before the clean-up held them: once more, held
+                cancel_unfinished(plan, runner)
+            raise
     except CheckFailed as exc:
         if runner.current is None or runner.current.id != "preflight":
             raise
         runner.current = None
         return _not_submitted(plan, exc.step_result)
-    except KeyboardInterrupt:
-        _cancel_unwatched(plan, runner)
-        raise
     return runner.results["judge"]
 
 
-def _cancel_unwatched(plan: JobPlan, runner) -> None:
-    """After Ctrl-C/SIGTERM: cancel a job that was submitted but whose watch did not cancel it
-    (the interrupt came between the submit and the watch)."""
+def cancel_unfinished(plan: JobPlan, runner) -> None:
+    """The clean-up of every failure and interrupt after the submission: cancel the submitted job
+    unless the watch saw it end or cancelled it already. Never raises (:func:`watch.cancel`)."""
     job_id = runner.results.get("submit")
     if job_id and runner.results.get("cancelled") != job_id and "watch" not in runner.results:
         wt.cancel(plan.sched, job_id, runner.progress)

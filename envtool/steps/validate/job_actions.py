@@ -69,8 +69,8 @@ def write_script(step: Step, runner: StepContext) -> str:
 def submit(step: Step, runner: StepContext) -> str:
     """Submit the script; returns the job id (:func:`envtool.steps.validate.watch.submit`)."""
     plan = step.data
-    job_id = wt.submit(plan.sched, plan.script)
-    runner.results["submit"] = job_id  # at once: an interrupt from here on cancels it (run_job)
+    # kept at once, in the same statement: any failure from here on cancels it (job.run_job)
+    job_id = runner.results["submit"] = wt.submit(plan.sched, plan.script)
     runner.note(f"job {job_id}")
     runner.progress(f"job {job_id} submitted ({plan.sched.NAME}); script {plan.script}")
     return job_id
@@ -87,14 +87,16 @@ class Ended:
 
 
 def watch(step: Step, runner: StepContext) -> Ended:
-    """Wait for the job; Ctrl-C/SIGTERM, ``--timeout`` or a lost node cancel it (:func:`watch.wait`)."""
+    """Wait for the job; Ctrl-C/SIGTERM, ``--timeout``, a lost node or any failure while it waits
+    cancel it (:func:`watch.wait`)."""
     plan = step.data
     job_id = runner.results["submit"]
     seen = wt.JobWatch(output=plan.run_dir / "job.out")
     try:
         state, code = wt.wait(plan.sched, job_id, runner.progress, plan.options.timeout, seen, plan.poll_max)
-    except KeyboardInterrupt:
-        runner.results["cancelled"] = job_id  # wait() cancelled it before re-raising
+    except BaseException:
+        if seen.cancelled:
+            runner.results["cancelled"] = job_id  # wait() cancelled it before re-raising
         raise
     runner.note(f"job {job_id} ended {state} (exit status {code})")
     return Ended(job_id, state, code, seen)

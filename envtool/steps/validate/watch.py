@@ -1,5 +1,7 @@
 """Submit a job script, watch the job (queued → running → done) and cancel it on Ctrl-C/SIGTERM,
-after ``--timeout`` or when a node stops responding; or, without a scheduler, run the script here."""
+after ``--timeout``, when a node stops responding or when anything fails while it is watched; or,
+without a scheduler, run the script here. :func:`cancel` is a clean-up: it never raises, and
+Ctrl-C, SIGTERM and SIGHUP wait while it runs."""
 from __future__ import annotations
 
 import os
@@ -43,12 +45,15 @@ class JobWatch:
             with ``unresponsive_nodes``), else None.
         lost: ``(node, state)`` of the nodes that stopped responding.
         output_at_timeout: the output's text when ``--timeout`` ran out, or None.
+        cancelled: :func:`wait` cancelled the job (``--timeout``, a lost node, or a failure or
+            interrupt while it watched).
     """
 
     output: Optional[Path] = None
     nodes: Optional[str] = None
     lost: List[Tuple[str, str]] = field(default_factory=list)
     output_at_timeout: Optional[str] = None
+    cancelled: bool = False
 
 
 def job_poll_max() -> float:
@@ -163,6 +168,7 @@ def _look(sched, job_id: str, progress: Progress, watch: JobWatch, last: list):
         progress(f"job {job_id} {phase} ({state})")
         last[:] = [phase, state]
     if phase == "running" and _lost(sched, job_id, watch, progress):
+        watch.cancelled = True
         cancel(sched, job_id, progress)
         return NODE_LOST, None
     if phase == "done":
@@ -172,11 +178,17 @@ def _look(sched, job_id: str, progress: Progress, watch: JobWatch, last: list):
 
 def wait(sched, job_id: str, progress: Progress, timeout: Optional[float],
          watch: Optional[JobWatch] = None, poll_max: float = JOB_POLL_MAX) -> Tuple[str, Optional[int]]:
-    """Poll until the job is done and return ``(state, exit code)``; cancel it on
-    KeyboardInterrupt/SIGTERM (re-raised), after ``timeout`` seconds (state :data:`TIMED_OUT`), or
-    when a node of the job stops responding (state :data:`NODE_LOST`; schedulers with
-    ``unresponsive_nodes``), filling in ``watch``. The pause between two polls starts at 0.5 s and
-    grows by half each time up to ``poll_max`` seconds (:func:`job_poll_max`)."""
+    """Poll until the job is done and return ``(state, exit code)``; cancel it after ``timeout``
+    seconds (state :data:`TIMED_OUT`) or when a node of the job stops responding (state
+    :data:`NODE_LOST`; schedulers with ``unresponsive_nodes``), filling in ``watch``. The pause
+    between two polls starts at 0.5 s and grows by half each time up to ``poll_max`` seconds
+    (:func:`job_poll_max`).
+
+    Raises:
+        BaseException: whatever stopped the watch (KeyboardInterrupt for Ctrl-C/SIGTERM, an error
+            reading the scheduler's answer, a progress line that could not be written), re-raised
+            after the job was cancelled (``watch.cancelled``): no job outlives a failed watch.
+    """
     started = time.monotonic()
     last: list = []
     interval = min(0.5, poll_max)
@@ -188,35 +200,67 @@ def wait(sched, job_id: str, progress: Progress, timeout: Optional[float],
                 return ended
             if timeout is not None and time.monotonic() - started > timeout:
                 _keep_output(watch)
+                watch.cancelled = True
                 cancel(sched, job_id, progress)
                 return TIMED_OUT, None
             time.sleep(interval)
             interval = min(interval * 1.5, poll_max)
-    except KeyboardInterrupt:
-        cancel(sched, job_id, progress)
+    except BaseException:
+        if not watch.cancelled:
+            watch.cancelled = True
+            cancel(sched, job_id, progress)
         raise
 
 
-def cancel(sched, job_id: str, progress: Progress) -> None:
-    """Cancel the job and wait (up to 60 s) until the scheduler no longer lists it as queued or running."""
-    argv = sched.cancel_argv(job_id)
-    progress(f"cancelling job {job_id}: {shlex.join(argv)}")
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread() else None
+#: the signals that wait while :func:`cancel` runs (ignored, so that the scheduler's cancel command,
+#: which inherits the disposition, is not stopped by the same Ctrl-C, SIGTERM or hang-up either)
+CANCEL_HOLDS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _tell(progress: Progress, text: str) -> None:
+    """A progress line from the clean-up: one that cannot be written (stderr closed, a full disk
+    under the log) is dropped, never raised out of :func:`cancel`."""
     try:
-        external.run(argv, timeout=60)
+        progress(text)
+    except Exception:
+        pass
+
+
+def cancel(sched, job_id: str, progress: Progress) -> None:
+    """Cancel the job and wait (up to 60 s) until the scheduler no longer lists it as queued or running.
+
+    A clean-up on every way out after the submission: it never raises (a cancel command that is
+    missing, fails or hangs, or a state that cannot be read, is reported through ``progress``),
+    and :data:`CANCEL_HOLDS` are ignored while it runs (main thread), then restored.
+    """
+    argv = sched.cancel_argv(job_id)
+    old = {}
+    if main_thread():
+        for sig in CANCEL_HOLDS:
+            try:
+                old[sig] = signal.signal(sig, signal.SIG_IGN)
+            except (ValueError, OSError):
+                pass
+    try:
+        _tell(progress, f"cancelling job {job_id}: {shlex.join(argv)}")
+        proc = external.run(argv, timeout=60)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             phase, state, _ = sched.state(job_id)
             if phase not in ("queued", "running"):
-                progress(f"job {job_id} cancelled ({state})")
+                ended_first = proc.returncode != 0 and state in DONE_STATES
+                _tell(progress, f"job {job_id} had ended ({state})" if ended_first
+                      else f"job {job_id} cancelled ({state})")
                 return
             time.sleep(0.5)
-        progress(f"job {job_id} still listed after scancel; check it with the scheduler")
+        _tell(progress, f"job {job_id} still listed after {argv[0]}; check it with the scheduler")
     except (OSError, subprocess.TimeoutExpired) as exc:
-        progress(f"could not cancel job {job_id}: {exc}")
+        _tell(progress, f"could not cancel job {job_id}: {exc}")
+    except Exception as exc:  # a state that could not be read: the cancel command ran, the error goes on its way
+        _tell(progress, f"job {job_id}: {shlex.join(argv)} ran; its state could not be read ({type(exc).__name__})")
     finally:
-        if old is not None:
-            signal.signal(signal.SIGINT, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 def run_local_script(script: Path, run_dir: Path, progress: Progress, timeout: Optional[float]) -> Tuple[str, int]:
