@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -156,4 +157,92 @@ def test_interrupt_cancels_the_job(slurm_cluster, slurm_site, tmp_path, sig):
     deadline = time.monotonic() + scaled(30)
     while slurm_cluster.queue() and time.monotonic() < deadline:
         time.sleep(0.5)
+    assert slurm_cluster.queue() == ""
+
+
+def test_any_failure_after_submit_cancels_the_job(slurm_cluster, slurm_site, tmp_path, monkeypatch):
+    """Issue 43: every way out after the submission cancels the job, at each point after it: the
+    submit step's own report, the step's end, the watch's start, a look at the queued job (held:
+    ``SBATCH_HOLD``), and a look at the running one. What fails there is what fails on a site: an
+    error decoding an answer, stderr closed under the CLI (BrokenPipeError), Ctrl-C, SIGTERM (a
+    real signal, at a look and while the job runs). The job's name is Latin-1 (``SBATCH_JOB_NAME``),
+    so every ``scontrol show job`` while it runs answers bytes that are not UTF-8 (it was exit 3).
+    Before, only Ctrl-C/SIGTERM cancelled, and a job whose name was not UTF-8 broke the watch."""
+    import re
+
+    from envtool.steps.jobscript.workflow import resolve_environment
+    from envtool.steps.kernel.runner import Runner
+    from envtool.steps.validate import job
+
+    for key, value in slurm_cluster.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("ENVTOOL_JOB_POLL", "0.2")
+    monkeypatch.setenv("SBATCH_JOB_NAME", os.fsdecode(b"jos\xe9-validate"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    # the ranks' Python starts slowly in the job only (a site start-up hook): the job stays RUNNING
+    pth = next(venv.glob("lib/python3*/site-packages")) / "zz-slow-start.pth"
+    pth.write_text('import os, time; os.environ.get("SLURM_JOB_ID") and time.sleep(300)\n')
+    target = resolve_environment(str(venv), None, None, None, str(slurm_site))
+
+    def bad_bytes():
+        raise UnicodeDecodeError("utf-8", b"\xe9", 0, 1, "invalid continuation byte")
+
+    def closed_stderr():
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def ctrl_c():
+        raise KeyboardInterrupt
+
+    def sigterm():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises in this thread before this ends
+
+    def sigterm_soon():  # while the watch polls the running job (scontrol answers Latin-1 each time)
+        timer = threading.Timer(0.6, os.kill, (os.getpid(), signal.SIGTERM))
+        timer.daemon = True
+        timers.append(timer)
+        timer.start()
+
+    timers: list = []
+    cases = [("job \\d+ submitted", bad_bytes, UnicodeDecodeError, True),
+             ("      done in", closed_stderr, BrokenPipeError, True),
+             (r"\[4/6\] Watch", ctrl_c, KeyboardInterrupt, True),
+             ("job \\d+ queued", sigterm, KeyboardInterrupt, True),
+             ("job \\d+ running", sigterm_soon, KeyboardInterrupt, False)]
+    # a SIGTERM that came late (a failed case) must not stop pytest: validate's own handler is set inside
+    previous = signal.signal(signal.SIGTERM, lambda *a: None)
+    try:
+        for n, (point, fail, raised, hold) in enumerate(cases):
+            if hold:
+                monkeypatch.setenv("SBATCH_HOLD", "1")
+            else:
+                monkeypatch.delenv("SBATCH_HOLD", raising=False)
+            plan = job.plan_job(target, job.JobOptions(nodes=1, ranks_per_node=1, timeout=scaled(60),
+                                                       workdir=str(tmp_path / f"run-{n}")))
+            said: list = []
+
+            def say(line, point=point, fail=fail):
+                said.append(line)
+                if re.match(point, line) and any(" submitted " in s for s in said[:-1] + [line]):
+                    fail()
+
+            runner = Runner(log_path=tmp_path / "validate.log", say=say, keep_log=False)
+            with pytest.raises(raised):
+                job.run_job(plan, runner)
+            job_id = runner.results["submit"]
+            shown = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True,
+                                   env=dict(os.environ), timeout=scaled(60)).stdout  # bytes: its name is Latin-1
+            assert b"JobState=CANCELLED" in shown and b"JobName=jos\xe9-validate" in shown, (point, said, shown)
+            assert f"cancelling job {job_id}: scancel {job_id}" in said, (point, said)
+            assert said[-1] == f"job {job_id} cancelled (CANCELLED)", (point, said)
+            if not hold:
+                assert any(s == f"job {job_id} running (RUNNING)" for s in said), said
+    finally:
+        for timer in timers:
+            timer.cancel()
+        signal.signal(signal.SIGTERM, previous)
+    deadline = time.monotonic() + scaled(30)
+    while slurm_cluster.queue() and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert slurm_cluster.queue() == ""
