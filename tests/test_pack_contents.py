@@ -3,8 +3,14 @@ a socket, a FIFO, a set-user-ID file and a link out of a real venv are each refu
 path (exit 2, nothing written); ``--allow-outside-links`` keeps such a link, named in the notes;
 ``-o`` through a symbolic link into the environment is refused before anything is written.
 
-Real venvs (``python -m venv --without-pip``), a real AF_UNIX socket, a real FIFO and real modes;
-the accepted pack is read back with tarfile.
+Further (issue 43, third part): a device node and a file with capabilities are refused; a FIFO or
+socket named like a ``.pth`` file is found before anything is read (it hung the ``.pth`` scan); a
+``bin/`` link to a program beside the base interpreter that is not one is refused; a directory the
+second user cannot read is refused, not skipped.
+
+Real venvs (``python -m venv --without-pip``), a real AF_UNIX socket, a real FIFO, a real device
+node (mknod), real file capabilities (``security.capability``), real modes and the real second
+user; the accepted pack is read back with tarfile.
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -186,11 +193,14 @@ def test_pack_reads_nothing_before_a_fifo_or_socket_is_found(venv, tmp_path):
     fifo.unlink()
     sock_path = site / "x.pth"
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        server.bind(str(sock_path))
+    short = Path(tempfile.mkdtemp(prefix="s"))  # the same file system as tmp_path: pytest makes it there too
+    try:  # bound at a short path (sun_path holds 107 bytes, unix(7)), then renamed into the venv
+        server.bind(str(short / "s"))
+        os.rename(short / "s", sock_path)
         proc, out = _pack(venv, tmp_path / "env.tar")
     finally:
         server.close()
+        os.rmdir(short)
     assert proc.returncode == 2 and str(sock_path) in out["error"] and "a socket" in out["error"], out
     assert "Traceback" not in proc.stderr and _nothing_written(tmp_path)
 

@@ -358,7 +358,8 @@ def test_a_staged_tar_is_unpacked_as_the_job_user_and_special_members_are_refuse
     device.type, device.devmajor, device.devminor = tarfile.CHRTYPE, 1, 1
     args = ("--site", "perlmutter", "--account", "m1", "--nodes", "2", "--", "python", "t.py")
     for ti, said in ((setuid, "set-user-ID"), (device, "device node")):
-        bad = _with_members(tar, tmp_path / f"bad-{ti.name.replace('/', '-')}.tar", (ti, b"#!/bin/sh\n" if ti.isreg() else None))
+        data = b"#!/bin/sh\n" if ti.isreg() else None
+        bad = _with_members(tar, tmp_path / f"bad-{ti.name.replace('/', '-')}.tar", (ti, data))
         err = jobscript("--stage", bad, *args, expect=2).stderr
         assert str(bad) in err and ti.name in err and said in err and "expected" in err, err
     # the job's own unpack line (real bash, real tar) on the pack with the set-user-ID member

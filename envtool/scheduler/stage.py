@@ -101,7 +101,8 @@ _UNPACK = ('set -e; need=$(( $3 + 1024 )); free=$(df -Pk "$(dirname "$2")" | awk
            'if [ -n "$free" ] && [ "$free" -lt "$need" ]; then echo "envtool stage: $(hostname): $(dirname "$2") has '
            '$free KiB free after the copy, unpacking needs $need KiB: give the site a node-local path with more '
            'room (node_local.path in the site file)" >&2; exit 1; fi; '
-           'mkdir -p -- "$2"; tar --no-same-owner --no-same-permissions -xf "$1" -C "$2"; rm -f -- "$1"; cd -- "$2"; shift 3; '
+           'mkdir -p -- "$2"; tar --no-same-owner --no-same-permissions -xf "$1" -C "$2"; rm -f -- "$1"; '
+           'cd -- "$2"; shift 3; '
            'if [ "$#" -gt 0 ]; then "$@"; fi')
 #: per node: wait (up to 120 s) until the image is mounted
 _WAIT = ('for i in $(seq 1 1200); do [ -e "$1/.envtool/pack.json" ] && exit 0; sleep 0.1; done; '
