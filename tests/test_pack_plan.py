@@ -36,7 +36,7 @@ def test_pack_dry_run_prints_the_plan_and_changes_nothing_then_the_same_steps_ru
     text = proc.stdout
     assert text.startswith(f"Plan for pack {env} -> {out}\n"), text
     ids = [line.split("[", 1)[1].split("]", 1)[0] for line in text.splitlines() if line[:1].isdigit()]
-    assert ids == ["check-venv", "check-contents", "lock", "sbom", "pack", "place"], text
+    assert ids == ["check-contents", "check-venv", "lock", "sbom", "pack", "place"], text
     assert f"$ # sha256sum '{env}/conda-lock.yml'" in text, text   # the path quoted, as every word printed
     assert "(replacing that file); nothing was changed" in text, text
     assert _listing(tmp_path) == before and out.read_text() == "keep me"

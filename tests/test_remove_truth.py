@@ -333,3 +333,51 @@ def test_remove_forgets_the_record_of_an_environment_already_gone(tmp_path):
     assert json.loads(proc.stdout)["forgot"] is True and not record.exists(), proc.stdout
     proc = run_envtool("list", "--json", env=env, cwd=tmp_path)
     assert str(prefix) not in proc.stdout, proc.stdout
+
+
+def test_remove_finishes_a_copy_whose_deletion_stopped_after_its_record(tmp_path):
+    """WRONG RESULT (issue 43): a remove killed in the last instants of its deletion leaves
+    ``.NAME.envtool-old-PID`` holding only an emptied ``.envtool/``: no record proves it envtool's
+    any more, and the next ``remove`` said nothing there was envtool's and kept both it and the
+    registry record for good. It holds no data, so it is finished (``rmdir`` only) and the record
+    forgotten: exit 0. One holding a file of the user's is still left alone."""
+    env = _root_env(tmp_path)
+    prefix = tmp_path / "env"
+    record = _register(env, prefix)
+    hollow = tmp_path / f".env.envtool-old-{DEAD}"
+    (hollow / ".envtool").mkdir(parents=True)
+    proc = run_envtool("remove", prefix, "--json", env=env, cwd=tmp_path)
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 0 and out["swept"] == [str(hollow)] and out["kept"] == [], out
+    assert not os.path.lexists(hollow) and not record.exists()
+    data = tmp_path / f".env.envtool-old-{DEAD - 1}"  # not hollow: someone's file, no record: kept, named
+    (data / ".envtool").mkdir(parents=True)
+    (data / "notes.txt").write_text("mine")
+    _register(env, prefix)
+    proc = run_envtool("remove", prefix, "--json", env=env, cwd=tmp_path)
+    assert proc.returncode == 1 and json.loads(proc.stdout)["kept"] == [str(data)], proc.stdout
+    assert (data / "notes.txt").read_text() == "mine"
+
+
+def test_remove_judges_the_state_directory_before_it_deletes_anything(tmp_path):
+    """WRONG EXIT (issue 43): a state directory the group may write (which envtool's rule for paths
+    refuses) made ``remove`` delete the environment, then fail to forget its record: exit 1 with a
+    record named as left that the rule, not a permission, kept. Now exit 2 before anything is
+    touched, naming the directory. With no record of the prefix there, nothing needs forgetting:
+    removed, exit 0, no record claimed."""
+    env = _root_env(tmp_path)
+    prefix = _made(tmp_path / "env")
+    record = _register(env, prefix)
+    state = Path(env["XDG_STATE_HOME"]) / "envtool"
+    state.chmod(0o770)
+    proc = run_envtool("remove", prefix, "--json", env=env, cwd=tmp_path)
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 2 and out["exit"] == 2 and "nothing was touched" in out["error"], out
+    assert str(state) in out["error"] and "writable by group" in out["error"], out
+    assert (prefix / ".envtool" / "create.json").exists() and record.exists()
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".env.")] == []
+    record.unlink()
+    proc = run_envtool("remove", prefix, "--json", env=env, cwd=tmp_path)
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 0 and out["removed"] is True and out["left"] == [], out
+    assert not os.path.lexists(prefix)

@@ -85,7 +85,7 @@ def test_slurm_lsf_pbs_staging_lines(small, tmp_path):
     body = text.splitlines()
     sb = body.index(shlex.join(["sbcast", "--force", str(tar), st["copy"]]))
     unpack = [i for i, l in enumerate(body) if l.startswith("srun --mpi=none -N 2 -n 2 --ntasks-per-node=1 bash -c ")
-              and "tar -xf" in l]
+              and "tar --no-same-owner --no-same-permissions -xf" in l]
     assert len(unpack) == 1 and unpack[0] == sb + 1
     words = shlex.split(body[unpack[0]])
     assert words[-6:-3] == ["envtool-stage", st["copy"], st["prefix"]] and int(words[-3]) > 0
@@ -324,6 +324,53 @@ def test_stage_refusals(small, tmp_path):
     assert "node_local.path" in err and "summit.yaml" in err
     proc = run_envtool("validate", "--stage", tar, "--site", "perlmutter", timeout=scaled(120))
     assert proc.returncode == 2 and "add --submit" in proc.stderr
+
+
+def _with_members(src: Path, out: Path, *members) -> Path:
+    """A copy of the tar ``src`` with ``members`` (``(TarInfo, bytes or None)``) appended."""
+    import io
+    import tarfile
+
+    with tarfile.open(src) as old, tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as new:
+        for m in old:
+            new.addfile(m, old.extractfile(m) if m.isreg() else None)
+        for ti, data in members:
+            ti.size = len(data or b"")
+            new.addfile(ti, io.BytesIO(data) if data is not None else None)
+    return out
+
+
+def test_a_staged_tar_is_unpacked_as_the_job_user_and_special_members_are_refused(small, tmp_path):
+    """Issue 43: a job run as root unpacks with ``tar``, which as root makes device nodes and keeps
+    the archive's owners and set-user-ID bits. ``jobscript --stage`` refuses a pack with a device
+    node or a set-user-ID member (exit 2, naming them), and the job's unpack line, run here by
+    root on a pack that slipped past, gives the files to the user running it without the bit."""
+    import tarfile
+
+    from envtool.scheduler.stage import _UNPACK
+
+    if os.geteuid() != 0:
+        pytest.skip("tar keeps owners and set-user-ID bits only for root")
+    env, tar, _ = small
+    setuid = tarfile.TarInfo("bin/helper")
+    setuid.mode, setuid.uid, setuid.gid = 0o4755, 4321, 4321
+    device = tarfile.TarInfo("lib/mem")
+    device.type, device.devmajor, device.devminor = tarfile.CHRTYPE, 1, 1
+    args = ("--site", "perlmutter", "--account", "m1", "--nodes", "2", "--", "python", "t.py")
+    for ti, said in ((setuid, "set-user-ID"), (device, "device node")):
+        data = b"#!/bin/sh\n" if ti.isreg() else None
+        bad = _with_members(tar, tmp_path / f"bad-{ti.name.replace('/', '-')}.tar", (ti, data))
+        err = jobscript("--stage", bad, *args, expect=2).stderr
+        assert str(bad) in err and ti.name in err and said in err and "expected" in err, err
+    # the job's own unpack line (real bash, real tar) on the pack with the set-user-ID member
+    copy = _with_members(tar, tmp_path / "copy.tar", (setuid, b"#!/bin/sh\n"))
+    staged = tmp_path / "staged"
+    proc = subprocess.run(["bash", "-c", _UNPACK, "envtool-stage", str(copy), str(staged), "0"],
+                          capture_output=True, text=True, timeout=scaled(60))
+    assert proc.returncode == 0, proc.stderr
+    st = os.lstat(staged / "bin" / "helper")
+    assert not st.st_mode & 0o6000 and (st.st_uid, st.st_gid) == (0, 0), (oct(st.st_mode), st.st_uid)
+    assert (staged / ".envtool" / "pack.json").is_file() and not copy.exists()
 
 
 # --- on the multi-node test cluster -------------------------------------------------------------

@@ -17,8 +17,9 @@ def register(sub) -> None:
                                    "venvs are relocated by envtool and need their base interpreter at the same path "
                                    "on the compute nodes. The file carries the lockfile (its sha256 is printed) and a "
                                    "CycloneDX SBOM. Only regular files, directories and links inside the "
-                                   "environment are carried: a socket, FIFO, device node, set-user-ID or set-group-ID "
-                                   "file, or a link leaving it is refused with its path (exit 2). See "
+                                   "environment are carried: a socket, FIFO, device node, set-user-ID, set-group-ID or "
+                                   "capability file, a link leaving it, or a directory that cannot be read is "
+                                   "refused with its path (exit 2). See "
                                    "docs/staging.md.")
     add_environment_argument(p, "the environment", spec_ok=True)
     p.add_argument("--format", required=True, choices=("squashfs", "tar"),

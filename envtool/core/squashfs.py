@@ -19,7 +19,7 @@ from typing import List, Union
 COMPRESSION = ("-comp", "zstd", "-Xcompression-level", "3")
 
 
-def mksquashfs_argv(source: Union[str, Path], image: Union[str, Path]) -> List[str]:
+def mksquashfs_argv(source: Union[str, Path], image: Union[str, Path], *extra: str) -> List[str]:
     """The ``mksquashfs`` argv that writes directory ``source`` as squashfs ``image``: a new
     file (``-noappend``), no progress bar and no listing (``-no-progress -quiet``: the caller
     shows its own progress), :data:`COMPRESSION`.
@@ -27,7 +27,8 @@ def mksquashfs_argv(source: Union[str, Path], image: Union[str, Path]) -> List[s
     Args:
         source: the directory to pack.
         image: the image file to write.
+        extra: more options (``-no-xattrs``: ``pack`` carries no extended attributes).
     Returns:
         the argv (``mksquashfs`` found on ``PATH``).
     """
-    return ["mksquashfs", str(source), str(image), "-noappend", "-quiet", "-no-progress", *COMPRESSION]
+    return ["mksquashfs", str(source), str(image), "-noappend", "-quiet", "-no-progress", *COMPRESSION, *extra]

@@ -93,12 +93,16 @@ def _q(words) -> str:
 
 #: per node, tar: check the room (the tar is there until it is unpacked; $3 is the unpacked tree's
 #: size from the pack's manifest, KiB in 4 KiB blocks), unpack into the prefix, drop the copy, run
-#: the pack's relocation in the prefix
+#: the pack's relocation in the prefix. The files are the job user's with the user's umask applied,
+#: whoever runs it: ``--no-same-owner --no-same-permissions`` (GNU tar and bsdtar; the default for
+#: users but not for root, who would otherwise get the archive's owners and set-user-ID bits:
+#: https://www.gnu.org/software/tar/manual/html_node/Attributes.html)
 _UNPACK = ('set -e; need=$(( $3 + 1024 )); free=$(df -Pk "$(dirname "$2")" | awk \'NR==2 {print $4}\'); '
            'if [ -n "$free" ] && [ "$free" -lt "$need" ]; then echo "envtool stage: $(hostname): $(dirname "$2") has '
            '$free KiB free after the copy, unpacking needs $need KiB: give the site a node-local path with more '
            'room (node_local.path in the site file)" >&2; exit 1; fi; '
-           'mkdir -p -- "$2"; tar -xf "$1" -C "$2"; rm -f -- "$1"; cd -- "$2"; shift 3; '
+           'mkdir -p -- "$2"; tar --no-same-owner --no-same-permissions -xf "$1" -C "$2"; rm -f -- "$1"; '
+           'cd -- "$2"; shift 3; '
            'if [ "$#" -gt 0 ]; then "$@"; fi')
 #: per node: wait (up to 120 s) until the image is mounted
 _WAIT = ('for i in $(seq 1 1200); do [ -e "$1/.envtool/pack.json" ] && exit 0; sleep 0.1; done; '

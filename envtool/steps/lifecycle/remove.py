@@ -301,26 +301,83 @@ def _delete_tree(path: Path) -> Optional[str]:
 
     record = Path(path) / ".envtool"
     if os.path.isdir(record) and not os.path.islink(record):
-        # envtool's record goes last: a copy that cannot be deleted whole keeps the proof that it is envtool's
-        try:
-            children = [Path(e.path) for e in os.scandir(path) if e.name != ".envtool"]
-        except OSError:
-            children = []
-        for child in children:
-            if os.path.isdir(child) and not os.path.islink(child):
-                rmtree(child)
-            else:
-                try:
-                    os.unlink(child)
-                except FileNotFoundError:
-                    pass
-                except OSError as exc:
-                    failed(os.unlink, child, exc)
+        # envtool's record goes last, create.json the very last file: a copy that cannot be deleted
+        # whole (or whose deletion is cut short) keeps the proof that it is envtool's
+        _delete_children(Path(path), ".envtool", rmtree, failed)
+        if not failures:
+            _delete_children(record, "create.json", rmtree, failed)
     if not failures:
         rmtree(path)
     if not os.path.lexists(path):
         return None
     return failures[0] if failures else f"{echo(str(path))}: still there"
+
+
+def _delete_children(directory: Path, last: str, rmtree: Callable[[Path], None],
+                     failed: Callable[[object, object, OSError], None]) -> None:
+    """Delete what ``directory`` holds except the entry named ``last`` (directories with ``rmtree``,
+    anything else unlinked; symbolic links never followed); each failure goes to ``failed``."""
+    try:
+        children = [Path(e.path) for e in os.scandir(directory) if e.name != last]
+    except OSError:
+        children = []
+    for child in children:
+        if os.path.isdir(child) and not os.path.islink(child):
+            rmtree(child)
+            continue
+        try:
+            os.unlink(child)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            failed(os.unlink, child, exc)
+
+
+def _hollow(prefix: Path, path: Path) -> bool:
+    """Whether the aside copy ``path`` of ``prefix`` holds nothing: it is empty, or holds only an
+    empty ``.envtool`` directory (what a deletion cut short just after envtool's record went
+    leaves). Such a copy needs no proof to be deleted: :func:`_delete_hollow` removes only empty
+    directories (``rmdir(2)``), so no data can go with it. Never for a PID of 0 or 1."""
+    if aside_pid(prefix, path)[1] <= 1:
+        return False
+    try:
+        names = os.listdir(path)
+        if names == [".envtool"]:
+            record = path / ".envtool"
+            return not os.path.islink(record) and os.path.isdir(record) and not os.listdir(record)
+    except OSError:
+        return False
+    return names == []
+
+
+def _delete_hollow(path: Path) -> Optional[str]:
+    """Delete the hollow aside copy ``path`` (:func:`_hollow`) with ``rmdir(2)`` only.
+
+    Returns:
+        None when it is gone, else why not (``"PATH: reason"``; something was put in it since).
+    """
+    from envtool.core.errors import condition_message
+
+    for where in (path / ".envtool", path):
+        try:
+            os.rmdir(where)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return condition_message(exc) or f"{echo(str(where))}: {exc.strerror or exc}"
+    return None
+
+
+def _leftovers(prefix: Path) -> Leftovers:
+    """:func:`leftovers` of ``prefix``, where an unproven copy of this user's that holds nothing
+    (:func:`_hollow`: a deletion cut short after the record went) counts among ``mine``: it is
+    finished (with ``rmdir(2)`` only), not reported as someone's data."""
+    found = leftovers(prefix)
+    hollow = [p for p in found.unproven if _hollow(prefix, p)]
+    if not hollow:
+        return found
+    return Leftovers(sorted(found.mine + hollow), [p for p in found.unproven if p not in hollow], found.others,
+                     found.live)
 
 
 def finish_command(path: Path) -> str:
@@ -330,17 +387,27 @@ def finish_command(path: Path) -> str:
 
 
 def _check_registry(prefix: Path) -> Optional[Path]:
-    """The registry record of ``prefix`` when there is one; its directory must be writable.
+    """The registry record of ``prefix`` when there is one; the state directory must pass envtool's
+    rule for paths and the record's directory must be writable, both checked before anything is
+    deleted (the same checks :func:`envtool.core.registry.forget` makes after the deletion).
 
     Raises:
-        UsageError: the record is there but its directory is read-only (a read-only state directory
-            or file system), so forgetting it after the deletion would fail: nothing was touched.
+        UsageError: the record is there but the state directory fails the rule (another user's
+            link or directory on the way, group or others may write it:
+            :func:`envtool.core.registry.checked_dir`) or its directory is read-only (a read-only
+            state directory or file system), so forgetting it after the deletion would fail:
+            nothing was touched.
     """
     from envtool.core import registry
 
     record = registry.record_path(prefix)
     if not os.path.lexists(record):
         return None
+    try:
+        registry.checked_dir()
+    except UsageError as exc:
+        raise UsageError(f"{exc}; removing {echo(str(prefix))} would leave its registry record ({echo(str(record))}) "
+                         "behind, so nothing was touched") from None
     if not os.access(record.parent, os.W_OK | os.X_OK):
         raise UsageError(f"envtool's registry {echo(str(record.parent))} is not writable, so removing {echo(str(prefix))} "
                          f"would leave its record ({echo(str(record))}) behind: make that directory writable "
@@ -348,7 +415,7 @@ def _check_registry(prefix: Path) -> Optional[Path]:
     return record
 
 
-def _finish(paths: List[Path], result: Removal, say: Callable[[str], None]) -> None:
+def _finish(prefix: Path, paths: List[Path], result: Removal, say: Callable[[str], None]) -> None:
     """Delete the aside copies ``paths``; each deleted one goes to ``swept``, each left (with why
     and how to finish it) to ``left``, ``problems`` and ``finish``."""
     from envtool.core import procs
@@ -356,7 +423,7 @@ def _finish(paths: List[Path], result: Removal, say: Callable[[str], None]) -> N
     for path in paths:
         procs.kill_marked(str(path))  # a dead create's children may still write there
         say(f"deleting {path}, left by an envtool process that no longer runs")
-        why = _delete_tree(path)
+        why = _delete_tree(path) if proven(prefix, path) or not _hollow(prefix, path) else _delete_hollow(path)
         if why is None:
             result["swept"].append(str(path))
         else:
@@ -412,7 +479,7 @@ def remove_environment(prefix: Path, dry_run: bool = False,
     say(f"measuring {prefix}")
     result["size"] = tree_size(prefix)
     result["spec"] = _text(rec.get("spec"))
-    found = leftovers(prefix)
+    found = _leftovers(prefix)
     result["leftovers"] = [str(p) for p in found.mine]
     if dry_run:
         _keep(result, found.unproven)
@@ -434,12 +501,12 @@ def _remove_locked(prefix: Path, result: Removal, say: Callable[[str], None]) ->
 
     check_removable(prefix)  # again: another envtool may have replaced it while we waited
     record = _check_registry(prefix)
-    found = leftovers(prefix)
+    found = _leftovers(prefix)
     result["leftovers"] = [str(p) for p in found.mine]
     aside = prefix.parent / f".{prefix.name}.envtool-old-{os.getpid()}"
     _rename_aside(prefix, aside, _clear_own_aside(prefix, aside), result)
     _keep(result, found.unproven)
-    _finish(found.mine, result, say)
+    _finish(prefix, found.mine, result, say)
     say(f"deleting {prefix} ({human(result['size'])}; no longer visible there)")
     why: Optional[str] = "interrupted"
     try:
@@ -447,7 +514,7 @@ def _remove_locked(prefix: Path, result: Removal, say: Callable[[str], None]) ->
     finally:  # interrupted or not, the environment is gone: the aside copy goes too, then its record
         if why is not None and os.path.lexists(aside):
             why = _delete_tree(aside)
-        if why is None:
+        if why is None and record is not None:  # no record, nothing to forget (and no state directory to judge)
             _forget(prefix, record, result)
     if why is not None:
         _left(result, aside, why)
@@ -561,7 +628,7 @@ def _finish_interrupted(prefix: Path, result: Removal, say: Callable[[str], None
         UsageError: nothing of this user's is left beside it (exit 2, nothing touched; aside copies
             of another user's are named, never touched).
     """
-    found = leftovers(prefix)
+    found = _leftovers(prefix)
     mine = found.mine
     if not mine and found.unproven:  # the user's own data under a look-alike name: said, never deleted
         _keep(result, found.unproven)
@@ -613,9 +680,9 @@ def _finish_locked(prefix: Path, record, result: Removal, say: Callable[[str], N
         if os.path.lexists(prefix):  # another envtool made it again while we waited: leave it be
             raise UsageError(f"PREFIX {echo(str(prefix))} appeared while envtool waited for its lock; run remove "
                              "again; nothing was touched")
-        found = leftovers(prefix)
+        found = _leftovers(prefix)
         _keep(result, found.unproven)
-        _finish(found.mine, result, say)
+        _finish(prefix, found.mine, result, say)
         if record is not None:
             _forget(prefix, record, result)
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Optional, Tuple
 
 from envtool.core import external
-from envtool.core.errors import UsageError
+from envtool.core.errors import UsageError, echo
 from envtool.steps.pack.model import MANIFEST
 
 
@@ -37,6 +38,61 @@ def _tar_text(path: Path) -> Optional[str]:
     return None
 
 
+def _member_problem(member: tarfile.TarInfo, dest: str) -> Optional[str]:
+    """Why a job must not unpack the tar member ``member`` (into the empty directory ``dest``), or
+    None: anything but a regular file, directory, symbolic or hard link (a device node or FIFO); a
+    set-user-ID or set-group-ID file; a name (or a hard link's target) leaving the directory. Names
+    go through :func:`tarfile.data_filter` (https://docs.python.org/3/library/tarfile.html#tarfile.data_filter,
+    Python 3.12, 3.11.4, 3.10.12, 3.9.17) where this Python has it; a symbolic link's target is
+    not judged here: ``pack`` judged it (an absolute link to the venv's base interpreter, links kept
+    by ``--allow-outside-links``)."""
+    import stat
+
+    if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
+        return "a device node, FIFO or other special file"
+    if member.isreg() and member.mode & (stat.S_ISUID | stat.S_ISGID):
+        return f"set-user-ID or set-group-ID, mode {member.mode & 0o7777:04o}"
+    data_filter = getattr(tarfile, "data_filter", None)
+    if data_filter is None:  # an older Python: the same test of the names, by hand
+        names = [member.name] + ([member.linkname] if member.islnk() else [])
+        if any(n.startswith("/") or ".." in n.split("/") for n in names):
+            return "a name leaving the directory it is unpacked in"
+        return None
+    try:
+        data_filter(member.replace(linkname=".", deep=False) if member.issym() else member, dest)
+    except tarfile.FilterError as exc:
+        return str(exc)
+    return None
+
+
+def check_members(path: Path) -> None:
+    """Refuse a tar pack a job must not unpack (run as root, ``tar`` makes device nodes and keeps
+    owners and set-user-ID bits): every member is looked at (:func:`_member_problem`).
+
+    Raises:
+        UsageError: naming the file, up to five members and what was expected (exit 2).
+    """
+    import tempfile
+
+    bad = []
+    dest = tempfile.mkdtemp(prefix="envtool-stage-check-")
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            for member in tar:
+                why = _member_problem(member, dest)
+                if why is not None:
+                    bad.append(f"{echo(member.name)} ({why})")
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise UsageError(f"--stage {path}: not a readable tar archive ({exc})") from None
+    finally:
+        os.rmdir(dest)
+    if bad:
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        raise UsageError(f"--stage {path}: expected only regular files, directories and links inside the pack, "
+                         f"without set-user-ID or set-group-ID bits (what 'envtool pack' writes); found "
+                         + ", ".join(bad[:5]) + more + ": make the pack again with 'envtool pack'")
+
+
 def _manifest_text(path: Path) -> Tuple[str, Optional[str]]:
     """``(format, manifest text or None)`` of the pack file at ``path``."""
     with open(path, "rb") as fh:
@@ -50,7 +106,8 @@ def read_manifest(path: Path) -> dict:
     """The manifest (``.envtool/pack.json``) of a pack file, read without unpacking it.
 
     Raises:
-        UsageError: not a readable pack made by ``envtool pack`` (names the file).
+        UsageError: not a readable pack made by ``envtool pack`` (names the file), or a tar with a
+            member a job must not unpack (:func:`check_members`).
     """
     path = Path(path)
     if not path.is_file():
@@ -65,6 +122,8 @@ def read_manifest(path: Path) -> dict:
     if not isinstance(data, dict) or data.get("format") != fmt or data.get("kind") not in ("conda", "venv"):
         raise UsageError(f"--stage {path}: {MANIFEST} does not describe a {fmt} pack")
     check_manifest(path, data)
+    if fmt == "tar":
+        check_members(path)
     return data
 
 

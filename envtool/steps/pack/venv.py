@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from envtool.core.prefix import PrefixData
+from envtool.steps.pack.contents import Entry, open_entry, walk
 from envtool.steps.pack.model import NotPackable
 
 
@@ -13,10 +15,10 @@ def _site_packages(prefix: Path) -> List[Path]:
     return sorted(p for p in (prefix / "lib").glob("python*/site-packages") if p.is_dir())
 
 
-def _names_prefix(path: Path, needle: bytes) -> Tuple[bool, bool]:
-    """(names the prefix, is binary) of one file, read in chunks with overlap."""
+def _names_prefix(entry: Entry, needle: bytes) -> Tuple[bool, bool]:
+    """(names the prefix, is binary) of one regular file (:func:`open_entry`), read in chunks with overlap."""
     binary, tail = False, b""
-    with open(path, "rb") as fh:
+    with open_entry(entry) as fh:
         while True:
             chunk = fh.read(1 << 20)
             if not chunk:
@@ -42,24 +44,24 @@ def scan_venv(prefix: Path) -> Tuple[List[str], List[str]]:
     """Files of a venv that name its prefix: ``(text files, binary files)``, paths relative to it.
 
     ``.pyc`` files (source paths for tracebacks only) and the environment's records (lockfile,
-    ``.envtool/``) are not counted.
+    ``.envtool/``) are not counted; only regular files are read (:func:`envtool.steps.pack.contents.walk`).
+
+    Raises:
+        NotPackable: a directory or file cannot be read (exit 2).
+        CheckFailed: a file changed while it was read (exit 1).
     """
     needle = str(prefix).encode()
     text: List[str] = []
     binary: List[str] = []
-    for dirpath, dirnames, filenames in os.walk(prefix):
-        dirnames.sort()
-        for name in sorted(filenames):
-            path = Path(dirpath) / name
-            rel = str(path.relative_to(prefix))
-            if name.endswith(".pyc") or _record(rel) or path.is_symlink() or not path.is_file():
-                continue
-            try:
-                found, is_binary = _names_prefix(path, needle)
-            except OSError:
-                continue
-            if found:
-                (binary if is_binary else text).append(rel)
+    for entry in walk(prefix):  # the one walk of what a pack carries (links and special files skipped)
+        if not stat.S_ISREG(entry.st.st_mode) or entry.path.endswith(".pyc") or _record(entry.rel):
+            continue
+        try:
+            found, is_binary = _names_prefix(entry, needle)
+        except OSError:
+            continue
+        if found:
+            (binary if is_binary else text).append(entry.rel)
     return text, binary
 
 

@@ -13,15 +13,18 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
 from envtool.core import procs, squashfs
 from envtool.core.errors import UsageError
 from envtool.core.plan import Step, StepContext
-from envtool.core.prefix import PYTHON
+from envtool.core.prefix import PYTHON, PrefixData
 from envtool.steps.pack import archive
 from envtool.steps.pack.model import (FORMATS, LOCK_NAMES, SBOM, TMP_PREFIX, UNPACK_SCRIPT, PackResult, kind_of,
                                       output_path, sha256, unpacked_kib)
+
+if TYPE_CHECKING:
+    from envtool.steps.pack.contents import Judge
 
 
 @dataclass(frozen=True)
@@ -130,15 +133,16 @@ def compose(prefix: Path, fmt: str, output: Optional[Path] = None, dest_prefix: 
     """The plan that packs ``prefix`` (see :func:`make_job` for what is checked and raised)."""
     job = make_job(prefix, fmt, output, dest_prefix, force, allow_outside_links)
     steps: List[Step] = []
+    steps.append(Step("check-contents", "Check, before anything in it is read, that the environment holds only "
+                      "regular files, directories and links inside it (no socket, FIFO, device, set-user-ID, "
+                      "set-group-ID or capability file" + ("" if job.allow_outside_links else ", no link leaving it")
+                      + ", not the pack's own output directory)",
+                      commands=(("#", "lstat every entry of", str(job.prefix)),), action=_check_contents, data=job))
     if job.kind == "venv":
         steps.append(Step("check-venv", "Check that the venv can be packed: its base interpreter, .pth entries, "
                           "files naming its prefix", commands=(("#", "read", str(job.prefix / "pyvenv.cfg"), "and scan",
                                                      str(job.prefix), "for its path"),),
                           action=_check_venv, data=job))
-    steps.append(Step("check-contents", "Check that the environment holds only regular files, directories and "
-                      "links inside it (no socket, FIFO, device, set-user-ID or set-group-ID file"
-                      + (")" if job.allow_outside_links else ", link leaving it)"),
-                      commands=(("#", "lstat every entry of", str(job.prefix)),), action=_check_contents, data=job))
     if job.lock is not None:
         steps.append(Step("lock", f"Take the environment's lockfile {job.lock.relative_to(job.prefix)}",
                           commands=(("#", "sha256sum", str(job.lock)),), action=_take_lock, data=job))
@@ -170,7 +174,7 @@ def _pack_step(job: PackJob) -> Step:
     root = job.work / "root"
     return Step("pack", f"Write the {what}, relocated to {job.dest}", action=_pack, data=job,
                 commands=(("#", "copy", str(job.prefix), "to", str(root), "rewriting the prefix to", str(job.dest)),
-                          tuple(squashfs.mksquashfs_argv(root, job.built))))
+                          tuple(squashfs.mksquashfs_argv(root, job.built, "-no-xattrs"))))
 
 
 def _check_venv(step: Step, ctx: StepContext) -> VenvCheck:
@@ -181,12 +185,22 @@ def _check_venv(step: Step, ctx: StepContext) -> VenvCheck:
     return VenvCheck(base, tuple(relocate))
 
 
-def _check_contents(step: Step, ctx: StepContext) -> List[str]:
-    from envtool.steps.pack.contents import check_contents
+def _judge(job: PackJob) -> "Judge":
+    """The :class:`~envtool.steps.pack.contents.Judge` of ``job``'s environment: a venv's base
+    interpreter from ``pyvenv.cfg`` alone (nothing else in the environment is read), the output's
+    directory (``job.work``) refused under any name."""
+    from envtool.steps.pack.contents import Judge
 
-    job: PackJob = step.data
-    venv: Optional[VenvCheck] = ctx.results.get("check-venv")
-    notes = check_contents(job.prefix, job.allow_outside_links, venv.base if venv else None)
+    base = None
+    if job.kind == "venv":
+        from envtool.steps.pack.venv import base_interpreter
+
+        base = base_interpreter(job.prefix, PrefixData(job.prefix).venv_config())
+    return Judge(job.prefix, job.allow_outside_links, base, job.work)
+
+
+def _check_contents(step: Step, ctx: StepContext) -> List[str]:
+    notes = _judge(step.data).check()
     for note in notes:
         ctx.note(note)
     return notes
@@ -242,11 +256,11 @@ def _pack(step: Step, ctx: StepContext) -> Dict[str, Any]:
     if job.kind == "conda":
         archive.pack_conda(job.prefix, job.fmt, job.built, job.dest, manifest, extra, job.work)
     elif job.fmt == "tar":
-        archive.venv_tar(job.prefix, job.built, manifest, extra)
+        archive.venv_tar(job.prefix, job.built, manifest, extra, _judge(job).entries())
     else:
         assert job.dest is not None  # a squashfs job always has its mount point
         archive.venv_squashfs_root(job.prefix, job.work / "root", job.dest, manifest, extra,
-                                   list(venv.relocate) if venv else [], job.work)
+                                   list(venv.relocate) if venv else [], job.work, _judge(job).entries())
         ctx.run(step.commands[-1])
     return manifest
 
