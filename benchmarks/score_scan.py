@@ -30,7 +30,15 @@ Printed per set and in total: TP, FP, FN, precision, recall, then each FP and FN
 file:line, rule, message or reason) so that they can be judged. Exit status 0 (a benchmark,
 not a test); 2 on bad arguments or an unreadable YAML file.
 
+Issue 42 adds a second corpus (``benchmarks/scan_corpus2.yaml`` with ``scan_truth2.yaml``)
+whose projects carry ``split: dev|heldout``. ``--corpus2`` selects those two files (``--corpus``
+and ``--truth`` name any pair); ``--split dev|heldout`` scores one part only (exit status 2 if the
+corpus has no ``split`` field). For each set the report gives, per rule and level, TP/FP/FN,
+precision and recall; at ``warn`` level it also gives the precision with the ``over-severe``
+findings (a ``warn`` on a risk judged ``info``, a judgement call) counted as true.
+
 Usage: python3 benchmarks/score_scan.py [--mirror DIR] [--tolerance 3] [--only ID ...]
+       [--corpus FILE --truth FILE | --corpus2] [--split dev|heldout]
        [--rules RULE ...] [--alias FOUND=TRUTH ...] [--no-own] [--no-corpus] [--json] [--keep DIR]
   --alias maps a rule id the scanner reports onto the id used in the truth file (e.g. when
   the scanner names a rule differently), repeatable.
@@ -54,16 +62,25 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "benchmarks" / "scan_corpus.yaml"
 TRUTH = REPO / "benchmarks" / "scan_truth.yaml"
+CORPUS2 = REPO / "benchmarks" / "scan_corpus2.yaml"
+TRUTH2 = REPO / "benchmarks" / "scan_truth2.yaml"
+SPLITS = ("dev", "heldout")
 OWN = REPO / "tests" / "data" / "scan_own"
 LEVELS = ("warn", "info")
 #: rule id -> [TP, FP, FN] at warn level, over every set scored.
 RULE_COUNTS: Dict[str, List[int]] = {}
-LAUNCHES = {"horovod", "mpi-ddp", "torchrun-ddp", "mp.spawn", "lightning", "single-node", "mixed"}
-#: rule ids the truth file may use: the scan's current ones plus the ones issue 26 item 1 adds
-#: (named in the header of scan_truth.yaml).
+#: (set, level) -> rule id -> [TP, FP, FN, over-severe FP]: the per-rule figures of each set.
+RULE_SETS: Dict[Tuple[str, str], Dict[str, List[int]]] = {}
+#: launches of the first truth file, plus those scan_truth2.yaml adds (srun-ddp: DDP started by srun
+#: without MPI; deepspeed: the deepspeed launcher; tf-mwms: MultiWorkerMirroredStrategy workers).
+LAUNCHES = {"horovod", "mpi-ddp", "torchrun-ddp", "mp.spawn", "lightning", "single-node", "mixed",
+            "srun-ddp", "deepspeed", "tf-mwms"}
+#: rule ids the truth files may use: the scan's current ones, the ones issue 26 item 1 adds (named in
+#: the header of scan_truth.yaml) and the classes issue 42 names (header of scan_truth2.yaml).
 RULES = {"dataloader-workers", "dead-supports-context", "fork-start-method", "no-main-guard", "lr-not-scaled",
          "no-broadcast", "checkpoint-all-ranks", "syntax", "hvd-init-missing", "hvd-init-late", "no-gpu-pinning",
-         "optimizer-not-wrapped", "data-not-sharded", "checkpoint-local-rank"}
+         "optimizer-not-wrapped", "data-not-sharded", "checkpoint-local-rank",
+         "sampler-no-set-epoch", "unseeded-split", "log-all-ranks", "download-all-ranks"}
 
 
 def corpus_errors(corpus: dict) -> list:
@@ -91,6 +108,8 @@ def corpus_errors(corpus: dict) -> list:
         if not isinstance(root, str) or root.startswith("/") or ".." in root.split("/"):
             errors.append(f"{where}: root: expected a relative path inside the repository")
             continue
+        if "split" in p and p["split"] not in SPLITS:
+            errors.append(f"{where}: split: {p['split']!r} is not one of {list(SPLITS)}")
         files = p.get("files")
         if not isinstance(files, list) or not files:
             errors.append(f"{where}: files: expected a non-empty list")
@@ -122,6 +141,8 @@ def truth_errors(truth: dict, corpus: dict) -> list:
             errors.append(f"{pid}: launch: {t.get('launch')!r} is not one of {sorted(LAUNCHES)}")
         if not str(t.get("judgement", "")).strip():
             errors.append(f"{pid}: judgement: empty")
+        if "split" in t and t["split"] != by_id[pid].get("split"):
+            errors.append(f"{pid}: split: {t['split']!r} differs from the corpus's {by_id[pid].get('split')!r}")
         root = by_id[pid].get("root") or ""
         files = {f[len(root) + 1:] if root else f for f in by_id[pid]["files"]}
         risks = t.get("risks")
@@ -249,6 +270,7 @@ class Tally:
 
     def __init__(self) -> None:
         self.tp = 0
+        self.over = 0  # false positives that are warn findings on risks judged info
         self.fp: List[str] = []
         self.fn: List[str] = []
 
@@ -256,19 +278,46 @@ class Tally:
         fp, fn = len(self.fp), len(self.fn)
         prec = self.tp / (self.tp + fp) if self.tp + fp else 1.0
         rec = self.tp / (self.tp + fn) if self.tp + fn else 1.0
-        return (f"{name:<22} TP {self.tp:>3}  FP {fp:>3}  FN {fn:>3}  precision {prec:.2f} "
+        text = (f"{name:<22} TP {self.tp:>3}  FP {fp:>3}  FN {fn:>3}  precision {prec:.2f} "
                 f"({self.tp}/{self.tp + fp})  recall {rec:.2f} ({self.tp}/{self.tp + fn})")
+        if self.over:
+            lenient = (self.tp + self.over) / (self.tp + fp)
+            text += f"  precision with over-severe as true {lenient:.2f}"
+        return text
 
     def as_dict(self) -> dict:
         fp, fn = len(self.fp), len(self.fn)
-        return {"tp": self.tp, "fp": fp, "fn": fn,
+        return {"tp": self.tp, "fp": fp, "fn": fn, "over_severe": self.over,
                 "precision": round(self.tp / (self.tp + fp), 3) if self.tp + fp else 1.0,
+                "precision_over_severe_true": round((self.tp + self.over) / (self.tp + fp), 3) if self.tp + fp else 1.0,
                 "recall": round(self.tp / (self.tp + fn), 3) if self.tp + fn else 1.0,
                 "false_positives": self.fp, "false_negatives": self.fn}
 
 
-def score(pid: str, findings: List[dict], risks: List[dict], tol: int, tallies: Dict[str, Tally]) -> None:
-    """Add one project's findings and judged risks to the ``warn`` and ``warn+info`` tallies."""
+def rule_table(counts: Dict[str, List[int]]) -> Dict[str, dict]:
+    """Per-rule ``{tp, fp, fn, over_severe, precision, recall}`` from ``[TP, FP, FN, over]`` lists.
+
+    Precision and recall are None where undefined (no finding, or no judged risk, of that rule).
+    """
+    out = {}
+    for rule, (tp, fp, fn, over) in sorted(counts.items()):
+        out[rule] = {"tp": tp, "fp": fp, "fn": fn, "over_severe": over,
+                     "precision": round(tp / (tp + fp), 3) if tp + fp else None,
+                     "recall": round(tp / (tp + fn), 3) if tp + fn else None}
+    return out
+
+
+def _rule_add(set_name: str, level: str, rule: str, col: int) -> None:
+    RULE_SETS.setdefault((set_name, level), {}).setdefault(rule, [0, 0, 0, 0])[col] += 1
+
+
+def score(pid: str, findings: List[dict], risks: List[dict], tol: int, tallies: Dict[str, Tally],
+          set_name: str = "corpus") -> None:
+    """Add one project's findings and judged risks to the ``warn`` and ``warn+info`` tallies.
+
+    The per-rule counts go to ``RULE_COUNTS`` (``warn`` level, all sets) and to ``RULE_SETS``
+    under ``(set_name, level)``.
+    """
     def show_f(f, note=""):
         return f"{pid}: {f['file']}:{f['line']} [{f['rule']}] ({f['level']}){note} {f['message'][:140]}"
 
@@ -289,20 +338,38 @@ def score(pid: str, findings: List[dict], risks: List[dict], tol: int, tallies: 
     t.tp += len(pairs)
     over, _, _ = match(fps, info_r, tol)
     over_ids = {id(f) for f, _ in over}
+    t.over += len(over_ids)
     t.fp += [show_f(f, " over-severe" if id(f) in over_ids else "") for f in fps]
     t.fn += [show_r(r) for r in fns]
+    for f, _ in pairs:
+        _rule_add(set_name, "warn", f["rule"], 0)
+    for f in fps:
+        _rule_add(set_name, "warn", f["rule"], 1)
+        if id(f) in over_ids:
+            _rule_add(set_name, "warn", f["rule"], 3)
+    for r in fns:
+        _rule_add(set_name, "warn", r["rule"], 2)
     pairs, fps, fns = match(findings, risks, tol)
     t = tallies["warn+info"]
     t.tp += len(pairs)
     t.fp += [show_f(f) for f in fps]
     t.fn += [show_r(r) for r in fns]
+    for f, _ in pairs:
+        _rule_add(set_name, "warn+info", f["rule"], 0)
+    for f in fps:
+        _rule_add(set_name, "warn+info", f["rule"], 1)
+    for r in fns:
+        _rule_add(set_name, "warn+info", r["rule"], 2)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mirror", type=Path, default=Path(os.environ.get("ENVTOOL_SCAN_MIRROR", "/work/.mirror")))
-    ap.add_argument("--corpus", type=Path, default=CORPUS)
-    ap.add_argument("--truth", type=Path, default=TRUTH)
+    ap.add_argument("--corpus", type=Path, default=None, help="corpus file (default benchmarks/scan_corpus.yaml)")
+    ap.add_argument("--truth", type=Path, default=None, help="truth file (default benchmarks/scan_truth.yaml)")
+    ap.add_argument("--corpus2", action="store_true",
+                    help="score the second corpus: benchmarks/scan_corpus2.yaml with scan_truth2.yaml")
+    ap.add_argument("--split", choices=SPLITS, help="score only the projects of this split (the corpus must have split fields)")
     ap.add_argument("--own", type=Path, default=OWN)
     ap.add_argument("--tolerance", type=int, default=3, help="lines a finding may be off a judged line (3)")
     ap.add_argument("--only", nargs="+", default=[], metavar="ID", help="score only these project ids / own files")
@@ -314,6 +381,10 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", type=Path, help="materialise projects into this directory and keep them")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     args = ap.parse_args(argv)
+    if args.corpus2 and (args.corpus or args.truth):
+        ap.error("--corpus2 names both files; give it without --corpus/--truth")
+    args.corpus = args.corpus or (CORPUS2 if args.corpus2 else CORPUS)
+    args.truth = args.truth or (TRUTH2 if args.corpus2 else TRUTH)
     alias = {}
     for a in args.alias:
         if "=" not in a:
@@ -333,7 +404,7 @@ def main(argv=None) -> int:
             found = [f for f in found if f["rule"] in args.rules]
             risks = [r for r in risks if r["rule"] in args.rules]
         tallies = sets.setdefault(set_name, {"warn": Tally(), "warn+info": Tally()})
-        score(pid, found, risks, args.tolerance, tallies)
+        score(pid, found, risks, args.tolerance, tallies, set_name)
         per_project[pid] = {"findings": len(found), "warn": sum(f["level"] == "warn" for f in found),
                             "risks": len(risks)}
 
@@ -347,8 +418,15 @@ def main(argv=None) -> int:
                 print(f"score_scan: {args.corpus.name} / {args.truth.name}:\n  " + "\n  ".join(bad), file=sys.stderr)
                 raise SystemExit(2)
             corpus, truth = corpus_doc["projects"], truth_doc["projects"]
+            if args.split and not all("split" in p for p in corpus):
+                print(f"score_scan: {args.corpus}: --split {args.split}: its projects have no 'split' field "
+                      f"(expected split: dev|heldout on every project)", file=sys.stderr)
+                raise SystemExit(2)
+            set_name = f"corpus:{args.split}" if args.split else "corpus"
             for p in corpus:
                 if args.only and p["id"] not in args.only:
+                    continue
+                if args.split and p["split"] != args.split:
                     continue
                 if p["id"] not in truth:
                     missing.append(f"{p['id']}: no entry in {args.truth.name}")
@@ -360,7 +438,7 @@ def main(argv=None) -> int:
                 if why:
                     missing.append(f"{p['id']}: {why}")
                     continue
-                run_one("corpus", p["id"], into, truth[p["id"]].get("risks") or [])
+                run_one(set_name, p["id"], into, truth[p["id"]].get("risks") or [])
         if not args.no_own and (args.own / "expected.yaml").is_file():
             expected = load_yaml(args.own / "expected.yaml").get("scripts") or {}
             for name, exp in sorted(expected.items()):
@@ -377,22 +455,35 @@ def main(argv=None) -> int:
             total[lvl].tp += t.tp
             total[lvl].fp += t.fp
             total[lvl].fn += t.fn
+    for tallies in sets.values():
+        total["warn"].over += tallies["warn"].over
+    per_rule = {s: {lvl: rule_table(RULE_SETS.get((s, lvl), {})) for lvl in ("warn", "warn+info")} for s in sets}
     if args.json:
         print(json.dumps({"sets": {s: {l: t.as_dict() for l, t in ts.items()} for s, ts in sets.items()},
                           "total": {l: t.as_dict() for l, t in total.items()}, "missing": missing,
                           "errors": errors, "projects": per_project, "tolerance": args.tolerance,
+                          "corpus": str(args.corpus), "truth": str(args.truth), "split": args.split,
+                          "per_rule": per_rule,
                           "per_rule_warn": {r: dict(zip(("tp", "fp", "fn"), c)) for r, c in sorted(RULE_COUNTS.items())}},
                          indent=1))
         return 0
     print(f"scored {len(per_project)} project(s)/script(s); line tolerance {args.tolerance}")
+    if not args.no_corpus:
+        print(f"corpus {args.corpus.name}, truth {args.truth.name}" + (f", split {args.split}" if args.split else ""))
     for lvl in ("warn", "warn+info"):
         print(f"\n== level {lvl}")
         for s, ts in sets.items():
             print(ts[lvl].line(s))
         print(total[lvl].line("total"))
-    print("\n== per rule, level warn (all sets)")
-    for rule, (tp, fp, fn) in sorted(RULE_COUNTS.items()):
-        print(f"{rule:<24} TP {tp:>3}  FP {fp:>3}  FN {fn:>3}")
+    for s in sets:
+        for lvl in ("warn", "warn+info"):
+            print(f"\n== per rule, set {s}, level {lvl}")
+            for rule, c in per_rule[s][lvl].items():
+                prec = "-" if c["precision"] is None else f"{c['precision']:.2f}"
+                rec = "-" if c["recall"] is None else f"{c['recall']:.2f}"
+                over = f"  (over-severe {c['over_severe']})" if c["over_severe"] else ""
+                print(f"{rule:<24} TP {c['tp']:>3}  FP {c['fp']:>3}  FN {c['fn']:>3}  precision {prec:>4}  "
+                      f"recall {rec:>4}{over}")
     for lvl in ("warn", "warn+info"):
         for s, ts in sets.items():
             if ts[lvl].fp:

@@ -3,6 +3,8 @@
 * ``benchmarks/scan_corpus.yaml`` (public projects as repository, commit, paths) and
   ``benchmarks/scan_truth.yaml`` (the judged risks of each) are checked for shape only: no
   network and no mirror are needed (``benchmarks/score_scan.py`` does the scoring).
+* ``benchmarks/scan_corpus2.yaml`` / ``scan_truth2.yaml`` (issue 42's second corpus, split into
+  ``dev`` and ``heldout``) are checked the same way, with the split rule recomputed.
 * ``tests/data/scan_own/`` (scripts written for envtool) is scanned for real with
   ``python3 -m envtool doctor --only script --script FILE --json``: a ``risk`` script must give
   a ``warn`` finding for each listed rule at its line (or anywhere for ``line: null``) and no
@@ -11,6 +13,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import importlib.util
 from pathlib import Path
 
@@ -20,6 +23,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "benchmarks" / "scan_corpus.yaml"
 TRUTH = REPO / "benchmarks" / "scan_truth.yaml"
+CORPUS2 = REPO / "benchmarks" / "scan_corpus2.yaml"
+TRUTH2 = REPO / "benchmarks" / "scan_truth2.yaml"
 OWN = REPO / "tests" / "data" / "scan_own"
 TOLERANCE = 3
 
@@ -129,6 +134,47 @@ def test_validators_reject_bad_entries(tmp_path):
     errs = expected_errors(expected, own)
     assert any(e.startswith(f"{name}: line") for e in errs)
     assert "stray.py: no expectation" in errs
+
+
+def test_corpus2_schema_and_split():
+    """The second corpus: valid, 40+ projects, no repository of the first one, split by the recorded rule."""
+    corpus, first = _load(CORPUS2), _load(CORPUS)
+    assert corpus_errors(corpus) == []
+    projects = corpus["projects"]
+    assert len(projects) >= 40
+    assert not {p["repo"] for p in projects} & {p["repo"] for p in first["projects"]}
+    for p in projects:
+        want = "dev" if int(hashlib.sha256(p["id"].encode()).hexdigest(), 16) % 5 < 2 else "heldout"
+        assert p["split"] == want, p["id"]
+    dev = sum(p["split"] == "dev" for p in projects)
+    assert 0.3 <= dev / len(projects) <= 0.5
+
+
+def test_truth2_schema_and_judge():
+    text = TRUTH2.read_text(encoding="utf-8")
+    assert truth_errors(_load(TRUTH2), _load(CORPUS2)) == []
+    assert "Judge: helper h42b" in text.split("projects:")[0]
+
+
+def test_split_fields_validated():
+    corpus, truth = _load(CORPUS2), _load(TRUTH2)
+    bad = copy.deepcopy(corpus)
+    pid = bad["projects"][0]["id"]
+    bad["projects"][0]["split"] = "test"
+    assert any(e.startswith(f"projects[0] ({pid}): split") for e in corpus_errors(bad))
+    bad = copy.deepcopy(truth)
+    bad["projects"][pid]["split"] = "dev" if truth["projects"][pid]["split"] == "heldout" else "heldout"
+    assert any(e.startswith(f"{pid}: split") for e in truth_errors(bad, corpus))
+
+
+def test_split_option(capsys):
+    """--split needs split fields (exit 2, file and field named); --corpus2 --split reports the part scored."""
+    with pytest.raises(SystemExit) as exc:
+        score_scan.main(["--split", "dev", "--no-own"])
+    assert exc.value.code == 2
+    assert "no 'split' field" in capsys.readouterr().err
+    assert score_scan.main(["--corpus2", "--split", "heldout", "--no-own", "--only", "no-such-project"]) == 0
+    assert "scan_corpus2.yaml, truth scan_truth2.yaml, split heldout" in capsys.readouterr().out
 
 
 def _own_cases():
