@@ -369,7 +369,8 @@ def main(argv=None) -> int:
     ap.add_argument("--truth", type=Path, default=None, help="truth file (default benchmarks/scan_truth.yaml)")
     ap.add_argument("--corpus2", action="store_true",
                     help="score the second corpus: benchmarks/scan_corpus2.yaml with scan_truth2.yaml")
-    ap.add_argument("--split", choices=SPLITS, help="score only the projects of this split (the corpus must have split fields)")
+    ap.add_argument("--split", choices=SPLITS,
+                    help="score only the projects of this split (the corpus must have split fields)")
     ap.add_argument("--own", type=Path, default=OWN)
     ap.add_argument("--tolerance", type=int, default=3, help="lines a finding may be off a judged line (3)")
     ap.add_argument("--only", nargs="+", default=[], metavar="ID", help="score only these project ids / own files")
