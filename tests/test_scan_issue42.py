@@ -133,3 +133,82 @@ def test_save_on_master_testing_the_torch_distributed_rank_under_horovod_writes_
     assert scan.scan_source(ddp, "train.py") == []
     # and a Horovod rank test guards it under Horovod
     assert scan.scan_source(src.replace("dist.get_rank() == 0", "hvd.rank() == 0"), "train.py") == []
+
+
+DEFECTS = textwrap.dedent('''\
+    import json
+    import os
+    import torch
+    import torch.distributed as dist
+    import torchvision
+    from torch.utils.data import DataLoader, random_split
+    from torch.utils.data.distributed import DistributedSampler
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        data = torchvision.datasets.CIFAR10("/shared/data", download=True)
+        train, val = random_split(data, [45000, 5000])
+        sampler = DistributedSampler(train)
+        loader = DataLoader(train, batch_size=64, sampler=sampler)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2).cuda(), device_ids=[local_rank])
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(10):
+            for x, y in loader:
+                opt.step()
+        json.dump({"loss": 0.0}, open("metrics.json", "w"))
+        if dist.get_rank() == 0:
+            torch.save(model.state_dict(), "ckpt.pt")
+
+
+    if __name__ == "__main__":
+        main()
+    ''')
+NEW_RULES = {"sampler-no-set-epoch", "unseeded-split", "output-every-rank", "download-every-rank"}
+
+
+def test_new_rules_fire_at_info_with_a_fix_each(tmp_path):
+    (tmp_path / "train.py").write_text(DEFECTS)
+    issues = _doctor(tmp_path / "train.py")["issues"]
+    got = {i["rule"]: i for i in issues}
+    assert set(got) == NEW_RULES, issues
+    assert {i["level"] for i in issues} == {"info"}
+    assert (got["download-every-rank"]["line"], got["unseeded-split"]["line"],
+            got["sampler-no-set-epoch"]["line"]) == (14, 15, 16)
+    lines = DEFECTS.splitlines()
+    assert got["sampler-no-set-epoch"]["edit"] == {
+        "path": str(tmp_path / "train.py"), "line": 20, "old": lines[19],
+        "new": lines[19] + "\n        sampler.set_epoch(epoch)"}
+    assert got["unseeded-split"]["edit"]["new"] == \
+        "    train, val = random_split(data, [45000, 5000], generator=torch.Generator().manual_seed(0))"
+    assert got["output-every-rank"]["line"] == 23 and "dist.get_rank() == 0" in got["output-every-rank"]["fix"]
+    assert "dist.barrier()" in got["download-every-rank"]["fix"]
+
+
+def test_new_rules_quiet_once_fixed():
+    fixed = DEFECTS.replace(
+        '    data = torchvision.datasets.CIFAR10("/shared/data", download=True)\n',
+        '    if dist.get_rank() == 0:\n'
+        '        torchvision.datasets.CIFAR10("/shared/data", download=True)\n'
+        '    dist.barrier()\n'
+        '    data = torchvision.datasets.CIFAR10("/shared/data", download=False)\n').replace(
+        "[45000, 5000])", "[45000, 5000], generator=torch.Generator().manual_seed(0))").replace(
+        "    for epoch in range(10):\n", "    for epoch in range(10):\n        sampler.set_epoch(epoch)\n").replace(
+        'json.dump({"loss": 0.0}, open("metrics.json", "w"))',
+        'json.dump({"loss": 0.0}, open(f"metrics{dist.get_rank()}.json", "w"))')
+    assert scan.scan_source(fixed, "train.py") == []
+    # a common seed makes random_split agree on every rank; a seed built from the rank does not
+    seeded = DEFECTS.replace("    data = ", "    torch.manual_seed(0)\n    data = ")
+    assert "unseeded-split" not in _rules(scan.scan_source(seeded, "train.py"))
+    per_rank = DEFECTS.replace("    data = ", "    torch.manual_seed(dist.get_rank())\n    data = ")
+    assert "unseeded-split" in _rules(scan.scan_source(per_rank, "train.py"))
+
+
+def test_output_named_by_the_local_rank_collides_across_nodes():
+    src = DEFECTS.replace('open("metrics.json", "w")', 'open(f"metrics{local_rank}.json", "w")')
+    assert "output-every-rank" not in _rules(scan.scan_source(src, "train.py"))  # one node: no collision
+    src = src.replace("    local_rank = ", "    nodes = int(os.environ['SLURM_NNODES'])\n    local_rank = ")
+    (issue,) = [i for i in scan.scan_source(src, "train.py") if i.rule == "output-every-rank"]
+    assert "local rank" in issue.message and issue.level == "info"

@@ -65,7 +65,8 @@ class Edit:
         kind: ``insert`` (``text`` becomes a new line after ``line``, indented like the block that
             follows a line ending in ``:``, else like ``line``), ``span`` (the characters
             ``col``..``end_col`` of ``line``, as :mod:`ast` counts them in UTF-8 bytes, become
-            ``text``, where :data:`SAME` stands for the characters replaced) or ``guard`` (the one-line statement on ``line`` runs only ``if text:``).
+            ``text``, where :data:`SAME` stands for the characters replaced), ``arg`` (``text``
+            becomes the last argument of the one-line call at ``col``..``end_col``) or ``guard`` (the one-line statement on ``line`` runs only ``if text:``).
     """
 
     module: ModuleFacts
@@ -86,6 +87,12 @@ class Edit:
         return Edit(module, getattr(node, "lineno", 0), "span", text, getattr(node, "col_offset", 0),
                     getattr(node, "end_col_offset", -1) if getattr(node, "end_lineno", -1) == getattr(
                         node, "lineno", 0) else -1)
+
+    @staticmethod
+    def add_arg(module: ModuleFacts, call: ast.AST, text: str) -> "Edit":
+        """An edit adding ``text`` (``seed=0``) as the last argument of the one-line ``call``."""
+        e = Edit.guard(module, call, text)
+        return Edit(module, e.line, "arg", text, e.col, e.end_col)
 
     @staticmethod
     def guard(module: ModuleFacts, call: ast.AST, condition: str) -> "Edit":
@@ -118,6 +125,13 @@ def edit_dict(edit: Edit) -> Optional[Dict[str, object]]:
             return None
         text = edit.text.replace(SAME, raw[edit.col:edit.end_col].decode("utf-8", "replace"))
         new = (raw[:edit.col] + text.encode("utf-8") + raw[edit.end_col:]).decode("utf-8", "replace")
+    elif edit.kind == "arg":
+        if edit.end_col < 0 or edit.end_col > len(raw) or raw[edit.end_col - 1:edit.end_col] != b")":
+            return None
+        inner = raw[edit.col:edit.end_col - 1].decode("utf-8", "replace").rstrip()
+        sep = "" if inner.endswith("(") else ", "
+        new = (raw[:edit.col].decode("utf-8", "replace") + inner + sep + edit.text + ")" +
+               raw[edit.end_col:].decode("utf-8", "replace"))
     elif edit.kind == "guard":
         # only a statement that is the call alone on its line
         if edit.end_col < 0 or edit.col != len(indent.encode("utf-8")) or raw[edit.end_col:].strip() not in (b"", b";"):
