@@ -212,3 +212,165 @@ def test_output_named_by_the_local_rank_collides_across_nodes():
     src = src.replace("    local_rank = ", "    nodes = int(os.environ['SLURM_NNODES'])\n    local_rank = ")
     (issue,) = [i for i in scan.scan_source(src, "train.py") if i.rule == "output-every-rank"]
     assert "local rank" in issue.message and issue.level == "info"
+
+
+PARTITIONED = textwrap.dedent('''\
+    import random
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader
+
+
+    class Partition:
+        def __init__(self, data, index):
+            self.data, self.index = data, index
+
+        def __len__(self):
+            return len(self.index)
+
+        def __getitem__(self, i):
+            return self.data[self.index[i]]
+
+
+    class DataPartitioner:
+        def __init__(self, data, sizes, seed=1234):
+            self.data = data
+            indexes = list(range(len(data)))
+            random.Random(seed).shuffle(indexes)
+            self.partitions = []
+            for frac in sizes:
+                n = int(frac * len(data))
+                self.partitions.append(indexes[:n])
+                indexes = indexes[n:]
+
+        def use(self, part):
+            return Partition(self.data, self.partitions[part])
+
+
+    def main():
+        dist.init_process_group("gloo")
+        size = dist.get_world_size()
+        data = list(range(1000))
+        partition = DataPartitioner(data, [1.0 / size] * size).use(dist.get_rank())
+        loader = DataLoader(partition, batch_size=32, shuffle=True)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(2):
+            for x in loader:
+                opt.step()
+        if dist.get_rank() == 0:
+            torch.save(model.state_dict(), "ckpt.pt")
+
+
+    if __name__ == "__main__":
+        main()
+    ''')
+
+
+def test_custom_per_rank_partitioner_counts_as_sharding():
+    assert scan.scan_source(PARTITIONED, "train.py") == []
+    whole = PARTITIONED.replace(".use(dist.get_rank())", ".use(0)")
+    assert "data-not-sharded" in _rules(scan.scan_source(whole, "train.py"))
+    chunked = PARTITIONED.replace("DataPartitioner(data, [1.0 / size] * size).use(dist.get_rank())",
+                                  "torch.tensor_split(torch.arange(1000), size)[dist.get_rank()]")
+    assert scan.scan_source(chunked, "train.py") == []
+
+
+DEEPSPEED = textwrap.dedent('''\
+    import torch
+    import deepspeed
+    from torch.utils.data import DataLoader
+
+
+    def main():
+        model = torch.nn.Linear(2, 2)
+        engine, opt, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                                 config="ds_config.json")
+        loader = DataLoader(list(range(100)), batch_size=8)
+        for epoch in range(3):
+            for x in loader:
+                engine.step()
+            engine.save_checkpoint("ckpt", tag=f"epoch{epoch}")
+        torch.save(engine.module.state_dict(), "final.pt")
+
+
+    if __name__ == "__main__":
+        main()
+    ''')
+
+
+def test_deepspeed_program_model():
+    issues = scan.scan_source(DEEPSPEED, "train.py")
+    # save_checkpoint is DeepSpeed's collective (every rank calls it); the plain torch.save is a write on
+    # every rank, and the DataLoader reads everything on every rank
+    assert [(i.rule, i.line) for i in issues] == [("data-not-sharded", 10), ("checkpoint-all-ranks", 15)], issues
+    assert {i.launch for i in issues} == {"torchrun"}
+    # handing the dataset to deepspeed.initialize shards it (training_data=)
+    fixed = DEEPSPEED.replace('config="ds_config.json")', 'config="ds_config.json", training_data=data)').replace(
+        "    loader = DataLoader(list(range(100)), batch_size=8)\n", "").replace(
+        "    model = torch.nn.Linear(2, 2)\n", "    model = torch.nn.Linear(2, 2)\n    data = list(range(100))\n").replace(
+        "engine, opt, _, _", "engine, opt, loader, _")
+    assert "DataLoader(" not in fixed
+    assert [i.rule for i in scan.scan_source(fixed, "train.py")] == ["checkpoint-all-ranks"]
+
+
+KERAS_MWMS = textwrap.dedent('''\
+    import json
+    import tensorflow as tf
+
+
+    def main():
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        (x, y), _ = tf.keras.datasets.mnist.load_data()
+        with strategy.scope():
+            model = tf.keras.Sequential([tf.keras.layers.Dense(10)])
+            model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+        history = model.fit(x, y, epochs=3, batch_size=64)
+        with open("history.json", "w") as f:
+            json.dump(history.history, f)
+
+
+    if __name__ == "__main__":
+        main()
+    ''')
+
+
+def test_tf_multiworker_strategy_is_a_multi_process_program():
+    issues = scan.scan_source(KERAS_MWMS, "train.py")
+    assert {i.launch for i in issues} == {"tf-multiworker"}, issues
+    assert [(i.rule, i.line, i.level) for i in issues] == [("output-every-rank", 12, "info")], issues
+    chief = KERAS_MWMS.replace('    with open("history.json", "w") as f:\n        json.dump',
+                               '    if strategy.cluster_resolver.task_id == 0:\n'
+                               '        with open("history.json", "w") as f:\n            json.dump')
+    assert chief != KERAS_MWMS
+    assert scan.scan_source(chief, "train.py") == []
+
+
+KERAS_HVD = textwrap.dedent('''\
+    import tensorflow as tf
+    import horovod.tensorflow.keras as hvd
+
+
+    def main():
+        hvd.init()
+        gpus = tf.config.experimental.list_physical_devices("GPU")
+        if gpus:
+            tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], "GPU")
+        (x, y), _ = tf.keras.datasets.mnist.load_data()
+        model = tf.keras.Sequential([tf.keras.layers.Dense(10)])
+        opt = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.01 * hvd.size()))
+        model.compile(optimizer=opt, loss="sparse_categorical_crossentropy")
+        callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0)]
+        model.fit(x, y, epochs=3, batch_size=64, callbacks=callbacks)
+
+
+    if __name__ == "__main__":
+        main()
+    ''')
+
+
+def test_keras_fit_on_full_arrays_on_every_rank_is_not_sharded():
+    issues = scan.scan_source(KERAS_HVD, "train.py")
+    assert [(i.rule, i.line, i.level) for i in issues] == [("data-not-sharded", 15, "info")], issues
+    sharded = KERAS_HVD.replace("model.fit(x, y,", "model.fit(x[hvd.rank()::hvd.size()], y[hvd.rank()::hvd.size()],")
+    assert scan.scan_source(sharded, "train.py") == []

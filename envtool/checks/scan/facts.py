@@ -227,6 +227,9 @@ def collect(mod: ModuleFacts) -> None:
         elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice) and \
                 rank_kind(node.slice) is not None:
             mod.rank_slices = True
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call) and last_name(node.value.func) in (
+                "array_split", "tensor_split", "chunk", "split", "partition") and rank_kind(node.slice) == "global":
+            mod.rank_slices = True  # np.array_split(data, size)[rank]: this rank's part
         elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.FloorDiv)) and (
                 isinstance(node.right, ast.Call) and last_name(node.right.func) in ("size", "get_world_size")
                 or last_name(node.right).lower() in ("world_size", "num_replicas", "num_workers_total")):

@@ -13,6 +13,7 @@ LAUNCHES: Dict[str, str] = {
     "mpi": "MPI (mpirun/srun with mpi4py or torch.distributed's MPI backend)",
     "torchrun": "torch.distributed (torchrun, mp.spawn or srun; NCCL or Gloo, no MPI)",
     "lightning": "PyTorch Lightning (its own strategy; no MPI)",
+    "tf-multiworker": "TensorFlow MultiWorkerMirroredStrategy (one process per worker, TF_CONFIG; no MPI)",
     "single": "a single process (no distributed launch)",
 }
 

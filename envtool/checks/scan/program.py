@@ -40,6 +40,12 @@ SIZE_CALLS = {"size"}
 DIST_WORK = {"init_process_group", "DistributedDataParallel", "DDP", "FullyShardedDataParallel", "spawn",
              "all_reduce", "barrier"}
 
+#: TensorFlow strategies that run one process per worker (TF_CONFIG names them,
+#: https://www.tensorflow.org/api_docs/python/tf/distribute/MultiWorkerMirroredStrategy).
+MULTIWORKER = {"MultiWorkerMirroredStrategy", "CollectiveAllReduceStrategy"}
+#: DeepSpeed calls that start the process group (https://deepspeed.readthedocs.io/en/latest/initialize.html).
+DEEPSPEED_INIT = ("deepspeed.initialize", "deepspeed.init_distributed")
+
 #: methods a framework calls by name (torch.nn.Module, Lightning, Keras, threading, Dataset).
 HOOKS = {"forward", "setup", "prepare_data", "train_dataloader", "val_dataloader", "test_dataloader", "run",
          "call", "build", "fit", "train", "main"}
@@ -302,6 +308,9 @@ class Program:
                     (last == "spawn" and "multiprocessing" in q) or last == "Accelerator":
                 return "torchrun", f"{last}() ({c.module.shown}:{c.node.lineno})"
         for c in self.calls:
+            if last_name(c.node.func) in MULTIWORKER:
+                return "tf-multiworker", f"{last_name(c.node.func)}() ({c.module.shown}:{c.node.lineno})"
+        for c in self.calls:
             if last_name(c.node.func) == "Trainer" and c.module.lightning:
                 return "lightning", f"a Lightning Trainer ({c.module.shown}:{c.node.lineno})"
         for m in self.modules:
@@ -346,11 +355,26 @@ class Program:
         return self.horovod and self.has_init
 
     @property
+    def deepspeed(self) -> bool:
+        """Whether the program starts DeepSpeed (``deepspeed.initialize``/``init_distributed`` reached):
+        its engine joins the process group, pins the local GPU and averages the gradients."""
+        got = self.memo.get("deepspeed")
+        if not isinstance(got, bool):
+            got = self.memo["deepspeed"] = any(self.qualname(c).startswith(DEEPSPEED_INIT) for c in self.calls)
+        return got
+
+    @property
     def torch_distributed(self) -> bool:
-        """A torch.distributed or MPI launch (not Horovod) that calls ``init_process_group``: the
-        rank rules apply (checkpoint, pinning, wrapping, sharding)."""
-        return not self.horovod and self.launch in ("torchrun", "mpi") and any(
-            last_name(c.node.func) == "init_process_group" for c in self.calls)
+        """A torch.distributed or MPI launch (not Horovod) that calls ``init_process_group`` or starts
+        DeepSpeed: the rank rules apply (checkpoint, pinning, wrapping, sharding)."""
+        return not self.horovod and self.launch in ("torchrun", "mpi") and (any(
+            last_name(c.node.func) == "init_process_group" for c in self.calls) or self.deepspeed)
+
+    @property
+    def multi_process(self) -> bool:
+        """:attr:`ranks`, or a TensorFlow multi-worker strategy: several processes run the same code
+        (the rules about files every process writes apply)."""
+        return self.ranks or self.launch == "tf-multiworker"
 
     @property
     def ranks(self) -> bool:

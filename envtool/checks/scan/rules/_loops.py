@@ -33,8 +33,8 @@ def bound_name(prog: Program, call: CallSite) -> Optional[str]:
 
 
 def epoch_loops(prog: Program) -> List[Tuple[ModuleFacts, Optional[FuncFacts], ast.For]]:
-    """``for`` loops whose target names an epoch (``for epoch in range(n)``) in code the entry point
-    reaches, the entry module's first (walked once per program, only when a rule asks)."""
+    """``for`` loops whose target or iterable names an epoch (``for epoch in range(n)``,
+    ``for i in range(args.epochs)``) in code the entry point reaches, the entry module's first (walked once per program, only when a rule asks)."""
     got = prog.memo.get("epoch_loops")
     if isinstance(got, list):
         return got
@@ -49,7 +49,7 @@ def epoch_loops(prog: Program) -> List[Tuple[ModuleFacts, Optional[FuncFacts], a
                 node = stack.pop()
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
                     continue  # judged as its own scope
-                if isinstance(node, ast.For) and "epoch" in ast.unparse(node.target).lower():
+                if isinstance(node, ast.For) and "epoch" in (ast.unparse(node.target) + ast.unparse(node.iter)).lower():
                     out.append((m, f, node))
                 stack.extend(ast.iter_child_nodes(node))
     out.sort(key=lambda t: (t[0] is not prog.entry, t[2].lineno))

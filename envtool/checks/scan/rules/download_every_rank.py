@@ -43,8 +43,8 @@ class DownloadEveryRank(Rule):
     quiet_on = (fires_on[0].replace("download=True", "download=dist.get_rank() == 0"),)
 
     def applies(self, prog: Program) -> bool:
-        """Programs that run as ranks."""
-        return prog.ranks
+        """Programs that run as several processes (ranks, TensorFlow workers)."""
+        return prog.multi_process
 
     def check(self, prog: Program) -> None:
         """``download-every-rank``: each download reached on every rank."""
@@ -53,7 +53,8 @@ class DownloadEveryRank(Rule):
                     last_name(c.node.func) in DOWNLOADS):
             return  # rank 0 first, then a barrier
         barrier = "hvd.barrier()" if prog.launch == "horovod" else "dist.barrier()"
-        rank0 = "hvd.rank() == 0" if prog.launch == "horovod" else "dist.get_rank() == 0"
+        rank0 = "hvd.rank() == 0" if prog.launch == "horovod" else (
+            "strategy.cluster_resolver.task_id == 0" if prog.launch == "tf-multiworker" else "dist.get_rank() == 0")
         for c in prog.calls:
             flag = kwarg(c.node, "download")
             last = last_name(c.node.func)

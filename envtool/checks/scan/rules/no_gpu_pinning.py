@@ -68,8 +68,8 @@ class NoGpuPinning(Rule):
 
     def check(self, prog: Program) -> None:
         """``no-gpu-pinning``: CUDA used and no device chosen from the local rank."""
-        if prog.lightning_hvd or prog.estimator_scales or prog.spark_or_ray():
-            return
+        if prog.lightning_hvd or prog.estimator_scales or prog.spark_or_ray() or prog.deepspeed:
+            return  # (DeepSpeed's engine sets the local rank's device itself)
         cuda = self._cuda_use(prog)
         if cuda is None:
             return

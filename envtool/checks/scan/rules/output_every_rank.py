@@ -67,12 +67,13 @@ class OutputEveryRank(Rule):
                 fires_on[0].replace("'metrics.json'", "f'metrics{dist.get_rank()}.json'"))
 
     def applies(self, prog: Program) -> bool:
-        """Programs that run as ranks."""
-        return prog.ranks
+        """Programs that run as several processes (ranks, TensorFlow workers)."""
+        return prog.multi_process
 
     def check(self, prog: Program) -> None:
         """``output-every-rank``: each output write reached on every rank, or named by the local rank."""
-        rank0 = "hvd.rank() == 0" if prog.launch == "horovod" else "dist.get_rank() == 0"
+        rank0 = "hvd.rank() == 0" if prog.launch == "horovod" else (
+            "strategy.cluster_resolver.task_id == 0" if prog.launch == "tf-multiworker" else "dist.get_rank() == 0")
         for c in prog.calls:
             what = output_write(prog, c)
             if what is None:

@@ -19,8 +19,8 @@ SAMPLERS = ("DistributedSampler", "ElasticSampler")
 
 @rule
 class SamplerNoSetEpoch(Rule):
-    """A shuffling ``DistributedSampler`` (the default ``shuffle=True``) and no ``set_epoch`` call the entry
-    point reaches.
+    """A shuffling ``DistributedSampler`` (the default ``shuffle=True``), an epoch loop (``for epoch in ...``),
+    and no ``set_epoch`` call the entry point reaches.
 
     Why it matters at scale: the sampler seeds its shuffle with ``seed + epoch``; without ``set_epoch`` every
     epoch draws the same order on every rank, so the model sees the data in one fixed order (PyTorch's
@@ -65,8 +65,8 @@ class SamplerNoSetEpoch(Rule):
                 if any(r.endswith(".set_epoch") for r in m.refs.get(id(scope), ())):
                     return
         c = prog.first(shuffling)
-        if c is None:
-            return
+        if c is None or not epoch_loops(prog):
+            return  # one pass over the data (or no loop the scan sees): one order is all there is
         name = bound_name(prog, c)
         if name is None:  # DataLoader(ds, sampler=DistributedSampler(ds)): reach it through the loader
             for d in prog.calls:
