@@ -166,7 +166,7 @@ DEFECTS = textwrap.dedent('''\
     if __name__ == "__main__":
         main()
     ''')
-NEW_RULES = {"sampler-no-set-epoch", "unseeded-split", "output-every-rank", "download-every-rank"}
+NEW_RULES = {"sampler-no-set-epoch", "unseeded-split", "log-all-ranks", "download-all-ranks"}
 
 
 def test_new_rules_fire_at_info_with_a_fix_each(tmp_path):
@@ -175,7 +175,7 @@ def test_new_rules_fire_at_info_with_a_fix_each(tmp_path):
     got = {i["rule"]: i for i in issues}
     assert set(got) == NEW_RULES, issues
     assert {i["level"] for i in issues} == {"info"}
-    assert (got["download-every-rank"]["line"], got["unseeded-split"]["line"],
+    assert (got["download-all-ranks"]["line"], got["unseeded-split"]["line"],
             got["sampler-no-set-epoch"]["line"]) == (14, 15, 16)
     lines = DEFECTS.splitlines()
     assert got["sampler-no-set-epoch"]["edit"] == {
@@ -183,8 +183,8 @@ def test_new_rules_fire_at_info_with_a_fix_each(tmp_path):
         "new": lines[19] + "\n        sampler.set_epoch(epoch)"}
     assert got["unseeded-split"]["edit"]["new"] == \
         "    train, val = random_split(data, [45000, 5000], generator=torch.Generator().manual_seed(0))"
-    assert got["output-every-rank"]["line"] == 23 and "dist.get_rank() == 0" in got["output-every-rank"]["fix"]
-    assert "dist.barrier()" in got["download-every-rank"]["fix"]
+    assert got["log-all-ranks"]["line"] == 23 and "dist.get_rank() == 0" in got["log-all-ranks"]["fix"]
+    assert "dist.barrier()" in got["download-all-ranks"]["fix"]
 
 
 def test_new_rules_quiet_once_fixed():
@@ -208,9 +208,9 @@ def test_new_rules_quiet_once_fixed():
 
 def test_output_named_by_the_local_rank_collides_across_nodes():
     src = DEFECTS.replace('open("metrics.json", "w")', 'open(f"metrics{local_rank}.json", "w")')
-    assert "output-every-rank" not in _rules(scan.scan_source(src, "train.py"))  # one node: no collision
+    assert "log-all-ranks" not in _rules(scan.scan_source(src, "train.py"))  # one node: no collision
     src = src.replace("    local_rank = ", "    nodes = int(os.environ['SLURM_NNODES'])\n    local_rank = ")
-    (issue,) = [i for i in scan.scan_source(src, "train.py") if i.rule == "output-every-rank"]
+    (issue,) = [i for i in scan.scan_source(src, "train.py") if i.rule == "log-all-ranks"]
     assert "local rank" in issue.message and issue.level == "info"
 
 
@@ -338,7 +338,7 @@ KERAS_MWMS = textwrap.dedent('''\
 def test_tf_multiworker_strategy_is_a_multi_process_program():
     issues = scan.scan_source(KERAS_MWMS, "train.py")
     assert {i.launch for i in issues} == {"tf-multiworker"}, issues
-    assert [(i.rule, i.line, i.level) for i in issues] == [("output-every-rank", 12, "info")], issues
+    assert [(i.rule, i.line, i.level) for i in issues] == [("log-all-ranks", 12, "info")], issues
     chief = KERAS_MWMS.replace('    with open("history.json", "w") as f:\n        json.dump',
                                '    if strategy.cluster_resolver.task_id == 0:\n'
                                '        with open("history.json", "w") as f:\n            json.dump')

@@ -71,7 +71,7 @@ def test_one_rule_per_module_and_the_public_tables_follow_the_registry():
             "no-broadcast", "checkpoint-all-ranks", "syntax", "hvd-init-missing", "hvd-init-late",
             "no-gpu-pinning", "optimizer-not-wrapped", "data-not-sharded", "checkpoint-local-rank",
             # issue 42's rules (info until their held-out precision is measured)
-            "sampler-no-set-epoch", "unseeded-split", "output-every-rank", "download-every-rank"} == set(ids)
+            "sampler-no-set-epoch", "unseeded-split", "log-all-ranks", "download-all-ranks"} == set(ids)
 
 
 class _Quiet(Rule):

@@ -258,7 +258,7 @@ def _dist_rank_test(test: ast.AST, mod: ModuleFacts) -> bool:
                 full = mod.module_aliases.get(base.split(".")[0], base.split(".")[0]) + base[len(base.split(".")[0]):]
                 if full != "torch.distributed" and mod.from_imports.get(base, "") != "torch.distributed":
                     return False
-            elif not mod.from_imports.get(f.id, "").startswith("torch.distributed."):
+            elif not isinstance(f, ast.Name) or not mod.from_imports.get(f.id, "").startswith("torch.distributed."):
                 return False
             seen = True
     return seen

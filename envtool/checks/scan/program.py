@@ -447,14 +447,14 @@ class Program:
         if f is None or f.cls is None or f.sites or self.library:
             return True
         n = f.name
-        attrs = self.memo.get("attr_refs")
-        if not isinstance(attrs, set):  # method names read as attributes (obj.setup(), getattr-free) where code runs
-            attrs = set()
+        got = self.memo.get("attr_refs")
+        if not isinstance(got, set):  # method names read as attributes (obj.setup()) where code runs
+            attrs: Set[str] = set()
             for m in self.modules:
                 for scope in [None] + [g for g in m.funcs if id(g) in self.reached]:
                     attrs.update(r.rsplit(".", 1)[1] for r in m.refs.get(id(scope), ()) if "." in r)
-            self.memo["attr_refs"] = attrs
-        if n in attrs:
+            self.memo["attr_refs"] = got = attrs
+        if n in got:
             return True
         return (n.startswith("__") and n.endswith("__")) or n in HOOKS or n.startswith(("on_", "configure_")) \
             or n.endswith("_step")

@@ -157,7 +157,7 @@ class LrNotScaled(Rule):
                               "linearly with the number of ranks is a judgement (the linear rule was shown for SGD, "
                               "Goyal et al. 2017, arXiv:1706.02677), not a rule")
                 edit = None
-                if where is c and lr is not None and lr.lineno == where.node.lineno:
+                if where is c and lr is not None and getattr(lr, "lineno", 0) == where.node.lineno:
                     simple = isinstance(lr, (ast.Constant, ast.Name, ast.Attribute, ast.Call, ast.Subscript))
                     edit = Edit.replace(c.module, lr, (SAME if simple else f"({SAME})") + " * hvd.size()")
                 prog.add(where.module, where.node.lineno, "lr-not-scaled",

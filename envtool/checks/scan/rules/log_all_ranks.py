@@ -1,4 +1,4 @@
-"""Rule ``output-every-rank``: a log, plot or results file written by every rank, or named by the local rank."""
+"""Rule ``log-all-ranks``: a log, plot or results file written by every rank, or named by the local rank."""
 from __future__ import annotations
 
 import ast
@@ -41,7 +41,7 @@ def output_write(prog: Program, c: CallSite) -> Optional[str]:
 
 
 @rule
-class OutputEveryRank(Rule):
+class LogAllRanks(Rule):
     """A log, plot or results file (``open(p, "w")``, ``savefig``, ``SummaryWriter``, ``logging.FileHandler``,
     ``to_csv``) written on every rank under one name, or under a name built from the local rank.
 
@@ -51,7 +51,7 @@ class OutputEveryRank(Rule):
     step 6, https://horovod.readthedocs.io/en/v0.28.1/pytorch.html). Shipped at ``info`` until its held-out precision is measured (issue 42).
     """
 
-    id = "output-every-rank"
+    id = "log-all-ranks"
     title = "log, plot or results file written by every rank (or named by the local rank)"
     severity = "info"
     sources = (DDP_TUTORIAL, HOROVOD_USAGE)
@@ -71,7 +71,7 @@ class OutputEveryRank(Rule):
         return prog.multi_process
 
     def check(self, prog: Program) -> None:
-        """``output-every-rank``: each output write reached on every rank, or named by the local rank."""
+        """``log-all-ranks``: each output write reached on every rank, or named by the local rank."""
         rank0 = "hvd.rank() == 0" if prog.launch == "horovod" else (
             "strategy.cluster_resolver.task_id == 0" if prog.launch == "tf-multiworker" else "dist.get_rank() == 0")
         for c in prog.calls:

@@ -1,4 +1,4 @@
-"""Rule ``download-every-rank``: a dataset downloaded by every rank into one directory."""
+"""Rule ``download-all-ranks``: a dataset downloaded by every rank into one directory."""
 from __future__ import annotations
 
 import ast
@@ -20,7 +20,7 @@ BARRIERS = {"barrier", "Barrier", "allreduce", "broadcast_object", "wait_for_eve
 
 
 @rule
-class DownloadEveryRank(Rule):
+class DownloadAllRanks(Rule):
     """A dataset download (``download=True`` of a torchvision dataset, ``urlretrieve``, ``snapshot_download``,
     Keras ``get_file``) reached on every rank with no rank test and nothing making the others wait.
 
@@ -29,7 +29,7 @@ class DownloadEveryRank(Rule):
     https://pytorch.org/vision/stable/datasets.html). Shipped at ``info`` until its held-out precision is measured (issue 42).
     """
 
-    id = "download-every-rank"
+    id = "download-all-ranks"
     title = "dataset downloaded by every rank into one directory"
     severity = "info"
     sources = (TORCHVISION,)
@@ -47,7 +47,7 @@ class DownloadEveryRank(Rule):
         return prog.multi_process
 
     def check(self, prog: Program) -> None:
-        """``download-every-rank``: each download reached on every rank."""
+        """``download-all-ranks``: each download reached on every rank."""
         if any(last_name(c.node.func) in BARRIERS and prog.covered(c) is None for c in prog.calls) and \
                 any(c.guarded for c in prog.calls if kwarg(c.node, "download") is not None or
                     last_name(c.node.func) in DOWNLOADS):
