@@ -97,6 +97,10 @@ def test_set_device_in_a_method_never_called_is_not_pinning(tmp_path):
     _write(tmp_path, {"train.py": src})
     issues = _doctor(tmp_path / "train.py")["issues"]
     assert [i["rule"] for i in issues] == ["no-gpu-pinning"], issues
+    assert issues[0]["edit"] == {"path": str(tmp_path / "train.py"), "line": 12,
+                                 "old": '    dist.init_process_group("nccl")',
+                                 "new": '    dist.init_process_group("nccl")\n'
+                                        "    torch.cuda.set_device(int(os.environ['LOCAL_RANK']))"}
     (tmp_path / "train.py").write_text(textwrap.dedent(src).replace("r = Runner()", "Runner().setup_gpu()"))
     assert _doctor(tmp_path / "train.py")["issues"] == []
 
@@ -374,3 +378,32 @@ def test_keras_fit_on_full_arrays_on_every_rank_is_not_sharded():
     assert [(i.rule, i.line, i.level) for i in issues] == [("data-not-sharded", 15, "info")], issues
     sharded = KERAS_HVD.replace("model.fit(x, y,", "model.fit(x[hvd.rank()::hvd.size()], y[hvd.rank()::hvd.size()],")
     assert scan.scan_source(sharded, "train.py") == []
+
+
+def test_edits_of_existing_rules_and_none_where_the_fix_is_not_one_line():
+    src = textwrap.dedent('''\
+        import torch
+        import horovod.torch as hvd
+
+
+        def main():
+            hvd.init()
+            torch.cuda.set_device(hvd.local_rank())
+            model = torch.nn.Linear(2, 2).cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1 + 0.01)
+            opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            torch.save(model.state_dict(), "ckpt.pt")
+            torch.save(model.state_dict(),
+                       "last.pt")
+
+
+        if __name__ == "__main__":
+            main()
+        ''')
+    got = {(i.rule, i.line): i.edit for i in scan.scan_source(src, "train.py")}
+    assert got[("lr-not-scaled", 9)]["new"] == \
+        "    opt = torch.optim.SGD(model.parameters(), lr=(0.1 + 0.01) * hvd.size())"
+    assert got[("checkpoint-all-ranks", 12)]["new"] == \
+        '    if hvd.rank() == 0: torch.save(model.state_dict(), "ckpt.pt")'
+    assert got[("checkpoint-all-ranks", 13)] is None  # the call spans two lines: no one-line edit
