@@ -407,3 +407,54 @@ def test_edits_of_existing_rules_and_none_where_the_fix_is_not_one_line():
     assert got[("checkpoint-all-ranks", 12)]["new"] == \
         '    if hvd.rank() == 0: torch.save(model.state_dict(), "ckpt.pt")'
     assert got[("checkpoint-all-ranks", 13)] is None  # the call spans two lines: no one-line edit
+
+
+def test_save_on_master_through_project_helpers_under_horovod(tmp_path):
+    _write(tmp_path, {"utils.py": '''\
+        import torch
+        import torch.distributed as dist
+
+
+        def is_dist_avail_and_initialized():
+            return dist.is_available() and dist.is_initialized()
+
+
+        def get_rank():
+            if not is_dist_avail_and_initialized():
+                return 0
+            return dist.get_rank()
+
+
+        def is_main_process():
+            return get_rank() == 0
+
+
+        def save_on_master(*args, **kwargs):
+            if is_main_process():
+                torch.save(*args, **kwargs)
+        ''', "train.py": '''\
+        import torch
+        import horovod.torch as hvd
+        import utils
+
+
+        def main():
+            hvd.init()
+            torch.cuda.set_device(hvd.local_rank())
+            model = torch.nn.Linear(2, 2).cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1 * hvd.size())
+            opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            utils.save_on_master(model.state_dict(), "ckpt.pt")
+
+
+        if __name__ == "__main__":
+            main()
+        '''})
+    issues = scan.scan_paths([tmp_path / "train.py"])
+    assert [(Path(i.path).name, i.rule) for i in issues] == [("train.py", "checkpoint-all-ranks")], issues
+    # a get_rank() helper that reads Horovod's rank is a real guard
+    utils = (tmp_path / "utils.py").read_text().replace("return dist.get_rank()", "import horovod.torch as hvd\n"
+                                                        "    return hvd.rank()")
+    (tmp_path / "utils.py").write_text(utils)
+    assert scan.scan_paths([tmp_path / "train.py"]) == []
