@@ -33,6 +33,7 @@ CLEAN = textwrap.dedent('''\
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         for epoch in range(3):
+            sampler.set_epoch(epoch)  # issue 42: without it each epoch repeats one order
             for x, y in loader:
                 optimizer.zero_grad()
                 torch.nn.functional.mse_loss(model(x.cuda()), y.cuda()).backward()

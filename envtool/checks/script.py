@@ -67,7 +67,9 @@ def _items(issues, programs) -> List[str]:
             message = message[:-len(note)]
             headed.add(i.entry)
         groups.setdefault(i.entry, []).append(
-            f"{i.path}:{i.line}: [{i.rule}]{' (info)' if i.level == 'info' else ''} {message}; fix: {i.fix}")
+            f"{i.path}:{i.line}: [{i.rule}]{' (info)' if i.level == 'info' else ''} {message}; fix: {i.fix}"
+            + (f" (edit line {i.edit['line']}: {' / '.join(x.strip() for x in i.edit['new'].splitlines())})"
+               if i.edit else ""))
     items: List[str] = []
     for entry, lines in groups.items():
         if entry in headed:

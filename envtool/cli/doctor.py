@@ -53,7 +53,7 @@ def register(sub) -> None:
     p.add_argument("--entry", type=path_arg, metavar="FILE", nargs="+", action="extend", default=[],
                    help="entry-point script(s) of the --script project: only they and their imports are scanned "
                         "(default: files named in --script and files with an if __name__ == \"__main__\": guard)")
-    p.add_argument("--launch", choices=("horovod", "mpi", "torchrun", "lightning", "single"),
+    p.add_argument("--launch", choices=("horovod", "mpi", "torchrun", "lightning", "tf-multiworker", "single"),
                    help="how the scripts are launched (default: decided per entry point from its code)")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when the script scan leaves a warn finding (same as --fail-on warn)")

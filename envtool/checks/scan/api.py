@@ -77,4 +77,5 @@ def scan_source(text: str, path: str = "<string>", launch: Optional[str] = None)
     """
     with no_gc():
         mod = parse_source(text, path, Path(path))
+        mod.text = text  # no file to read a fix's line from
         return Project([mod], {Path(path)}, launch).run()

@@ -67,7 +67,8 @@ def rank_kind(test: ast.AST, aliases: Optional[Dict[str, str]] = None) -> Option
         elif isinstance(sub, (ast.Name, ast.Attribute)):
             last = last_name(sub).lower()
             if "rank" in last or last in ("is_root", "is_master", "is_main", "is_main_process", "master",
-                                          "is_global_zero", "is_local_main_process", "is_local_master"):
+                                          "is_global_zero", "is_local_main_process", "is_local_master",
+                                          "is_chief", "task_id"):
                 text = last
             elif last in LOCAL_NAMES:
                 text = "local"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import io
+import linecache
 import re
 import tokenize
 from dataclasses import dataclass, field
@@ -65,6 +66,7 @@ class CallSite:
     func: Optional[FuncFacts]          # enclosing function (None: module level)
     guarded: Optional[str]         # under a rank test: "global"/"local" (if / conditional / early return)
     dead_if: Optional[ast.AST]     # innermost enclosing if whose test is the dead guard
+    dist_guard: bool = False       # every rank test around it reads torch.distributed's rank only
 
 
 @dataclass(eq=False)
@@ -103,6 +105,15 @@ class ModuleFacts:
     size_divs: bool = False      # something divided by hvd.size()/world size (steps per rank)
     size: int = 0
     _dict_idx: Optional["DictIndex"] = None
+    text: Optional[str] = None   # the source, kept only for a module scanned from a string (scan_source)
+
+    def line_text(self, line: int) -> str:
+        """The text of 1-based ``line`` without its newline ('' when the file cannot be read again):
+        from :attr:`text`, or read again from :attr:`path` (the scan does not keep sources in memory)."""
+        if self.text is not None:
+            lines = self.text.splitlines()
+            return lines[line - 1] if 0 < line <= len(lines) else ""
+        return linecache.getline(str(self.path), line).rstrip("\r\n")
 
     @property
     def lightning(self) -> bool:
@@ -123,7 +134,7 @@ def collect(mod: ModuleFacts) -> None:
                 stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
                 and any(isinstance(n, ast.Call) for n in ast.walk(stmt)):
             mod.first_toplevel_call = stmt.lineno
-    # names (or self.attributes) assigned a rank: gpu_id = int(os.environ["LOCAL_RANK"]); self.rank = rank
+    # imports, and names (or self.attributes) assigned a rank: gpu_id = int(os.environ["LOCAL_RANK"]); self.rank = rank
     # (statements only: the expressions are walked once, below)
     stmts: List[ast.AST] = list(tree.body)
     while stmts:
@@ -135,15 +146,20 @@ def collect(mod: ModuleFacts) -> None:
                 name = last_name(node.targets[0])
                 if mod.rank_aliases.get(name) != "global":
                     mod.rank_aliases[name] = kind
-        for attr in ("body", "orelse", "finalbody", "handlers"):
+        elif isinstance(node, ast.Import):  # imports first: the walk below reads the aliases
+            for imp in node.names:
+                note_import(mod, imp.name, imp.asname or imp.name.split(".")[0], node.lineno, imp.asname is not None)
+        elif isinstance(node, ast.ImportFrom):
+            note_from_import(mod, node)
+        for attr in ("body", "orelse", "finalbody", "handlers", "cases"):
             more = getattr(node, attr, None)
             if isinstance(more, list):
                 stmts.extend(more)
-    # stack items: (node, enclosing function, guarded, dead_if, class name)
-    stack: List[Tuple[ast.AST, Optional[FuncFacts], Optional[str], Optional[ast.AST], Optional[str]]] = [
-        (tree, None, None, None, None)]
+    # stack items: (node, enclosing function, guarded, dead_if, class name, dist-only guard)
+    stack: List[Tuple[ast.AST, Optional[FuncFacts], Optional[str], Optional[ast.AST], Optional[str], bool]] = [
+        (tree, None, None, None, None, False)]
     while stack:
-        node, func, guarded, dead_if, cls = stack.pop()
+        node, func, guarded, dead_if, cls, dist = stack.pop()
         children: Iterable[ast.AST]
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             a = node.args
@@ -156,23 +172,23 @@ def collect(mod: ModuleFacts) -> None:
             mod.funcs.append(new)
             for d in list(a.defaults) + [d for d in a.kw_defaults if d is not None] + \
                     list(getattr(node, "decorator_list", [])):
-                stack.append((d, func, guarded, dead_if, cls))
+                stack.append((d, func, guarded, dead_if, cls, dist))
             if isinstance(node, ast.Lambda):
                 new.returns.append(node.body)
-                stack.append((node.body, new, None, None, None))
+                stack.append((node.body, new, None, None, None, False))
                 continue
             body = node.body
             cut, cut_kind = early_return_index(body, mod.rank_aliases)
             for i, stmt in enumerate(body):
-                stack.append((stmt, new, cut_kind if cut is not None and i > cut else None, None, None))
+                stack.append((stmt, new, cut_kind if cut is not None and i > cut else None, None, None, False))
             continue
         if isinstance(node, ast.ClassDef):
             for stmt in node.body:
                 if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
                     mod.class_consts[(node.name, stmt.targets[0].id)] = stmt.value
-                stack.append((stmt, func, guarded, dead_if, node.name))
+                stack.append((stmt, func, guarded, dead_if, node.name, dist))
             for d in node.bases + node.decorator_list + [k.value for k in node.keywords]:
-                stack.append((d, func, guarded, dead_if, cls))
+                stack.append((d, func, guarded, dead_if, cls, dist))
             continue
         if isinstance(node, (ast.If, ast.IfExp)):
             rank = rank_kind(node.test, mod.rank_aliases)
@@ -180,7 +196,8 @@ def collect(mod: ModuleFacts) -> None:
             if dead and isinstance(node, ast.If):
                 mod.dead_ifs.append(node)
             inner_dead = node if dead else dead_if
-            stack.append((node.test, func, guarded, dead_if, cls))
+            stack.append((node.test, func, guarded, dead_if, cls, dist))
+            inner_dist = dist if rank is None else (dist or guarded is None) and _dist_rank_test(node.test, mod)
             branches: List[ast.AST] = []
             for part in (node.body, node.orelse):
                 if isinstance(part, list):
@@ -188,10 +205,10 @@ def collect(mod: ModuleFacts) -> None:
                 else:
                     branches.append(part)
             for branch in branches:
-                stack.append((branch, func, stronger(guarded, rank), inner_dead, cls))
+                stack.append((branch, func, stronger(guarded, rank), inner_dead, cls, inner_dist))
             continue
         if isinstance(node, ast.Call):
-            mod.calls.append(CallSite(node, mod, func, guarded, dead_if))
+            mod.calls.append(CallSite(node, mod, func, guarded, dead_if, dist and guarded is not None))
         elif isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and func is not None:
             func.loops = True
         if isinstance(node, ast.Return) and func is not None and node.value is not None:
@@ -203,11 +220,6 @@ def collect(mod: ModuleFacts) -> None:
                 key = const_str(t.slice) if isinstance(t, ast.Subscript) else None
                 if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and key:
                     mod.dict_items.setdefault((id(func), t.value.id), []).append((key, node.value, dead_if))
-        elif isinstance(node, ast.Import):
-            for imp in node.names:
-                note_import(mod, imp.name, imp.asname or imp.name.split(".")[0], node.lineno, imp.asname is not None)
-        elif isinstance(node, ast.ImportFrom):
-            note_from_import(mod, node)
         if isinstance(node, ast.Constant) and node.value in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
             mod.cuda_visible = True
         elif isinstance(node, ast.Attribute) and node.attr == "visible_device_list":
@@ -215,6 +227,9 @@ def collect(mod: ModuleFacts) -> None:
         elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice) and \
                 rank_kind(node.slice) is not None:
             mod.rank_slices = True
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call) and last_name(node.value.func) in (
+                "array_split", "tensor_split", "chunk", "split", "partition") and rank_kind(node.slice) == "global":
+            mod.rank_slices = True  # np.array_split(data, size)[rank]: this rank's part
         elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.FloorDiv)) and (
                 isinstance(node.right, ast.Call) and last_name(node.right.func) in ("size", "get_world_size")
                 or last_name(node.right).lower() in ("world_size", "num_replicas", "num_workers_total")):
@@ -224,9 +239,29 @@ def collect(mod: ModuleFacts) -> None:
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name):
             base = node.value.id
             mod.refs.setdefault(id(func), set()).add(("." if base in ("self", "cls") else base + ".") + node.attr)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            mod.refs.setdefault(id(func), set()).add("*." + node.attr)  # Runner().setup(), a.b.setup()
         for child in ast.iter_child_nodes(node):
-            stack.append((child, func, guarded, dead_if, cls))
+            stack.append((child, func, guarded, dead_if, cls, dist))
     mod.calls.sort(key=lambda c: (c.node.lineno, c.node.col_offset))
+
+
+def _dist_rank_test(test: ast.AST, mod: ModuleFacts) -> bool:
+    """Whether a rank test reads torch.distributed's rank (``dist.get_rank()``,
+    ``torch.distributed.get_rank()``, ``get_rank`` imported from ``torch.distributed``) and no other."""
+    seen = False
+    for sub in ast.walk(test):
+        if isinstance(sub, ast.Call) and last_name(sub.func) in ("get_rank", "rank", "local_rank", "get_local_rank"):
+            f = sub.func
+            if isinstance(f, ast.Attribute):
+                base = ast.unparse(f.value)
+                full = mod.module_aliases.get(base.split(".")[0], base.split(".")[0]) + base[len(base.split(".")[0]):]
+                if full != "torch.distributed" and mod.from_imports.get(base, "") != "torch.distributed":
+                    return False
+            elif not isinstance(f, ast.Name) or not mod.from_imports.get(f.id, "").startswith("torch.distributed."):
+                return False
+            seen = True
+    return seen
 
 
 def note_import(mod: ModuleFacts, name: str, bound: str, line: int, aliased: bool) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Optional
 
 #: launch → words (``--launch`` takes the keys).
 LAUNCHES: Dict[str, str] = {
@@ -13,6 +13,7 @@ LAUNCHES: Dict[str, str] = {
     "mpi": "MPI (mpirun/srun with mpi4py or torch.distributed's MPI backend)",
     "torchrun": "torch.distributed (torchrun, mp.spawn or srun; NCCL or Gloo, no MPI)",
     "lightning": "PyTorch Lightning (its own strategy; no MPI)",
+    "tf-multiworker": "TensorFlow MultiWorkerMirroredStrategy (one process per worker, TF_CONFIG; no MPI)",
     "single": "a single process (no distributed launch)",
 }
 
@@ -44,6 +45,9 @@ class ScanIssue:
             scan could not resolve, or a judgement call; the risk is possible, not shown).
         entry: the entry point (file) of the program in which the risk was found.
         launch: the launch assumed for that program (a key of :data:`LAUNCHES`).
+        edit: the fix as a one-line edit where one exists: ``{"path", "line", "old", "new"}``, the
+            line as it is and as the fix leaves it (``new`` may hold two lines: a line inserted
+            after it); None where the fix is not one line.
     """
 
     path: str
@@ -54,6 +58,7 @@ class ScanIssue:
     level: str = "warn"
     entry: str = ""
     launch: str = ""
+    edit: Optional[Dict[str, Any]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         """JSON-ready form (every field)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
@@ -39,12 +40,112 @@ SIZE_CALLS = {"size"}
 DIST_WORK = {"init_process_group", "DistributedDataParallel", "DDP", "FullyShardedDataParallel", "spawn",
              "all_reduce", "barrier"}
 
+#: TensorFlow strategies that run one process per worker (TF_CONFIG names them,
+#: https://www.tensorflow.org/api_docs/python/tf/distribute/MultiWorkerMirroredStrategy).
+MULTIWORKER = {"MultiWorkerMirroredStrategy", "CollectiveAllReduceStrategy"}
+#: DeepSpeed calls that start the process group (https://deepspeed.readthedocs.io/en/latest/initialize.html).
+DEEPSPEED_INIT = ("deepspeed.initialize", "deepspeed.init_distributed")
+
+#: methods a framework calls by name (torch.nn.Module, Lightning, Keras, threading, Dataset).
+HOOKS = {"forward", "setup", "prepare_data", "train_dataloader", "val_dataloader", "test_dataloader", "run",
+         "call", "build", "fit", "train", "main"}
+
 #: ``add(module, line, rule, message, fix, level)``: where a program's findings go (the project's collector).
-Sink = Callable[[ModuleFacts, int, str, str, str, str], None]
+Sink = Callable[[ModuleFacts, int, str, str, str, str, Optional["Edit"]], None]
 
 #: what a value stands for (:meth:`Program.dict_values`): ``(dict literals or dict() calls, [(key, value,
 #: the dead-guard ``if`` it is assigned under, or None)])``.
 DictValues = Tuple[List[ast.AST], List[Tuple[str, ast.AST, Optional[ast.AST]]]]
+
+
+#: in an :class:`Edit`'s ``span`` text: the source it replaces (``SAME + " * hvd.size()"``).
+SAME = "\x00"
+
+
+@dataclass(frozen=True)
+class Edit:
+    """A fix as a one-line edit, made concrete against the file's text by :func:`edit_dict`.
+
+    Attributes:
+        module: the file to change; ``line``: its 1-based line.
+        kind: ``insert`` (``text`` becomes a new line after ``line``, indented like the block that
+            follows a line ending in ``:``, else like ``line``), ``span`` (the characters
+            ``col``..``end_col`` of ``line``, as :mod:`ast` counts them in UTF-8 bytes, become
+            ``text``, where :data:`SAME` stands for the characters replaced), ``arg`` (``text``
+            becomes the last argument of the one-line call at ``col``..``end_col``) or ``guard`` (the one-line statement on ``line`` runs only ``if text:``).
+    """
+
+    module: ModuleFacts
+    line: int
+    kind: str
+    text: str
+    col: int = 0
+    end_col: int = 0
+
+    @staticmethod
+    def insert(module: ModuleFacts, line: int, text: str) -> "Edit":
+        """An edit adding ``text`` as a new line after ``line``."""
+        return Edit(module, line, "insert", text)
+
+    @staticmethod
+    def replace(module: ModuleFacts, node: ast.AST, text: str) -> "Edit":
+        """An edit replacing the source of ``node`` (one line) with ``text``."""
+        return Edit(module, getattr(node, "lineno", 0), "span", text, getattr(node, "col_offset", 0),
+                    getattr(node, "end_col_offset", -1) if getattr(node, "end_lineno", -1) == getattr(
+                        node, "lineno", 0) else -1)
+
+    @staticmethod
+    def add_arg(module: ModuleFacts, call: ast.AST, text: str) -> "Edit":
+        """An edit adding ``text`` (``seed=0``) as the last argument of the one-line ``call``."""
+        e = Edit.guard(module, call, text)
+        return Edit(module, e.line, "arg", text, e.col, e.end_col)
+
+    @staticmethod
+    def guard(module: ModuleFacts, call: ast.AST, condition: str) -> "Edit":
+        """An edit putting the one-line statement made of ``call`` under ``if condition:``."""
+        return Edit(module, getattr(call, "lineno", 0), "guard", condition, getattr(call, "col_offset", 0),
+                    getattr(call, "end_col_offset", -1) if getattr(call, "end_lineno", -1) == getattr(
+                        call, "lineno", 0) else -1)
+
+
+def edit_dict(edit: Edit) -> Optional[Dict[str, object]]:
+    """``{"path", "line", "old", "new"}``: the whole line ``line`` as it is and as the fix leaves it
+    (``new`` holds two lines for an insertion), or None when the file's text does not allow the edit
+    (unreadable, or the construct spans several lines or shares its line)."""
+    mod, line = edit.module, edit.line
+    old = mod.line_text(line)
+    if not old.strip():
+        return None
+    indent = old[:len(old) - len(old.lstrip())]
+    raw = old.encode("utf-8")
+    if edit.kind == "insert":
+        inner = indent
+        if old.rstrip().endswith(":"):
+            nxt = mod.line_text(line + 1)
+            inner = nxt[:len(nxt) - len(nxt.lstrip())] if nxt.strip() else indent + "    "
+            if len(inner) <= len(indent):
+                inner = indent + "    "
+        new = f"{old}\n{inner}{edit.text}"
+    elif edit.kind == "span":
+        if edit.end_col < 0 or edit.end_col > len(raw):
+            return None
+        text = edit.text.replace(SAME, raw[edit.col:edit.end_col].decode("utf-8", "replace"))
+        new = (raw[:edit.col] + text.encode("utf-8") + raw[edit.end_col:]).decode("utf-8", "replace")
+    elif edit.kind == "arg":
+        if edit.end_col < 0 or edit.end_col > len(raw) or raw[edit.end_col - 1:edit.end_col] != b")":
+            return None
+        inner = raw[edit.col:edit.end_col - 1].decode("utf-8", "replace").rstrip()
+        sep = "" if inner.endswith("(") else ", "
+        new = (raw[:edit.col].decode("utf-8", "replace") + inner + sep + edit.text + ")" +
+               raw[edit.end_col:].decode("utf-8", "replace"))
+    elif edit.kind == "guard":
+        # only a statement that is the call alone on its line
+        if edit.end_col < 0 or edit.col != len(indent.encode("utf-8")) or raw[edit.end_col:].strip() not in (b"", b";"):
+            return None
+        new = f"{indent}if {edit.text}: {old.strip()}"
+    else:
+        return None
+    return {"path": mod.shown, "line": line, "old": old, "new": new}
 
 
 def _str_items(lit: ast.Dict, dead_if: Optional[ast.AST]) -> List[Tuple[str, ast.AST, Optional[ast.AST]]]:
@@ -120,6 +221,10 @@ class Program:
         #: analyses shared by several rules, made once per program (key: the analysis's name).
         self.memo: Dict[str, object] = {}
         self.launch, self.launch_reason = self._decide_launch()
+        #: torch.distributed's rank is 0 on every rank: a Horovod launch that never calls
+        #: init_process_group (a test of dist.get_rank() holds everywhere, or raises)
+        self.dist_rank_zero = self.launch == "horovod" and not any(
+            last_name(c.node.func) == "init_process_group" for c in self.calls)
 
     def _reachable(self) -> Set[int]:
         """ids of the functions the entry point can reach: called (by name, ``self.f``, ``module.f``)
@@ -173,8 +278,14 @@ class Program:
         if forced:
             return forced, "--launch " + forced
         for m in self.modules:
-            if m.hvd_binding:
+            # the entry point importing a binding, or a Horovod call the entry point reaches: a helper
+            # module that imports horovod.torch but whose Horovod code never runs does not decide
+            if m.hvd_binding and (m is self.entry or self.library):
                 return "horovod", f"imports {m.hvd_binding_name} ({m.shown}:{m.hvd_import_line})"
+        for c in self.calls:
+            if c.module.hvd_binding and self.any_hvd_call(c):
+                return "horovod", (f"calls {ast.unparse(c.node.func)}() of {c.module.hvd_binding_name} "
+                                   f"({c.module.shown}:{c.node.lineno})")
         for c in self.calls:
             if self._lightning_horovod(c):
                 return "horovod", f"Lightning's Horovod strategy ({c.module.shown}:{c.node.lineno})"
@@ -196,6 +307,9 @@ class Program:
             if last in ("DistributedDataParallel", "FullyShardedDataParallel") or q.startswith("deepspeed.") or \
                     (last == "spawn" and "multiprocessing" in q) or last == "Accelerator":
                 return "torchrun", f"{last}() ({c.module.shown}:{c.node.lineno})"
+        for c in self.calls:
+            if last_name(c.node.func) in MULTIWORKER:
+                return "tf-multiworker", f"{last_name(c.node.func)}() ({c.module.shown}:{c.node.lineno})"
         for c in self.calls:
             if last_name(c.node.func) == "Trainer" and c.module.lightning:
                 return "lightning", f"a Lightning Trainer ({c.module.shown}:{c.node.lineno})"
@@ -221,10 +335,12 @@ class Program:
         """`` [launch: …, because …]``: appended to every launch-specific message."""
         return assumed_text(self.launch, self.launch_reason)
 
-    def add(self, mod: ModuleFacts, line: int, rule: str, message: str, fix: str, level: str = "warn") -> None:
+    def add(self, mod: ModuleFacts, line: int, rule: str, message: str, fix: str, level: str = "warn",
+            edit: Optional["Edit"] = None) -> None:
         """Report a finding of rule ``rule`` at ``mod``:``line`` (``level`` ``warn`` or ``info``); the
-        project keeps the first finding per file, line and rule (a ``warn`` replaces an ``info``)."""
-        self._sink(mod, line, rule, message, fix, level)
+        project keeps the first finding per file, line and rule (a ``warn`` replaces an ``info``).
+        ``edit``: the fix as a one-line edit (:class:`Edit`), or None where none exists."""
+        self._sink(mod, line, rule, message, fix, level, edit)
 
     # -- which rules judge the program ---------------------------------------------------------
     @property
@@ -239,11 +355,26 @@ class Program:
         return self.horovod and self.has_init
 
     @property
+    def deepspeed(self) -> bool:
+        """Whether the program starts DeepSpeed (``deepspeed.initialize``/``init_distributed`` reached):
+        its engine joins the process group, pins the local GPU and averages the gradients."""
+        got = self.memo.get("deepspeed")
+        if not isinstance(got, bool):
+            got = self.memo["deepspeed"] = any(self.qualname(c).startswith(DEEPSPEED_INIT) for c in self.calls)
+        return got
+
+    @property
     def torch_distributed(self) -> bool:
-        """A torch.distributed or MPI launch (not Horovod) that calls ``init_process_group``: the
-        rank rules apply (checkpoint, pinning, wrapping, sharding)."""
-        return not self.horovod and self.launch in ("torchrun", "mpi") and any(
-            last_name(c.node.func) == "init_process_group" for c in self.calls)
+        """A torch.distributed or MPI launch (not Horovod) that calls ``init_process_group`` or starts
+        DeepSpeed: the rank rules apply (checkpoint, pinning, wrapping, sharding)."""
+        return not self.horovod and self.launch in ("torchrun", "mpi") and (any(
+            last_name(c.node.func) == "init_process_group" for c in self.calls) or self.deepspeed)
+
+    @property
+    def multi_process(self) -> bool:
+        """:attr:`ranks`, or a TensorFlow multi-worker strategy: several processes run the same code
+        (the rules about files every process writes apply)."""
+        return self.ranks or self.launch == "tf-multiworker"
 
     @property
     def ranks(self) -> bool:
@@ -292,6 +423,42 @@ class Program:
             return f.id in names and mod.from_imports.get(f.id, "").startswith("horovod")
         return False
 
+    @staticmethod
+    def any_hvd_call(call: CallSite) -> bool:
+        """Whether ``call`` calls anything of Horovod through an alias its module binds (``hvd.init()``,
+        ``hvd.rank()``, ``from horovod.torch import rank; rank()``)."""
+        f = call.node.func
+        mod = call.module
+        if isinstance(f, ast.Attribute):
+            base = (dotted(f.value) or "").split(".")[0]
+            return base in mod.hvd_aliases or mod.module_aliases.get(base, "").startswith("horovod")
+        if isinstance(f, ast.Name):
+            return f.id in mod.hvd_names or mod.from_imports.get(f.id, "").startswith("horovod")
+        return False
+
+    def runs(self, f: Optional[FuncFacts]) -> bool:
+        """Whether code in ``f`` runs when the entry point does: module level, a plain function the
+        entry point reaches, a method with a call site in the program, a special method
+        (``__init__`` ...) or a framework hook (``forward``, ``setup``, ``on_*``, ``*_step``,
+        ``configure_*``). A method reached only because its class is instantiated, and never called,
+        does not run (nested functions are judged by the function that holds them)."""
+        while f is not None and f.parent is not None:
+            f = f.parent
+        if f is None or f.cls is None or f.sites or self.library:
+            return True
+        n = f.name
+        got = self.memo.get("attr_refs")
+        if not isinstance(got, set):  # method names read as attributes (obj.setup()) where code runs
+            attrs: Set[str] = set()
+            for m in self.modules:
+                for scope in [None] + [g for g in m.funcs if id(g) in self.reached]:
+                    attrs.update(r.rsplit(".", 1)[1] for r in m.refs.get(id(scope), ()) if "." in r)
+            self.memo["attr_refs"] = got = attrs
+        if n in got:
+            return True
+        return (n.startswith("__") and n.endswith("__")) or n in HOOKS or n.startswith(("on_", "configure_")) \
+            or n.endswith("_step")
+
     def _lightning_horovod(self, call: CallSite) -> bool:
         """Whether ``call`` selects PyTorch Lightning's Horovod strategy."""
         last = last_name(call.node.func)
@@ -317,7 +484,7 @@ class Program:
             ``"global"`` (a test of the global rank), ``"local"`` (only of the rank within a node,
             so once per node), or None (every rank).
         """
-        if call.guarded:
+        if call.guarded and not (call.dist_guard and self.dist_rank_zero):
             return call.guarded
         f = call.func
         if f is None or not f.sites:

@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from envtool.checks.scan.facts import ModuleFacts
 from envtool.checks.scan.model import ScanIssue
-from envtool.checks.scan.program import Program
+from envtool.checks.scan.program import Edit, Program, edit_dict
 from envtool.checks.scan.registry import all_rules
 
 
@@ -66,15 +66,18 @@ class Project:
             self.programs.append((m, mods))
         self.components = [mods for _, mods in self.programs]
 
-    def add(self, mod: ModuleFacts, line: int, rule: str, message: str, fix: str, level: str = "warn") -> None:
+    def add(self, mod: ModuleFacts, line: int, rule: str, message: str, fix: str, level: str = "warn",
+            edit: Optional[Edit] = None) -> None:
         """Keep a finding (the first per file, line and rule; a ``warn`` replaces an ``info``), with
-        the launch assumed appended to its message, or set it aside when a comment suppresses it."""
+        the launch assumed appended to its message and its ``edit`` made concrete against the file
+        (:func:`~envtool.checks.scan.program.edit_dict`), or set it aside when a comment suppresses it."""
         key = (mod.shown, line, rule)
         old = self.issues.get(key)
         if old is None or (old.level == "info" and level == "warn"):
             if rule not in ("syntax", "no-main-guard") and "[launch assumed" not in message:
                 message += self.current_assumed
-            issue = ScanIssue(mod.shown, line, rule, message, fix, level, self.current_entry, self.current_launch)
+            issue = ScanIssue(mod.shown, line, rule, message, fix, level, self.current_entry, self.current_launch,
+                              edit_dict(edit) if edit is not None else None)
             ignored = mod.ignores.get(line, ())
             if rule in ignored or "*" in ignored:
                 self.suppressed.append(issue)

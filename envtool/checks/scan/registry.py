@@ -21,7 +21,8 @@ from envtool.core.plugins import BrokenPlugin, Registry
 #: Modules under ``envtool.checks.scan.rules`` that define rules.
 MODULES = ("syntax", "fork_start_method", "no_main_guard", "dataloader_workers", "dead_supports_context",
            "hvd_init_missing", "hvd_init_late", "lr_not_scaled", "no_broadcast", "checkpoint_all_ranks",
-           "checkpoint_local_rank", "no_gpu_pinning", "optimizer_not_wrapped", "data_not_sharded")
+           "checkpoint_local_rank", "no_gpu_pinning", "optimizer_not_wrapped", "data_not_sharded",
+           "sampler_no_set_epoch", "split_every_rank", "log_all_ranks", "download_all_ranks")
 
 
 def _check_rule(obj: object) -> None:

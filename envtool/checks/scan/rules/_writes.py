@@ -97,6 +97,8 @@ def is_write(prog: Program, c: CallSite) -> Optional[str]:
     if last in ("save_file", "save_model") and (prog.qualname(c).startswith("safetensors") or
                                                  "safetensors" in receiver):
         return name or last  # safetensors.torch.save_file / save_model: a checkpoint too
+    if last == "save_checkpoint" and prog.deepspeed and "trainer" not in receiver:
+        return None  # DeepSpeed's engine.save_checkpoint: a collective every rank must call
     if name == "torch.save" or last in SAVE_LAST or (
             last == "save" and any(w in receiver for w in ("checkpoint", "ckpt", "model", "saver"))):
         return name or last

@@ -1,11 +1,20 @@
 """Rule ``checkpoint-all-ranks``: a checkpoint written on every rank."""
 from __future__ import annotations
 
-from envtool.checks.scan.program import Program
+from envtool.checks.scan.facts import CallSite
+from envtool.checks.scan.program import Edit, Program
 from envtool.checks.scan.registry import rule
 from envtool.checks.scan.rule import Rule
 from envtool.checks.scan.rules._examples import ALCF_TUTORIAL, HOROVOD_USAGE, horovod_script
 from envtool.checks.scan.rules._writes import writes
+
+
+def dist_note(prog: Program, c: CallSite) -> str:
+    """Why a write under a torch.distributed rank test still runs on every rank (Horovod, no process group)."""
+    if c.dist_guard and prog.dist_rank_zero:
+        return ("; the rank test around it reads torch.distributed's rank, which Horovod never sets (no "
+                "init_process_group): it holds on every rank, or raises")
+    return ""
 
 
 @rule
@@ -50,11 +59,13 @@ class CheckpointAllRanks(Rule):
             c, f = w.call, w.func
             if w.kind == "all":
                 prog.add(c.module, c.node.lineno, self.id,
-                         f"{w.what}(...) writes a checkpoint on every rank (Horovod usage step 6; ALCF tutorial step 6)",
-                         f"write checkpoints only under if {rank0}:")
+                         f"{w.what}(...) writes a checkpoint on every rank (Horovod usage step 6; ALCF tutorial step 6)"
+                         + dist_note(prog, c),
+                         f"write checkpoints only under if {rank0}:", "warn", Edit.guard(c.module, c.node, rank0))
             elif w.kind == "all-site" and f is not None:
                 site = w.where
                 prog.add(site.module, site.node.lineno, self.id,
                          f"{f.name}() writes a checkpoint ({w.what}(...) at {c.module.shown}:{c.node.lineno}) and is "
-                         "called here on every rank (Horovod usage step 6; ALCF tutorial step 6)",
-                         f"call {f.name}() only under if {rank0}: (or return early in it on other ranks)")
+                         "called here on every rank (Horovod usage step 6; ALCF tutorial step 6)" + dist_note(prog, c),
+                         f"call {f.name}() only under if {rank0}: (or return early in it on other ranks)", "warn",
+                         Edit.guard(site.module, site.node, rank0))

@@ -68,7 +68,11 @@ class DataNotSharded(Rule):
                                              "from_generator", "TextLineDataset")]
         seeded = [c for c in prog.calls if last_name(c.node.func) in ("flow_from_directory", "flow_from_dataframe", "flow")
                   and kwarg(c.node, "seed") is not None and not rank_kind(kwarg(c.node, "seed") or ast.Constant(None))]
-        if not loaders and not tfdata and not seeded:
+        # Keras fit(x, y) on arrays held whole in memory by every rank (a y: not a dataset or generator)
+        arrays = [c for c in prog.calls if last_name(c.node.func) == "fit" and isinstance(c.node.func, ast.Attribute)
+                  and (len(c.node.args) > 1 or kwarg(c.node, "y") is not None)] \
+            if prog.launch == "horovod" and not loaders and not tfdata and not seeded else []
+        if not loaders and not tfdata and not seeded and not arrays:
             return
         for c in loaders:
             sampler = kwarg(c.node, "sampler") or kwarg(c.node, "batch_sampler")
@@ -93,8 +97,9 @@ class DataNotSharded(Rule):
             if last in SHARDERS or any(k.arg in SHARD_KWARGS for k in c.node.keywords):
                 return
             low = last.lower()
-            if any(w in low for w in ("data", "loader", "sampl", "read", "shard", "split", "file", "record",
-                                      "pipeline", "input", "iter", "batch")) and \
+            if (any(w in low for w in ("data", "loader", "sampl", "read", "shard", "split", "file", "record",
+                                       "pipeline", "input", "iter", "batch", "partition", "chunk", "subset",
+                                       "select")) or low == "use") and \
                     not any(w in low for w in ("device", "seed", "epoch", "log", "print")) and \
                     any(rank_kind(a) for a in list(c.node.args) + [k.value for k in c.node.keywords]):
                 return
@@ -122,6 +127,15 @@ class DataNotSharded(Rule):
             if m.size_divs:
                 return
         first = prog.first([x for x in loaders + tfdata if "train" in ast.unparse(x.node).lower()] or loaders + tfdata)
+        if first is None and arrays:
+            c = prog.first(arrays) or arrays[0]
+            prog.add(c.module, c.node.lineno, "data-not-sharded",
+                     f"{ast.unparse(c.node.func)}({', '.join(ast.unparse(a) for a in c.node.args[:2])}, ...) trains on "
+                     "arrays every rank holds whole, and nothing shards them or divides the steps by hvd.size(): "
+                     "each epoch processes the dataset once per rank (ALCF tutorial step 7)" + prog.assumed(),
+                     "shard the arrays by rank (x[hvd.rank()::hvd.size()], y[hvd.rank()::hvd.size()]) or pass "
+                     "steps_per_epoch=len(x) // (batch_size * hvd.size())", "info")
+            return
         if first is None:
             return
         c = first

@@ -5,7 +5,7 @@ import ast
 
 from envtool.checks.scan.astutil import dotted, kwarg, last_name
 from envtool.checks.scan.facts import CallSite, ModuleFacts
-from envtool.checks.scan.program import Program
+from envtool.checks.scan.program import SAME, Edit, Program
 from envtool.checks.scan.registry import rule
 from envtool.checks.scan.rule import Rule
 from envtool.checks.scan.rules._examples import ALCF_TUTORIAL, HOROVOD_USAGE, horovod_script
@@ -156,8 +156,12 @@ class LrNotScaled(Rule):
                     reason = (f"; {name.rsplit('.', 1)[-1]} is an adaptive optimizer: scaling its learning rate "
                               "linearly with the number of ranks is a judgement (the linear rule was shown for SGD, "
                               "Goyal et al. 2017, arXiv:1706.02677), not a rule")
+                edit = None
+                if where is c and lr is not None and getattr(lr, "lineno", 0) == where.node.lineno:
+                    simple = isinstance(lr, (ast.Constant, ast.Name, ast.Attribute, ast.Call, ast.Subscript))
+                    edit = Edit.replace(c.module, lr, (SAME if simple else f"({SAME})") + " * hvd.size()")
                 prog.add(where.module, where.node.lineno, "lr-not-scaled",
                          f"{what} is not scaled by hvd.size() {src}{reason}",
                          f"multiply the learning rate by hvd.size(), e.g. {shown.split(' (')[0]} * hvd.size()"
                          + (" (or keep it, with warm-up, if tuned for this optimizer)" if adaptive else ""),
-                         level)
+                         level, edit)

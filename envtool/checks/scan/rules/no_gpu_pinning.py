@@ -6,7 +6,7 @@ from typing import Optional
 
 from envtool.checks.scan.astutil import const_str, dotted, kwarg, last_name, rank_kind
 from envtool.checks.scan.facts import CallSite
-from envtool.checks.scan.program import Program
+from envtool.checks.scan.program import Edit, Program
 from envtool.checks.scan.registry import rule
 from envtool.checks.scan.rule import Rule
 from envtool.checks.scan.rules._examples import ALCF_TUTORIAL, HOROVOD_USAGE, horovod_script
@@ -68,8 +68,8 @@ class NoGpuPinning(Rule):
 
     def check(self, prog: Program) -> None:
         """``no-gpu-pinning``: CUDA used and no device chosen from the local rank."""
-        if prog.lightning_hvd or prog.estimator_scales or prog.spark_or_ray():
-            return
+        if prog.lightning_hvd or prog.estimator_scales or prog.spark_or_ray() or prog.deepspeed:
+            return  # (DeepSpeed's engine sets the local rank's device itself)
         cuda = self._cuda_use(prog)
         if cuda is None:
             return
@@ -78,6 +78,8 @@ class NoGpuPinning(Rule):
                 return
         calls = sorted(prog.calls, key=lambda x: last_name(x.node.func) != "set_device")  # set_device judged first
         for c in calls:
+            if not prog.runs(c.func):
+                continue  # a set_device in a method nothing calls pins nothing
             n = c.node
             last = last_name(n.func)
             args = list(n.args) + [k.value for k in n.keywords if k.arg not in ("non_blocking",)]
@@ -108,8 +110,12 @@ class NoGpuPinning(Rule):
                "tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], 'GPU')"
                if prog.launch == "horovod" else
                "torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) after init_process_group")
+        line = ("torch.cuda.set_device(hvd.local_rank())" if fix.startswith("torch.cuda.set_device(hvd") else
+                "torch.cuda.set_device(int(os.environ['LOCAL_RANK']))" if fix.startswith("torch.cuda") else None)
+        edit = Edit.insert(init.module, init.node.end_lineno or init.node.lineno, line) \
+            if line and init is not cuda else None
         prog.add(init.module, init.node.lineno, "no-gpu-pinning",
                  f"the program uses CUDA ({cuda.module.shown}:{cuda.node.lineno}) but never pins a GPU to the "
                  "local rank: every rank of a node runs on GPU 0 (out of memory, or N times slower) (Horovod usage "
                  "step 2, horovod.readthedocs.io/en/v0.28.1/pytorch.html; ALCF tutorial step 2)" + prog.assumed(),
-                 fix)
+                 fix, "warn", edit)

@@ -21,7 +21,8 @@ def main():
         callbacks.append(tf.keras.callbacks.ModelCheckpoint("./checkpoint-{epoch}.h5"))
     x = tf.random.normal((256, 8))
     y = tf.random.normal((256, 1))
-    model.fit(x, y, epochs=3, callbacks=callbacks, verbose=1 if hvd.rank() == 0 else 0)
+    model.fit(x[hvd.rank()::hvd.size()], y[hvd.rank()::hvd.size()], epochs=3, callbacks=callbacks,
+              verbose=1 if hvd.rank() == 0 else 0)
     if hvd.rank() == 0:
         model.save_weights("final.h5")
 

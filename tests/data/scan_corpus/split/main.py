@@ -16,7 +16,7 @@ def main():
     model, optimizer = build(8, lr=args.base_lr * hvd.size())
     training.sync(model, optimizer)
     for epoch in range(3):
-        training.one_epoch(model, optimizer)
+        training.one_epoch(model, optimizer, epoch)
         save_checkpoint(model, epoch)
 
 

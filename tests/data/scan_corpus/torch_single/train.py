@@ -37,6 +37,7 @@ def main():
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     for epoch in range(args.epochs):
+        train.sampler.set_epoch(epoch)
         for x, y in train:
             optimizer.zero_grad()
             torch.nn.functional.mse_loss(model(x), y).backward()

@@ -1,0 +1,75 @@
+"""Rule ``download-all-ranks``: a dataset downloaded by every rank into one directory."""
+from __future__ import annotations
+
+import ast
+
+from envtool.checks.scan.astutil import kwarg, last_name, rank_kind
+from envtool.checks.scan.program import Program
+from envtool.checks.scan.registry import rule
+from envtool.checks.scan.rule import Rule
+
+#: torchvision's datasets download into ``root`` when ``download=True`` (no lock between processes,
+#: https://pytorch.org/vision/stable/datasets.html); the usual remedy is the rank-0-first pattern of
+#: the DDP tutorial (download on rank 0, then ``dist.barrier()``).
+TORCHVISION = "https://pytorch.org/vision/stable/datasets.html"
+#: download helpers that write into a directory of their own choosing.
+DOWNLOADS = {"urlretrieve", "download_url", "download_and_extract_archive", "download_file_from_google_drive",
+             "snapshot_download", "hf_hub_download", "get_file"}
+#: what lets the other ranks wait for rank 0's download.
+BARRIERS = {"barrier", "Barrier", "allreduce", "broadcast_object", "wait_for_everyone", "main_process_first"}
+
+
+@rule
+class DownloadAllRanks(Rule):
+    """A dataset download (``download=True`` of a torchvision dataset, ``urlretrieve``, ``snapshot_download``,
+    Keras ``get_file``) reached on every rank with no rank test and nothing making the others wait.
+
+    Why it matters at scale: N ranks write the same archive into the same shared directory at once; the
+    extraction sees a half-written file and fails, or the data is silently corrupt (torchvision datasets,
+    https://pytorch.org/vision/stable/datasets.html). Shipped at ``info`` until its held-out precision is measured (issue 42).
+    """
+
+    id = "download-all-ranks"
+    title = "dataset downloaded by every rank into one directory"
+    severity = "info"
+    sources = (TORCHVISION,)
+    mechanisms = ("the download under a rank test, followed by dist.barrier()/hvd.barrier() (rank 0 first)",
+                  "download= given a rank test (download=(rank == 0))",
+                  "Accelerate's main_process_first(), Lightning's prepare_data()")
+    order = 130
+    fires_on = ("import torch.distributed as dist\nimport torchvision\n\n\ndef main():\n"
+                "    dist.init_process_group('gloo')\n    ds = torchvision.datasets.MNIST('data', download=True)\n\n\n"
+                "if __name__ == '__main__':\n    main()\n",)
+    quiet_on = (fires_on[0].replace("download=True", "download=dist.get_rank() == 0"),)
+
+    def applies(self, prog: Program) -> bool:
+        """Programs that run as several processes (ranks, TensorFlow workers)."""
+        return prog.multi_process
+
+    def check(self, prog: Program) -> None:
+        """``download-all-ranks``: each download reached on every rank."""
+        if any(last_name(c.node.func) in BARRIERS and prog.covered(c) is None for c in prog.calls) and \
+                any(c.guarded for c in prog.calls if kwarg(c.node, "download") is not None or
+                    last_name(c.node.func) in DOWNLOADS):
+            return  # rank 0 first, then a barrier
+        barrier = "hvd.barrier()" if prog.launch == "horovod" else "dist.barrier()"
+        rank0 = "hvd.rank() == 0" if prog.launch == "horovod" else (
+            "strategy.cluster_resolver.task_id == 0" if prog.launch == "tf-multiworker" else "dist.get_rank() == 0")
+        for c in prog.calls:
+            flag = kwarg(c.node, "download")
+            last = last_name(c.node.func)
+            if flag is None and last not in DOWNLOADS:
+                continue
+            if flag is not None and not (isinstance(flag, ast.Constant) and flag.value is True or
+                                         prog.const_value(flag, c) is True):
+                continue  # download=False, or a value built from the rank
+            if flag is not None and rank_kind(flag, c.module.rank_aliases):
+                continue
+            if prog.covered(c) or prog.resolve(c):
+                continue
+            what = f"{last}(download=True)" if flag is not None else f"{last}(...)"
+            prog.add(c.module, c.node.lineno, self.id,
+                     f"{what} downloads on every rank into the same directory: N ranks write the same files at once "
+                     "(a half-written archive, a failed extraction)",
+                     f"download on one rank first: if {rank0}: <the download>; then {barrier} on every rank "
+                     "before the others read it (with download=False)", "info")
