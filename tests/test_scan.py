@@ -57,7 +57,7 @@ GOOD = textwrap.dedent('''\
 # reported itself, once; num_workers=args.workers cannot be resolved (no argparse here): info.
 EXPECTED = {("no-broadcast", 6, "warn"), ("fork-start-method", 7, "warn"), ("dead-supports-context", 9, "warn"),
             ("dataloader-workers", 11, "warn"), ("dataloader-workers", 12, "info"), ("no-main-guard", 13, "warn"),
-            ("lr-not-scaled", 14, "warn"), ("checkpoint-all-ranks", 17, "warn"), ("data-not-sharded", 11, "warn")}
+            ("lr-not-scaled", 14, "warn"), ("checkpoint-all-ranks", 17, "info"), ("data-not-sharded", 11, "warn")}
 
 
 def test_each_risky_pattern_at_its_line():
@@ -193,7 +193,7 @@ SEEDED = {
         "lr-not-scaled", "warn", "torch_single/train.py", "optimizer = torch.optim.SGD("),
     "rank-helper-unguarded": (
         "torch_single/train.py", [("    if hvd.rank() != 0:\n        return\n", "    model.eval()\n")],
-        "checkpoint-all-ranks", "warn", "torch_single/train.py", "        save_checkpoint(model, epoch)"),
+        "checkpoint-all-ranks", "info", "torch_single/train.py", "        save_checkpoint(model, epoch)"),
     "no-main-guard": (
         "torch_single/train.py", [('if __name__ == "__main__":\n    main()\n', "main()\n")],
         "no-main-guard", "warn", "torch_single/train.py", "\nmain()"),
@@ -210,7 +210,7 @@ SEEDED = {
         "lr-not-scaled", "warn", "split/main.py", "= build("),
     "split-helper-unguarded": (
         "split/proj/ckpt.py", [("    if hvd.rank() != 0:\n        return\n", "")],
-        "checkpoint-all-ranks", "warn", "split/main.py", "        save_checkpoint(model, epoch)"),
+        "checkpoint-all-ranks", "info", "split/main.py", "        save_checkpoint(model, epoch)"),
     "split-no-broadcast": (
         "split/proj/train.py", [("    hvd.broadcast_parameters(model.state_dict(), root_rank=0)\n", ""),
                                 ("    hvd.broadcast_optimizer_state(optimizer, root_rank=0)\n", "    pass\n")],
@@ -226,7 +226,7 @@ SEEDED = {
         "lr-not-scaled", "info", "keras/train_keras.py", "opt = tf.keras.optimizers.Adam("),
     "keras-checkpoint-every-rank": (
         "keras/train_keras.py", [("    if hvd.rank() == 0:\n        callbacks.append(", "    if callbacks:\n        callbacks.append(")],
-        "checkpoint-all-ranks", "warn", "keras/train_keras.py", "callbacks.append(tf.keras.callbacks.ModelCheckpoint"),
+        "checkpoint-all-ranks", "info", "keras/train_keras.py", "callbacks.append(tf.keras.callbacks.ModelCheckpoint"),
     "tape-no-broadcast": (
         "tf2_tape/train_tape.py", [("        hvd.broadcast_variables(model.variables, root_rank=0)\n"
                                     "        hvd.broadcast_variables(opt.variables(), root_rank=0)\n",
@@ -234,7 +234,7 @@ SEEDED = {
         "no-broadcast", "warn", "tf2_tape/train_tape.py", "hvd.init()"),
     "tape-checkpoint-every-rank": (
         "tf2_tape/train_tape.py", [("if step % 10 == 0 and hvd.rank() == 0:", "if step % 10 == 0:")],
-        "checkpoint-all-ranks", "warn", "tf2_tape/train_tape.py", "checkpoint.save("),
+        "checkpoint-all-ranks", "info", "tf2_tape/train_tape.py", "checkpoint.save("),
     "lightning-loader-workers": (
         "lightning/train_pl.py", [('num_workers=2, multiprocessing_context="forkserver"', "num_workers=2")],
         "dataloader-workers", "warn", "lightning/train_pl.py", "loader = DataLoader("),
@@ -353,9 +353,9 @@ def test_cli_scans_a_directory_and_keeps_exit_status(tmp_path):
     (root / "split" / "proj" / "ckpt.py").write_text(
         (root / "split" / "proj" / "ckpt.py").read_text().replace("    if hvd.rank() != 0:\n        return\n", ""))
     proc = run_envtool("doctor", "--prefix", sys.prefix, "--only", "script", "--script", root, "--json")
-    assert proc.returncode == 0, proc.stderr  # a warning, not a failed check
+    assert proc.returncode == 0, proc.stderr  # a finding, not a failed check
     (f,) = json.loads(proc.stdout)["findings"]
-    assert f["status"] == "warn"
+    assert f["status"] == "ok"  # checkpoint-all-ranks ships at info (held-out precision < 0.9)
     assert [(Path(i["path"]).name, i["rule"]) for i in f["details"]["issues"]] == [("main.py", "checkpoint-all-ranks")]
     bad = run_envtool("doctor", "--prefix", sys.prefix, "--only", "script", "--script", tmp_path / "nope")
     assert bad.returncode == 2 and "no such file or directory" in bad.stderr and "Traceback" not in bad.stderr

@@ -94,12 +94,12 @@ def test_hvd_init(case):
 
 def test_no_gpu_pinning_only_when_cuda_is_used():
     src = _edit("        torch.cuda.set_device(hvd.local_rank())\n", "")
-    assert ("no-gpu-pinning", _line(src, "hvd.init()"), "warn") in _rules(src)
+    assert ("no-gpu-pinning", _line(src, "hvd.init()"), "info") in _rules(src)  # held-out precision < 0.9
     cpu = src.replace(".cuda()", "").replace("x.cuda(), y.cuda()", "x, y")
     assert not [r for r in _rules(cpu) if r[0] == "no-gpu-pinning"]
     # pinned to the global rank: a GPU index that does not exist on the second node
     glob = _edit("torch.cuda.set_device(hvd.local_rank())", "torch.cuda.set_device(hvd.rank())")
-    assert ("no-gpu-pinning", _line(glob, "set_device"), "warn") in _rules(glob)
+    assert ("no-gpu-pinning", _line(glob, "set_device"), "info") in _rules(glob)
     # other pinning idioms
     for pin in ("torch.cuda.set_device(local_rank)", 'os.environ["CUDA_VISIBLE_DEVICES"] = str(hvd.local_rank())',
                 "model = model.to(hvd.local_rank())"):
@@ -163,7 +163,7 @@ def test_checkpoint_local_rank_guard():
     multi = ddp.replace("    local_rank = int(", '    node_rank = int(os.environ["GROUP_RANK"])\n    local_rank = int(')
     assert _rules(multi) == [("checkpoint-local-rank", _line(multi, "torch.save"), "warn")]
     unguarded = ddp.replace("    if local_rank == 0:\n        torch.save", "    if True:\n        torch.save")
-    assert _rules(unguarded) == [("checkpoint-all-ranks", _line(unguarded, "torch.save"), "warn")]
+    assert _rules(unguarded) == [("checkpoint-all-ranks", _line(unguarded, "torch.save"), "info")]
 
 
 # -- item 2: program scope ---------------------------------------------------------------------
@@ -339,7 +339,7 @@ def test_safetensors_save_file_is_a_checkpoint():
                 "            save_file(model.state_dict(), \"model.safetensors\")\n").replace(
         "import torch\n", "import torch\nfrom safetensors.torch import save_file\n", 1)
     assert [r for r in _rules(src) if r[0].startswith("checkpoint")] == [
-        ("checkpoint-all-ranks", _line(src, "save_file(model"), "warn")]
+        ("checkpoint-all-ranks", _line(src, "save_file(model"), "info")]
 
 
 # -- item 5: exit status, suppression, limits --------------------------------------------------

@@ -22,6 +22,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 from envtool.checks.scan.astutil import const_str, dotted, kwarg, last_name
 from envtool.checks.scan.facts import CallSite, DictIndex, FuncFacts, ModuleFacts
 from envtool.checks.scan.model import assumed_text
+from envtool.checks.scan.levels import shipped_level
 
 #: optimizer constructors by dotted name (``torch.optim.SGD``, ``keras.optimizers.Adam``, ``tf.train.*Optimizer``).
 OPTIMIZER_RE = re.compile(r"(^|\.)(optim\.(?!lr_scheduler)[A-Z]\w*|optimizers\.[A-Z]\w*|train\.\w+Optimizer)$")
@@ -339,8 +340,9 @@ class Program:
             edit: Optional["Edit"] = None) -> None:
         """Report a finding of rule ``rule`` at ``mod``:``line`` (``level`` ``warn`` or ``info``); the
         project keeps the first finding per file, line and rule (a ``warn`` replaces an ``info``).
-        ``edit``: the fix as a one-line edit (:class:`Edit`), or None where none exists."""
-        self._sink(mod, line, rule, message, fix, level, edit)
+        ``edit``: the fix as a one-line edit (:class:`Edit`), or None where none exists. A rule whose
+        held-out precision is below 0.9 ships its ``warn`` findings at ``info`` (:mod:`.levels`)."""
+        self._sink(mod, line, rule, message, fix, shipped_level(rule, level), edit)
 
     # -- which rules judge the program ---------------------------------------------------------
     @property

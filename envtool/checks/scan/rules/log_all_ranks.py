@@ -48,7 +48,7 @@ class LogAllRanks(Rule):
     Why it matters at scale: N ranks write the same file at once (lines interleaved or lost, a plot or JSON
     half-written) and a name built from the local rank is the same on every node, so ranks of different
     nodes still collide on a shared file system (PyTorch DDP tutorial, https://pytorch.org/tutorials/intermediate/ddp_tutorial.html; Horovod usage
-    step 6, https://horovod.readthedocs.io/en/v0.28.1/pytorch.html). Shipped at ``info`` until its held-out precision is measured (issue 42).
+    step 6, https://horovod.readthedocs.io/en/v0.28.1/pytorch.html). Ships at ``info``: its two held-out findings were judged ``info`` risks (docs/reference/scan-rules.md).
     """
 
     id = "log-all-ranks"
@@ -92,7 +92,7 @@ class LogAllRanks(Rule):
                 prog.add(c.module, c.node.lineno, self.id,
                          f"{what} writes a file named by (or guarded by) the local rank: ranks of the same local "
                          "rank on different nodes write the same file on a shared file system",
-                         "name the file by the global rank, or write it on global rank 0 only", "info")
+                         "name the file by the global rank, or write it on global rank 0 only", self.severity)
                 continue
             if c.func is not None and c.func.sites and not any(s.func is None for s in c.func.sites) and \
                     all(prog.covered(s) == "global" for s in c.func.sites):
@@ -100,5 +100,5 @@ class LogAllRanks(Rule):
             prog.add(c.module, c.node.lineno, self.id,
                      f"{what} writes the same file on every rank: N ranks write it at once (lines interleaved or "
                      "lost, a plot or JSON half-written)",
-                     f"write it on one rank: if {rank0}: ... (or put the global rank in the file name)", "info",
+                     f"write it on one rank: if {rank0}: ... (or put the global rank in the file name)", self.severity,
                      Edit.guard(c.module, c.node, rank0))
