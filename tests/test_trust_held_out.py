@@ -1,0 +1,51 @@
+"""Held-out variants of issue 43's classes, each against envtool's one rule for paths
+(``envtool/core/paths.py``): real users (``envtool-user``, in group ``envtool-pub``), real modes,
+real links. Fast: the wheel lookups are in-process, the commands build nothing.
+
+- a read-only site wheel cache reached through a directory a group can write, or through another
+  user's link to root's site cache (the site cache had its own, weaker check that followed the
+  root's links and looked at nothing above it);
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from envtool.horovod import cache
+
+from test_cache_trust import GROUP, USER, _key, _need_user, _published_site, _wheels, as_user, shared_tmp  # noqa: F401
+
+
+@pytest.mark.parametrize("how", ["group-writable directory above", "another user's link"])
+def test_a_site_cache_reached_through_what_others_control_is_skipped(shared_tmp, monkeypatch, how):
+    """A site cache published by root, then named through a directory group envtool-pub can write
+    (its members could swap the cache for their own), or through envtool-user's link: the lookup
+    skips it naming the directory or link; named directly, the same cache is used."""
+    uid, gid = _need_user()
+    genuine, _ = _wheels(shared_tmp, shared_tmp / "unused")
+    key = _key()
+    site = _published_site(shared_tmp, monkeypatch, genuine, key)
+    entry = site / "horovod-wheels" / key.digest()
+    assert cache.WheelCache(site, read_only=True).find(key) == (entry / genuine.name, "")
+    if how == "group-writable directory above":
+        above = shared_tmp / "above"
+        above.mkdir()
+        shutil.move(str(site), above / "site")
+        site, entry = above / "site", above / "site" / "horovod-wheels" / key.digest()
+        assert cache.WheelCache(site, read_only=True).find(key) == (entry / genuine.name, "")
+        os.chown(above, 0, gid)
+        os.chmod(above, 0o775)
+        said = f"{above} (owner root (uid 0), mode 0775) is writable by group {GROUP}"
+        named = site
+    else:
+        os.chmod(shared_tmp, 0o1777)  # /tmp-like: anyone may add a name, none may replace another's
+        named = shared_tmp / "link"
+        proc = as_user(f"ln -s {site} {named}")
+        assert proc.returncode == 0, proc.stderr
+        said = f"{named} is a symbolic link owned by {USER}"
+    monkeypatch.setenv(cache.CACHE_PATH_VAR, str(named))
+    skipped: list = []
+    assert cache.lookup_chain(cache.chain(), key, skipped=skipped) == (None, None)
+    assert len(skipped) == 1 and skipped[0][1].startswith("not trusted: ") and said in skipped[0][1], skipped
