@@ -49,3 +49,43 @@ def test_a_site_cache_reached_through_what_others_control_is_skipped(shared_tmp,
     skipped: list = []
     assert cache.lookup_chain(cache.chain(), key, skipped=skipped) == (None, None)
     assert len(skipped) == 1 and skipped[0][1].startswith("not trusted: ") and said in skipped[0][1], skipped
+
+
+def test_the_bytecode_store_is_judged_by_the_rule_before_the_probe_runs(shared_tmp, monkeypatch):
+    """A cache root envtool did not create (no CACHEDIR.TAG) whose ``bytecode/`` group
+    envtool-pub can write: the compile command is refused (exit 2's UsageError, naming the
+    ``chmod``) before the probe runs, and the directory keeps its mode (the probe made it ``0700``
+    and kept bytecode there). In a cache root envtool made, the store is created ``0700`` and used."""
+    import stat
+    import sys
+
+    from envtool.core.errors import UsageError
+    from envtool.engines.installer import compile_command
+    from envtool.steps.kernel.runner import Runner
+
+    _, gid = _need_user()
+    source = shared_tmp / "a.py"
+    source.write_text("VALUE = 1\n")
+    lib = shared_tmp / "env" / "lib"
+    lib.mkdir(parents=True)
+    os.link(source, lib / "a.py")  # shared with another environment, as uv links it: kept in the store
+    root = shared_tmp / "cache"
+    store = root / "bytecode"
+    store.mkdir(parents=True)
+    os.chown(store, 0, gid)
+    os.chmod(store, 0o2775)
+    monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(root))
+    argv = compile_command(sys.executable, shared_tmp / "env")
+    with Runner(log_path=shared_tmp / "logs" / "compile.log", quiet=True) as runner:
+        with pytest.raises(UsageError, match=f"{store}: envtool's cache directory can be written by others "
+                                             f"\\(group {GROUP} \\(gid {gid}\\), mode 2775\\)"):
+            runner.run(argv)
+    assert stat.S_IMODE(store.stat().st_mode) == 0o2775 and os.listdir(store) == []
+    assert not (lib / "__pycache__").exists()
+
+    shutil.rmtree(root)
+    monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(root))
+    with Runner(log_path=shared_tmp / "logs" / "compile.log", quiet=True) as runner:
+        runner.run(argv)
+    assert (root / "CACHEDIR.TAG").is_file()  # a root envtool made: tagged
+    assert stat.S_IMODE(store.stat().st_mode) == 0o700 and len(os.listdir(store)) == 2  # the entry and its hash
