@@ -5,6 +5,10 @@ real links. Fast: the wheel lookups are in-process, the commands build nothing.
 - a read-only site wheel cache reached through a directory a group can write, or through another
   user's link to root's site cache (the site cache had its own, weaker check that followed the
   root's links and looked at nothing above it);
+- the bytecode store: the compile probe made any store it was given ``0700``, one envtool did not
+  create included; the runner now judges it by the rule first;
+- ``cache list``, ``cache prune --dry-run`` and ``info`` on a cache another user owns (``list``
+  read it and ``info`` walked it for sizes; ``prune`` refused it already).
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import shutil
 
 import pytest
 
+from conftest import run_envtool
 from envtool.horovod import cache
 
 from test_cache_trust import GROUP, USER, _key, _need_user, _published_site, _wheels, as_user, shared_tmp  # noqa: F401
@@ -89,3 +94,28 @@ def test_the_bytecode_store_is_judged_by_the_rule_before_the_probe_runs(shared_t
         runner.run(argv)
     assert (root / "CACHEDIR.TAG").is_file()  # a root envtool made: tagged
     assert stat.S_IMODE(store.stat().st_mode) == 0o700 and len(os.listdir(store)) == 2  # the entry and its hash
+
+
+def test_cache_list_prune_dry_run_and_info_on_a_cache_another_user_owns(shared_tmp):
+    """envtool-user's cache (mode 0755, so root could read it) named by root's ENVTOOL_CACHE_DIR:
+    ``cache list`` and ``cache prune --dry-run`` refuse it (exit 2 naming the owner, ``--json``
+    envelope), and ``info`` names the problem instead of measuring what is in it."""
+    import json
+
+    uid, _ = _need_user()
+    theirs = shared_tmp / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, uid, -1)
+    proc = as_user(f"mkdir -p {theirs}/horovod-wheels/{'0' * 20} && chmod -R 755 {theirs}")
+    assert proc.returncode == 0, proc.stderr
+    env = {"ENVTOOL_CACHE_DIR": str(theirs)}
+    said = f"{theirs}: permission denied: envtool's cache directory is owned by another user ({USER}"
+    for argv in (("cache", "list", "--json"), ("cache", "prune", "--dry-run", "--json")):
+        proc = run_envtool(*argv, env=env)
+        assert proc.returncode == 2, (argv, proc.stdout, proc.stderr)
+        assert said in json.loads(proc.stdout)["error"] and "Traceback" not in proc.stderr
+    proc = run_envtool("info", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    row = [c for c in json.loads(proc.stdout)["caches"] if c["name"] == "envtool"][0]
+    assert said in row["problem"] and row["bytes"] is None
+    assert (theirs / "horovod-wheels" / ("0" * 20)).is_dir()
