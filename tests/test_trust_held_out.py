@@ -8,7 +8,9 @@ real links. Fast: the wheel lookups are in-process, the commands build nothing.
 - the bytecode store: the compile probe made any store it was given ``0700``, one envtool did not
   create included; the runner now judges it by the rule first;
 - ``cache list``, ``cache prune --dry-run`` and ``info`` on a cache another user owns (``list``
-  read it and ``info`` walked it for sizes; ``prune`` refused it already).
+  read it and ``info`` walked it for sizes; ``prune`` refused it already);
+- ``image`` looking for the lock's Horovod wheel in a cache of another user's that holds a FIFO
+  named ``key.json``: it read the file before any check, and waited for ever.
 """
 from __future__ import annotations
 
@@ -119,3 +121,27 @@ def test_cache_list_prune_dry_run_and_info_on_a_cache_another_user_owns(shared_t
     row = [c for c in json.loads(proc.stdout)["caches"] if c["name"] == "envtool"][0]
     assert said in row["problem"] and row["bytes"] is None
     assert (theirs / "horovod-wheels" / ("0" * 20)).is_dir()
+
+
+def test_image_never_blocks_on_a_fifo_key_json_in_another_users_cache(shared_tmp):
+    """envtool-user's cache, named in ENVTOOL_CACHE_PATH, holds the lock's build key as an entry
+    whose ``key.json`` is a FIFO: the image's wheel lookup says the wheel is not available (the
+    ImageError ``image`` reports) within seconds, instead of blocking on the FIFO."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    _need_user()
+    os.chmod(shared_tmp, 0o1777)
+    digest = "0" * 20
+    theirs = shared_tmp / "theirs"
+    proc = as_user(f"mkdir -p {theirs}/horovod-wheels/{digest} && mkfifo {theirs}/horovod-wheels/{digest}/key.json")
+    assert proc.returncode == 0, proc.stderr
+    code = ("from envtool.steps.image.wheels import horovod_wheel\n"
+            "try:\n    horovod_wheel(%r, 'a' * 64, [], None, mark_used=False)\n"
+            "except Exception as exc:\n    print(type(exc).__name__, exc)\n") % digest
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=10,
+                          env=dict(os.environ, ENVTOOL_CACHE_DIR=str(shared_tmp / "mine"),
+                                   ENVTOOL_CACHE_PATH=str(theirs)))
+    assert proc.stdout.startswith("ImageError ") and "is not available" in proc.stdout, proc.stdout + proc.stderr

@@ -119,10 +119,40 @@ class Entry:
                 "build_log": self.has_log}
 
 
-def _read_key(entry: Path) -> Optional[BuildKey]:
+#: Most bytes of a ``key.json`` read (a key with its wheel and compile records is under 4 KiB).
+KEY_JSON_MAX = 1 << 20
+
+
+def key_json_text(entry: Path) -> str:
+    """The text of ``entry/key.json``: opened ``O_NOFOLLOW | O_NONBLOCK`` and read only when it is a
+    regular file (a FIFO planted there would block the reader for ever), at most
+    :data:`KEY_JSON_MAX` bytes, decoded as UTF-8 with ``surrogateescape``.
+
+    Raises:
+        OSError: missing, a link, unreadable, or not a regular file (``EINVAL``).
+    """
+    fd = os.open(Path(entry) / "key.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
-        return key_from_json(json.loads((entry / "key.json").read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(22, "not a regular file", str(Path(entry) / "key.json"))
+        chunks, left = [], KEY_JSON_MAX
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks).decode("utf-8", errors="surrogateescape")
+    finally:
+        os.close(fd)
+
+
+def read_key(entry: Path) -> Optional[BuildKey]:
+    """The :class:`BuildKey` ``entry/key.json`` holds (:func:`key_json_text`), or None when it is
+    missing, not a regular file, unreadable or not a key."""
+    try:
+        return key_from_json(json.loads(key_json_text(entry)))
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
 
 
@@ -144,7 +174,7 @@ class WheelRecord:
 def _read_record(entry: Path) -> Optional[WheelRecord]:
     """The :class:`WheelRecord` of ``entry/key.json``, or None when it records none (or a malformed one)."""
     try:
-        w = json.loads((entry / "key.json").read_text(encoding="utf-8"))["wheel"]
+        w = json.loads(key_json_text(entry))["wheel"]
         rec = WheelRecord(file=str(w["file"]), size=int(w["size"]), sha256=str(w["sha256"]).lower())
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -160,7 +190,7 @@ def compile_record(entry: Path) -> Optional[Dict]:
     try:
         import math
 
-        rec = json.loads((entry / "key.json").read_text(encoding="utf-8")[:1 << 20]).get("compiled")
+        rec = json.loads(key_json_text(entry)).get("compiled")
         seconds = float(rec["seconds"]) if isinstance(rec, dict) else 0.0
         if math.isfinite(seconds) and 0 < seconds < 7 * 86400:  # a week: no compile takes longer
             cpus = rec.get("cpus")
@@ -246,7 +276,7 @@ class WheelCache:
                                      owner=None if self.read_only else os.geteuid(), group=self.group)
         if problem:
             return None, f"not trusted: {problem}"
-        if _read_key(entry) != key:
+        if read_key(entry) != key:
             return None, "its key.json names another build (or is unreadable)"
         rec = _read_record(entry)
         if rec is None:
@@ -352,7 +382,7 @@ class WheelCache:
             try:
                 files = [f for f in p.iterdir() if f.is_file()]
                 wheels = sorted(f for f in files if f.name.startswith("horovod-") and f.name.endswith(".whl"))
-                out.append(Entry(digest=p.name, path=p, wheel=wheels[0] if wheels else None, key=_read_key(p),
+                out.append(Entry(digest=p.name, path=p, wheel=wheels[0] if wheels else None, key=read_key(p),
                                  size=sum(f.stat().st_size for f in files), mtime=p.stat().st_mtime,
                                  has_log=(p / "build.log").is_file()))
             except OSError:  # removed or unreadable meanwhile (another process pruning)
