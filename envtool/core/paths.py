@@ -18,6 +18,12 @@ go through the same two checks:
 2. what it names (:func:`owned_problem`): the caller's own (root's too, for a file), writable by
    nobody else, group included.
 
+Read-only caches (a site's wheel caches, ``$ENVTOOL_CACHE_PATH``) go through the same walk with
+the cache's owner trusted besides root and the caller (:func:`site_cache_problem`); ``cache list``
+and ``info`` read the user's cache only when :func:`check_cache` passes, and the bytecode store is
+made by :func:`ensure_dir` before the compile probe runs. :func:`own_directory` says what envtool
+may delete or finish (a wheel entry, an aside copy): a directory of the caller's, not a link.
+
 Since nobody else can write a directory on the way, nobody else can rename or replace what the
 path names between the check and the use; the final object is then opened ``O_NOFOLLOW``
 (:func:`open_trusted_file`, :func:`private_dir`'s ``fchmod``) and compared, device and inode,
