@@ -273,6 +273,9 @@ def test_a_planted_pyc_in_the_bytecode_store_is_never_linked(shared_tmp):
         return subprocess.run(["bash", "-c", f"umask 002; exec {sys.executable} {probe_path('bytecode')} {lib} {store}"],
                               capture_output=True, text=True, check=True, timeout=scaled(120))
 
+    probe(libs[0])  # a store envtool did not make, that a group can write: neither used nor chmod-ed
+    assert stat.S_IMODE(store.stat().st_mode) == 0o2775 and os.listdir(store) == []
+    os.chmod(store, 0o700)  # as envtool's cache_dir("bytecode") leaves it before the probe runs
     probe(libs[0])
     tag = sys.implementation.cache_tag
     entries = [p for p in store.iterdir() if p.name.endswith(".pyc")]
@@ -299,7 +302,7 @@ def test_a_planted_pyc_in_the_bytecode_store_is_never_linked(shared_tmp):
     out = subprocess.run([sys.executable, "-c", "import a; print(a.VALUE)"], cwd=libs[1], capture_output=True,
                          text=True, check=True).stdout.strip()
     assert out == "genuine" and not marker.exists()
-    assert stat.S_IMODE(store.stat().st_mode) == 0o700  # the store is private from now on
+    assert stat.S_IMODE(store.stat().st_mode) == 0o700
 
     # an entry of the user's own without the recorded hash (or with another) is not linked either
     for sidecar in (None, "0" * 64 + "\n"):

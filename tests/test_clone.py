@@ -211,6 +211,21 @@ def test_large_untracked_binary_is_scanned_not_loaded(tmp_path):
     assert (dst / "lib" / "big.so").read_bytes() == data and sorted(report.copied) == ["lib/big.so", "lib/plain.bin"]
 
 
+def test_untracked_links_with_names_that_are_not_utf8_are_repointed(tmp_path):
+    """Issue 43, held out: a source prefix whose name is not UTF-8 (a user's Latin-1 directory)
+    and an untracked absolute link into it, whose target is not UTF-8 either: the link is re-pointed
+    into the new prefix byte for byte (``str.encode`` raised UnicodeEncodeError: exit 3)."""
+    src = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9"))
+    dst, new = tmp_path / "dst", Path(os.fsdecode(bytes(tmp_path) + b"/n\xe9w"))
+    (src / "lib").mkdir(parents=True)
+    target = Path(os.fsdecode(bytes(src) + b"/lib/d\xfcnn.so"))
+    target.write_bytes(b"\0")
+    (src / "lib" / "link.so").symlink_to(target)
+    report = cl.copy_untracked(src, dst, new, set(), max_text_bytes=1024)
+    assert "lib/link.so" in report.copied
+    assert os.fsencode(os.readlink(dst / "lib" / "link.so")) == bytes(new) + b"/lib/d\xfcnn.so"
+
+
 def test_clone_is_writable_and_independent(cloned, world):
     t = cloned["target"]
     (t / "share/notes/paths.txt").write_text("changed\n")  # the clone is ours to change …

@@ -373,6 +373,31 @@ def test_a_staged_tar_is_unpacked_as_the_job_user_and_special_members_are_refuse
     assert (staged / ".envtool" / "pack.json").is_file() and not copy.exists()
 
 
+def test_a_staged_tar_writing_through_its_own_link_or_hard_linking_out_is_refused(small, tmp_path):
+    """Held-out variants of issue 43's staged tars: a member below a symbolic link member
+    (``lib/out -> /tmp``, then ``lib/out/pwned``: GNU tar refuses it only in the job, after the
+    copy, exit 2 there) and hard links whose targets leave the directory: ``jobscript --stage``
+    refuses each (exit 2, naming the member); a hard link inside the pack is fine."""
+    import tarfile
+
+    def link(name, target, kind):
+        ti = tarfile.TarInfo(name)
+        ti.type, ti.linkname = kind, target
+        return ti, None
+
+    args = ("--site", "perlmutter", "--account", "m1", "--nodes", "1", "--", "python", "t.py")
+    for i, (members, said) in enumerate((
+            ((link("lib/out", "/tmp", tarfile.SYMTYPE), (tarfile.TarInfo("lib/out/pwned"), b"x")),
+             "'lib/out/pwned' (below 'lib/out', a symbolic link in the pack"),
+            ((link("lib/passwd", "/etc/passwd", tarfile.LNKTYPE),), "'lib/passwd'"),
+            ((link("lib/passwd", "../../etc/passwd", tarfile.LNKTYPE),), "'lib/passwd'"))):
+        bad = _with_members(small[1], tmp_path / f"bad{i}.tar", *members)
+        err = jobscript("--stage", bad, *args, expect=2).stderr
+        assert str(bad) in err and said in err and "Traceback" not in err, err
+    inside = (tarfile.TarInfo("lib/a.txt"), b"a"), link("lib/b.txt", "lib/a.txt", tarfile.LNKTYPE)
+    jobscript("--stage", _with_members(small[1], tmp_path / "ok.tar", *inside), *args)
+
+
 # --- on the multi-node test cluster -------------------------------------------------------------
 
 def envtool_on_head(cluster, *args, timeout=None):

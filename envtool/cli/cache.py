@@ -100,8 +100,12 @@ def usage() -> dict:
 
 
 def run_list(args) -> int:
+    """List the cache; one reached through another user's directory or link, not the user's, or
+    that others can write is refused before anything in it is read (exit 2), as ``prune`` refuses it."""
+    from envtool.core.paths import check_cache
     from envtool.horovod import cache
 
+    check_cache("horovod-wheels", "logs", "bytecode")
     wc = cache.WheelCache()
     entries = wc.entries()
     use = usage()

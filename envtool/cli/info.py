@@ -59,8 +59,8 @@ def collect(sizes: bool = True) -> dict:
 
     from envtool import __version__
     from envtool.cli import settings
-    from envtool.core.errors import EnvtoolError
-    from envtool.core.paths import CACHE_ENTRIES, cache_root
+    from envtool.core.errors import EnvtoolError, UsageError
+    from envtool.core.paths import CACHE_ENTRIES, cache_root, check_cache
     from envtool.core.registry import registry_dir
     from envtool.core.sizes import tree_size
     from envtool.engines.installer import find_uv
@@ -91,12 +91,21 @@ def collect(sizes: bool = True) -> dict:
     root = cache_root()
     caches = []
 
-    def cache(name: str, path, what: str) -> None:
+    def cache(name: str, path, what: str, problem: str = "") -> None:
         p = Path(path)
-        caches.append({"name": name, "path": str(p), "what": what, "exists": p.is_dir(),
-                       "bytes": tree_size(p) if sizes and p.is_dir() else None})
+        row = {"name": name, "path": str(p), "what": what, "exists": p.is_dir(),
+               "bytes": tree_size(p) if sizes and p.is_dir() and not problem else None}
+        if problem:  # envtool's rule for paths refuses it: nothing in it is read (no size)
+            row["problem"] = problem
+        caches.append(row)
 
-    cache("envtool", root, "envtool's cache: " + ", ".join(sorted(CACHE_ENTRIES)))
+    try:
+        check_cache("horovod-wheels", "logs", "bytecode")
+        refused = ""
+    except UsageError as exc:
+        refused = str(exc)
+
+    cache("envtool", root, "envtool's cache: " + ", ".join(sorted(CACHE_ENTRIES)), refused)
     cache("uv", _uv_cache(uv), "uv's cache (wheels envtool's installs link from; 'uv cache prune' trims it)")
     cache("pip", _pip_cache(), "pip's cache (used by --installer pip; 'pip cache purge' empties it)")
     return {"version": __version__, "interpreter": {"path": sys.executable, "version": sys.version.split()[0]},
@@ -137,6 +146,8 @@ def run(args) -> int:
     for c in d["caches"]:
         size = human(c["bytes"]) if c["bytes"] is not None else ("-" if not c["exists"] else "not measured")
         print(f"  {c['name']}: {c['path']}  {size if c['exists'] else '(none yet)'}")
+        if c.get("problem"):
+            print(f"    not used: {c['problem']}")
     print(f"build logs: {d['logs']}")
     print(f"list of your environments: {d['registry']}")
     return 0

@@ -18,6 +18,12 @@ go through the same two checks:
 2. what it names (:func:`owned_problem`): the caller's own (root's too, for a file), writable by
    nobody else, group included.
 
+Read-only caches (a site's wheel caches, ``$ENVTOOL_CACHE_PATH``) go through the same walk with
+the cache's owner trusted besides root and the caller (:func:`site_cache_problem`); ``cache list``
+and ``info`` read the user's cache only when :func:`check_cache` passes, and the bytecode store is
+made by :func:`ensure_dir` before the compile probe runs. :func:`own_directory` says what envtool
+may delete or finish (a wheel entry, an aside copy): a directory of the caller's, not a link.
+
 Since nobody else can write a directory on the way, nobody else can rename or replace what the
 path names between the check and the use; the final object is then opened ``O_NOFOLLOW``
 (:func:`open_trusted_file`, :func:`private_dir`'s ``fchmod``) and compared, device and inode,
@@ -36,7 +42,7 @@ import os
 import shlex
 import stat
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 #: Mode of envtool's own cache directories (owner only).
 PRIVATE_DIR_MODE = 0o700
@@ -150,10 +156,12 @@ def writable_by_others(st: os.stat_result) -> str:
 
 
 def walk_trusted(path: Path, what: str = "envtool's cache directory",
-                 instead: str = "set ENVTOOL_CACHE_DIR to a directory of your own"
-                 ) -> Tuple[Optional[os.stat_result], str]:
+                 instead: str = "set ENVTOOL_CACHE_DIR to a directory of your own",
+                 also: Optional[int] = None) -> Tuple[Optional[os.stat_result], str]:
     """:func:`trusted_path`, also returning the path it reached: ``(lstat or None, real path)``,
-    the real path holding no symbolic link (what to open ``O_NOFOLLOW``).
+    the real path holding no symbolic link (what to open ``O_NOFOLLOW``). ``also``: one more
+    user trusted on the way besides root and the caller (a site cache's owner, who could change
+    the cache anyway: :func:`site_cache_problem`).
 
     Raises:
         UsageError: see :func:`trusted_path`.
@@ -161,6 +169,7 @@ def walk_trusted(path: Path, what: str = "envtool's cache directory",
     from envtool.core.errors import UsageError
 
     me = os.geteuid()
+    trusted = (0, me) if also is None else (0, me, also)
     text = os.fspath(path)
     if not text.startswith("/"):
         text = os.path.join(os.getcwd(), text)
@@ -171,7 +180,7 @@ def walk_trusted(path: Path, what: str = "envtool's cache directory",
     while True:
         if not todo:
             return st, here
-        if st.st_uid not in (0, me):
+        if st.st_uid not in trusted:
             raise UsageError(f"{what} {path}: {here} is owned by {owner_name(st.st_uid)}, not by you or root, "
                              f"so its owner could point {path} anywhere; envtool will not use it ({instead})")
         mode = stat.S_IMODE(st.st_mode)
@@ -191,7 +200,7 @@ def walk_trusted(path: Path, what: str = "envtool's cache directory",
         except (FileNotFoundError, NotADirectoryError):
             return None, os.path.join(nxt, *todo[::-1])
         if stat.S_ISLNK(st.st_mode):
-            if st.st_uid not in (0, me):
+            if st.st_uid not in trusted:
                 raise UsageError(f"{what} {path}: {nxt} is a symbolic link owned by {owner_name(st.st_uid)}, not by "
                                  f"you or root; envtool does not follow another user's link ({instead})")
             links += 1
@@ -320,6 +329,88 @@ def open_trusted_file(path: Path, what: str, instead: str, max_bytes: int) -> by
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def trusted_gid(group: Optional[str]) -> Optional[int]:
+    """The group id of ``group`` (a name or a number, the site file's ``build_cache_group``), or None
+    when it is empty or no such group exists (then no group-writable site cache is trusted)."""
+    import grp
+
+    if not group:
+        return None
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        return int(group) if group.isdigit() else None
+
+
+def site_cache_problem(root: Path, below: Sequence[str] = (), owner: Optional[int] = None,
+                       group: Optional[str] = None) -> Optional[str]:
+    """Why a read-only cache (a site's wheel cache, or the user's own read as one) may not be
+    used, or None: envtool's one rule for paths (:func:`walk_trusted`, :func:`writable_by_others`)
+    with the cache's owner in the place of the caller.
+
+    The way to ``root`` is checked from ``/`` without following anyone's link blindly: every
+    directory passed through and every link must be root's, the caller's or the cache's owner's
+    (the owner of what ``root`` names), and writable by nobody else, group included. ``root``
+    and each path ``below`` (relative to it, in order; a symbolic link there is refused) must be a
+    directory or file owned by ``owner`` (default: ``root``'s owner) or by root, not writable by
+    every user, and writable by its group only when that group is ``group`` (the site file's
+    ``build_cache_group``) or the owner's private group.
+
+    Args:
+        root: the cache root.
+        below: relative paths under ``root`` (``horovod-wheels``, ``horovod-wheels/<digest>``, files).
+        owner: the uid every path must belong to (the user's own cache: the user).
+        group: the group trusted to write (a name or number), or None.
+    Returns:
+        a reason naming the path (``/sw/cache/horovod-wheels is world-writable``), or None.
+    """
+    from envtool.core.errors import UsageError
+
+    gid = trusted_gid(group)
+    try:
+        first = os.stat(root)
+    except OSError as exc:
+        return f"{root}: {exc.strerror or exc}"
+    owner = first.st_uid if owner is None else owner
+    try:
+        st, real = walk_trusted(Path(root), "the wheel cache", "name a cache reached through directories of "
+                                "root's, yours or the cache owner's that nobody else can write", also=owner)
+    except UsageError as exc:
+        return str(exc)
+    if st is None or (st.st_dev, st.st_ino) != (first.st_dev, first.st_ino):
+        return f"{root}: changed while envtool checked it"
+    path = Path(root)
+    for rel in ("",) + tuple(below):
+        if rel:
+            path = Path(root) / rel
+            try:
+                st = os.lstat(Path(real) / rel)
+            except OSError as exc:
+                return f"{path}: {exc.strerror or exc}"
+            if stat.S_ISLNK(st.st_mode):
+                return f"{path} is a symbolic link"
+        if st.st_uid not in (owner, 0):
+            return (f"{path} is owned by {owner_name(st.st_uid).split(' (')[0]}, not by the cache's owner "
+                    f"{owner_name(owner).split(' (')[0]}")
+        if st.st_mode & stat.S_IWOTH:
+            return f"{path} is world-writable"
+        if st.st_mode & stat.S_IWGRP and st.st_gid != gid and writable_by_others(st):
+            return (f"{path} is writable by {writable_by_others(st).split(' (')[0]}, which the site file does not "
+                    f"name (build_cache_group: {group or 'not set'})")
+    return None
+
+
+def own_directory(path: Path) -> bool:
+    """Whether ``path`` (not followed: a symbolic link is not) is a directory owned by the effective
+    user: what envtool may delete or finish (a wheel cache entry ``cache prune`` removes, an aside
+    copy of an interrupted run). ``False`` when it cannot be ``lstat``-ed."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
 
 
 def _level_problem(path: Path, what: str, instead: str) -> Tuple[Optional[os.stat_result], Optional[str]]:

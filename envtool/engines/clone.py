@@ -386,7 +386,7 @@ class CopyReport:
 def _old_prefixes(source: Path) -> List[bytes]:
     """The spellings of the source prefix to replace: as given and resolved (longest first)."""
     names = {str(source), os.path.realpath(source)}
-    return sorted((n.encode() for n in names), key=len, reverse=True)
+    return sorted((os.fsencode(n) for n in names), key=len, reverse=True)
 
 
 def copy_untracked(source: Path, target: Path, new_prefix: Path, tracked: Set[str],
@@ -409,7 +409,7 @@ def copy_untracked(source: Path, target: Path, new_prefix: Path, tracked: Set[st
     """
     source, target = Path(source), Path(target)
     olds = _old_prefixes(source)
-    new_b = str(new_prefix).encode()
+    new_b = os.fsencode(str(new_prefix))
     report = CopyReport()
     for dirpath, dirnames, filenames in os.walk(source):
         rel_dir = os.path.relpath(dirpath, source)
@@ -428,8 +428,8 @@ def copy_untracked(source: Path, target: Path, new_prefix: Path, tracked: Set[st
             if os.path.islink(src):
                 link = os.readlink(src)
                 for old in olds:
-                    if link.encode().startswith(old):
-                        link = (new_b + link.encode()[len(old):]).decode()
+                    if os.fsencode(link).startswith(old):
+                        link = os.fsdecode(new_b + os.fsencode(link)[len(old):])
                         break
                 os.symlink(link, dst)
                 report.copied.append(rel)

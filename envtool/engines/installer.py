@@ -341,6 +341,18 @@ def compile_command(py: str, prefix: Path, link: bool = True) -> Tuple[str, ...]
     return (py, str(probe_path("bytecode")), str(Path(prefix) / "lib"), str(cache_root() / "bytecode") if link else "")
 
 
+def bytecode_store(argv: Sequence[str]) -> Optional[Path]:
+    """The bytecode store ``argv`` links from and keeps into when it is a :func:`compile_command`
+    (``PY …/probes/bytecode.py LIB STORE`` with a store), else None. The runner makes it under
+    envtool's rule for its cache (:func:`envtool.core.paths.ensure_dir`) before the probe runs:
+    the probe itself creates and ``chmod``-s nothing but the store it is given."""
+    from envtool.probes import probe_path
+
+    if len(argv) == 4 and str(argv[1]) == str(probe_path("bytecode")) and argv[3]:
+        return Path(argv[3])
+    return None
+
+
 def install_commands(installer: Optional[Installer], py: str, prefix: Path, reqs: Sequence[str],
                      exact: bool = False) -> Tuple[Tuple[str, ...], ...]:
     """The commands that install ``reqs`` into ``prefix`` and byte-compile the result.

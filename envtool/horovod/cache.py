@@ -21,16 +21,15 @@ Every entry proves itself before its wheel is used (:meth:`WheelCache.find`):
 * Nobody but the cache's owner may write it: every directory from the cache root down to the
   entry, and the entry's files, must be owned by the root's owner (the user, for the user's own
   cache) or by root, not world-writable, and group-writable only by the group the site file
-  names in ``build_cache_group``; symbolic links below the root are refused. A cache that fails
-  is skipped with the reason (:func:`trust_problem`).
+  names in ``build_cache_group``; symbolic links below the root are refused, and the way to the
+  root passes envtool's one rule for paths (no directory on it that anyone but root, the user or
+  the cache's owner owns or can write, no link of anyone else's). A cache that fails is skipped with the reason (:func:`envtool.core.paths.site_cache_problem`).
 """
 from __future__ import annotations
 
-import grp
 import hashlib
 import json
 import os
-import pwd
 import shutil
 import socket
 import stat
@@ -40,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from envtool.core.paths import cache_root, check_cache, ensure_dir
+from envtool.core.paths import cache_root, check_cache, ensure_dir, own_directory, site_cache_problem
 
 
 @dataclass(frozen=True)
@@ -120,10 +119,40 @@ class Entry:
                 "build_log": self.has_log}
 
 
-def _read_key(entry: Path) -> Optional[BuildKey]:
+#: Most bytes of a ``key.json`` read (a key with its wheel and compile records is under 4 KiB).
+KEY_JSON_MAX = 1 << 20
+
+
+def key_json_text(entry: Path) -> str:
+    """The text of ``entry/key.json``: opened ``O_NOFOLLOW | O_NONBLOCK`` and read only when it is a
+    regular file (a FIFO planted there would block the reader for ever), at most
+    :data:`KEY_JSON_MAX` bytes, decoded as UTF-8 with ``surrogateescape``.
+
+    Raises:
+        OSError: missing, a link, unreadable, or not a regular file (``EINVAL``).
+    """
+    fd = os.open(Path(entry) / "key.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
-        return key_from_json(json.loads((entry / "key.json").read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(22, "not a regular file", str(Path(entry) / "key.json"))
+        chunks, left = [], KEY_JSON_MAX
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks).decode("utf-8", errors="surrogateescape")
+    finally:
+        os.close(fd)
+
+
+def read_key(entry: Path) -> Optional[BuildKey]:
+    """The :class:`BuildKey` ``entry/key.json`` holds (:func:`key_json_text`), or None when it is
+    missing, not a regular file, unreadable or not a key."""
+    try:
+        return key_from_json(json.loads(key_json_text(entry)))
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
 
 
@@ -145,7 +174,7 @@ class WheelRecord:
 def _read_record(entry: Path) -> Optional[WheelRecord]:
     """The :class:`WheelRecord` of ``entry/key.json``, or None when it records none (or a malformed one)."""
     try:
-        w = json.loads((entry / "key.json").read_text(encoding="utf-8"))["wheel"]
+        w = json.loads(key_json_text(entry))["wheel"]
         rec = WheelRecord(file=str(w["file"]), size=int(w["size"]), sha256=str(w["sha256"]).lower())
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -161,7 +190,7 @@ def compile_record(entry: Path) -> Optional[Dict]:
     try:
         import math
 
-        rec = json.loads((entry / "key.json").read_text(encoding="utf-8")[:1 << 20]).get("compiled")
+        rec = json.loads(key_json_text(entry)).get("compiled")
         seconds = float(rec["seconds"]) if isinstance(rec, dict) else 0.0
         if math.isfinite(seconds) and 0 < seconds < 7 * 86400:  # a week: no compile takes longer
             cpus = rec.get("cpus")
@@ -194,74 +223,6 @@ def _key_json(key: BuildKey, wheel: Path, sha256: str, compiled: Optional[Dict] 
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-def _user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
-
-
-def _group_name(gid: int) -> str:
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return f"gid {gid}"
-
-
-def trusted_gid(group: Optional[str]) -> Optional[int]:
-    """The group id of ``group`` (a name or a number, the site file's ``build_cache_group``), or None
-    when it is empty or no such group exists (then no group-writable cache is trusted)."""
-    if not group:
-        return None
-    try:
-        return grp.getgrnam(group).gr_gid
-    except KeyError:
-        return int(group) if group.isdigit() else None
-
-
-def trust_problem(root: Path, below: Sequence[str] = (), owner: Optional[int] = None,
-                  group: Optional[str] = None) -> Optional[str]:
-    """Why a cache path cannot be trusted, or None when nobody but its owner can write it.
-
-    Checked: ``root`` (followed if a symbolic link) and each path ``below`` names relative to it
-    (not followed: a symbolic link is refused), in order. Each must be owned by ``owner`` (default:
-    ``root``'s owner) or by root (uid 0), not writable by others, and writable by its group only
-    when that group is ``group``.
-
-    Args:
-        root: the cache root.
-        below: relative paths under ``root`` (``horovod-wheels``, ``horovod-wheels/<digest>``, files).
-        owner: the uid every path must belong to (the user's own cache: the user).
-        group: the group trusted to write (the site file's ``build_cache_group``), or None.
-    Returns:
-        a reason naming the path (``/sw/cache/horovod-wheels is world-writable``), or None.
-    """
-    gid = trusted_gid(group)
-    try:
-        st = os.stat(root)
-    except OSError as exc:
-        return f"{root}: {exc.strerror or exc}"
-    owner = st.st_uid if owner is None else owner
-    path = Path(root)
-    for i, rel in enumerate(("",) + tuple(below)):
-        if rel:
-            path = Path(root) / rel
-            try:
-                st = os.lstat(path)
-            except OSError as exc:
-                return f"{path}: {exc.strerror or exc}"
-            if stat.S_ISLNK(st.st_mode):
-                return f"{path} is a symbolic link"
-        if st.st_uid not in (owner, 0):
-            return f"{path} is owned by {_user_name(st.st_uid)}, not by the cache's owner {_user_name(owner)}"
-        if st.st_mode & stat.S_IWOTH:
-            return f"{path} is world-writable"
-        if st.st_mode & stat.S_IWGRP and st.st_gid != gid:
-            return (f"{path} is writable by group {_group_name(st.st_gid)}, which the site file does not name "
-                    f"(build_cache_group: {group or 'not set'})")
-    return None
-
-
 class WheelCache:
     """Built wheels under ``root/horovod-wheels``; safe against concurrent writers (atomic rename).
 
@@ -284,7 +245,8 @@ class WheelCache:
         """The proven wheel for ``key``, or why there is none.
 
         The entry ``horovod-wheels/<digest>`` is used when nobody but the cache's owner can write it
-        (:func:`trust_problem`; the user's own cache must be the user's), its ``key.json`` is
+        (:func:`envtool.core.paths.site_cache_problem`; the user's own cache must be the user's), its
+        ``key.json`` is
         ``key`` and records the wheel, the entry holds exactly that wheel (no other ``.whl``), of
         the recorded size and SHA-256, and that SHA-256 is ``want_sha256`` when given (a lock's).
         The wheel's bytes are hashed here; :func:`envtool.steps.create.horovod_build` checks again that
@@ -310,11 +272,11 @@ class WheelCache:
             check_cache("horovod-wheels", root=self.root)
         if not os.path.lexists(entry):
             return None, ""
-        problem = trust_problem(self.root, ("horovod-wheels", f"horovod-wheels/{digest}"),
-                                owner=None if self.read_only else os.geteuid(), group=self.group)
+        problem = site_cache_problem(self.root, ("horovod-wheels", f"horovod-wheels/{digest}"),
+                                     owner=None if self.read_only else os.geteuid(), group=self.group)
         if problem:
             return None, f"not trusted: {problem}"
-        if _read_key(entry) != key:
+        if read_key(entry) != key:
             return None, "its key.json names another build (or is unreadable)"
         rec = _read_record(entry)
         if rec is None:
@@ -328,8 +290,9 @@ class WheelCache:
             return None, (f"{entry} holds {', '.join(wheels) or 'no wheel'}; key.json names exactly one wheel, "
                           f"{rec.file}")
         wheel = entry / rec.file
-        problem = trust_problem(self.root, (f"horovod-wheels/{digest}/key.json", f"horovod-wheels/{digest}/{rec.file}"),
-                                owner=None if self.read_only else os.geteuid(), group=self.group)
+        problem = site_cache_problem(self.root, (f"horovod-wheels/{digest}/key.json",
+                                                 f"horovod-wheels/{digest}/{rec.file}"),
+                                     owner=None if self.read_only else os.geteuid(), group=self.group)
         if problem:
             return None, f"not trusted: {problem}"
         if want_sha256 and rec.sha256 != want_sha256.lower():
@@ -419,7 +382,7 @@ class WheelCache:
             try:
                 files = [f for f in p.iterdir() if f.is_file()]
                 wheels = sorted(f for f in files if f.name.startswith("horovod-") and f.name.endswith(".whl"))
-                out.append(Entry(digest=p.name, path=p, wheel=wheels[0] if wheels else None, key=_read_key(p),
+                out.append(Entry(digest=p.name, path=p, wheel=wheels[0] if wheels else None, key=read_key(p),
                                  size=sum(f.stat().st_size for f in files), mtime=p.stat().st_mtime,
                                  has_log=(p / "build.log").is_file()))
             except OSError:  # removed or unreadable meanwhile (another process pruning)
@@ -449,7 +412,7 @@ class WheelCache:
         gone = []
         for e in self.entries():
             if now - e.mtime >= older_than or e.wheel is None or e.key is None:
-                if not _mine(e.path):
+                if not own_directory(e.path):
                     if kept is not None:
                         kept.append(e)
                     continue
@@ -460,20 +423,12 @@ class WheelCache:
             return gone
         try:
             for p in self.dir.glob(".tmp-*"):
-                if now - p.lstat().st_mtime > 86400 and _mine(p):
+                if now - p.lstat().st_mtime > 86400 and own_directory(p):
                     shutil.rmtree(p, ignore_errors=True)
         except OSError:
             pass
         return gone
 
-
-def _mine(path: Path) -> bool:
-    """True when ``path`` (not followed) is a directory of the current user's: what prune may delete."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
 
 
 def site_roots(site_caches: Iterable[str] = ()) -> Tuple[Path, ...]:
@@ -533,7 +488,8 @@ def publish(entries: Sequence[Entry], to: Path, dry_run: bool = False) -> List[D
     """Copy cache entries into the site cache root ``to`` (``to/horovod-wheels/<digest>/``), each
     atomically (copied beside, then renamed), readable by the group and writable by the publisher
     alone (files ``0644`` less what the umask takes, then ``g+r``; directories it creates lose group
-    and other write, then get ``g+rx``), so that users' envtool trusts it (:func:`trust_problem`).
+    and other write, then get ``g+rx``), so that users' envtool trusts it
+    (:func:`envtool.core.paths.site_cache_problem`).
 
     Each entry's wheel is proven first: its ``key.json`` must record the wheel (file, size,
     SHA-256) and the wheel must match; an entry of an older envtool that records none gets the

@@ -28,7 +28,8 @@ one recorded when it was kept, in the sidecar ``<entry>.sha256`` (itself a regul
 the user, writable by nobody else). Anything else in the store (a ``.pyc`` planted there by
 someone else, an edited one, one kept by an envtool that recorded no hash) is never linked: the
 source is compiled, and the entry replaced by the fresh bytecode. The store directory is created
-mode ``0700``; one owned by another user is not used at all. Bytecode that is kept loses its
+mode ``0700``; one owned by another user, or one its group or others can write, is not used at all
+(and its mode is left as it is). Bytecode that is kept loses its
 group and other write permission (it is shared by every environment that links it). ``.pyc`` files are replaced by rename, never written in place, so a shared
 link is never changed under another environment. Prints one record after ``ENVTOOL-PROBE ``::
 
@@ -151,20 +152,22 @@ def keep(pyc, entry):
 
 
 def open_store(store):
-    """Create the bytecode store ``store`` (mode ``0700``) or check the one there; returns ``store``,
-    or None when it cannot be used (not a directory, owned by another user, not creatable). An
-    existing store of the current user open to others is tightened to ``0700``."""
+    """The bytecode store ``store`` when it may be used, else None: an existing directory (not a
+    link) of the current user's that neither its group nor others may write, or one this probe
+    creates (mode ``0700``) in an existing parent. Nothing else is created, and no mode is changed:
+    envtool makes its store private under its rule for paths before it runs this probe
+    (``envtool.core.paths.ensure_dir``); a store it did not make, that others can write, is
+    neither used nor ``chmod``-ed (every source is compiled instead)."""
     try:
-        os.makedirs(os.path.dirname(store) or ".", exist_ok=True)
         try:
             os.mkdir(store, 0o700)
+            os.chmod(store, 0o700)  # the directory just made: exactly 0700 whatever the umask
         except FileExistsError:
             pass
         st = os.lstat(store)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() \
+                or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
             return None
-        if stat.S_IMODE(st.st_mode) != 0o700:
-            os.chmod(store, 0o700)
         return store
     except OSError:
         return None

@@ -69,9 +69,8 @@ def horovod_wheel(built_key: str, sha256: str, site_caches: Sequence[str], group
     reasons = []
     for c in wheel_cache.chain(site_caches, group=group):
         entry = c.dir / built_key
-        try:
-            key = wheel_cache.key_from_json(json.loads((entry / "key.json").read_text(encoding="utf-8")))
-        except (OSError, ValueError, KeyError, TypeError):
+        key = wheel_cache.read_key(entry)  # a regular file only: a FIFO there never blocks the image
+        if key is None:
             continue
         if key.digest() != built_key:
             reasons.append(f"{entry}: key.json does not hash to {built_key}")
@@ -146,7 +145,9 @@ def _compile_reason(inputs: ImageInputs, wheel: Path) -> str:
         ImageError: it was built without MPI (an image's Horovod is for the site's MPI, hybrid mode).
     """
     abi_wanted = inputs.section.mpi_abi
-    said_mpi = str(json.loads((wheel.parent / "key.json").read_text(encoding="utf-8")).get("mpi", ""))
+    from envtool.horovod import cache as wheel_cache
+
+    said_mpi = str(json.loads(wheel_cache.key_json_text(wheel.parent)).get("mpi", ""))
     abi = wheel_mpi_abi(said_mpi)
     if abi == "none":
         raise ImageError(f"the environment's Horovod was built without MPI ({wheel.parent}/key.json: mpi "

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import tempfile
 from pathlib import Path
 from typing import List, NamedTuple, Optional, Tuple
 
 from envtool.core import procs
+from envtool.core.paths import own_directory
 
 #: The record that proves envtool made an environment (relative to its prefix).
 CREATE_RECORD = ".envtool/create.json"
@@ -118,19 +118,10 @@ def aside_pid(prefix: Path, path: Path) -> Tuple[str, int]:
     return "", 0
 
 
-def _own_directory(path: Path) -> bool:
-    """Whether ``path`` is a directory (not a symbolic link) owned by the effective user."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
-
-
 def marker_names(tmp: Path, prefix: Path) -> bool:
     """Whether ``tmp`` is a real directory of this user's carrying envtool's run marker
     (:data:`RUN_MARKER`) naming ``prefix``."""
-    if not _own_directory(tmp):
+    if not own_directory(tmp):
         return False
     rec = read_record(tmp, RUN_MARKER)
     return rec is not None and same_place(rec.get("prefix"), prefix)
@@ -194,11 +185,9 @@ def leftovers(prefix: Path) -> Leftovers:
         stale, live = procs.stale_dirs(prefix.parent, f".{prefix.name}{stem}")
         found.live.extend(live)
         for path in stale:
-            try:
-                st = os.lstat(path)
-            except OSError:
+            if not os.path.lexists(path):
                 continue
-            if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()):
+            if not own_directory(path):
                 found.others.append(path)
             elif proven(prefix, path):
                 found.mine.append(path)

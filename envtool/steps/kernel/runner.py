@@ -19,7 +19,7 @@ from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from envtool.core import external, procs
 from envtool.core.errors import CheckFailed, StepFailed, naming
-from envtool.core.paths import cache_root
+from envtool.core.paths import cache_root, ensure_dir
 from envtool.core.plan import Plan, Step, redact
 
 
@@ -116,7 +116,14 @@ class Runner:
             the completed process; ``stdout`` holds the combined output (str).
         Raises:
             StepFailed: non-zero exit (with ``check``), a missing program, or the timeout.
+            UsageError: the command is the bytecode compile and envtool's bytecode store
+                (``<cache>/bytecode``) fails envtool's rule for paths (exit 2).
         """
+        from envtool.engines.installer import bytecode_store
+
+        store = bytecode_store(argv)
+        if store is not None:  # envtool's rule for its cache, before the probe links or keeps anything there
+            ensure_dir(store)
         full_env = self._command_env(env)
         step_id = self.current.id if self.current else "run"
         self.note(redact("$ " + " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items()) +

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import re
 import shutil
 import subprocess
@@ -67,7 +68,10 @@ def _member_problem(member: tarfile.TarInfo, dest: str) -> Optional[str]:
 
 def check_members(path: Path) -> None:
     """Refuse a tar pack a job must not unpack (run as root, ``tar`` makes device nodes and keeps
-    owners and set-user-ID bits): every member is looked at (:func:`_member_problem`).
+    owners and set-user-ID bits): every member is looked at (:func:`_member_problem`), and a member
+    whose name passes through a symbolic link member (``lib/out -> /tmp``, then ``lib/out/x``:
+    unpacked through the link, out of the directory, or a failed unpack in the job) is refused;
+    ``envtool pack`` writes no such member.
 
     Raises:
         UsageError: naming the file, up to five members and what was expected (exit 2).
@@ -75,13 +79,21 @@ def check_members(path: Path) -> None:
     import tempfile
 
     bad = []
+    links = set()  # names of the symbolic links met so far
     dest = tempfile.mkdtemp(prefix="envtool-stage-check-")
     try:
         with tarfile.open(path, "r:*") as tar:
             for member in tar:
                 why = _member_problem(member, dest)
+                name = posixpath.normpath(member.name.lstrip("/"))
+                parts = name.split("/")
+                through = next((p for p in ("/".join(parts[:i]) for i in range(1, len(parts))) if p in links), None)
+                if why is None and through is not None:  # tar would write through the link, out of the pack
+                    why = f"below {echo(through)}, a symbolic link in the pack: unpacking writes through it"
                 if why is not None:
                     bad.append(f"{echo(member.name)} ({why})")
+                if member.issym():
+                    links.add(name)
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise UsageError(f"--stage {path}: not a readable tar archive ({exc})") from None
     finally:
