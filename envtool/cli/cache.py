@@ -22,8 +22,15 @@ def register(sub) -> None:
                                    "wheels (with key.json and build.log) into a read-only site cache that other "
                                    "users name in $ENVTOOL_CACHE_PATH or in a site file's build_caches.")
     csub = p.add_subparsers(dest="cache_command", metavar="ACTION")
-    ls = csub.add_parser("list", help="the cached wheels (key digest, wheel, size, last use), then everything in "
-                                      "envtool's cache and uv's and pip's, with sizes")
+    ls = csub.add_parser("list", help="the cached wheels (key digest, wheel, size, last use), then what else is in "
+                                      "envtool's cache and uv's and pip's (sizes with --du)",
+                         description="The cached Horovod wheels, each sized from its own few files (key.json records "
+                                     "the wheel's size), then the directories of envtool's cache and the caches of "
+                                     "uv and pip. Those directories are not measured by default, so the command "
+                                     "costs the same however large the caches grow; --du walks them and prints "
+                                     "exact sizes (hard links counted once).")
+    ls.add_argument("--du", action="store_true",
+                    help="measure every directory of the caches exactly (walks every file: slow on a large cache)")
     add_json(ls)
     ls.set_defaults(func=run_list)
     pr = csub.add_parser("prune", help="delete wheels not used for DAYS days (and incomplete entries), build logs "
@@ -62,11 +69,14 @@ def _size(n: int) -> str:
     return f"{n / 1e6:.1f} MB"
 
 
-def usage() -> dict:
+def usage(measure: bool = True) -> dict:
     """What envtool's runs keep in caches, measured on disk (hard links counted once per cache).
 
+    Args:
+        measure: walk every directory and sum its files (``cache list --du``); False: only name
+            them (one ``listdir`` of the cache root), every size ``None`` (``total_bytes`` too).
     Returns:
-        ``{"root", "directories": {name: bytes}, "other": {name: bytes}, "total_bytes",
+        ``{"root", "measured", "directories": {name: bytes}, "other": {name: bytes}, "total_bytes",
         "tools": [{"name", "path", "bytes"}]}``: the cache root's entries
         (:data:`envtool.core.paths.CACHE_ENTRIES`: wheels, conda packages, repodata, logs, fix-rule
         files, build directories, kept bytecode), anything else found there, and the caches of the
@@ -90,21 +100,26 @@ def usage() -> dict:
     for name in names:
         if name == CACHE_TAG:  # envtool's mark on a cache root it created (envtool.core.paths)
             continue
-        (dirs if name in CACHE_ENTRIES else other)[name] = tree_size(root / name)
+        (dirs if name in CACHE_ENTRIES else other)[name] = tree_size(root / name) if measure else None
     tools = []
     for name, path in (("uv", _uv_cache(find_uv()[0])), ("pip", _pip_cache())):
         p = Path(path)
-        tools.append({"name": name, "path": str(p), "bytes": tree_size(p) if p.is_dir() else 0})
-    return {"root": str(root), "directories": dirs, "other": other,
-            "total_bytes": sum(dirs.values()) + sum(other.values()), "tools": tools}
+        tools.append({"name": name, "path": str(p),
+                      "bytes": (tree_size(p) if p.is_dir() else 0) if measure else None})
+    total = sum(dirs.values()) + sum(other.values()) if measure else None  # type: ignore[arg-type]
+    return {"root": str(root), "measured": measure, "directories": dirs, "other": other,
+            "total_bytes": total, "tools": tools}
 
 
 def run_list(args) -> int:
+    """``cache list``: the wheel entries (each sized from its own files: the wheel, whose size
+    ``key.json`` records, ``key.json`` and ``build.log``), then the caches' directories, measured
+    only with ``--du`` (:func:`usage`), so that its cost does not grow with the files cached."""
     from envtool.horovod import cache
 
     wc = cache.WheelCache()
     entries = wc.entries()
-    use = usage()
+    use = usage(measure=args.du)
     if args.json:
         print_json({"cache": str(wc.dir), "site_caches": [str(r) for r in cache.site_roots()],
                     "entries": [e.to_json() for e in entries], "usage": use})
@@ -121,11 +136,15 @@ def run_list(args) -> int:
               f"  ({detail})")
     for r in cache.site_roots():
         print(f"site cache (read-only, from ${cache.CACHE_PATH_VAR}): {r / 'horovod-wheels'}")
-    print(f"envtool's cache {use['root']}: {_size(use['total_bytes'])} in all")
+    def sized(n) -> str:
+        return _size(n) if n is not None else "not measured"
+
+    print(f"envtool's cache {use['root']}: " + (f"{_size(use['total_bytes'])} in all" if args.du else
+                                                 "sizes not measured ('envtool cache list --du' measures them)"))
     for name, n in list(use["directories"].items()) + list(use["other"].items()):
-        print(f"  {name + '/':16} {_size(n):>10}" + ("" if name in use["directories"] else "  (not envtool's)"))
+        print(f"  {name + '/':16} {sized(n):>12}" + ("" if name in use["directories"] else "  (not envtool's)"))
     for t in use["tools"]:
-        print(f"{t['name']}'s cache {t['path']}: {_size(t['bytes'])} (filled by envtool's installs; "
+        print(f"{t['name']}'s cache {t['path']}: {sized(t['bytes'])} (filled by envtool's installs; "
               f"{'uv cache prune' if t['name'] == 'uv' else 'pip cache purge'} trims it)")
     return 0
 
