@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
+import tempfile
 import subprocess
 import sys
 import zipfile
@@ -232,3 +234,64 @@ def test_a_rank_whose_shutdown_hangs_leaves_and_says_so(tmp_path, takes):
     else:
         assert "shutdown returned" in proc.stdout and "shutdown" not in recs[0]
         assert rk.shutdown_warnings(recs) == []
+
+
+def _node_report(run_dir: Path, prefix: Path, user: str = "") -> dict:
+    """preflight.sh's per-node step run for real on this host (as ``user`` through runuser when
+    given) on ``prefix``; returns the node's report as :func:`preflight.gather` reads it."""
+    argv = ["bash", str(pf.SCRIPT), str(run_dir), str(prefix), "-", "1", "0"]
+    if user:
+        argv = ["runuser", "-u", user, "--"] + argv
+    subprocess.run(argv, capture_output=True, text=True, timeout=scaled(60))
+    (rec,) = pf.gather(run_dir)
+    return rec
+
+
+def test_an_unreadable_prefix_is_named_for_what_it_is_not_a_partial_copy(tmp_path):
+    """Issue 45 (item 4): a venv's absolute bin/python link that does not resolve on the node (what
+    sshfs with default options shows) is named as a link that cannot be followed; a prefix the
+    job's user cannot reach is 'permission denied'; an absent one is still 'does not exist'."""
+    prefix = tmp_path / "env"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python").symlink_to("/nonexistent-base/bin/python3.11")
+    rec = _node_report(tmp_path / "run1", prefix)
+    assert rec["python"] == "dangling", rec
+    (problem,) = pf.judge([rec], 1, prefix)
+    assert "symbolic link to /nonexistent-base/bin/python3.11" in problem and "partial copy" not in problem
+    assert "make the link resolve there" in problem
+
+    # the link to a prefix that no longer resolves: not "missing"
+    link = tmp_path / "envlink"
+    link.symlink_to(tmp_path / "gone")
+    rec = _node_report(tmp_path / "run2", link)
+    assert rec["prefix"] == "unreadable" and "symbolic link to" in rec["prefix_why"], rec
+    (problem,) = pf.judge([rec], 1, link)
+    assert "cannot be read there" in problem and "does not exist" not in problem
+
+    # permission denied, as another user: a directory on the way that only its owner may search
+    import pwd
+
+    user = "envtool-user"
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        pytest.skip(f"test user {user} missing (bash scripts/setup.sh --test)")
+    base = Path(tempfile.mkdtemp(prefix="envtool-pf-", dir="/tmp"))
+    try:
+        os.chmod(base, 0o755)
+        (base / "private" / "env" / "bin").mkdir(parents=True)
+        os.chmod(base / "private", 0o700)
+        run = base / "run"
+        run.mkdir()
+        os.chmod(run, 0o777)
+        rec = _node_report(run, base / "private" / "env", user=user)
+        assert rec["prefix"] == "unreadable" and "Permission denied" in rec["prefix_why"], rec
+        (problem,) = pf.judge([rec], 1, base / "private" / "env")
+        assert "Permission denied" in problem and "does not exist" not in problem
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+    # absent: still named so
+    rec = _node_report(tmp_path / "run3", tmp_path / "absent")
+    assert rec["prefix"] == "missing"
+    assert "does not exist there" in pf.judge([rec], 1, tmp_path / "absent")[0]
