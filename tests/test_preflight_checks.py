@@ -122,6 +122,40 @@ def test_two_libnccl_fail_the_preflight_with_the_node_named(tmp_path):
     assert gate.returncode == 0, gate.stderr
 
 
+def test_a_staged_copy_is_compared_through_the_libraries_it_was_packed_from(tmp_path):
+    """Issue 45 (item 4): with --stage the ranks' prefix is a node-local copy made in the job, not
+    on this host; the PMI check reads the staged copy's libraries where they were packed from (its
+    lockfile still the pack's) and compares its MPI, instead of saying "Horovod links no libmpi".
+    A real shared object (gcc, ``-lmpi``), the real ldd and ompi_info."""
+    import glob
+    import hashlib
+
+    real = sorted(glob.glob("/usr/lib/*/libmpi.so.*[0-9]"))
+    if shutil.which("gcc") is None or not real or shutil.which("ompi_info") is None:
+        pytest.skip("needs gcc and Open MPI's libmpi and ompi_info")
+    src = tmp_path / "src"
+    ext = src / "lib" / "python3.11" / "site-packages" / "horovod" / "torch"
+    ext.mkdir(parents=True)
+    (tmp_path / "empty.c").write_text("int envtool_probe(void) { return 0; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(ext / "mpi_lib_v2.so"), str(tmp_path / "empty.c"),
+                    "-Wl,--no-as-needed", f"-L{os.path.dirname(real[0])}", "-l:" + os.path.basename(real[0])],
+                   check=True, timeout=scaled(60))
+    (src / "conda-lock.yml").write_text("version: 1\n")
+    lock = hashlib.sha256(b"version: 1\n").hexdigest()
+    staged = tmp_path / "node-local" / "envtool-src-0a1b2c3d"  # made on the nodes, not here
+    mpi, notes = pmi.mpi_build(staged, staged_from=src, staged_lock=lock)
+    assert mpi is not None and mpi.name.startswith("Open MPI"), notes
+    assert f"the staged copy {staged}" in mpi.source and not notes
+    # compared: Debian's Open MPI speaks PMIx only, so a pmi2 launcher is named
+    (problem,) = pmi.judge("pmi2", ("pmi2", "pmix"), mpi, "/site.yaml", "login1")
+    assert "srun --mpi=pmi2" in problem and str(staged) in problem
+    # the source changed since packing, or is not here: said so, never "links no libmpi"
+    (note,) = pmi.mpi_build(staged, staged_from=src, staged_lock="0" * 64)[1]
+    assert "holds another environment now" in note and "links no libmpi" not in note
+    (note,) = pmi.mpi_build(staged, staged_from=tmp_path / "elsewhere", staged_lock=lock)[1]
+    assert "is not on this host" in note and "links no libmpi" not in note
+
+
 NCCL_WHEEL = Path("/opt/pypi-more/files/nvidia_nccl_cu13-2.30.7-py3-none-manylinux_2_18_x86_64.whl")
 
 
