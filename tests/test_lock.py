@@ -390,3 +390,41 @@ def test_committed_locks_travel():
         if data.engine == "venv":
             assert data.interpreter is not None, name
         assert dict(data.spec_fields), name
+
+
+_READ_TWICE = """
+import json, sys
+from pathlib import Path
+from envtool.lock import lockio, memo
+lock = lockio.read_lock(Path(sys.argv[1]))
+print(json.dumps({"conda_lock": "conda_lock" in sys.modules, "lock": memo.to_json(lock)}))
+"""
+
+
+def test_a_lock_read_before_is_not_parsed_again_and_reads_the_same(tmp_path):
+    """Issue 45 (item 5): ``plan`` of a locked spec imported conda-lock (0.5 s) on every run to read
+    the same lock. A lock read once is remembered in the cache (keyed by its bytes and the code that
+    parses it): the next run gets the same LockData without importing conda-lock; a changed lock is
+    parsed again; a bad lock is never remembered."""
+    env = {"ENVTOOL_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
+    lock = tmp_path / "conda-lock.yml"
+    shutil.copyfile(COMMITTED, lock)
+
+    def read(path):
+        import os
+
+        proc = subprocess.run([sys.executable, "-c", _READ_TWICE, str(path)], capture_output=True, text=True,
+                              env=dict(os.environ, **env), cwd=tmp_path, timeout=scaled(60))
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    first, second = read(lock), read(lock)
+    assert first["conda_lock"] is True and second["conda_lock"] is False
+    assert first["lock"] == second["lock"] and second["lock"]["packages"]
+    # edited (a byte more): parsed again
+    lock.write_text(lock.read_text() + "# edited\n")
+    assert read(lock)["conda_lock"] is True
+    # a memo another user could have written (group-writable) is not trusted: parsed again
+    (memo_file,) = (tmp_path / "cache" / "locks").glob("*.json")
+    memo_file.chmod(0o664)
+    assert read(lock)["conda_lock"] is True
