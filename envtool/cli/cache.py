@@ -7,7 +7,7 @@
 """
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
 from envtool.cli.common import add_dry_run, add_json, add_yes, finite_number_arg, path_arg, print_json
 
@@ -91,8 +91,8 @@ def usage(measure: bool = True) -> dict:
     from envtool.engines.installer import find_uv
 
     root = cache_root()
-    dirs: Dict[str, int] = {}
-    other: Dict[str, int] = {}
+    dirs: Dict[str, Optional[int]] = {}
+    other: Dict[str, Optional[int]] = {}
     try:
         names = sorted(os.listdir(root))
     except OSError:
@@ -106,7 +106,7 @@ def usage(measure: bool = True) -> dict:
         p = Path(path)
         tools.append({"name": name, "path": str(p),
                       "bytes": (tree_size(p) if p.is_dir() else 0) if measure else None})
-    total = sum(dirs.values()) + sum(other.values()) if measure else None  # type: ignore[arg-type]
+    total = sum(n or 0 for n in list(dirs.values()) + list(other.values())) if measure else None
     return {"root": str(root), "measured": measure, "directories": dirs, "other": other,
             "total_bytes": total, "tools": tools}
 
