@@ -425,3 +425,29 @@ def test_optimized_bytecode_never_stands_in_for_plain_bytecode(tmp_path):
     subprocess.run([sys.executable, str(probe_path("bytecode")), str(lib3), str(store)], check=True)
     tag = sys.implementation.cache_tag
     assert os.stat(lib3 / "__pycache__" / f"a.{tag}.pyc").st_ino == os.stat(libs[1] / "__pycache__" / f"a.{tag}.pyc").st_ino
+
+
+def test_pip_configuration_is_remembered_until_what_pip_reads_changes(tmp_path, monkeypatch):
+    """Issue 45 (item 5): ``plan`` ran ``pip config list`` (0.35 s) on every run. Its answer is kept
+    in the cache, keyed by the files and variables pip reads: an unchanged configuration is not
+    asked again; an edited file, a new ``PIP_*`` variable, are seen at once."""
+    import os
+    import sys
+
+    monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\ntimeout = 7\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    first = installer.read_pip_config(sys.executable)
+    assert first["timeout"] == "7"
+    key = installer._pip_config_key(sys.executable)
+    assert key and installer._pip_config_memo(key) == first  # remembered: the next run asks no pip
+    assert installer.read_pip_config(sys.executable) == first
+    conf.write_text("[global]\ntimeout = 8\n")  # edited (the same size): seen
+    os.utime(conf, ns=(conf.stat().st_atime_ns, conf.stat().st_mtime_ns + 10**9))
+    assert installer._pip_config_key(sys.executable) != key
+    assert installer.read_pip_config(sys.executable)["timeout"] == "8"
+    monkeypatch.setenv("PIP_DEFAULT_TIMEOUT", "9")  # a variable: seen
+    assert installer.read_pip_config(sys.executable)["default-timeout"] == "9"
+    (tmp_path / "cache" / "pip-config" / "config.json").chmod(0o666)  # writable by others: not trusted
+    assert installer._pip_config_memo(installer._pip_config_key(sys.executable)) is None

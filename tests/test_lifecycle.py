@@ -233,13 +233,24 @@ def test_cache_list_counts_everything_and_prune_trims_old_logs(tmp_path):
     os.link(cache / "pkgs" / "p.conda", cache / "pkgs" / "hardlink.conda")  # counted once
     old = time.time() - 40 * 86400
     os.utime(cache / "logs" / "old.log", (old, old))
+    # issue 45: by default nothing is walked (the cost stays flat as the cache grows): names, no sizes
     proc = run_envtool("cache", "list", "--json", env=env)
     assert proc.returncode == 0, proc.stderr
     use = json.loads(proc.stdout)["usage"]
+    assert use["measured"] is False and use["total_bytes"] is None
+    assert use["directories"] == {"bytecode": None, "logs": None, "pkgs": None}
+    assert [t["bytes"] for t in use["tools"]] == [None, None]
+    text = run_envtool("cache", "list", env=env).stdout
+    assert "--du" in text and "not measured" in text and "bytecode/" in text and "MB in all" not in text
+    # --du: exact, hard links once
+    proc = run_envtool("cache", "list", "--du", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    use = json.loads(proc.stdout)["usage"]
+    assert use["measured"] is True
     assert use["directories"] == {"bytecode": 300_000, "logs": 12_000, "pkgs": 11_000}
     assert use["total_bytes"] == 323_000
     assert [t["name"] for t in use["tools"]] == ["uv", "pip"]
-    text = run_envtool("cache", "list", env=env).stdout
+    text = run_envtool("cache", "list", "--du", env=env).stdout
     assert "0.3 MB in all" in text and "bytecode/" in text and "uv's cache" in text
     proc = run_envtool("cache", "prune", "--json", env=env)
     assert proc.returncode == 0, proc.stderr

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
+import tempfile
 import subprocess
 import sys
 import zipfile
@@ -118,6 +120,40 @@ def test_two_libnccl_fail_the_preflight_with_the_node_named(tmp_path):
     (tmp_path / pf.DIR / "maps-1.txt").write_text(_maps("proc-maps-one-libnccl.txt"))
     gate = subprocess.run(pf.gate_argv(pf.SCRIPT, tmp_path, 2), capture_output=True, text=True, timeout=scaled(60))
     assert gate.returncode == 0, gate.stderr
+
+
+def test_a_staged_copy_is_compared_through_the_libraries_it_was_packed_from(tmp_path):
+    """Issue 45 (item 4): with --stage the ranks' prefix is a node-local copy made in the job, not
+    on this host; the PMI check reads the staged copy's libraries where they were packed from (its
+    lockfile still the pack's) and compares its MPI, instead of saying "Horovod links no libmpi".
+    A real shared object (gcc, ``-lmpi``), the real ldd and ompi_info."""
+    import glob
+    import hashlib
+
+    real = sorted(glob.glob("/usr/lib/*/libmpi.so.*[0-9]"))
+    if shutil.which("gcc") is None or not real or shutil.which("ompi_info") is None:
+        pytest.skip("needs gcc and Open MPI's libmpi and ompi_info")
+    src = tmp_path / "src"
+    ext = src / "lib" / "python3.11" / "site-packages" / "horovod" / "torch"
+    ext.mkdir(parents=True)
+    (tmp_path / "empty.c").write_text("int envtool_probe(void) { return 0; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(ext / "mpi_lib_v2.so"), str(tmp_path / "empty.c"),
+                    "-Wl,--no-as-needed", f"-L{os.path.dirname(real[0])}", "-l:" + os.path.basename(real[0])],
+                   check=True, timeout=scaled(60))
+    (src / "conda-lock.yml").write_text("version: 1\n")
+    lock = hashlib.sha256(b"version: 1\n").hexdigest()
+    staged = tmp_path / "node-local" / "envtool-src-0a1b2c3d"  # made on the nodes, not here
+    mpi, notes = pmi.mpi_build(staged, staged_from=src, staged_lock=lock)
+    assert mpi is not None and mpi.name.startswith("Open MPI"), notes
+    assert f"the staged copy {staged}" in mpi.source and not notes
+    # compared: Debian's Open MPI speaks PMIx only, so a pmi2 launcher is named
+    (problem,) = pmi.judge("pmi2", ("pmi2", "pmix"), mpi, "/site.yaml", "login1")
+    assert "srun --mpi=pmi2" in problem and str(staged) in problem
+    # the source changed since packing, or is not here: said so, never "links no libmpi"
+    (note,) = pmi.mpi_build(staged, staged_from=src, staged_lock="0" * 64)[1]
+    assert "holds another environment now" in note and "links no libmpi" not in note
+    (note,) = pmi.mpi_build(staged, staged_from=tmp_path / "elsewhere", staged_lock=lock)[1]
+    assert "is not on this host" in note and "links no libmpi" not in note
 
 
 NCCL_WHEEL = Path("/opt/pypi-more/files/nvidia_nccl_cu13-2.30.7-py3-none-manylinux_2_18_x86_64.whl")
@@ -232,3 +268,64 @@ def test_a_rank_whose_shutdown_hangs_leaves_and_says_so(tmp_path, takes):
     else:
         assert "shutdown returned" in proc.stdout and "shutdown" not in recs[0]
         assert rk.shutdown_warnings(recs) == []
+
+
+def _node_report(run_dir: Path, prefix: Path, user: str = "") -> dict:
+    """preflight.sh's per-node step run for real on this host (as ``user`` through runuser when
+    given) on ``prefix``; returns the node's report as :func:`preflight.gather` reads it."""
+    argv = ["bash", str(pf.SCRIPT), str(run_dir), str(prefix), "-", "1", "0"]
+    if user:
+        argv = ["runuser", "-u", user, "--"] + argv
+    subprocess.run(argv, capture_output=True, text=True, timeout=scaled(60))
+    (rec,) = pf.gather(run_dir)
+    return rec
+
+
+def test_an_unreadable_prefix_is_named_for_what_it_is_not_a_partial_copy(tmp_path):
+    """Issue 45 (item 4): a venv's absolute bin/python link that does not resolve on the node (what
+    sshfs with default options shows) is named as a link that cannot be followed; a prefix the
+    job's user cannot reach is 'permission denied'; an absent one is still 'does not exist'."""
+    prefix = tmp_path / "env"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python").symlink_to("/nonexistent-base/bin/python3.11")
+    rec = _node_report(tmp_path / "run1", prefix)
+    assert rec["python"] == "dangling", rec
+    (problem,) = pf.judge([rec], 1, prefix)
+    assert "symbolic link to /nonexistent-base/bin/python3.11" in problem and "partial copy" not in problem
+    assert "make the link resolve there" in problem
+
+    # the link to a prefix that no longer resolves: not "missing"
+    link = tmp_path / "envlink"
+    link.symlink_to(tmp_path / "gone")
+    rec = _node_report(tmp_path / "run2", link)
+    assert rec["prefix"] == "unreadable" and "symbolic link to" in rec["prefix_why"], rec
+    (problem,) = pf.judge([rec], 1, link)
+    assert "cannot be read there" in problem and "does not exist" not in problem
+
+    # permission denied, as another user: a directory on the way that only its owner may search
+    import pwd
+
+    user = "envtool-user"
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        pytest.skip(f"test user {user} missing (bash scripts/setup.sh --test)")
+    base = Path(tempfile.mkdtemp(prefix="envtool-pf-", dir="/tmp"))
+    try:
+        os.chmod(base, 0o755)
+        (base / "private" / "env" / "bin").mkdir(parents=True)
+        os.chmod(base / "private", 0o700)
+        run = base / "run"
+        run.mkdir()
+        os.chmod(run, 0o777)
+        rec = _node_report(run, base / "private" / "env", user=user)
+        assert rec["prefix"] == "unreadable" and "Permission denied" in rec["prefix_why"], rec
+        (problem,) = pf.judge([rec], 1, base / "private" / "env")
+        assert "Permission denied" in problem and "does not exist" not in problem
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+    # absent: still named so
+    rec = _node_report(tmp_path / "run3", tmp_path / "absent")
+    assert rec["prefix"] == "missing"
+    assert "does not exist there" in pf.judge([rec], 1, tmp_path / "absent")[0]

@@ -466,7 +466,7 @@ def test_staged_validation_passes_with_the_prefix_hidden_from_the_nodes(multinod
                                 "--json", "--timeout", "120")
         assert plain.returncode == 1, plain.stderr + plain.stdout
         problems = " ".join(json.loads(plain.stdout)["problems"])
-        assert f"node1, node2: {env} has no bin/python there" in problems, problems
+        assert f"node1, node2: {env}: bin/python is absent" in problems, problems
         for fmt, f, fstype in (("tar", tar, "tmpfs"), ("squashfs", img, "fuseblk")):
             t0 = time.monotonic()
             proc = envtool_on_head(multinode_cluster, "validate", "--stage", f, "--site-file", tc_site, "--submit",

@@ -7,7 +7,7 @@
 """
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
 from envtool.cli.common import add_dry_run, add_json, add_yes, finite_number_arg, path_arg, print_json
 
@@ -22,8 +22,15 @@ def register(sub) -> None:
                                    "wheels (with key.json and build.log) into a read-only site cache that other "
                                    "users name in $ENVTOOL_CACHE_PATH or in a site file's build_caches.")
     csub = p.add_subparsers(dest="cache_command", metavar="ACTION")
-    ls = csub.add_parser("list", help="the cached wheels (key digest, wheel, size, last use), then everything in "
-                                      "envtool's cache and uv's and pip's, with sizes")
+    ls = csub.add_parser("list", help="the cached wheels (key digest, wheel, size, last use), then what else is in "
+                                      "envtool's cache and uv's and pip's (sizes with --du)",
+                         description="The cached Horovod wheels, each sized from its own few files (key.json records "
+                                     "the wheel's size), then the directories of envtool's cache and the caches of "
+                                     "uv and pip. Those directories are not measured by default, so the command "
+                                     "costs the same however large the caches grow; --du walks them and prints "
+                                     "exact sizes (hard links counted once).")
+    ls.add_argument("--du", action="store_true",
+                    help="measure every directory of the caches exactly (walks every file: slow on a large cache)")
     add_json(ls)
     ls.set_defaults(func=run_list)
     pr = csub.add_parser("prune", help="delete wheels not used for DAYS days (and incomplete entries), build logs "
@@ -62,11 +69,14 @@ def _size(n: int) -> str:
     return f"{n / 1e6:.1f} MB"
 
 
-def usage() -> dict:
+def usage(measure: bool = True) -> dict:
     """What envtool's runs keep in caches, measured on disk (hard links counted once per cache).
 
+    Args:
+        measure: walk every directory and sum its files (``cache list --du``); False: only name
+            them (one ``listdir`` of the cache root), every size ``None`` (``total_bytes`` too).
     Returns:
-        ``{"root", "directories": {name: bytes}, "other": {name: bytes}, "total_bytes",
+        ``{"root", "measured", "directories": {name: bytes}, "other": {name: bytes}, "total_bytes",
         "tools": [{"name", "path", "bytes"}]}``: the cache root's entries
         (:data:`envtool.core.paths.CACHE_ENTRIES`: wheels, conda packages, repodata, logs, fix-rule
         files, build directories, kept bytecode), anything else found there, and the caches of the
@@ -81,8 +91,8 @@ def usage() -> dict:
     from envtool.engines.installer import find_uv
 
     root = cache_root()
-    dirs: Dict[str, int] = {}
-    other: Dict[str, int] = {}
+    dirs: Dict[str, Optional[int]] = {}
+    other: Dict[str, Optional[int]] = {}
     try:
         names = sorted(os.listdir(root))
     except OSError:
@@ -90,25 +100,30 @@ def usage() -> dict:
     for name in names:
         if name == CACHE_TAG:  # envtool's mark on a cache root it created (envtool.core.paths)
             continue
-        (dirs if name in CACHE_ENTRIES else other)[name] = tree_size(root / name)
+        (dirs if name in CACHE_ENTRIES else other)[name] = tree_size(root / name) if measure else None
     tools = []
     for name, path in (("uv", _uv_cache(find_uv()[0])), ("pip", _pip_cache())):
         p = Path(path)
-        tools.append({"name": name, "path": str(p), "bytes": tree_size(p) if p.is_dir() else 0})
-    return {"root": str(root), "directories": dirs, "other": other,
-            "total_bytes": sum(dirs.values()) + sum(other.values()), "tools": tools}
+        tools.append({"name": name, "path": str(p),
+                      "bytes": (tree_size(p) if p.is_dir() else 0) if measure else None})
+    total = sum(n or 0 for n in list(dirs.values()) + list(other.values())) if measure else None
+    return {"root": str(root), "measured": measure, "directories": dirs, "other": other,
+            "total_bytes": total, "tools": tools}
 
 
 def run_list(args) -> int:
-    """List the cache; one reached through another user's directory or link, not the user's, or
-    that others can write is refused before anything in it is read (exit 2), as ``prune`` refuses it."""
+    """``cache list``: the wheel entries (each sized from its own files: the wheel, whose size
+    ``key.json`` records, ``key.json`` and ``build.log``), then the caches' directories, measured
+    only with ``--du`` (:func:`usage`), so that its cost does not grow with the files cached. A cache
+    reached through another user's directory or link, not the user's, or that others can write is
+    refused before anything in it is read (exit 2), as ``prune`` refuses it."""
     from envtool.core.paths import check_cache
     from envtool.horovod import cache
 
     check_cache("horovod-wheels", "logs", "bytecode")
     wc = cache.WheelCache()
     entries = wc.entries()
-    use = usage()
+    use = usage(measure=args.du)
     if args.json:
         print_json({"cache": str(wc.dir), "site_caches": [str(r) for r in cache.site_roots()],
                     "entries": [e.to_json() for e in entries], "usage": use})
@@ -125,11 +140,15 @@ def run_list(args) -> int:
               f"  ({detail})")
     for r in cache.site_roots():
         print(f"site cache (read-only, from ${cache.CACHE_PATH_VAR}): {r / 'horovod-wheels'}")
-    print(f"envtool's cache {use['root']}: {_size(use['total_bytes'])} in all")
+    def sized(n) -> str:
+        return _size(n) if n is not None else "not measured"
+
+    print(f"envtool's cache {use['root']}: " + (f"{_size(use['total_bytes'])} in all" if args.du else
+                                                 "sizes not measured ('envtool cache list --du' measures them)"))
     for name, n in list(use["directories"].items()) + list(use["other"].items()):
-        print(f"  {name + '/':16} {_size(n):>10}" + ("" if name in use["directories"] else "  (not envtool's)"))
+        print(f"  {name + '/':16} {sized(n):>12}" + ("" if name in use["directories"] else "  (not envtool's)"))
     for t in use["tools"]:
-        print(f"{t['name']}'s cache {t['path']}: {_size(t['bytes'])} (filled by envtool's installs; "
+        print(f"{t['name']}'s cache {t['path']}: {sized(t['bytes'])} (filled by envtool's installs; "
               f"{'uv cache prune' if t['name'] == 'uv' else 'pip cache purge'} trims it)")
     return 0
 

@@ -125,6 +125,10 @@ def read_pip_config(python: str, env: Optional[Dict[str, str]] = None, timeout: 
         PipConfigError: pip could not be run, failed, timed out, or printed a line that is not
             ``section.key=literal``.
     """
+    memo_key = _pip_config_key(python) if env is None else ""
+    remembered = _pip_config_memo(memo_key) if memo_key else None
+    if remembered is not None:
+        return remembered
     argv = [python, "-m", "pip", "config", "list", "--disable-pip-version-check"]
     try:
         proc = external.run(argv, timeout=timeout, env=env)
@@ -149,7 +153,118 @@ def read_pip_config(python: str, env: Optional[Dict[str, str]] = None, timeout: 
     merged: Dict[str, str] = {}
     for section in ("global", "install", ":env:"):
         merged.update(by_section.get(section, {}))
+    if memo_key and _pip_config_key(python) == memo_key:  # nothing it depends on changed while pip ran
+        _pip_config_remember(memo_key, merged)
     return merged
+
+
+#: the cache's directory (below the cache root) of :func:`read_pip_config`'s remembered answer.
+PIP_CONFIG_SUBDIR = "pip-config"
+#: variables that change what ``pip config list`` finds or lists (pip docs, "Configuration":
+#: https://pip.pypa.io/en/stable/topics/configuration/#location), beside every ``PIP_*`` one.
+_PIP_CONFIG_VARS = ("HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME",
+                    "PYTHONUSERBASE", "PYTHONNOUSERSITE", "PYTHONSAFEPATH")
+
+
+def _pip_config_key(python: str) -> str:
+    """A digest of everything ``python -m pip config list`` reads, or ``""`` (then pip is run).
+
+    Covers: the interpreter (its path, real path, size and modification time); pip's package beside
+    it (``__init__.py`` under ``lib/python3*/site-packages`` of its prefix, its real prefix and the
+    user's site) by size, modification and change time; every configuration file pip reads on Linux
+    (pip docs, "Configuration", https://pip.pypa.io/en/stable/topics/configuration/#location): the
+    global ``/etc/pip.conf`` and ``$XDG_CONFIG_DIRS/pip/pip.conf``, the user's ``~/.pip/pip.conf``
+    and ``$XDG_CONFIG_HOME/pip/pip.conf``, the site's ``PREFIX/pip.conf``, ``$PIP_CONFIG_FILE``:
+    present or not, size, modification and change time, inode; every ``PIP_*`` variable and the
+    variables that move those files (:data:`_PIP_CONFIG_VARS`). No pip found beside the
+    interpreter: ``""``."""
+    import glob
+    import hashlib
+
+    def stamp(path: str) -> str:
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            return f"{path} absent {exc.errno}"
+        return f"{path} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino}"
+
+    try:
+        real = os.path.realpath(python)
+        prefixes = sorted({os.path.dirname(os.path.dirname(os.path.abspath(python))),
+                           os.path.dirname(os.path.dirname(real))})
+        home = os.path.expanduser("~")
+        users = glob.glob(os.path.join(os.environ.get("PYTHONUSERBASE") or os.path.join(home, ".local"),
+                                       "lib", "python3*", "site-packages", "pip", "__init__.py"))
+        pips = sorted({f for p in prefixes for f in glob.glob(os.path.join(glob.escape(p), "lib", "python3*",
+                                                                            "site-packages", "pip", "__init__.py"))})
+        if not pips:
+            return ""
+        xdg_dirs = (os.environ.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(":")
+        files = (["/etc/pip.conf"] + [os.path.join(d, "pip", "pip.conf") for d in xdg_dirs if d]
+                 + [os.path.join(home, ".pip", "pip.conf"),
+                    os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "pip", "pip.conf")]
+                 + [os.path.join(p, "pip.conf") for p in prefixes]
+                 + ([os.environ["PIP_CONFIG_FILE"]] if os.environ.get("PIP_CONFIG_FILE") else []))
+        h = hashlib.sha256()
+        for part in (["format 1", f"python {os.path.abspath(python)} -> {stamp(real)}"]
+                     + [stamp(f) for f in pips + sorted(users) + files]
+                     + [f"env {k}={v}" for k, v in sorted(os.environ.items())
+                        if k.startswith("PIP_") or k in _PIP_CONFIG_VARS]):
+            h.update(part.encode("utf-8", "surrogateescape") + b"\0")
+        return h.hexdigest()
+    except (OSError, ValueError):
+        return ""
+
+
+def _pip_config_memo(key: str) -> Optional[Dict[str, str]]:
+    """The configuration remembered under ``key``, or None (none, another key, not the user's own
+    regular file that nobody else can write, malformed)."""
+    import json
+    import stat
+
+    from envtool.core.paths import cache_root
+
+    try:
+        fd = os.open(cache_root() / PIP_CONFIG_SUBDIR / "config.json",
+                     os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError):
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022 or st.st_size > 1 << 20:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = json.loads(f.read((1 << 20) + 1))
+        config = data["config"] if isinstance(data, dict) and data.get("key") == key else None
+        if isinstance(config, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in config.items()):
+            return dict(config)
+        return None
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def _pip_config_remember(key: str, config: Dict[str, str]) -> None:
+    """Keep ``config`` under ``key`` for the next run (written beside, then renamed); never raises."""
+    import json
+
+    from envtool.core.errors import EnvtoolError
+    from envtool.core.paths import cache_dir
+
+    try:
+        d = cache_dir(PIP_CONFIG_SUBDIR)
+        tmp = d / f".config.json.tmp-{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(json.dumps({"key": key, "config": config}))
+            os.replace(tmp, d / "config.json")
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    except (OSError, EnvtoolError, ValueError):
+        pass
 
 
 def uv_arguments(config: Dict[str, str]) -> Tuple[Tuple[str, ...], Tuple[Tuple[str, str], ...], Tuple[str, ...], List[str]]:

@@ -6,6 +6,7 @@ Horovod build step evaluates them again against the installed framework versions
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -88,12 +89,31 @@ def parse_cxx_version(text: str) -> Tuple[str, Optional[Version]]:
 
 def _version_output(argv: List[str]) -> str:
     """What ``argv`` (a ``--version`` call) prints, decoded by :func:`envtool.core.external.run`;
-    "" when it fails, cannot start or takes over 30 s."""
+    "" when it fails, cannot start or takes over 30 s. Run once per process for each ``argv``
+    (``plan`` asks the compiler's version twice: the toolchain and the build key)."""
+    exe = shutil.which(argv[0]) if argv else None
     try:
-        proc = external.run(argv, timeout=30)
+        st = os.stat(exe) if exe else None
+    except OSError:
+        st = None
+    # the program found now, as it is now (a test or a module load may change PATH between calls)
+    return _version_output_of(tuple(argv), exe, (st.st_ino, st.st_size, st.st_mtime_ns) if st else None,
+                              tuple(sorted((k, v) for k, v in os.environ.items() if k in ("PATH", "LD_LIBRARY_PATH"))))
+
+
+@functools.lru_cache(maxsize=32)
+def _version_output_of(argv: Tuple[str, ...], exe, stamp, env) -> str:
+    try:
+        proc = external.run(list(argv), timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return (proc.stdout or proc.stderr) if proc.returncode == 0 else ""
+
+
+def version_line(argv: List[str]) -> Optional[str]:
+    """The first line :func:`_version_output` gives for ``argv`` (stripped), or None when it gives nothing."""
+    text = _version_output(argv).strip()
+    return text.splitlines()[0].strip() if text else None
 
 
 def probe_toolchain(prefix: Optional[Path] = None, cxx: Optional[str] = None) -> Toolchain:

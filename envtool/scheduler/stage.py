@@ -55,6 +55,8 @@ class Stage:
         unpacked_kib: room the unpacked tree takes (KiB, 4 KiB blocks; 0 when unknown).
         node_local: the site's node-local directory as its file writes it (for the comment).
         source: ``id: text`` of the site file's source for it (for the comment).
+        packed_from: the environment the pack was made from (absolute; its files are the staged
+            copy's: the pre-flight reads the staged copy's libraries there), or ``""``.
     """
 
     file: str
@@ -67,6 +69,7 @@ class Stage:
     unpacked_kib: int = 0
     node_local: str = ""
     source: str = ""
+    packed_from: str = ""
 
 
 def _per_node(req, sched) -> List[str]:

@@ -182,7 +182,64 @@ def _links(exe: Path, libmpi: Path) -> bool:
     return m is not None and Path(m.group(1)).resolve() == libmpi.resolve()
 
 
-def check(prefix: Optional[Path], plugin: Optional[str], site_path: str, host: str) -> PmiResult:
+def mpi_build(prefix: Optional[Path], staged_from: Optional[Path] = None,
+              staged_lock: str = "") -> Tuple[Optional[MpiBuild], List[str]]:
+    """The MPI build Horovod in ``prefix`` links, read with ``ldd`` and that MPI's ``ompi_info``.
+
+    A staged copy (``validate --submit --stage``) is made on the nodes, after this runs: its
+    libraries are read where they were packed from, ``staged_from``, whose lockfile must still be
+    the pack's (``staged_lock``), so that the answer is the staged copy's and not a guess.
+
+    Args:
+        prefix: the environment the ranks run (a staged copy's node-local path), or None (a module).
+        staged_from: the environment the pack was made from (when ``prefix`` is a staged copy), or None.
+        staged_lock: the pack's lockfile sha256 (``""``: not compared).
+    Returns:
+        ``(the build or None, notes)``: each note says why the PMI was not compared with an MPI
+        (the staged copy's source not on this host or changed since packing, no Horovod MPI
+        extension, an extension that links no libmpi, no ``ompi_info`` for it).
+    """
+    notes: List[str] = []
+    if prefix is None:
+        return None, notes
+    read, label = Path(prefix), "the environment"
+    if staged_from is not None and not read.is_dir():
+        from envtool.validate.preflight import lock_sha256
+
+        label = f"the staged copy {prefix} (its files read in {staged_from}, where it was packed from)"
+        if not Path(staged_from).is_dir():
+            return None, [f"{label}: {staged_from} is not on this host, so the staged copy's libraries cannot be "
+                          "read before the job: the PMI was not compared with its MPI"]
+        mine = lock_sha256(Path(staged_from)) or "none"
+        if staged_lock and mine != staged_lock:
+            return None, [f"{label}: {staged_from} holds another environment now (lockfile sha256 {mine[:12]}, the "
+                          f"pack's {staged_lock[:12]}): the PMI was not compared with the staged copy's MPI"]
+        read = Path(staged_from)
+    elif not read.is_dir():
+        return None, [f"{prefix} is not a directory on this host: the PMI was not compared with its MPI"]
+    libmpi = linked_libmpi(read)
+    if libmpi is None:
+        if not any(read.glob("lib/python3*/site-packages/horovod/*/mpi_lib*.so")):
+            notes.append(f"{label}: no Horovod MPI extension (horovod/*/mpi_lib*.so): the PMI was not compared "
+                         "with an MPI")
+        else:
+            notes.append(f"Horovod in {label} links no libmpi: the PMI was not compared with an MPI")
+        return None, notes
+    mpi = None
+    for cand in (libmpi.parent.parent / "bin" / "ompi_info", read / "bin" / "ompi_info", shutil.which("ompi_info")):
+        if cand and Path(cand).is_file() and _links(Path(cand), libmpi):
+            text = _run([str(cand), "--parsable"])
+            mpi = parse_ompi_info(text or "", source=f"{cand}, for {libmpi}"
+                                  + (f", the libmpi of {label}" if read != Path(prefix) else ""))
+            if mpi is not None:
+                break
+    if mpi is None:
+        notes.append(f"no ompi_info for {libmpi}: the PMI was not compared with the MPI")
+    return mpi, notes
+
+
+def check(prefix: Optional[Path], plugin: Optional[str], site_path: str, host: str,
+          staged_from: Optional[Path] = None, staged_lock: str = "") -> PmiResult:
     """Run ``srun --mpi=list`` (and ``scontrol show config`` when ``plugin`` is None) and the MPI's
     ``ompi_info --parsable``, then :func:`judge` them. The ``ompi_info`` is the one beside the
     ``libmpi`` Horovod links (``LIBDIR/../bin``), else ``PREFIX/bin``, else the one on ``PATH``.
@@ -192,6 +249,8 @@ def check(prefix: Optional[Path], plugin: Optional[str], site_path: str, host: s
         plugin: the site's ``batch.mpi``, or None (Slurm's ``MpiDefault``).
         site_path: the site file (named in the fix).
         host: this host's name (named in the message).
+        staged_from, staged_lock: for a staged copy, where its libraries are read and the pack's
+            lockfile sha256 (:func:`mpi_build`).
     Returns:
         a :class:`PmiResult`; every tool has a time limit (60 s).
     """
@@ -202,19 +261,7 @@ def check(prefix: Optional[Path], plugin: Optional[str], site_path: str, host: s
     srun_plugins = parse_srun_mpi_list(listing)
     if plugin is None:
         plugin = parse_mpi_default(_run(["scontrol", "show", "config"]) or "")
-    mpi = None
-    libmpi = linked_libmpi(prefix) if prefix is not None else None
-    if prefix is not None and libmpi is None:
-        notes.append("Horovod in the environment links no libmpi: the PMI was not compared with an MPI")
-    elif libmpi is not None:
-        for cand in (libmpi.parent.parent / "bin" / "ompi_info", prefix / "bin" / "ompi_info" if prefix else None,
-                     shutil.which("ompi_info")):
-            if cand and Path(cand).is_file() and _links(Path(cand), libmpi):
-                text = _run([str(cand), "--parsable"])
-                mpi = parse_ompi_info(text or "", source=f"{cand}, for {libmpi}")
-                if mpi is not None:
-                    break
-        if mpi is None:
-            notes.append(f"no ompi_info for {libmpi}: the PMI was not compared with the MPI")
+    mpi, more = mpi_build(prefix, staged_from, staged_lock)
+    notes += more
     problems = judge(plugin, srun_plugins, mpi, site_path, host)
     return PmiResult(plugin=plugin, srun_plugins=srun_plugins, mpi=mpi, problems=tuple(problems), notes=tuple(notes))

@@ -213,11 +213,26 @@ def judge(records: List[Dict[str, str]], nodes: int, prefix: Optional[Path],
                                 f"the ranks on that node would die importing it; fix: compare the node with "
                                 f"another one: {shlex.join(['ldd', so])} on {r.get('host', '?')}, and restore "
                                 f"the library (a mount or a package missing on that node)")
-        nopy = [r for r in records if r.get("prefix") == "present" and r.get("python") == "missing"]
-        if nopy:
-            problems.append(f"pre-flight: {_names(nopy)}: {prefix} has no bin/python there (a partial copy?); "
-                            f"fix: {shlex.join(['ls', '-l', str(Path(prefix) / 'bin' / 'python')])} on those "
-                            f"nodes, and re-copy or re-create the environment")
+        for r in records:
+            if r.get("prefix") == "unreadable":  # there, but not for this user: named, not called missing
+                problems.append(f"pre-flight: {r.get('host', '?')}: the prefix {prefix} cannot be read there: "
+                                f"{r.get('prefix_why') or 'cause not reported'}; fix: "
+                                f"{shlex.join(['ls', '-ld', str(prefix)])} on that node, and make the path and "
+                                f"its directories readable (and searchable) by the job's user")
+        nopy: Dict[str, List[Dict[str, str]]] = {}
+        for r in records:  # grouped by the cause each node names (preflight.sh: python_why)
+            if r.get("prefix") == "present" and r.get("python", "present") != "present":
+                nopy.setdefault(r.get("python_why") or "bin/python is absent", []).append(r)
+        for why, recs in nopy.items():
+            absent = all(r.get("python") == "missing" for r in recs)
+            problems.append(f"pre-flight: {_names(recs)}: {prefix}: {why}; fix: "
+                            f"{shlex.join(['ls', '-l', str(Path(prefix) / 'bin' / 'python')])} on "
+                            f"{'those nodes' if len(recs) > 1 else 'that node'}, and "
+                            + ("re-copy or re-create the environment" if absent else
+                               "make the link resolve there (a relative link, or the base interpreter at the "
+                               "same path on every node: 'envtool clone' makes a copy that needs none)"
+                               if any(r.get("python") == "dangling" for r in recs) else
+                               "make it readable and executable by the job's user"))
         hashes: Dict[str, List[Dict[str, str]]] = {}
         for r in records:
             if r.get("prefix") == "present":

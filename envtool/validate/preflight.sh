@@ -83,7 +83,33 @@ rc=0
         echo "prefix=-"
     elif [ -d "$prefix" ]; then
         echo "prefix=present"
-        if [ -x "$prefix/bin/python" ]; then echo "python=present"; else echo "python=missing"; rc=1; fi
+        py="$prefix/bin/python"
+        if [ -x "$py" ] && [ -f "$py" ]; then
+            echo "python=present"
+        else
+            # named for what it is, not guessed: a link that does not resolve here (a venv's absolute
+            # link to its base interpreter over sshfs), permission denied, not executable, or absent
+            rc=1
+            err="$(timeout 10 stat -L -c %F -- "$py" 2>&1 >/dev/null | tr -s ' \t\n' ' ' | cut -c1-300)"
+            if [ -L "$py" ] && ! [ -e "$py" ]; then
+                tgt="$(readlink -- "$py" 2>&1 | cut -c1-300)"
+                echo "python=dangling"
+                echo "python_why=bin/python is a symbolic link to $tgt, which cannot be followed on this node (${err:-no such file})"
+            elif [ -d "$prefix/bin" ] && ! [ -x "$prefix/bin" ]; then
+                echo "python=unreadable"
+                echo "python_why=permission denied: $prefix/bin cannot be searched by $(id -un 2>/dev/null || id -u)"
+            elif [ -n "$err" ]; then
+                case "$err" in
+                    *"No such file"*) echo "python=missing"; echo "python_why=bin/python is absent" ;;
+                    *) echo "python=unreadable"; echo "python_why=bin/python cannot be read: $err" ;;
+                esac
+            elif [ -e "$py" ]; then
+                echo "python=noexec"
+                echo "python_why=bin/python is not an executable file there ($(stat -L -c '%F, mode %a, owner %U' -- "$py" 2>&1))"
+            else
+                echo "python=missing"; echo "python_why=bin/python is absent"
+            fi
+        fi
         fs="$(timeout 10 stat -f -c %T "$prefix" 2>/dev/null || echo unknown)"
         echo "fstype=$fs"
         lock=""
@@ -109,8 +135,20 @@ rc=0
             fi
         done
     else
-        echo "prefix=missing"
         rc=1
+        err="$(timeout 10 stat -L -c %F -- "$prefix" 2>&1 >/dev/null | tr -s ' \t\n' ' ' | cut -c1-300)"
+        if [ -L "$prefix" ] && ! [ -e "$prefix" ]; then
+            echo "prefix=unreadable"
+            echo "prefix_why=a symbolic link to $(readlink -- "$prefix" 2>&1 | cut -c1-300), which cannot be followed on this node (${err:-no such file})"
+        elif [ -e "$prefix" ] && ! [ -d "$prefix" ]; then
+            echo "prefix=unreadable"
+            echo "prefix_why=not a directory there ($(stat -L -c %F -- "$prefix" 2>&1))"
+        elif [ -n "$err" ] && case "$err" in *"No such file"*) false ;; *) true ;; esac; then
+            echo "prefix=unreadable"
+            echo "prefix_why=it cannot be reached by $(id -un 2>/dev/null || id -u): $err"
+        else
+            echo "prefix=missing"
+        fi
     fi
     # what gethostbyname(hostname) gives (the address Gloo, NCCL and c10d advertise), then all
     first="$(timeout 10 getent ahostsv4 "$host" 2>/dev/null | awk 'NR==1 {print $1}')"

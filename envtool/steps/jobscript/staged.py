@@ -119,6 +119,6 @@ def resolve_staged(stage_file: str, prefix: Optional[str] = None, spec: Optional
                   unpack=tuple(str(w) for w in manifest.get("unpack") or ()) if fmt == "tar" else (),
                   lock_sha256=str(manifest.get("lock_sha256") or ""),
                   unpacked_kib=int(manifest.get("unpacked_kib") or 0), node_local=nl.path,
-                  source=_source_label(sf, nl))
+                  source=_source_label(sf, nl), packed_from=str(source))
     return dataclasses.replace(target, prefix=Path(staged), python=f"{staged}/{PYTHON}", kind=stage.kind,
                                stage=stage)

@@ -92,7 +92,7 @@ def probe_build(spec: Spec, options: PlanOptions) -> Optional[BuildProbe]:
     absent = system_tools.missing(system_tools.probe(spec.horovod.controllers, cxx=cxx,
                                                      prefix=Path(options.work_prefix)))
     return BuildProbe(real_cxx=cxx, toolchain=fixes.probe_toolchain(options.work_prefix, cxx=cxx),
-                      compiler=first_line([cxx, "--version"]) or cxx,
+                      compiler=fixes.version_line([cxx, "--version"]) or cxx,
                       mpi=mpi_version() if "mpi" in spec.horovod.controllers else "not used",
                       missing_tools=tuple(absent), platform=conda_platform(), cxx_path=fixes.default_cxx())
 

@@ -27,7 +27,10 @@ def preflight(step: Step, runner: StepContext):
 
     plan = step.data
     runner.progress("pre-flight: srun --mpi=list against the MPI build ...")
-    res = pmi.check(plan.target.prefix, plan.target.site.batch.mpi, plan.target.site.path, socket.gethostname())
+    stage = plan.target.stage  # a staged copy: its libraries are read where it was packed from
+    res = pmi.check(plan.target.prefix, plan.target.site.batch.mpi, plan.target.site.path, socket.gethostname(),
+                    staged_from=Path(stage.packed_from) if stage is not None and stage.packed_from else None,
+                    staged_lock=stage.lock_sha256 if stage is not None else "")
     if res.problems and not plan.options.preflight_only:
         raise CheckFailed("; ".join(res.problems), step_result=res)
     return res
