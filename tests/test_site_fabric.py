@@ -19,7 +19,7 @@ FABRIC = ("fabric:\n"
           "  - {name: FI_X, value: \"AWS Libfabric $(touch PWNED)\", mark: V, source: s1}\n"
           "  - {name: NCCL_NET, value: \"a b\", when: nodes > 1, mark: V, source: s1}\n"
           "  - {name: FI_MOD, value: \"1\", module_sets: true, mark: V2, source: s1}\n"
-          "  - {name: ONLY_NEW, value: \"1\", stacks: [\"new-*\"], mark: V, source: s1}\n")
+          "  - {name: ONLY_NEW, value: \"1\", modules: [\"new/*\"], mark: V, source: s1}\n")
 
 
 def _site(tmp_path: Path, fabric: str = FABRIC, sched: str = "slurm", launcher: str = "srun -n {ranks}") -> Path:
@@ -56,6 +56,9 @@ def test_nodes_bound_in_jobscript_and_validate(tmp_path):
     assert "export NCCL_NET='a b'  # fabric, nodes >= 2 (source s1, mark V)" in two.stdout
     for text in (one.stdout, two.stdout):
         assert "export FI_MOD" not in text and "ONLY_NEW" not in text
+    new = run_envtool("jobscript", "--site-file", site, "--module", "new/1", "--nodes", "1", "--ranks-per-node", "1",
+                      "--", "true", timeout=scaled(60))
+    assert "export ONLY_NEW=1  # fabric, always" in new.stdout, new.stderr
     venv = tmp_path / "venv"
     subprocess.run(["python3", "-m", "venv", "--without-pip", str(venv)], check=True, timeout=scaled(60))
     val = run_envtool("validate", "--prefix", venv, "--site-file", site, "--submit", "--dry-run", "--nodes", "2",
@@ -65,15 +68,15 @@ def test_nodes_bound_in_jobscript_and_validate(tmp_path):
     assert "# FI_MOD=1 is set by the site's module" in val.stdout
 
 
-def test_stacks_limit_and_when_forms(tmp_path):
+def test_modules_limit_and_when_forms(tmp_path):
     from envtool.spec.sites.fabric import applying
     from envtool.spec.sites.files import load_site
 
     sf = load_site(_site(tmp_path, FABRIC + "  - {name: NCCL_NET, value: c, when: nodes >= 4, mark: I, source: s1}\n"))
-    names = lambda nodes, stack: [(v.name, v.value) for v in applying(sf.fabric, nodes, stack)]  # noqa: E731
-    assert names(1, None) == [("FI_X", "AWS Libfabric $(touch PWNED)"), ("FI_MOD", "1")]
-    assert ("ONLY_NEW", "1") in names(1, "new-2025") and ("ONLY_NEW", "1") not in names(1, "old-2023")
-    assert ("NCCL_NET", "a b") in names(3, None) and ("NCCL_NET", "c") in names(4, None)
+    names = lambda nodes, mods: [(v.name, v.value) for v in applying(sf.fabric, nodes, mods)]  # noqa: E731
+    assert names(1, ()) == [("FI_X", "AWS Libfabric $(touch PWNED)"), ("FI_MOD", "1")]
+    assert ("ONLY_NEW", "1") in names(1, ("a", "new/2025")) and ("ONLY_NEW", "1") not in names(1, ("old/2023",))
+    assert ("NCCL_NET", "a b") in names(3, ()) and ("NCCL_NET", "c") in names(4, ())
 
 
 @pytest.mark.parametrize("entry,field,words", [
@@ -85,6 +88,7 @@ def test_stacks_limit_and_when_forms(tmp_path):
     ("{name: X, value: a, mark: V}", "fabric[0].source", "sources"),
     ("{name: X, value: a, mark: V, source: nope}", "fabric[0].source", "s1"),
     ("{name: X, value: a, mark: V, source: s1, colour: red}", "fabric[0]", "colour"),
+    ("{name: X, value: a, modules: conda, mark: V, source: s1}", "fabric[0].modules", "module names or globs"),
 ])
 def test_bad_fabric_exits_2_naming_file_and_field(tmp_path, entry, field, words):
     site = _site(tmp_path, f"fabric:\n  - {entry}\n")
@@ -102,3 +106,30 @@ def test_fabric_not_a_list_exits_2(tmp_path):
     proc = run_envtool("jobscript", "--site-file", site, "--module", "m", "--nodes", "1", "--ranks-per-node", "1",
                        "--", "true", timeout=scaled(60))
     assert proc.returncode == 2 and "fabric" in proc.stderr and "a list of variables" in proc.stderr, proc.stderr
+
+
+def test_polaris_aws_module_sets_its_fabric_and_the_default_module_gets_none():
+    """Polaris (issue 44): conda/2025-09-25-aws-nccl-1.6.0 sets NCCL_NET and the FI_CXI_*
+    variables itself (shown, not exported); the default conda/2025-09-25 sets none and envtool
+    exports none (NCCL_NET without the plug-in on the library path fails)."""
+    aws = run_envtool("jobscript", "--site", "polaris", "--module", "conda/2025-09-25-aws-nccl-1.6.0", "--nodes", "2",
+                      "--account", "A", "--", "python", "x.py", timeout=scaled(60))
+    plain = run_envtool("jobscript", "--site", "polaris", "--module", "conda/2025-09-25", "--nodes", "2",
+                        "--account", "A", "--", "python", "x.py", timeout=scaled(60))
+    assert aws.returncode == plain.returncode == 0, aws.stderr + plain.stderr
+    assert "# NCCL_NET='AWS Libfabric' is set by the site's module" in aws.stdout
+    assert "# FI_MR_CACHE_MONITOR=userfaultfd is set by the site's module" in aws.stdout
+    for text in (aws.stdout, plain.stdout):
+        assert "export NCCL" not in text and "export FI_" not in text
+    assert "NCCL_NET" not in plain.stdout
+
+
+def test_bundled_fabric_pins_cite_primary_sources():
+    from envtool.spec import provenance
+    from envtool.spec.model import Pin
+    from envtool.spec.sites.files import BUNDLED_SITES, available, load_site
+
+    for name in BUNDLED_SITES:
+        sf = load_site(available()[name])
+        pins = [(f"fabric.{v.name}", Pin(value=v.value, mark=v.mark, source=v.source)) for v in sf.fabric]
+        assert provenance.problems(sf.name, sf.sources, pins) == [], name

@@ -8,15 +8,16 @@ Format::
       - name: NCCL_NET                # a shell variable name
         value: "AWS Libfabric"        # exported shell-quoted
         when: nodes > 1               # always (default) | nodes > N | nodes >= N
-        module_sets: true             # the stack's module already exports it: the job script
+        module_sets: true             # the site's module already exports it: the job script
                                       #   shows it in a comment and does not export it again
-        stacks: [polaris-conda-2024-*]  # only for these stack entries (globs); default: all
+        modules: [conda/*-aws-nccl-*] # only when the job loads one of these modules (globs);
+                                      #   default: every job
         mark: V                       # provenance mark (required)
         source: alcf-nccl             # id in the file's sources (required)
         note: free text
 
 ``jobscript`` and ``validate`` (through :func:`envtool.steps.jobscript.build_request`) export
-the variables that apply to the job's node count and stack and are not ``module_sets``.
+the variables that apply to the job's node count and modules and are not ``module_sets``.
 """
 from __future__ import annotations
 
@@ -30,9 +31,10 @@ from envtool.spec import load
 from envtool.spec import model as m
 from envtool.spec.sites.reader import line_of, require_source
 
-FABRIC_KEYS = ("name", "value", "when", "module_sets", "stacks", "mark", "source", "note")
+FABRIC_KEYS = ("name", "value", "when", "module_sets", "modules", "mark", "source", "note")
 #: ``when``: ``always`` or a bound on the job's node count.
 WHEN_RE = re.compile(r"\s*nodes\s*(>=|>)\s*([0-9]{1,6})\s*")
+MODULE_GLOB_RE = re.compile(r"[A-Za-z0-9_.+/:@=,*?-]{1,200}")
 VAR_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
@@ -44,8 +46,9 @@ class FabricVar:
         name: the variable.
         value: its value (a string; exported shell-quoted).
         min_nodes: the smallest node count it applies to (1: always; ``nodes > 1`` gives 2).
-        module_sets: True when the site's module for the stack already exports it.
-        stacks: stack-entry keys or globs it is limited to; () for every stack.
+        module_sets: True when a module of the site the job loads already exports it.
+        modules: module names or globs (``conda/*-aws-nccl-*``): it applies only to a job that
+            loads one of them; () for every job.
         mark: provenance mark (a key of :data:`envtool.spec.model.MARKS`).
         source: id in the file's ``sources``.
         note: free text, or None.
@@ -55,20 +58,19 @@ class FabricVar:
     value: str
     min_nodes: int = 1
     module_sets: bool = False
-    stacks: Tuple[str, ...] = ()
+    modules: Tuple[str, ...] = ()
     mark: str = "V"
     source: str = ""
     note: Optional[str] = None
 
-    def applies(self, nodes: int, stack: Optional[str]) -> bool:
-        """True when the variable applies to a job of ``nodes`` nodes (an int >= 1) on the stack
-        entry ``stack`` (its key, or None when the job has no stack entry of this site: then only
-        variables without ``stacks`` apply)."""
+    def applies(self, nodes: int, loaded: Sequence[str]) -> bool:
+        """True when the variable applies to a job of ``nodes`` nodes (an int >= 1) that loads the
+        modules ``loaded`` (names as ``module load`` gets them)."""
         if nodes < self.min_nodes:
             return False
-        if not self.stacks:
+        if not self.modules:
             return True
-        return stack is not None and any(fnmatch.fnmatchcase(stack, g) for g in self.stacks)
+        return any(fnmatch.fnmatchcase(mod, g) for mod in loaded for g in self.modules)
 
     def when_text(self) -> str:
         """``always`` or ``nodes >= N``."""
@@ -95,7 +97,7 @@ def parse_fabric(spath: str, raw, source_ids: Sequence[str]) -> Tuple[FabricVar,
         source_ids: the ids of its ``sources``.
     Raises:
         SpecError: not a list of mappings, an unknown key, a bad name, value, ``when``, mark,
-            ``module_sets`` or ``stacks``, or a missing or unknown source — naming the file,
+            ``module_sets`` or ``modules``, or a missing or unknown source — naming the file,
             line and ``fabric[i].<field>`` (exit 2).
     """
     data = raw.get("fabric")
@@ -119,24 +121,27 @@ def parse_fabric(spath: str, raw, source_ids: Sequence[str]) -> Tuple[FabricVar,
             raise r.error("value", "a string or number (quote it in YAML: \"AWS Libfabric\")", got=value)
         module_sets = r.get("module_sets", False)
         if not isinstance(module_sets, bool):
-            raise r.error("module_sets", "true or false (true: the stack's module already exports it)",
+            raise r.error("module_sets", "true or false (true: the site's module already exports it)",
                           got=module_sets)
         mark = r.get("mark")
         if mark not in m.MARKS:
             raise r.error("mark", "a provenance mark, one of " + ", ".join(m.MARKS), got=mark)
         source = require_source(r, r.str("source"), source_ids, f"{name}={value}")
-        stacks = r.str_list("stacks")
+        modules = r.get("modules") or []
+        if not isinstance(modules, list) or not all(isinstance(g, str) and MODULE_GLOB_RE.fullmatch(g)
+                                                    for g in modules):
+            raise r.error("modules", "a list of module names or globs ('conda/*-aws-nccl-*')", got=modules)
         out.append(FabricVar(name=name, value=str(value), min_nodes=_when(r, r.get("when")), module_sets=module_sets,
-                             stacks=tuple(stacks), mark=str(mark), source=source, note=r.str("note")))
+                             modules=tuple(modules), mark=str(mark), source=source, note=r.str("note")))
     return tuple(out)
 
 
-def applying(fabric: Sequence[FabricVar], nodes: int, stack: Optional[str]) -> Tuple[FabricVar, ...]:
-    """The entries of ``fabric`` that apply to ``nodes`` nodes on stack entry ``stack`` (see
-    :meth:`FabricVar.applies`), in file order; a later entry of the same name wins."""
+def applying(fabric: Sequence[FabricVar], nodes: int, loaded: Sequence[str]) -> Tuple[FabricVar, ...]:
+    """The entries of ``fabric`` that apply to a job of ``nodes`` nodes loading the modules
+    ``loaded`` (see :meth:`FabricVar.applies`), in file order; a later entry of the same name wins."""
     chosen: Dict[str, FabricVar] = {}
     for v in fabric:
-        if v.applies(nodes, stack):
+        if v.applies(nodes, loaded):
             chosen.pop(v.name, None)
             chosen[v.name] = v
     return tuple(chosen.values())

@@ -10,7 +10,7 @@ from envtool.steps.jobscript.target import Target
 
 
 def _fabric(target: Target, nodes: int, env: Dict[str, str], notes: Dict[str, str]) -> List[str]:
-    """Add the site's ``fabric`` variables that apply to ``nodes`` nodes and the target's stack to
+    """Add the site's ``fabric`` variables that apply to ``nodes`` nodes and the target's modules to
     ``env`` (with a note naming their source), and return the script comments for those the
     site's module already sets (shown, not exported again)."""
     site = target.site
@@ -19,9 +19,8 @@ def _fabric(target: Target, nodes: int, env: Dict[str, str], notes: Dict[str, st
         return []
     from envtool.spec.sites.fabric import applying
 
-    mapping = site.mapping_for(target.spec.name) if target.spec is not None else None
     comments: List[str] = []
-    for v in applying(fabric, nodes, mapping.key if mapping is not None else None):
+    for v in applying(fabric, nodes, target.modules):
         if v.module_sets:
             comments.append(f"{v.name}={shlex.quote(v.value)} is set by the site's module (fabric in {site.path}, "
                             f"source {v.source}, mark {v.mark}): not exported again")
