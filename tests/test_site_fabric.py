@@ -133,3 +133,25 @@ def test_bundled_fabric_pins_cite_primary_sources():
         sf = load_site(available()[name])
         pins = [(f"fabric.{v.name}", Pin(value=v.value, mark=v.mark, source=v.source)) for v in sf.fabric]
         assert provenance.problems(sf.name, sf.sources, pins) == [], name
+
+
+def test_frontier_ncclnet_only_on_several_nodes_with_the_plugin_module_and_detection():
+    """Frontier (issue 44): NCCL_NET=OFI only for jobs of 2+ nodes that load rccl-net-plugin
+    (olcf-ncclnet); alt_read is the module's (shown, not exported); disable_rdzv_get asked for."""
+    def job(nodes, module):
+        proc = run_envtool("jobscript", "--site", "frontier", "--module", module, "--nodes", str(nodes),
+                           "--account", "A", "--", "python", "x.py", timeout=scaled(60))
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+    two, one, bare = job(2, "rccl-net-plugin"), job(1, "rccl-net-plugin"), job(2, "rocm/7.1.1")
+    assert "export NCCL_NET=OFI  # fabric, nodes >= 2 (source olcf-ncclnet, mark V)" in two
+    assert "#SBATCH --network=disable_rdzv_get" in two
+    assert "# FI_CXI_RDZV_PROTO=alt_read is set by the site's module" in two and "export FI_CXI" not in two
+    assert "NCCL_NET" not in one and "NCCL_SOCKET_IFNAME" not in one
+    assert "NCCL_NET" not in bare and "export NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3" in bare
+    from envtool.spec.sites.files import available, load_site
+
+    sf = load_site(available()["frontier"])
+    hit = lambda host: any(r.matches({}, host) for r in sf.detect)  # noqa: E731
+    assert hit("login12.frontier") and hit("login01.frontier.olcf.ornl.gov") and hit("frontier00256")
+    assert not hit("frontend01") and not hit("polaris-login-02")
