@@ -15,6 +15,7 @@ from envtool.spec import model as m
 from envtool.spec.sites.batch import BatchSection, parse_batch
 from envtool.spec.sites.container import ContainerSection, parse_container
 from envtool.spec.sites.detect_rules import DetectRule, parse_detect
+from envtool.spec.sites.fabric import FabricVar, parse_fabric
 from envtool.spec.sites.gpu import SiteGPU, parse_gpu
 from envtool.spec.sites.launch import LaunchSection, parse_launch
 from envtool.spec.sites.node_local import NodeLocal, parse_node_local
@@ -25,9 +26,9 @@ from envtool.spec.yamlload import LineDict, load_yaml
 
 SITE_FILE_KEYS = ("name", "summary", "sources", "platforms", "scheduler", "launcher", "gpus_per_node", "modules",
                   "env", "notes", "stacks", "batch", "build_caches", "build_modules", "build_cache_group", "detect",
-                  "clone_prefix", "validation", "retired", "node_local", "container", "gpu", "launch")
+                  "clone_prefix", "validation", "retired", "node_local", "container", "gpu", "launch", "fabric")
 STACK_KEYS = ("spec", "modules", "base_env", "launcher", "env", "mark", "source", "note", "warning", "overrides")
-BUNDLED_SITES = ("summit", "perlmutter", "polaris", "bede", "theta", "local")
+BUNDLED_SITES = ("summit", "perlmutter", "polaris", "bede", "theta", "frontier", "local")
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ class SiteFile:
             when the file does not say.
         launch: the default launch of DDP scripts, the rendezvous host's name and the GPU order
             (:class:`LaunchSection`), or None when the file does not say.
+        fabric: the interconnect's variables (:class:`FabricVar`), in file order, possibly empty.
     """
 
     name: str
@@ -135,6 +137,7 @@ class SiteFile:
     validate: ValidateSection = None  # type: ignore[assignment]
     gpu: Optional[SiteGPU] = None
     launch: Optional[LaunchSection] = None
+    fabric: Tuple[FabricVar, ...] = ()
 
     def mapping_for(self, spec_name: str) -> Optional[StackMapping]:
         """The stack entry for ``spec_name``: exact key first, then the first matching glob; or None.
@@ -211,7 +214,8 @@ def load_site(path: Path) -> SiteFile:
                     node_local=parse_node_local(spath, raw, source_ids),
                     container=parse_container(spath, raw, source_ids),
                     gpu=parse_gpu(spath, raw, source_ids),
-                    launch=parse_launch(spath, raw, source_ids, gpus_per_node))
+                    launch=parse_launch(spath, raw, source_ids, gpus_per_node),
+                    fabric=parse_fabric(spath, raw, source_ids))
 
 
 def _platforms(r) -> Tuple[str, ...]:

@@ -7,7 +7,8 @@ What goes in, in order: the site's directives for the layout; ``cd`` to the work
 module; the environment's activation (for ``--prefix``); the variables — ``OMP_NUM_THREADS``
 from the CPUs per rank, then the interface variables of the site's ``batch.interface``
 (:data:`envtool.scheduler.model.INTERFACE_VARIABLES`, each with a comment naming the file), the
-site's ``env``, its ``batch.env``, the spec's ``env`` (a later one wins), and
+site's ``fabric`` variables that apply to the node count and loaded modules (those its module sets are a
+comment, not exported), the site's ``env``, its ``batch.env``, the spec's ``env`` (a later one wins), and
 ``ENVTOOL_START_METHOD`` where the spec expects a DataLoader start method; then the launcher lines.
 
 The package: :mod:`~envtool.steps.jobscript.target` (the site, spec, modules and variables),

@@ -1,11 +1,34 @@
 """The job request and script for a target (:mod:`envtool.steps.jobscript`)."""
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence, Tuple
+import shlex
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from envtool.scheduler.model import INTERFACE_VARIABLES, JobRequest, LaunchStep, parse_time
 from envtool.scheduler.script import activation_lines, make_layout
 from envtool.steps.jobscript.target import Target
+
+
+def _fabric(target: Target, nodes: int, env: Dict[str, str], notes: Dict[str, str]) -> List[str]:
+    """Add the site's ``fabric`` variables that apply to ``nodes`` nodes and the target's modules to
+    ``env`` (with a note naming their source), and return the script comments for those the
+    site's module already sets (shown, not exported again)."""
+    site = target.site
+    fabric = getattr(site, "fabric", ())
+    if not fabric:
+        return []
+    from envtool.spec.sites.fabric import applying
+
+    comments: List[str] = []
+    for v in applying(fabric, nodes, target.modules):
+        if v.module_sets:
+            comments.append(f"{v.name}={shlex.quote(v.value)} is set by the site's module (fabric in {site.path}, "
+                            f"source {v.source}, mark {v.mark}): not exported again")
+            continue
+        env.pop(v.name, None)
+        env[v.name] = v.value
+        notes[v.name] = f"fabric, {v.when_text()} (source {v.source}, mark {v.mark})"
+    return comments
 
 
 def build_request(target: Target, nodes: int, steps: Sequence[LaunchStep], ranks_per_node: Optional[int] = None,
@@ -36,11 +59,11 @@ def build_request(target: Target, nodes: int, steps: Sequence[LaunchStep], ranks
         for k in INTERFACE_VARIABLES:
             env[k] = iface
             notes[k] = f"batch.interface in {site.path}"
+    comments = _fabric(target, layout.nodes, env, notes)
     for k, v in list(target.env) + list(extra_env):
         env.pop(k, None)
         env[k] = v
         notes.pop(k, None)   # the site's or spec's own env wins, without the interface's note
-    comments = []
     if target.spec is not None and target.spec.expect.dataloader_start_method:
         comments.append(f"spec {target.spec.name} expects DataLoader(multiprocessing_context="
                         f"{target.spec.expect.dataloader_start_method!r}); ENVTOOL_START_METHOD names it")
