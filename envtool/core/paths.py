@@ -47,7 +47,7 @@ from typing import Optional, Sequence, Tuple
 #: Mode of envtool's own cache directories (owner only).
 PRIVATE_DIR_MODE = 0o700
 #: What envtool keeps in its cache root: a root holding nothing else is envtool's to tighten.
-CACHE_ENTRIES = frozenset({"horovod-wheels", "pkgs", "repodata", "logs", "fixes", "build", "bytecode", "specs", "locks",
+CACHE_ENTRIES = frozenset({"horovod-wheels", "pkgs", "repodata", "logs", "fixes", "build", "bytecode", "specs",
                            "pip-config"})
 #: The file that marks a cache root envtool created (https://bford.info/cachedir/): its first line
 #: is the specification's signature, so backup tools skip the cache; the second names envtool.

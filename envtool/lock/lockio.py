@@ -3,9 +3,7 @@
 Writing builds a ``conda_lock.lockfile.v2prelim.models.Lockfile`` and hands it to
 ``conda_lock.lockfile.write_conda_lock_file``, which stores the v1 schema (``version: 1``,
 one entry per package, platform and category) that ``conda-lock install`` and ``conda-lock
-render`` read. Reading goes through ``conda_lock.lockfile.parse_conda_lock_file``; what a read gave is
-remembered between runs (:mod:`envtool.lock.memo`), so an unchanged lock is not parsed (nor
-conda-lock imported) again.
+render`` read. Reading goes through ``conda_lock.lockfile.parse_conda_lock_file``.
 (conda-lock 4.0.3: ``conda_lock/lockfile/__init__.py``, ``lockfile/v1/models.py``.)
 """
 from __future__ import annotations
@@ -140,34 +138,14 @@ def read_lock(path: Path) -> LockData:
         UsageError: missing file, not YAML, no or unknown ``version``, or an entry that
             conda-lock's model rejects (exit 2; the message names the file).
     """
-    from envtool.lock import memo
+    import yaml
+    from conda_lock.lockfile import MissingLockfileVersion, UnknownLockfileVersion, parse_conda_lock_file
+    from pydantic import ValidationError
 
     path = Path(path)
     check_input(path, "lock file")  # a FIFO or a device: exit 2 at once, never read
     if not path.is_file():
         raise UsageError(f"{path}: expected an existing conda-lock file")
-    try:  # a lock read before, unchanged, with the same code: no conda-lock import (envtool.lock.memo)
-        key = memo.inputs_key(path, path.read_bytes())
-    except OSError:
-        key = ""
-    remembered = memo.read(path, key) if key else None
-    if remembered is not None:
-        return remembered
-    data = _parse_lock(path)
-    try:
-        if key and memo.inputs_key(path, path.read_bytes()) == key:  # not changed while it was parsed
-            memo.write(path, key, data)
-    except OSError:
-        pass
-    return data
-
-
-def _parse_lock(path: Path) -> LockData:
-    """:func:`read_lock`'s parse through conda-lock (see there; raises :class:`UsageError`)."""
-    import yaml
-    from conda_lock.lockfile import MissingLockfileVersion, UnknownLockfileVersion, parse_conda_lock_file
-    from pydantic import ValidationError
-
     try:
         lock = parse_conda_lock_file(path)
     except MissingLockfileVersion:
