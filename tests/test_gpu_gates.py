@@ -320,6 +320,28 @@ def test_doctor_reads_the_node_through_nvidia_smi(tmp_path):
     assert "gpu gate mig: ok: MIG enabled" in " ".join(gpu["details"]["items"]), gpu
 
 
+def test_doctor_asks_a_node_whose_driver_is_not_loaded_once(tmp_path):
+    """doctor runs nvidia-smi once on a node where it exits 9 ("NVIDIA driver is not loaded"): the
+    other queries cannot succeed there (each was run, up to 20 s apiece when it hangs). nvidia-smi is
+    a real program here, first on PATH, that appends its arguments to a file and exits 9; on a
+    node where it works, each different query runs once (the MIG test above)."""
+    import os
+    import subprocess
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls.txt"
+    shim = bin_dir / "nvidia-smi"
+    shim.write_text(f"#!/bin/sh\necho \"$*\" >> '{calls}'\nexit 9\n")
+    shim.chmod(0o755)
+    env_dir = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+    proc = run_envtool("doctor", "--prefix", env_dir, "--json", env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert json.loads(proc.stdout)["findings"], proc.stdout + proc.stderr
+    assert len(calls.read_text().splitlines()) == 1, calls.read_text()
+
+
 def test_older_cuda_majors_run_on_newer_drivers_and_unknown_ones_stay_open():
     old = g.driver_gate(g.GateFacts(driver="535.154.05", cuda="10.1"))
     assert old.status == "ok", old  # backward compatibility: a driver runs every older toolkit

@@ -222,6 +222,22 @@ def _refused(env, out, fmt="tar"):
     return data["error"]
 
 
+def test_a_venv_layered_over_a_venv_base_is_refused_naming_the_layer(tmp_path):
+    """A venv layered over a venv base (envtool's _envtool_layer.pth, written by layer_over from
+    what the base venv's interpreter reports) imports the base's packages from outside the prefix:
+    pack refused nothing and wrote a pack without them (exit 0); exit 2 now, naming the .pth, the
+    base's directory and what to do."""
+    from envtool.engines.layer import LAYER_PTH, layer_over, probe_site
+
+    base = _venv(tmp_path, "base")
+    layered = _venv(tmp_path, "layered")
+    layer_over(probe_site(str(base / "bin" / "python")), layered)
+    pth = next((layered / "lib").glob(f"python*/site-packages/{LAYER_PTH}"))
+    err = _refused(layered, tmp_path / "out.tar")
+    assert f"{pth}: the environment is layered over a base" in err, err
+    assert str(next((base / "lib").glob("python*/site-packages"))) in err and "create it without layering" in err
+
+
 def test_refusals_name_the_reason(tmp_path, conda_env):
     out = tmp_path / "out.tar"
     # not an environment

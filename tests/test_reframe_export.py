@@ -151,6 +151,23 @@ def test_bad_options_exit_2_with_json(tmp_path, venv_prefix, extra, words):
     assert not (tmp_path / "envtool_validate_rfm.py").exists()
 
 
+def test_the_export_reads_the_sites_default_launch_as_jobscript_does(tmp_path, venv_prefix):
+    """Perlmutter's ``launch.default`` (srun, NERSC's DDP launch) is read, with its source: the
+    ReFrame test starts the rank probe's Horovod checks with srun, as ``validate --submit`` does under
+    that default, and says that the default's launch is for the torch.distributed checks (issue 41)."""
+    common = ("--prefix", venv_prefix, "--nodes", "1", "--account", "a")
+    data = json.loads(_export(tmp_path, *common, "--site", "perlmutter", "--json").stdout)
+    launch = data["launch"]
+    assert launch["name"] == "launcher" and launch["site_default"] == "srun", launch
+    assert "site perlmutter's default launch (source nersc-ddp: NERSC/nersc-dl-multigpu@" in launch["origin"]
+    assert "torch.distributed checks, which the ReFrame test does not carry" in launch["note"], launch
+    text = _export(tmp_path, *common, "--site", "perlmutter", "-o", tmp_path / "t2.py").stdout
+    assert "launch: ranks start with ReFrame's srun launcher" in text, text
+    plain = json.loads(_export(tmp_path, *common, "--site-file", _site(tmp_path), "--ranks-per-node", "2", "-o",
+                               tmp_path / "t3.py", "--json").stdout)["launch"]
+    assert plain["site_default"] is None and "names no launch.default" in plain["origin"], plain
+
+
 def test_options_of_the_export_need_it(tmp_path, venv_prefix):
     proc = run_envtool("validate", "--prefix", venv_prefix, "-o", tmp_path / "t.py", "--json", cwd=tmp_path, env=HERE)
     assert proc.returncode == 2 and "-o/--output goes with --export reframe" in json.loads(proc.stdout)["error"]

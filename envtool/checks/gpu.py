@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from envtool.checks.common import version_tuple
 from envtool.checks.registry import check, finding
@@ -161,21 +161,47 @@ def nvidia_smi() -> list:
     return [ln.strip() for ln in out.splitlines() if ln.strip()]
 
 
+#: nvidia-smi's exit statuses that say it cannot reach any GPU of this node, so that no other
+#: query can succeed either: 9 "NVIDIA driver is not loaded", 12 "NVML shared library couldn't be
+#: found or loaded" (nvidia-smi(1), RETURN VALUE, which follow NVML's return codes:
+#: https://nvidia.github.io/cuda-python/cuda-bindings/latest/module/generated/cuda.bindings.nvml.Return.html).
+SMI_UNREACHABLE = (9, 12)
+#: What this process learnt of nvidia-smi: each query's output by its arguments, and ``"broken"``
+#: once it was absent, hung, could not start or reached no GPU (then every later query is "").
+_SMI_SEEN: Dict[Tuple[str, ...], str] = {}
+
+
 def _smi(*args: str) -> str:
     """The output of ``nvidia-smi ARGS`` ("" when it is absent, fails or hangs for 20 s), decoded by
-    :func:`envtool.core.external.run` (a byte that is not UTF-8 becomes U+FFFD, never an error)."""
+    :func:`envtool.core.external.run` (a byte that is not UTF-8 becomes U+FFFD, never an error).
+
+    Each query runs at most once per process (one ``doctor``), and none runs again once nvidia-smi
+    was absent, hung, could not start or exited with :data:`SMI_UNREACHABLE`: a node whose driver
+    does not answer costs one 20-second wait, not one per query."""
     import subprocess
 
     from envtool.core import external
 
+    if ("broken",) in _SMI_SEEN:
+        return ""
+    if args in _SMI_SEEN:
+        return _SMI_SEEN[args]
     exe = shutil.which("nvidia-smi")
+    out = ""
     if not exe:
+        _SMI_SEEN[("broken",)] = "absent"
         return ""
     try:
         proc = external.run([exe, *args], timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        _SMI_SEEN[("broken",)] = type(exc).__name__
         return ""
-    return proc.stdout if proc.returncode == 0 else ""
+    if proc.returncode in SMI_UNREACHABLE:
+        _SMI_SEEN[("broken",)] = f"exit {proc.returncode}"
+    elif proc.returncode == 0:
+        out = proc.stdout
+    _SMI_SEEN[args] = out
+    return out
 
 
 def node_report(ctx, cuda: dict, nccl: Optional[str]):

@@ -351,6 +351,7 @@ def _export(args) -> int:
     print(f"ReFrame test: {result.test} ({lay['nodes']} node(s), {lay['ranks']} ranks; system "
           f"{result.system}:{result.partition}, scheduler {result.scheduler}, launcher srun)")
     print(f"ReFrame settings: {result.settings}")
+    print(f"launch: {result.launch['note']}")
 
     def bound(frac):
         return "none" if frac is None else f"{frac * 100:+g} %"

@@ -116,6 +116,32 @@ def check_paths(prefix: Path) -> None:
                                   f"install?): its files are not in the pack; install the package normally")
 
 
+def check_layer(prefix: Path) -> None:
+    """Refuse a venv layered over a base (envtool's ``_envtool_layer.pth``,
+    :data:`envtool.engines.layer.LAYER_PTH`, adds the base's site-packages at start-up): the base's
+    packages are not in the pack, and the ``import`` line that adds them is not a path entry
+    :func:`check_paths` reads.
+
+    Raises:
+        NotPackable: the layer's ``.pth`` file, the directories outside the environment it adds,
+            and what to do.
+    """
+    from envtool.engines.layer import LAYER_PTH, pth_dirs
+
+    for sp in _site_packages(prefix):
+        pth = sp / LAYER_PTH
+        if not pth.is_file() or pth.is_symlink():
+            continue
+        inside = str(prefix) + os.sep
+        outside = [d for d in pth_dirs(pth.read_text(errors="replace"))
+                   if not str(os.path.normpath(d)).startswith(inside)]
+        if outside:
+            raise NotPackable(f"{pth}: the environment is layered over a base and imports its packages from "
+                              f"{', '.join(outside)}, outside the environment: they are not in the pack and the "
+                              f"compute nodes may not have them; pack an environment that holds its packages (create "
+                              f"it without layering), or use the base and the layer in place on a shared file system")
+
+
 def check_venv(prefix: Path) -> Tuple[str, List[str]]:
     """Whether a venv can be packed: its base interpreter, and the text files to relocate.
 
@@ -131,6 +157,7 @@ def check_venv(prefix: Path) -> Tuple[str, List[str]]:
                           f"(include-system-site-packages = true in pyvenv.cfg): those packages are not in the "
                           f"pack and may differ on the compute nodes; re-create it without "
                           f"--system-site-packages")
+    check_layer(prefix)
     check_paths(prefix)
     text, binary = scan_venv(prefix)
     if binary:

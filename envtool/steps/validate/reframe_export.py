@@ -31,13 +31,42 @@ class ReframeResult:
     command: str
     site: Optional[str] = None
     spec: Optional[str] = None
+    launch: Dict[str, Any] = field(default_factory=dict)
     extra: Dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> Dict[str, Any]:
         """JSON-ready form (the keys of ``validate --export reframe --json``)."""
         return {"ok": True, "test": str(self.test), "settings": str(self.settings), "system": self.system,
                 "partition": self.partition, "scheduler": self.scheduler, "layout": self.layout,
-                "references": self.references, "command": self.command, "site": self.site, "spec": self.spec}
+                "references": self.references, "command": self.command, "site": self.site, "spec": self.spec,
+                "launch": self.launch}
+
+
+def launch_of(site) -> Dict[str, Any]:
+    """How the ReFrame test starts its ranks, beside the site's default launch (``launch.default``)
+    as :func:`envtool.scheduler.ddp.choose` reads it for ``jobscript`` and ``validate --submit``.
+
+    The test carries the rank probe (Horovod's checks), which ``validate --submit`` too starts with
+    the launcher whatever the default; the default's DDP launch is for the torch.distributed checks,
+    which the test does not carry. Returns ``{"name": "launcher", "site_default": NAME or None,
+    "origin": WHERE, "note": WORDS}``.
+
+    Raises:
+        SpecError: the site's default is a DDP launch its scheduler cannot write (exit 2, naming
+            the file and ``launch.default``), as ``jobscript`` refuses it.
+    """
+    from envtool.scheduler import ddp, get
+    from envtool.scheduler.model import capabilities
+
+    choice = ddp.choose(site, None, capabilities(get(site.scheduler)))
+    if choice.ddp:
+        note = (f"ranks start with ReFrame's srun launcher (the rank probe's Horovod checks, as validate --submit "
+                f"starts them); {choice.origin} is {choice.name}, for the torch.distributed checks, which the "
+                f"ReFrame test does not carry: run validate --submit for them")
+    else:
+        note = f"ranks start with ReFrame's srun launcher; {choice.origin} is {choice.name}"
+    return {"name": ddp.LAUNCHER, "site_default": choice.name if choice.from_site else None,
+            "origin": choice.origin, "note": note}
 
 
 def _files(output: str, settings_path: Optional[str]) -> Tuple[Path, Path]:
@@ -136,6 +165,7 @@ def export_reframe(target: Target, job: JobOptions, output: str = "envtool_valid
                          f"with --site or --site-file")
     if scheduler not in rf.SCHEDULERS:
         raise UsageError(f"--reframe-scheduler {scheduler}: expected one of {', '.join(rf.SCHEDULERS)}")
+    launch = launch_of(site)
     test, settings_file = _files(output, settings_path)
     for path, mark, opt in ((test, rf.TEST_MARK, "-o"), (settings_file, rf.SETTINGS_MARK, "--settings")):
         _replaceable(path, mark, opt)
@@ -153,4 +183,5 @@ def export_reframe(target: Target, job: JobOptions, output: str = "envtool_valid
                                                       "ranks_per_node": lay.ranks_per_node},
                          references={k: list(v) for k, v in exp.references.items()},
                          command=shlex.join(["reframe", "-C", str(settings_file), "-c", str(test), "-r"]),
-                         site=site.name, spec=target.spec.name if target.spec is not None else None)
+                         site=site.name, spec=target.spec.name if target.spec is not None else None,
+                         launch=launch)
