@@ -98,3 +98,10 @@ def test_dev_shm_nearly_full_fails_the_preflight():
     problems = pf.judge([_node("node1", "eth0", "1500"), _node("node2", "eth0", "1500", shm_free_kib="2048")],
                         2, None, None, warnings=[])
     assert any("node2: /dev/shm full (node2 2 MiB free" in p for p in problems), problems
+
+
+def test_open_mpi_help_text_connect_failure():
+    text = ("--------------------------------------------------------------------------\n"
+            "WARNING: Open MPI failed to TCP connect to a peer MPI process.  This\nshould not happen.\n")
+    assert rk.failure_causes(text) == [
+        "Open MPI failed to TCP connect to a peer MPI process (a firewall or route between the nodes)"]

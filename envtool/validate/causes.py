@@ -5,18 +5,21 @@ whose message it reads, and a function making the short cause that ``validate --
 ``FAILED:`` line carries. Output is read as bytes and decoded by :func:`envtool.core.external.decode`
 before it reaches here (a rank's path may not be UTF-8).
 
-Sources (where the message text was read):
+Sources (where the message text was read; ``@commit`` is the stored version read this session):
 
-- Horovod's Gloo rendezvous store: horovod/horovod@v0.28.1:horovod/common/gloo/http_store.cc
+- Horovod's Gloo rendezvous store: horovod/horovod@1470403c22d1:horovod/common/gloo/http_store.cc
   (``Wait timeout after N seconds for key(s): K``, thrown by ``HTTPStore::wait``).
-- PyTorch's c10d TCPStore client: pytorch/pytorch@v2.3.0:torch/csrc/distributed/c10d/socket.cpp
-  (``The client socket has timed out after Nms while trying to connect to (HOST, PORT)``) and
-  torch/csrc/distributed/c10d/TCPStore.cpp (``Timed out after N seconds waiting for clients``).
-- Open MPI's TCP BTL: open-mpi/ompi@v4.1.6:opal/mca/btl/tcp/btl_tcp_endpoint.c
-  (``btl_tcp_endpoint_complete_connect: connect() to ADDR failed: …``).
-- srun's task exit report: SchedMD/slurm@slurm-23-11-1-1:src/srun/srun_job.c and its test
-  testsuite/python/tests/test_116_10.py (``error: NODE: task N: Segmentation fault``, the text of
-  ``strsignal``).
+- Open MPI's TCP BTL help text: open-mpi/ompi@023a4a82d305:opal/mca/btl/tcp/help-mpi-btl-tcp.txt
+  (``[client connect fail]``: ``Open MPI failed to TCP connect to a peer MPI process``); the
+  ``connect() to ADDR failed: ERR`` line is its BTL_ERROR in opal/mca/btl/tcp/btl_tcp_endpoint.c
+  (not re-read this session).
+- PyTorch's c10d TCPStore client (pytorch/pytorch:torch/csrc/distributed/c10d/socket.cpp and
+  TCPStore.cpp; messages as PyTorch 2.x prints them, not re-read this session):
+  ``The client socket has timed out after Nms while trying to connect to (HOST, PORT)``,
+  ``Timed out after N seconds waiting for clients. M/N clients joined``.
+- srun's task exit report, ``error: NODE: task N: TEXT`` with TEXT from strsignal(3)
+  (SchedMD/slurm's own test of it: testsuite/python/tests, ``test_task_signal_abort_message``
+  expects ``Segmentation fault`` after ``kill -11``).
 - ENOSPC: ``[Errno 28] No space left on device`` (Python's ``OSError`` text for errno 28).
 """
 from __future__ import annotations
@@ -85,33 +88,37 @@ _Make = Callable[[re.Match, str], Cause]
 #: (regular expression, source, maker) read in order; the first that matches names the cause.
 PATTERNS: Sequence[Tuple[re.Pattern, str, _Make]] = (
     (re.compile(r"Wait timeout after (\d+) seconds for key\(s\): ?(.*)$"),
-     "horovod/horovod@v0.28.1:horovod/common/gloo/http_store.cc",
+     "horovod/horovod@1470403c22d1:horovod/common/gloo/http_store.cc",
      lambda m, line: Cause("rendezvous-timeout",
                            f"Gloo rendezvous timed out after {m.group(1)} s waiting for key(s) "
                            f"{m.group(2).strip() or '?'}{_port_in(line[:m.start()])}", start=m.start())),
     (re.compile(r"timed out after (\d+) ?ms while trying to connect to \(([^,]+), (\d+)\)"),
-     "pytorch/pytorch@v2.3.0:torch/csrc/distributed/c10d/socket.cpp",
+     "pytorch/pytorch@main:torch/csrc/distributed/c10d/socket.cpp",
      lambda m, line: Cause("rendezvous-timeout",
                            f"torch TCPStore timed out after {int(m.group(1)) // 1000} s connecting to "
                            f"{m.group(2)}, port {m.group(3)}", start=m.start())),
     (re.compile(r"Timed out after (\d+) seconds waiting for clients\. ?(\d+/\d+) clients joined"),
-     "pytorch/pytorch@v2.3.0:torch/csrc/distributed/c10d/TCPStore.cpp",
+     "pytorch/pytorch@main:torch/csrc/distributed/c10d/TCPStore.cpp",
      lambda m, line: Cause("rendezvous-timeout",
                            f"torch TCPStore timed out after {m.group(1)} s waiting for clients "
                            f"({m.group(2)} joined){_port_in(line)}", start=m.start())),
     (re.compile(r"connect\(\) to ([\w.:\-]+) failed: (.+?)\s*$"),
-     "open-mpi/ompi@v4.1.6:opal/mca/btl/tcp/btl_tcp_endpoint.c",
+     "open-mpi/ompi@main:opal/mca/btl/tcp/btl_tcp_endpoint.c",
      lambda m, line: Cause("connect-failed", f"Open MPI could not connect to {m.group(1)}: {m.group(2)}",
                            start=m.start())),
+    (re.compile(r"Open MPI failed to TCP connect to a peer MPI process"),
+     "open-mpi/ompi@023a4a82d305:opal/mca/btl/tcp/help-mpi-btl-tcp.txt",
+     lambda m, line: Cause("connect-failed", "Open MPI failed to TCP connect to a peer MPI process (a firewall "
+                           "or route between the nodes)", start=m.start())),
     (re.compile(r"(?i)(?:\[Errno 28\]|No space left on device|ENOSPC).*"),
      "errno 28 (ENOSPC) naming /dev/shm or shared memory (shm_open, NCCL, Gloo)",
      lambda m, line: Cause("shm-full", "/dev/shm full", start=m.start())),
     (re.compile(r"error: (\S+): tasks? ([\d\-,]+): (.+?)\s*$"),
-     "SchedMD/slurm@slurm-23-11-1-1:src/srun/srun_job.c",
+     "SchedMD/slurm@master:testsuite/python/tests (test_task_signal_abort_message)",
      lambda m, line: Cause("signal", _signal_name(m.group(3)), node=m.group(1),
                            task=external.small_int(m.group(2).split("-")[0].split(",")[0]), start=m.start())),
     (re.compile(r"exited with exit code (\d+)"),
-     "SchedMD/slurm@slurm-23-11-1-1:src/srun/srun_job.c",
+     "SchedMD/slurm@master:src/srun (task exit report)",
      lambda m, line: Cause("signal", f"died of {_exit_signal(int(m.group(1)))} (exit {m.group(1)})",
                            start=m.start())),
 )
