@@ -105,3 +105,13 @@ def test_open_mpi_help_text_connect_failure():
             "WARNING: Open MPI failed to TCP connect to a peer MPI process.  This\nshould not happen.\n")
     assert rk.failure_causes(text) == [
         "Open MPI failed to TCP connect to a peer MPI process (a firewall or route between the nodes)"]
+
+
+def test_job_output_read_as_bytes_names_node_rank_and_cause(tmp_path):
+    from envtool.steps.validate import judge
+
+    out = tmp_path / "job.out"
+    out.write_bytes(b" 0: envtool-probe probe on node1: hvd.init() in /home/jos\xe9/env\n"
+                    b"srun: error: node1: task 0: Segmentation fault (core dumped)\n")
+    assert judge.named_causes(None, out) == ["node1 rank 0: died of SIGSEGV"]
+    assert judge.shm_free_mib(type("Got", (), {"preflight": [{"shm_free_kib": "3072"}]})()) == 3.0

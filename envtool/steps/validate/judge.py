@@ -143,6 +143,11 @@ def shm_free_mib(got) -> Optional[float]:
     return min(free) if free else None
 
 
+def _controller_name(plan) -> str:
+    """The main step's check (its controller: ``horovod-mpi``, ``torch-gloo``…), or ``probe``."""
+    return str(plan.checks[0].name) if plan.checks else "probe"
+
+
 def _main_phase(plan) -> str:
     return plan.checks[0].phase if plan.checks else "probe"
 
@@ -193,7 +198,7 @@ def _ranks(plan, got, result: JobResult) -> None:
     if any(": no result" in p for p in result.problems):
         named = named_causes(None, plan.run_dir / "job.out", shm_free_mib(got))
         if named:
-            result.problems.append("the job output names: " + "; ".join(named))
+            result.problems.append(f"{_controller_name(plan)}: the job output names: " + "; ".join(named))
         said = rk.errors_in_output(plan.run_dir / "job.out")
         if said:
             result.problems.append("the job output says: " + " | ".join(said))
@@ -220,7 +225,8 @@ def job(plan, ended, pmi_result, got) -> JobResult:
         result.problems.append(f"job {ended.job_id} did not finish within {plan.options.timeout:.0f} s; it was "
                                f"cancelled; the last line each rank printed: "
                                f"{last_lines(ended.watch.output_at_timeout, run_dir / 'job.out', lay.ranks)}"
-                               + (f"; the output names: {'; '.join(said)}" if said else ""))
+                               + (f"; the output names ({_controller_name(plan)}): {'; '.join(said)}"
+                                  if said else ""))
     if plan.with_preflight and _preflight(plan, ended, pmi_result, got, result):
         return result
     if ended.state == wt.NODE_LOST:  # what the ranks left is a consequence: name the node, not every rank
