@@ -57,6 +57,8 @@ DIR = "preflight"
 SHM_MIN_KIB = 64 * 1024
 #: /dev/shm below this (KiB) is a warning: 1 GiB
 SHM_WARN_KIB = 1024 * 1024
+#: free space (KiB) below which the node-local directory is a warning: 1 GiB
+LOCAL_MIN_KIB = 1024 * 1024
 #: the files of an earlier run in the same run directory, removed before a new one
 STALE = ("task-*.txt", "listen-*.txt", "connected-*", "maps-*.txt", "interface.env", ".task-*", ".listen-*")
 
@@ -270,6 +272,7 @@ def judge(records: List[Dict[str, str]], nodes: int, prefix: Optional[Path],
                             f"hang or fail); fix: in /etc/hosts on {host} map the name to the node's network "
                             f"address instead: {q(line)}")
     problems += _judge_interface(records, nodes, site_path, warnings)
+    warnings += interface_differences(records)
     problems += _judge_shm(records, warnings)
     problems += _judge_nccl(records, prefix, run_dir)
     problems += _judge_gpu_gates(records, run_dir, site_gpu, ranks_per_node, warnings)
@@ -341,7 +344,43 @@ def _judge_shm(records: List[Dict[str, str]], warnings: List[str]) -> List[str]:
     if low:
         warnings.append(f"pre-flight: {_names(low)}: /dev/shm is below {SHM_WARN_KIB // 1024 // 1024} GiB: DataLoader "
                         f"workers with large batches may run out of it; to raise it: {fix}")
+    # free space, not size: a /dev/shm of many GiB that other jobs filled fails with ENOSPC (errno 28)
+    full = [(r, k) for r, k in ((r, external.small_int(r.get("shm_free_kib"))) for r in records)
+            if k is not None and 0 <= k < SHM_MIN_KIB]
+    if full and not small:
+        frees = ", ".join(f"{r.get('host', '?')} {k // 1024} MiB free" for r, k in full)
+        problems.append(f"pre-flight: {_names([r for r, _ in full])}: /dev/shm full ({frees}; at least "
+                        f"{SHM_MIN_KIB // 1024} MiB needed): NCCL, Gloo and DataLoader workers fail with "
+                        f"'No space left on device' (errno 28); fix: remove stale files there "
+                        f"({shlex.join(['ls', '-la', '/dev/shm'])}) or run without those nodes")
+    tight = [(r, k) for r, k in ((r, external.small_int(r.get("local_free_kib"))) for r in records)
+             if k is not None and 0 <= k < LOCAL_MIN_KIB]
+    if tight:
+        frees = ", ".join(f"{r.get('host', '?')} {r.get('local_path', '?')} {k // 1024} MiB free" for r, k in tight)
+        warnings.append(f"pre-flight: {_names([r for r, _ in tight])}: the node-local directory has little free "
+                        f"space ({frees}; below {LOCAL_MIN_KIB // 1024} MiB): caches and staged copies may fail "
+                        f"with 'No space left on device'")
     return problems
+
+
+def interface_differences(records: List[Dict[str, str]]) -> List[str]:
+    """Warnings when the nodes' interfaces differ: the interface name, or its MTU (``iface``,
+    ``iface_mtu`` of each node's record). Nodes whose interface names differ (one renamed while the
+    site names none) make NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME impossible to set once for all;
+    differing MTUs stall or slow large messages (fragmentation, jumbo frames dropped)."""
+    out: List[str] = []
+    for key, what in (("iface", "interface names"), ("iface_mtu", "interface MTUs")):
+        seen: Dict[str, List[Dict[str, str]]] = {}
+        for r in records:
+            v = r.get(key, "-") or "-"
+            if v != "-":
+                seen.setdefault(v, []).append(r)
+        if len(seen) > 1:
+            each = "; ".join(f"{_names(recs)}: {v}" for v, recs in sorted(seen.items()))
+            hint = ("set batch.interface in the site file only once every node has the same name"
+                    if key == "iface" else "give every node's interface the same MTU")
+            out.append(f"pre-flight: the nodes' {what} differ ({each}); {hint}")
+    return out
 
 
 def _judge_nccl(records: List[Dict[str, str]], prefix: Optional[Path], run_dir: Optional[Path]) -> List[str]:
@@ -413,15 +452,18 @@ def _judge_gpu_gates(records: List[Dict[str, str]], run_dir: Optional[Path], sit
 
 def table(records: List[Dict[str, str]]) -> str:
     """One line per node: host, prefix, lockfile sha256 (12 hex), address the hostname resolves to,
-    interface (and its address), the nodes it reached, the size of /dev/shm."""
+    interface (its address and MTU), the nodes it reached, the size and free space of /dev/shm."""
     rows = [("node", "prefix", "lock sha256", "hostname resolves to", "interface", "reaches", "/dev/shm")]
     for r in records:
         prefix = r.get("prefix", "?")
         iface = r.get("iface", "-")
         iface += "" if r.get("iface_state", "present") == "present" else " (missing)"
         iface += f" {r['iface_addr']}" if r.get("iface_addr", "-") != "-" else ""
+        iface += f" mtu {r['iface_mtu']}" if r.get("iface_mtu", "-") not in ("", "-") else ""
         kib = external.small_int(r.get("shm_kib"))
+        free = external.small_int(r.get("shm_free_kib"))
         shm = f"{kib // 1024} MiB" if kib is not None and kib >= 0 else "-"
+        shm += f" ({free // 1024} MiB free)" if free is not None and free >= 0 else ""
         rows.append((r.get("host", "?"), "-" if prefix == "-" else prefix,
                      (r.get("lock_sha256") or "-")[:12], r.get("first_addr", "-"), iface,
                      r.get("reach") or "-", shm))

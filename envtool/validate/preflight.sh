@@ -157,6 +157,11 @@ rc=0
     echo "own_addrs=$(timeout 10 hostname -I 2>/dev/null)"
     # /dev/shm: NCCL's intra-node transport and the DataLoader's workers put their buffers there
     echo "shm_kib=$(timeout 10 df -kP /dev/shm 2>/dev/null | awk 'NR==2 {print $2}')"
+    # free, not size: a full /dev/shm fails NCCL/Gloo/DataLoader with ENOSPC (errno 28)
+    echo "shm_free_kib=$(timeout 10 df -kP /dev/shm 2>/dev/null | awk 'NR==2 {print $4}')"
+    # the node-local directory jobs write to (TMPDIR, else /tmp): its free space
+    echo "local_path=${TMPDIR:-/tmp}"
+    echo "local_free_kib=$(timeout 10 df -kP "${TMPDIR:-/tmp}" 2>/dev/null | awk 'NR==2 {print $4}')"
     # the interface: the site's, or the one that holds the address the hostname resolves to
     if [ "$iface_want" != "-" ]; then
         iface="$iface_want"; echo "iface_source=site"
@@ -171,6 +176,7 @@ rc=0
     if [ -n "$iface" ] && timeout 10 ip -o link show dev "$iface" >/dev/null 2>&1; then
         echo "iface_state=present"
         iaddr="$(timeout 10 ip -o -4 addr show dev "$iface" 2>/dev/null | awk '{split($4, p, "/"); print p[1]; exit}')"
+        echo "iface_mtu=$(timeout 10 ip -o link show dev "$iface" 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "mtu") {print $(i + 1); exit}}')"
     else
         echo "iface_state=missing"
     fi

@@ -11,6 +11,8 @@ import shutil
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, TypedDict, Union
 
+from envtool.validate import causes
+
 PROBE_FILE = Path(__file__).with_name("rank_probe.py")
 #: Standalone helpers the rank probe imports from its own directory (TensorFlow's checks).
 PROBE_HELPERS = (Path(__file__).parent.parent / "probes" / "tf_checks.py",)
@@ -157,27 +159,61 @@ def errors_in_output(path: Path, limit: int = 3) -> List[str]:
         key = re.sub(r"^\[[^\]]*:\d+\]\s*", "", re.sub(r"^\d+:\s*", "", s))
         if ("error" in low or "abort" in low or "not built with" in low) and key not in seen:
             seen.add(key)
-            out.append(s[:200])
+            out.append(causes.excerpt(s))
             if len(out) >= limit:
                 break
     return out
 
 
 def last_lines(text: str) -> Dict[int, str]:
-    """The last non-empty line each task printed, from output that srun labelled with the task
-    number (``--label``/``SLURM_LABELIO``: ``TASK: line``, the number right-aligned): task → line
-    (at most 200 characters)."""
+    """The line that names each task's failure, else the last non-empty line it printed, from
+    output that srun labelled with the task number (``--label``/``SLURM_LABELIO``: ``TASK: line``,
+    the number right-aligned): task → line (at most 200 characters, cut by
+    :func:`envtool.validate.causes.excerpt` so that the cause stays in)."""
     import re
 
     from envtool.core import external
 
     out: Dict[int, str] = {}
+    named = set()
     for line in text.splitlines():
         m = re.match(r"^\s*(\d+): ?(.*)$", line)
         # slurmstepd's own lines (a step being cancelled) are not what the rank printed
         task = external.small_int(m.group(1)) if m else None
         if m and task is not None and m.group(2).strip() and not m.group(2).startswith("slurmstepd"):
-            out[task] = m.group(2).strip()[:200]
+            said = m.group(2).strip()
+            if causes.read(said) is not None:
+                named.add(task)
+            elif task in named:
+                continue  # a later line (a traceback's frame, a stack dump) does not replace the cause
+            out[task] = causes.excerpt(said)
+    return out
+
+
+def failure_causes(text: str, shm_free_mib: Optional[float] = None) -> List[str]:
+    """One line per cause the job output names (:mod:`envtool.validate.causes`), with the node
+    and rank where the output says them: ``node2 rank 1: died of SIGSEGV``,
+    ``rank 0: Gloo rendezvous timed out after 30 s waiting for key(s) [2], port 41777 on node1``.
+    ``text`` is the decoded job output; srun's ``TASK:`` labels give the rank."""
+    import re
+
+    from envtool.core import external
+
+    out: List[str] = []
+    seen = set()
+    for line in text.splitlines():
+        m = re.match(r"^\s*(\d+): ?(.*)$", line)
+        task = external.small_int(m.group(1)) if m else None
+        said = m.group(2) if m and task is not None else line
+        c = causes.read(said, shm_free_mib)
+        if c is None:
+            continue
+        rank = c.task if c.task is not None else task
+        where = " ".join(w for w in ((c.node or ""), (f"rank {rank}" if rank is not None else "")) if w)
+        item = f"{where}: {c.text}" if where else c.text
+        if item not in seen:
+            seen.add(item)
+            out.append(item)
     return out
 
 

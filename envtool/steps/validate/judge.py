@@ -119,6 +119,35 @@ def last_lines(text: Optional[str], path: Path, ranks: int) -> str:
     return "; ".join(f"rank {r}: {last[r]!r}" if r in last else f"rank {r}: printed nothing" for r in range(ranks))
 
 
+def named_causes(text: Optional[str], path: Path, shm_free: Optional[float] = None) -> List[str]:
+    """The causes the job output names (:func:`envtool.validate.ranks.failure_causes`: node, rank and
+    cause), from ``text`` (the output when the job was cancelled) or else the file at ``path``, read
+    as bytes and decoded by :func:`envtool.core.external.decode`."""
+    from envtool.core import external
+
+    if text is None:
+        try:
+            text = external.decode(path.read_bytes())
+        except OSError:
+            text = ""
+    return rk.failure_causes(text, shm_free)
+
+
+def shm_free_mib(got) -> Optional[float]:
+    """The least free MiB on ``/dev/shm`` the pre-flight's nodes reported (``shm_free_kib``), or None."""
+    from envtool.core import external
+
+    kib = [external.small_int(n.get("shm_free_kib")) for n in (getattr(got, "preflight", None) or [])
+           if isinstance(n, dict)]
+    free = [k / 1024 for k in kib if k is not None and k >= 0]
+    return min(free) if free else None
+
+
+def _controller_name(plan) -> str:
+    """The main step's check (its controller: ``horovod-mpi``, ``torch-gloo``…), or ``probe``."""
+    return str(plan.checks[0].name) if plan.checks else "probe"
+
+
 def _main_phase(plan) -> str:
     return plan.checks[0].phase if plan.checks else "probe"
 
@@ -167,6 +196,9 @@ def _ranks(plan, got, result: JobResult) -> None:
     result.problems += rk.judge(recs, plan.layout.ranks, expected_warnings(target))
     result.warnings += rk.shutdown_warnings(recs)
     if any(": no result" in p for p in result.problems):
+        named = named_causes(None, plan.run_dir / "job.out", shm_free_mib(got))
+        if named:
+            result.problems.append(f"{_controller_name(plan)}: the job output names: " + "; ".join(named))
         said = rk.errors_in_output(plan.run_dir / "job.out")
         if said:
             result.problems.append("the job output says: " + " | ".join(said))
@@ -189,9 +221,12 @@ def job(plan, ended, pmi_result, got) -> JobResult:
                        launch_note=plan.launch_note)
     result.problems = lost_nodes(plan.sched, ended.job_id, ended.watch, run_dir, plan.script)
     if ended.state == wt.TIMED_OUT:
+        said = named_causes(ended.watch.output_at_timeout, run_dir / "job.out", shm_free_mib(got))
         result.problems.append(f"job {ended.job_id} did not finish within {plan.options.timeout:.0f} s; it was "
                                f"cancelled; the last line each rank printed: "
-                               f"{last_lines(ended.watch.output_at_timeout, run_dir / 'job.out', lay.ranks)}")
+                               f"{last_lines(ended.watch.output_at_timeout, run_dir / 'job.out', lay.ranks)}"
+                               + (f"; the output names ({_controller_name(plan)}): {'; '.join(said)}"
+                                  if said else ""))
     if plan.with_preflight and _preflight(plan, ended, pmi_result, got, result):
         return result
     if ended.state == wt.NODE_LOST:  # what the ranks left is a consequence: name the node, not every rank
