@@ -189,7 +189,7 @@ def job(plan, ended, pmi_result, got) -> JobResult:
                        launch_note=plan.launch_note)
     result.problems = lost_nodes(plan.sched, ended.job_id, ended.watch, run_dir, plan.script)
     if ended.state == wt.TIMED_OUT:
-        result.problems.append(f"job {ended.job_id} did not finish within {plan.options.timeout:.0f} s; it was "
+        result.problems.append(f"job {ended.job_id} did not finish within {plan.timeout:.0f} s; it was "
                                f"cancelled; the last line each rank printed: "
                                f"{last_lines(ended.watch.output_at_timeout, run_dir / 'job.out', lay.ranks)}")
     if plan.with_preflight and _preflight(plan, ended, pmi_result, got, result):
