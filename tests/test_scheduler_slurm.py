@@ -258,7 +258,8 @@ def test_a_dead_rank_ends_each_controllers_step_within_60_s(slurm_cluster, slurm
     site_packages = next(venv.glob("lib/python3*/site-packages"))
     (site_packages / "sitecustomize.py").write_text(
         "import os, sys, time\n"
-        "if any(a.endswith('rank_probe.py') for a in getattr(sys, 'orig_argv', ())) and 'SLURM_STEP_ID' in os.environ:\n"
+        "probe = any(a.endswith('rank_probe.py') for a in getattr(sys, 'orig_argv', ()))\n"
+        "if probe and 'SLURM_STEP_ID' in os.environ:\n"
         "    if os.environ.get('SLURM_PROCID') == '1':\n"
         "        os._exit(1)\n"
         "    time.sleep(3600)\n")
