@@ -246,3 +246,31 @@ def test_any_failure_after_submit_cancels_the_job(slurm_cluster, slurm_site, tmp
     while slurm_cluster.queue() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert slurm_cluster.queue() == ""
+
+
+def test_a_dead_rank_ends_each_controllers_step_within_60_s(slurm_cluster, slurm_site, tmp_path):
+    """Issue 45, item 1: in one job, each controller's step (Horovod MPI, Horovod Gloo,
+    torch.distributed) has rank 1 exit 1 at start while rank 0 hangs; ``srun --kill-on-bad-exit=1``
+    ends every step at once, so the whole job ends in well under 60 s (exit 1, FAILED). Without it
+    rank 0 waits until --timeout (300 s here)."""
+    venv = tmp_path / "dies"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site_packages = next(venv.glob("lib/python3*/site-packages"))
+    (site_packages / "sitecustomize.py").write_text(
+        "import os, sys, time\n"
+        "probe = any(a.endswith('rank_probe.py') for a in getattr(sys, 'orig_argv', ()))\n"
+        "if probe and 'SLURM_STEP_ID' in os.environ:\n"
+        "    if os.environ.get('SLURM_PROCID') == '1':\n"
+        "        os._exit(1)\n"
+        "    time.sleep(3600)\n")
+    started = time.monotonic()
+    proc = envtool(slurm_cluster, "validate", "--prefix", venv, "--site-file", slurm_site, "--submit",
+                   "--nodes", "1", "--ranks-per-node", "2", "--sweep-max", "0", "--timeout", "300",
+                   "--workdir", tmp_path / "run")
+    took = time.monotonic() - started
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    assert took <= 60, f"{took:.0f} s\n{proc.stderr}"
+    assert "FAILED" in proc.stderr + proc.stdout
+    script = (tmp_path / "run" / "job.sh").read_text()
+    assert script.count("--kill-on-bad-exit=1") == 3, script
+    assert slurm_cluster.queue() == ""

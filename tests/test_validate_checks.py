@@ -64,6 +64,27 @@ def test_dry_run_json_is_the_plan(tmp_path, venv_prefix):
     assert not (tmp_path / "run").exists()
 
 
+def test_every_step_is_bounded_and_the_job_has_a_default_timeout(tmp_path, venv_prefix):
+    """Issue 45, item 1: each check's srun line ends the step when one task exits non-zero
+    (``--kill-on-bad-exit=1``, Slurm's declared capability) and has its own ``--time`` from the work
+    (import + rendezvous + 24 sweep sizes to 64 MiB: 180 + 120 + 240 s = 9 min); without --timeout the
+    job's overall limit is derived and shown in the plan and its JSON; --timeout replaces it."""
+    proc = run_envtool(*_dry(tmp_path, venv_prefix, _site(tmp_path), "--json"))
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)["plan"]
+    lines = [ln for ln in plan["script_text"].splitlines() if "rank_probe.py" in ln and "srun" in ln]
+    assert len(lines) == 3, plan["script_text"]  # MPI, Gloo, torch.distributed
+    assert all("srun --kill-on-bad-exit=1 --time=9 " in ln for ln in lines), lines
+    assert plan["timeout"] == {"seconds": 600 + 3 * 540, "source": plan["timeout"]["source"]}
+    assert plan["timeout"]["source"].startswith("derived")
+    text = run_envtool(*_dry(tmp_path, venv_prefix, _site(tmp_path))).stdout
+    assert "timeout: 2220 s (derived" in text, text
+    own = json.loads(run_envtool(*_dry(tmp_path, venv_prefix, _site(tmp_path), "--json", "--timeout", "77")).stdout)
+    assert own["plan"]["timeout"] == {"seconds": 77.0, "source": "--timeout"}
+    pbs = json.loads(run_envtool(*_dry(tmp_path, venv_prefix, _site(tmp_path, "pbs"), "--json")).stdout)["plan"]
+    assert "--kill-on-bad-exit" not in pbs["script_text"] and pbs["timeout"]["seconds"] == 600 + 540
+
+
 def test_a_site_without_a_step_launcher_runs_the_site_launch_only(tmp_path, venv_prefix):
     """PBS has no per-step PMI choice (``srun --mpi=none``): no rendezvous checks, no pre-flight."""
     proc = run_envtool(*_dry(tmp_path, venv_prefix, _site(tmp_path, "pbs"), "--json"))

@@ -43,7 +43,9 @@ def register(sub) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="draw the benchmark's samples/s and efficiency (matplotlib)")
     p.add_argument("--workdir", metavar="DIR",
                    help="run directory of a --submit job, seen by the compute nodes (default ./envtool-validate-TIME)")
-    p.add_argument("--timeout", type=seconds_arg, help="seconds to wait for the job before cancelling it (default: no limit)")
+    p.add_argument("--timeout", type=seconds_arg, help="seconds to wait for the job before cancelling it (default: derived from the plan, "
+                        "shown by --dry-run: the queue, pre-flight and check-build, then each check's step "
+                        "bounded by its import, rendezvous and sweep)")
     p.add_argument("--export", choices=("reframe",),
                    help="write the validation as a ReFrame regression test and the site's ReFrame settings "
                         "instead of running it (docs/validating-across-nodes.md)")

@@ -71,6 +71,10 @@ class LaunchStep:
             launcher line as its child, e.g. the rendezvous server of a Gloo step), or ().
         mpi: Slurm only: the ``srun --mpi=`` plugin of this step instead of the site's
             (``none`` for ranks that must not start through PMI), or None.
+        seconds: the step's own time limit (s), written with the scheduler's
+            :attr:`Capabilities.step_time` option (rounded up to whole minutes), or None.
+        bounded: a task exiting non-zero ends the step: the scheduler's
+            :attr:`Capabilities.kill_on_bad_exit` words are added to the launcher's.
     """
 
     argv: Tuple[str, ...]
@@ -82,6 +86,8 @@ class LaunchStep:
     early: bool = False
     wrap: Tuple[str, ...] = ()
     mpi: Optional[str] = None
+    seconds: Optional[int] = None
+    bounded: bool = False
 
 
 @dataclass(frozen=True)
@@ -304,6 +310,15 @@ class Capabilities:
             (:mod:`envtool.scheduler.ddp`) are not written for it.
         first_node: a shell command that prints the job's first node (Slurm: ``scontrol show
             hostnames "$SLURM_JOB_NODELIST" | head -n 1``), or ``""``.
+        kill_on_bad_exit: the words the step launcher takes so that one task exiting non-zero ends
+            the whole step (Slurm: ``--kill-on-bad-exit=1``, srun(1),
+            https://slurm.schedmd.com/srun.html#OPT_kill-on-bad-exit), or ``()``: the launcher
+            ends the step itself (Open MPI's mpirun aborts the job when a process exits non-zero,
+            mpirun(1) "Termination", https://www.open-mpi.org/doc/v4.1/man1/mpirun.1.php) or the
+            scheduler has no such option declared yet.
+        step_time: the step launcher's option for a step's own time limit in whole minutes (Slurm:
+            ``--time``, srun(1), https://slurm.schedmd.com/srun.html#OPT_time: a step past it is
+            ended), or ``""``: the step is bounded by the job's limit and ``validate --timeout`` only.
     """
 
     submits: bool = True
@@ -315,6 +330,8 @@ class Capabilities:
     step_launcher: str = ""
     task_vars: Tuple[str, ...] = ()
     first_node: str = ""
+    kill_on_bad_exit: Tuple[str, ...] = ()
+    step_time: str = ""
 
 
 def capabilities(sched: object) -> Capabilities:

@@ -187,6 +187,22 @@ def render(req: JobRequest, version: str = "") -> str:
     return text
 
 
+def _bounds(sched, launch, step, words: List[str]) -> List[str]:
+    """The launcher words ``words`` with the step's bounds added after the program's name, where
+    the scheduler declares them for its step launcher (:class:`~envtool.scheduler.model.Capabilities`:
+    ``kill_on_bad_exit`` when ``step.bounded``, ``step_time`` in whole minutes when
+    ``step.seconds``); unchanged for any other launcher (its own behaviour bounds the step)."""
+    from envtool.scheduler.model import capabilities
+
+    caps = capabilities(sched)
+    if not words or not caps.step_launcher or launch.program != caps.step_launcher:
+        return words
+    extra: List[str] = list(caps.kill_on_bad_exit) if step.bounded else []
+    if step.seconds and caps.step_time:
+        extra.append(f"{caps.step_time}={max(1, -(-int(step.seconds) // 60))}")
+    return words[:1] + extra + words[1:]
+
+
 def _step_line(req: JobRequest, sched, launch, step) -> str:
     """The script line of one :class:`~envtool.scheduler.model.LaunchStep`.
 
@@ -202,9 +218,9 @@ def _step_line(req: JobRequest, sched, launch, step) -> str:
             raise UsageError(f"one task per node (the pre-flight) is not written for scheduler {sched.NAME} yet")
         words = per_node(req) + list(step.argv)
     else:
-        words = list(step.wrap) + (launch.batch_argv(req, layout, whole_job=step.layout is None, mpi=step.mpi)
-                                   if step.mpi else launch.batch_argv(req, layout, whole_job=step.layout is None)) \
-            + list(step.argv)
+        words = list(step.wrap) + _bounds(sched, launch, step, launch.batch_argv(
+            req, layout, whole_job=step.layout is None, mpi=step.mpi) if step.mpi else launch.batch_argv(
+            req, layout, whole_job=step.layout is None)) + list(step.argv)
     line = quote_words(words)
     if step.redirect:
         line += f" >> {shlex.quote(step.redirect)} 2>&1"

@@ -35,12 +35,15 @@ DIRECTIVE = "#SBATCH"
 DEFAULT_LAUNCHER: Optional[str] = "srun"
 SUBMIT_STDIN = False
 #: what Slurm can do: ``sbcast`` a file to the job's nodes, ``srun --label`` output, ``srun --overlap``
-#: per-node steps, a pre-flight per node, nodes named by ``sinfo``/``srun``, validation steps on ``srun --mpi=``
+#: per-node steps, a pre-flight per node, nodes named by ``sinfo``/``srun``, validation steps on ``srun --mpi=``,
+#: a step ended by one task's non-zero exit and by its own ``--time``
 CAPABILITIES = Capabilities(broadcast=("sbcast", "--force"), label_output=(("SLURM_LABELIO", "1"),),
                             overlap="--overlap", preflight=True, names_nodes=True, step_launcher="srun",
                             task_vars=("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_JOB_NUM_NODES",
                                        "SLURM_JOB_ID"),
-                            first_node='scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1')
+                            first_node='scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1',
+                            # srun(1): https://slurm.schedmd.com/srun.html#OPT_kill-on-bad-exit and #OPT_time
+                            kill_on_bad_exit=("--kill-on-bad-exit=1",), step_time="--time")
 #: Job states (``squeue %T``) that mean "waiting", "running", or finished.
 QUEUED = ("PENDING", "CONFIGURING", "REQUEUED", "RESV_DEL_HOLD", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED",
           "RESIZING")

@@ -38,6 +38,14 @@ from envtool.validate.launches import ImageRun, JobContext, in_image
 
 #: Seconds a Gloo or torch.distributed step may take when ``--timeout`` is not given.
 RENDEZVOUS_SECONDS = 900
+#: The bounds of one check's step (s), from the work it does: importing the frameworks (OLCF measured
+#: ``import torch`` at 64 ranks taking 51 s from Lustre, :data:`envtool.validate.ranks.SLOW_IMPORT_SECONDS`
+#: is 10: three times the slow case), the controller's rendezvous, and each size of the sweep.
+STEP_IMPORT_SECONDS = 180
+STEP_RENDEZVOUS_SECONDS = 120
+STEP_SWEEP_SECONDS_PER_SIZE = 10
+#: The job's parts outside the check steps (s): the wait in the queue, the pre-flight and check-build.
+JOB_OVERHEAD_SECONDS = 600
 Progress = Callable[[str], None]
 
 
@@ -95,6 +103,8 @@ class JobPlan:
         launch_note: how the torch.distributed checks start and where that choice came from
             (``--launch`` or the site file's ``launch.default``), or None when each check keeps
             its own launch.
+        timeout: seconds the watch waits before cancelling the job (``--timeout``, else
+            :func:`default_timeout`); timeout_source: where it came from, in words.
     """
 
     target: Target
@@ -112,6 +122,8 @@ class JobPlan:
     poll_max: float = wt.JOB_POLL_MAX
     steps: Tuple[Step, ...] = ()
     launch_note: Optional[str] = None
+    timeout: Optional[float] = None
+    timeout_source: str = "--timeout"
 
     def to_dict(self) -> Dict[str, Any]:
         """JSON-ready form (``validate --submit --dry-run --json``)."""
@@ -121,7 +133,8 @@ class JobPlan:
                 "layout": {"nodes": lay.nodes, "ranks": lay.ranks, "ranks_per_node": lay.ranks_per_node},
                 "checks": [c.to_dict() for c in self.checks], "preflight": self.with_preflight,
                 "launcher_note": self.launcher_note, "launch_note": self.launch_note,
-                "steps": [s.to_dict() for s in self.steps]}
+                "steps": [s.to_dict() for s in self.steps],
+                "timeout": {"seconds": self.timeout, "source": self.timeout_source}}
 
 
 def _refuse(target: Target, opts: JobOptions, with_preflight: bool) -> None:
@@ -246,7 +259,27 @@ def _launch_steps(target: Target, opts: JobOptions, sched, run_dir: Path, checks
                      caps=capabilities(sched), layout=make_layout(target.site, opts.nodes, opts.ranks_per_node,
                                                                   opts.gpus_per_rank), site=target.site)
     out.append(_check_build_step(target, ctx))
-    return out + [vc.launch_for(c, "job").build(c, ctx) for c in checks]
+    limit = step_seconds(opts)
+    return out + [dataclasses.replace(vc.launch_for(c, "job").build(c, ctx), bounded=True, seconds=limit)
+                  for c in checks]
+
+
+def step_seconds(opts: JobOptions) -> int:
+    """The time limit (s) of one check's step: :data:`STEP_IMPORT_SECONDS` + :data:`STEP_RENDEZVOUS_SECONDS`
+    + :data:`STEP_SWEEP_SECONDS_PER_SIZE` for each size of the sweep up to ``opts.sweep_max`` (the
+    benchmark's steps get the same bound)."""
+    sizes = sum(1 for size in sweep.SIZES if size <= opts.sweep_max) if opts.sweep_max else 0
+    return STEP_IMPORT_SECONDS + STEP_RENDEZVOUS_SECONDS + STEP_SWEEP_SECONDS_PER_SIZE * sizes
+
+
+def default_timeout(opts: JobOptions, steps: int) -> int:
+    """``validate --submit``'s overall limit (s) when ``--timeout`` is not given: every bounded step at
+    its :func:`step_seconds`, plus :data:`JOB_OVERHEAD_SECONDS` (queue, pre-flight, check-build).
+
+    Args:
+        opts: the request; steps: the job's bounded steps (checks and benchmark points).
+    """
+    return JOB_OVERHEAD_SECONDS + steps * step_seconds(opts)
 
 
 def _benchmark_steps(target: Target, opts: JobOptions, run_dir: Path, lay: Layout,
@@ -255,10 +288,13 @@ def _benchmark_steps(target: Target, opts: JobOptions, run_dir: Path, lay: Layou
     (PyTorch's CNN, or the same network as a Keras step for ``tensorflow``)."""
     probe = run_dir / "rank_probe.py"
     one = Layout(1, 1, lay.gpus_per_rank, lay.cpus_per_rank)
+    limit = step_seconds(opts)
     return [LaunchStep(tuple(rk.probe_argv(target.python, probe, run_dir, "bench-1", batch_size=opts.batch_size,
-                                           steps=opts.steps, framework=framework)), layout=one),
+                                           steps=opts.steps, framework=framework)), layout=one, bounded=True,
+                       seconds=limit),
             LaunchStep(tuple(rk.probe_argv(target.python, probe, run_dir, f"bench-{lay.ranks}",
-                                           batch_size=opts.batch_size, steps=opts.steps, framework=framework)))]
+                                           batch_size=opts.batch_size, steps=opts.steps, framework=framework)),
+                       bounded=True, seconds=limit)]
 
 
 def _request(target: Target, opts: JobOptions, run_dir: Path, steps: List[LaunchStep], extra_env):
@@ -311,11 +347,17 @@ def plan_job(target: Target, opts: JobOptions, progress: Progress = lambda s: No
     req, text = _script(target, opts, sched, run_dir, steps)
     script = run_dir / "job.sh"
     submit = tuple(wt.pasteable_submit_argv(sched, script)) if capabilities(sched).submits else ("bash", str(script))
+    bounded = sum(1 for st in req.steps if st.bounded)
+    timeout, source = (opts.timeout, "--timeout") if opts.timeout is not None else \
+        (float(default_timeout(opts, bounded)), f"derived: {JOB_OVERHEAD_SECONDS} s for the queue, pre-flight and "
+                                                f"check-build + {bounded} step(s) x {step_seconds(opts)} s; "
+                                                "--timeout overrides")
     plan = JobPlan(target=target, options=opts, sched=sched, run_dir=run_dir, script=script, text=text,
                    submit=submit, checks=checks, layout=req.layout, with_preflight=with_preflight,
                    launcher_note=note, image=image, poll_max=poll_max,
                    launch_note=None if choice is None else f"torch.distributed checks: launch {choice.name}, "
-                                                            f"{choice.origin}")
+                                                            f"{choice.origin}",
+                   timeout=timeout, timeout_source=source)
     return dataclasses.replace(plan, steps=tuple(_steps(plan)))
 
 
@@ -353,6 +395,7 @@ def format_plan(plan: JobPlan) -> str:
              + (", ".join(c.name for c in plan.checks) or "none")]
     if plan.launch_note:
         lines.append(plan.launch_note)
+    lines.append(f"timeout: {plan.timeout:.0f} s ({plan.timeout_source}); on expiry the job is cancelled")
     for i, step in enumerate(plan.steps, 1):
         lines.append(f"{i}. [{step.id}] {step.title}")
         lines += [f"   $ {line}" for line in step.shell_lines(with_env=False)]

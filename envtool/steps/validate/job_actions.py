@@ -96,7 +96,7 @@ def watch(step: Step, runner: StepContext) -> Ended:
     job_id = runner.results["submit"]
     seen = wt.JobWatch(output=plan.run_dir / "job.out")
     try:
-        state, code = wt.wait(plan.sched, job_id, runner.progress, plan.options.timeout, seen, plan.poll_max)
+        state, code = wt.wait(plan.sched, job_id, runner.progress, plan.timeout, seen, plan.poll_max)
     except BaseException:
         if seen.cancelled:
             runner.results["cancelled"] = job_id  # wait() cancelled it before re-raising
@@ -108,7 +108,7 @@ def watch(step: Step, runner: StepContext) -> Ended:
 def run_script(step: Step, runner: StepContext) -> Ended:
     """No scheduler: run the script here (:func:`envtool.steps.validate.watch.run_local_script`)."""
     plan = step.data
-    state, code = wt.run_local_script(plan.script, plan.run_dir, runner.progress, plan.options.timeout)
+    state, code = wt.run_local_script(plan.script, plan.run_dir, runner.progress, plan.timeout)
     return Ended(None, state, code, wt.JobWatch(output=plan.run_dir / "job.out"))
 
 

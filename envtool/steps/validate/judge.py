@@ -222,7 +222,7 @@ def job(plan, ended, pmi_result, got) -> JobResult:
     result.problems = lost_nodes(plan.sched, ended.job_id, ended.watch, run_dir, plan.script)
     if ended.state == wt.TIMED_OUT:
         said = named_causes(ended.watch.output_at_timeout, run_dir / "job.out", shm_free_mib(got))
-        result.problems.append(f"job {ended.job_id} did not finish within {plan.options.timeout:.0f} s; it was "
+        result.problems.append(f"job {ended.job_id} did not finish within {plan.timeout:.0f} s; it was "
                                f"cancelled; the last line each rank printed: "
                                f"{last_lines(ended.watch.output_at_timeout, run_dir / 'job.out', lay.ranks)}"
                                + (f"; the output names ({_controller_name(plan)}): {'; '.join(said)}"
