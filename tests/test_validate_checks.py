@@ -74,7 +74,9 @@ def test_every_step_is_bounded_and_the_job_has_a_default_timeout(tmp_path, venv_
     plan = json.loads(proc.stdout)["plan"]
     lines = [ln for ln in plan["script_text"].splitlines() if "rank_probe.py" in ln and "srun" in ln]
     assert len(lines) == 3, plan["script_text"]  # MPI, Gloo, torch.distributed
-    assert all("srun --kill-on-bad-exit=1 --time=9 " in ln for ln in lines), lines
+    # srun's own options, then the bounds, then the program
+    assert all("--kill-on-bad-exit=1 --time=9 " in ln.split("rank_probe.py")[0].split("srun ", 1)[1]
+               for ln in lines), lines
     assert plan["timeout"] == {"seconds": 600 + 3 * 540, "source": plan["timeout"]["source"]}
     assert plan["timeout"]["source"].startswith("derived")
     text = run_envtool(*_dry(tmp_path, venv_prefix, _site(tmp_path))).stdout

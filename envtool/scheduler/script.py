@@ -188,7 +188,7 @@ def render(req: JobRequest, version: str = "") -> str:
 
 
 def _bounds(sched, launch, step, words: List[str]) -> List[str]:
-    """The launcher words ``words`` with the step's bounds added after the program's name, where
+    """The launcher words ``words`` with the step's bounds added after the launcher's own options, where
     the scheduler declares them for its step launcher (:class:`~envtool.scheduler.model.Capabilities`:
     ``kill_on_bad_exit`` when ``step.bounded``, ``step_time`` in whole minutes when
     ``step.seconds``); unchanged for any other launcher (its own behaviour bounds the step)."""
@@ -200,7 +200,7 @@ def _bounds(sched, launch, step, words: List[str]) -> List[str]:
     extra: List[str] = list(caps.kill_on_bad_exit) if step.bounded else []
     if step.seconds and caps.step_time:
         extra.append(f"{caps.step_time}={max(1, -(-int(step.seconds) // 60))}")
-    return words[:1] + extra + words[1:]
+    return words + extra
 
 
 def _step_line(req: JobRequest, sched, launch, step) -> str:
