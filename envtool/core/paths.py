@@ -319,17 +319,27 @@ def open_trusted_file(path: Path, what: str, instead: str, max_bytes: int) -> by
         problem = owned_problem(path, now, what, instead, kind="file", root_ok=True)
         if problem:
             raise UsageError(problem)
-        chunks = []
-        left = max_bytes + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        return read_fd_bounded(fd, max_bytes + 1)
     finally:
         os.close(fd)
+
+
+def read_fd_bounded(fd: int, limit: int, chunk_size: int = 1 << 20) -> bytes:
+    """At most ``limit`` bytes read from the open file descriptor ``fd`` (from its current offset to
+    its end), in reads of at most ``chunk_size`` bytes, so a huge or endless file costs bounded memory.
+    A caller that must tell "too large" from "exactly the limit" asks for one byte more than it allows.
+
+    Raises:
+        OSError: the read failed.
+    """
+    chunks, left = [], limit
+    while left > 0:
+        chunk = os.read(fd, min(left, chunk_size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def trusted_gid(group: Optional[str]) -> Optional[int]:

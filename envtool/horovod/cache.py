@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from envtool.core.paths import cache_root, check_cache, ensure_dir, own_directory, site_cache_problem
+from envtool.core.paths import cache_root, check_cache, ensure_dir, own_directory, read_fd_bounded, site_cache_problem
 
 
 @dataclass(frozen=True)
@@ -135,14 +135,7 @@ def key_json_text(entry: Path) -> str:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(22, "not a regular file", str(Path(entry) / "key.json"))
-        chunks, left = [], KEY_JSON_MAX
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks).decode("utf-8", errors="surrogateescape")
+        return read_fd_bounded(fd, KEY_JSON_MAX, 1 << 16).decode("utf-8", errors="surrogateescape")
     finally:
         os.close(fd)
 

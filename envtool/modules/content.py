@@ -17,11 +17,13 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
+from envtool.spec.names import ENV_KEY_RE
+
 #: Module name and version components: what Lmod and Environment Modules accept as a path
 #: component without quoting, and never ``.``-leading (hidden) or ``default``.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
-#: Environment variable names a modulefile may set (POSIX shell names).
-VAR_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Environment variable names a modulefile may set (POSIX shell names: the specs' own rule).
+VAR_RE = ENV_KEY_RE
 #: Control characters: Lmod 8.6 and Environment Modules 5.2 both emit a variable whose value
 #: holds a newline as two shell lines (the second is run as a command: seen with both on
 #: Debian 12), so values may not contain them. Text in whatis/help may (it is only displayed).

@@ -93,17 +93,17 @@ PATTERNS: Sequence[Tuple[re.Pattern, str, _Make]] = (
                            f"Gloo rendezvous timed out after {m.group(1)} s waiting for key(s) "
                            f"{m.group(2).strip() or '?'}{_port_in(line[:m.start()])}", start=m.start())),
     (re.compile(r"timed out after (\d+) ?ms while trying to connect to \(([^,]+), (\d+)\)"),
-     "pytorch/pytorch@main:torch/csrc/distributed/c10d/socket.cpp",
+     "pytorch/pytorch@8cf1b8e39425:torch/csrc/distributed/c10d/socket.cpp",
      lambda m, line: Cause("rendezvous-timeout",
                            f"torch TCPStore timed out after {int(m.group(1)) // 1000} s connecting to "
                            f"{m.group(2)}, port {m.group(3)}", start=m.start())),
     (re.compile(r"Timed out after (\d+) seconds waiting for clients\. ?(\d+/\d+) clients joined"),
-     "pytorch/pytorch@main:torch/csrc/distributed/c10d/TCPStore.cpp",
+     "pytorch/pytorch@b874478480be:torch/csrc/distributed/c10d/TCPStore.cpp",
      lambda m, line: Cause("rendezvous-timeout",
                            f"torch TCPStore timed out after {m.group(1)} s waiting for clients "
                            f"({m.group(2)} joined){_port_in(line)}", start=m.start())),
     (re.compile(r"connect\(\) to ([\w.:\-]+) failed: (.+?)\s*$"),
-     "open-mpi/ompi@main:opal/mca/btl/tcp/btl_tcp_endpoint.c",
+     "open-mpi/ompi@06cd6b11343e:opal/mca/btl/tcp/btl_tcp_endpoint.c",
      lambda m, line: Cause("connect-failed", f"Open MPI could not connect to {m.group(1)}: {m.group(2)}",
                            start=m.start())),
     (re.compile(r"Open MPI failed to TCP connect to a peer MPI process"),

@@ -5,9 +5,8 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple
 
-from envtool.core.errors import SpecError
 from envtool.spec import load
-from envtool.spec.sites.reader import check_source, line_of
+from envtool.spec.sites.reader import check_source, list_section
 
 DETECT_KEYS = ("env", "hostname", "source")
 
@@ -48,19 +47,11 @@ class DetectRule:
 
 def parse_detect(spath: str, raw, source_ids) -> Tuple[DetectRule, ...]:
     """Parse the ``detect`` list (SpecError naming ``detect[i].<field>`` on a bad rule)."""
-    data = raw.get("detect")
-    if data is None:
-        return ()
-    line = line_of(raw, "detect")
-    if not isinstance(data, list):
-        raise SpecError(spath, "detect", "a list of rules, each with env: {VAR: glob} and/or hostname: glob",
-                        got=data, line=line)
+    items, line = list_section(spath, raw, "detect", "a list of rules, each with env: {VAR: glob} and/or hostname: glob",
+                               "a mapping with env: {VAR: glob} and/or hostname: glob")
     rules_out = []
-    for i, item in enumerate(data):
-        where = f"detect[{i}]"
-        if not isinstance(item, dict):
-            raise SpecError(spath, where, "a mapping with env: {VAR: glob} and/or hostname: glob", got=item, line=line)
-        d = load._Reader(spath, item, where, line=line)
+    for i, item in items:
+        d = load._Reader(spath, item, f"detect[{i}]", line=line)
         d.check_keys(DETECT_KEYS)
         env = d.str_map("env")
         hostname = d.str("hostname")

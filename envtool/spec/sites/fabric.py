@@ -26,16 +26,17 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Tuple
 
-from envtool.core.errors import SpecError
 from envtool.spec import load
 from envtool.spec import model as m
-from envtool.spec.sites.reader import line_of, require_source
+from envtool.spec.names import ENV_KEY_RE
+from envtool.spec.sites.reader import list_section, require_source
 
 FABRIC_KEYS = ("name", "value", "when", "module_sets", "modules", "mark", "source", "note")
 #: ``when``: ``always`` or a bound on the job's node count.
 WHEN_RE = re.compile(r"\s*nodes\s*(>=|>)\s*([0-9]{1,6})\s*")
 MODULE_GLOB_RE = re.compile(r"[A-Za-z0-9_.+/:@=,*?-]{1,200}")
-VAR_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+#: Longest variable name a fabric entry may set (characters).
+VAR_NAME_MAX = 128
 
 
 @dataclass(frozen=True)
@@ -100,21 +101,14 @@ def parse_fabric(spath: str, raw, source_ids: Sequence[str]) -> Tuple[FabricVar,
             ``module_sets`` or ``modules``, or a missing or unknown source — naming the file,
             line and ``fabric[i].<field>`` (exit 2).
     """
-    data = raw.get("fabric")
-    if data is None:
-        return ()
-    line = line_of(raw, "fabric")
-    if not isinstance(data, list):
-        raise SpecError(spath, "fabric", "a list of variables (name, value, when, module_sets, mark, source)",
-                        got=data, line=line)
+    items, line = list_section(spath, raw, "fabric", "a list of variables (name, value, when, module_sets, mark, source)",
+                               "a mapping (" + ", ".join(FABRIC_KEYS) + ")")
     out = []
-    for i, item in enumerate(data):
-        if not isinstance(item, dict):
-            raise SpecError(spath, f"fabric[{i}]", "a mapping (" + ", ".join(FABRIC_KEYS) + ")", got=item, line=line)
+    for i, item in items:
         r = load._Reader(spath, item, f"fabric[{i}]", line=line)
         r.check_keys(FABRIC_KEYS)
         name = r.get("name")
-        if not isinstance(name, str) or not VAR_RE.fullmatch(name):
+        if not isinstance(name, str) or len(name) > VAR_NAME_MAX or not ENV_KEY_RE.fullmatch(name):
             raise r.error("name", "a shell variable name (NCCL_NET)", got=name)
         value = r.get("value")
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):

@@ -2,7 +2,7 @@
 ``source`` names an entry of the file's ``sources``."""
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 from envtool.core.errors import SpecError
 from envtool.spec import load
@@ -31,6 +31,26 @@ def section(spath: str, raw, key: str, keys, expected: str):
     r = load._Reader(spath, data, key, line=line)
     r.check_keys(keys)
     return r
+
+
+def list_section(spath: str, raw, key: str, expected: str, item_expected: str) -> Tuple[List[Tuple[int, dict]], Optional[int]]:
+    """The items of the list section ``key`` of a site file, each a mapping, as ``(index, item)``
+    pairs, and the section's line (``([], None)`` when the file has no such section).
+
+    Raises:
+        SpecError: the section is not a list (``expected`` says what it should be) or an item is not a
+            mapping (``item_expected``); names the file, line and ``key[i]``.
+    """
+    data = raw.get(key)
+    if data is None:
+        return [], None
+    line = line_of(raw, key)
+    if not isinstance(data, list):
+        raise SpecError(spath, key, expected, got=data, line=line)
+    for i, item in enumerate(data):
+        if not isinstance(item, dict):
+            raise SpecError(spath, f"{key}[{i}]", item_expected, got=item, line=line)
+    return list(enumerate(data)), line
 
 
 def check_source(r, field: str, value: Optional[str], source_ids: Sequence[str]) -> None:
