@@ -121,6 +121,62 @@ def test_doctor_reads_tensorflows_own_view(cpu_tensorflow_env):
                                                 "devices": []}, gpu
 
 
+def test_lock_diff_sbom_modulefile_jobscript_and_pack_work_on_the_tensorflow_environment(cpu_tensorflow_env, tmp_path):
+    """Issue 40, item 4: what follows ``create`` on a TensorFlow-only environment. A lock snapshot
+    names TensorFlow and the built Horovod and ``diff`` finds no drift against it; the SBOM lists
+    them; an Lmod modulefile loads the environment and ``horovod.tensorflow`` imports through it;
+    a Slurm job script (Perlmutter's) activates it and warns that the environment is CPU-only; a
+    tar pack carries Horovod's TensorFlow extension and the lockfile."""
+    import tarfile
+
+    from test_modulefile import LMOD_INIT, module_shell
+
+    env = cpu_tensorflow_env / "env"
+    lock = tmp_path / "tf.conda-lock.yml"
+    proc = envtool("lock", "--prefix", env, "-o", lock, "--json", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    locked = lock.read_text()
+    for name, version in (("tensorflow-cpu", "2.12.1"), ("horovod", "0.28.1"), ("keras", "2.12.0")):
+        assert f"- name: {name}\n  version: {version}\n  manager: pip" in locked, name
+    proc = envtool("diff", "--prefix", env, "--lock", lock, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    drift = json.loads(proc.stdout)
+    assert (drift["added"], drift["removed"], drift["changed"]) == ([], [], []), drift
+
+    proc = envtool("sbom", "--prefix", env)
+    assert proc.returncode == 0, proc.stderr
+    components = {c["name"]: c.get("version") for c in json.loads(proc.stdout)["components"]}
+    assert components["tensorflow-cpu"] == "2.12.1" and components["horovod"] == "0.28.1", components
+
+    proc = envtool("modulefile", "--prefix", env, "--root", tmp_path / "modules", "--name", "tf/2.12", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "tensorflow-cpu 2.12.1" in " ".join(json.loads(proc.stdout)["content"]["whatis"])
+    if LMOD_INIT or os.environ.get("CI"):
+        assert LMOD_INIT, "Lmod is not installed (tests/setup.d/modules.sh)"
+        p = module_shell(LMOD_INIT, f"module use {tmp_path / 'modules'}; module load tf/2.12; "
+                         "python -c 'import horovod.tensorflow as hvd, sys; print(sys.prefix, hvd.__file__)'",
+                         timeout=scaled(300))
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert p.stdout.split()[0] == str(env) and "/horovod/tensorflow/" in p.stdout, p.stdout
+
+    job = tmp_path / "job.sh"
+    proc = envtool("jobscript", "--prefix", env, "--site", "perlmutter", "--account", "m0000", "--nodes", "2",
+                   "--output", job, "--", "python", "train.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = job.read_text()
+    assert f"source {env}/bin/activate" in text and "#SBATCH -N 2" in text, text
+    assert "CPU-only (tensorflow-cpu 2.12.1)" in proc.stderr, proc.stderr
+
+    packed = tmp_path / "tf.tar"
+    proc = envtool("pack", "--prefix", env, "--format", "tar", "-o", packed, "--json", timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with tarfile.open(packed) as tar:
+        names = tar.getnames()
+    assert any("horovod/tensorflow/mpi_lib" in n and n.endswith(".so") for n in names), names[:20]
+    assert any(n.endswith("conda-lock.yml") for n in names), names[:20]
+    packed.unlink()  # 1.7 GB: not kept until the run ends
+
+
 def _copy_without_tensorflow_extension(prefix: Path, dest: Path) -> Path:
     """A venv at ``dest`` that is ``prefix`` except for Horovod's TensorFlow extension: the
     interpreter link and ``pyvenv.cfg`` copied, every other site-packages entry a symbolic link to
