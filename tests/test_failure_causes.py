@@ -177,6 +177,8 @@ def test_a_rank_killed_by_a_crash_signal_in_hvd_init_is_retried_once_and_nothing
     spec.loader.exec_module(rp)
     assert rp._crash_in("srun: error: node2: task 1: Segmentation fault (core dumped)", 1, "node2", 7)[0] == "SIGSEGV"
     assert rp._crash_in("srun: error: node2: task 1: Terminated", 1, "node2", 7) is None
+    assert rp._crash_in("srun: error: node2: tasks 0-3: Bus error", 2, "node2", 7)[0] == "SIGBUS"
+    assert rp._crash_in("srun: error: node2: tasks 0,3: Bus error", 2, "node2", 7) is None
     assert rp._crash_in("mpirun noticed that process rank 0 with PID 0 on node vm exited on signal 7 (Bus error).",
                         0, "vm", 9)[0] == "SIGBUS"
     assert rp._crash_in("[vm:00123] Signal: Segmentation fault (11)", 0, "vm", 123)[0] == "SIGSEGV"

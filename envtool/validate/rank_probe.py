@@ -899,6 +899,17 @@ def init_unmark(mark):
         pass
 
 
+def _task_list(text):
+    """srun's task list (``0``, ``0-3``, ``0,2-3``) as a set of numbers."""
+    out = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            for n in range(int(lo), int(hi or lo) + 1):
+                out.append(n)
+    return set(out)
+
+
 def _crash_in(text, rank, host, pid):
     """The crash signal that ``text`` (job output) reports for launcher rank ``rank`` (pid ``pid`` on
     ``host``), with the line that says it, or None. Reports read: srun's ``error: NODE: task R: TEXT``
@@ -908,7 +919,7 @@ def _crash_in(text, rank, host, pid):
     by_text = {v.lower(): k for k, v in CRASH_SIGNALS.items()}
     for line in text.splitlines():
         m = re.search(r"error: (\S+): tasks? ([\d,\-]+): (.+?)\s*$", line)
-        if m and str(rank) in re.split(r"[,\-]", m.group(2)):
+        if m and rank in _task_list(m.group(2)):
             sig = by_text.get(m.group(3).lower().replace("(core dumped)", "").strip())
             if sig:
                 return sig, line.strip()
