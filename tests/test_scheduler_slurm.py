@@ -279,7 +279,7 @@ def test_a_dead_rank_ends_each_controllers_step_within_60_s(slurm_cluster, slurm
 def test_a_rank_that_segfaults_in_hvd_init_retries_that_step_once(slurm_cluster, slurm_site, tmp_path):
     """Issue 45, item 3: rank 0 of the MPI check's step dies of a real SIGSEGV inside
     ``hvd.init()`` (a stand-in ``horovod.torch`` whose ``init`` kills itself the first time; the
-    crash seen on the test cluster, 1 of 10 steps there, did not recur in 120 steps here). The job
+    crash seen on the test cluster, 1 of 10 steps there, did not recur in 160 steps here). The job
     script runs that step once more, and only that one: the Gloo and torch.distributed steps, whose
     ranks fail without a signal, are not retried. ``--json`` names the step, rank, node and signal;
     the second try's failure is judged as usual (exit 1)."""
