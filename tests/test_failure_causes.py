@@ -4,6 +4,7 @@ free space and compares the nodes' interfaces and MTUs. Output lines are in the 
 sources print (see envtool/validate/causes.py for where each was read)."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -115,3 +116,70 @@ def test_job_output_read_as_bytes_names_node_rank_and_cause(tmp_path):
                     b"srun: error: node1: task 0: Segmentation fault (core dumped)\n")
     assert judge.named_causes(None, out) == ["node1 rank 0: died of SIGSEGV"]
     assert judge.shm_free_mib(type("Got", (), {"preflight": [{"shm_free_kib": "3072"}]})()) == 3.0
+
+
+def _crash_step(tmp_path, how: str):
+    """A step whose rank 0 does what the rank probe does around ``hvd.init()`` (the real
+    ``init_mark``/``init_unmark`` of the run directory's rank_probe.py) and, the first time, ``how``
+    inside it: ``segv`` (a real SIGSEGV), ``term`` (SIGTERM: ended by the launcher, not a crash) or
+    ``raise`` (an exception: the rank writes its error). The second time it passes."""
+    probe = rk.install_probe(tmp_path)
+    step = tmp_path / "step.py"
+    step.write_text(
+        "import os, signal, sys\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "import rank_probe as rp\n"
+        "out, phase, how = sys.argv[1:4]\n"
+        "flag = os.path.join(out, 'tried')\n"
+        "mark = rp.init_mark(out, phase, {'launcher_rank': 0, 'host': 'node1'})\n"
+        "if not os.path.exists(flag):\n"
+        "    open(flag, 'w').close()\n"
+        "    if how == 'raise':\n"
+        "        rp.init_unmark(mark)\n"
+        "        sys.exit(1)\n"
+        "    os.kill(os.getpid(), signal.SIGSEGV if how == 'segv' else signal.SIGTERM)\n"
+        "rp.init_unmark(mark)\n"
+        "print('rank 0 of 1', flush=True)\n")
+    return probe, step
+
+
+def test_a_rank_killed_by_a_crash_signal_in_hvd_init_is_retried_once_and_nothing_else_is(tmp_path):
+    """Issue 45, item 3: the job script's retry function runs a check's step once more only when a
+    rank died of a crash signal inside ``hvd.init()`` (here a real SIGSEGV, named by faulthandler in
+    the rank's mark); a rank ended by SIGTERM or one that failed otherwise is not retried. The
+    verdict also reads the launchers' reports (srun's, mpirun's, Open MPI's handler)."""
+    from envtool.scheduler import script
+
+    for how, want_rc, retried in (("segv", 0, True), ("term", 143, False), ("raise", 1, False)):
+        run = tmp_path / how
+        run.mkdir()
+        probe, step = _crash_step(run, how)
+        out = run / "job.out"
+        func = script.retry_function((shutil.which("python3") or "python3", str(probe), str(run), "probe"), str(out))
+        line = script.quote_words([script.RETRY_FUNCTION, "probe", "--", "python3", str(step), str(run), "probe", how])
+        (run / "job.sh").write_text(f"set -e\n{func}\n{line}\necho done\n")
+        with open(out, "wb") as f:
+            proc = subprocess.run(["bash", str(run / "job.sh")], stdout=f, stderr=subprocess.STDOUT, timeout=20)
+        text = out.read_text()
+        assert proc.returncode == want_rc, (how, text)
+        assert ("retrying the step once" in text) is retried, (how, text)
+        assert (run / "retried" / "probe.json").exists() is retried, how
+        if retried:
+            ranks = json.loads((run / "retried" / "probe.json").read_text())["ranks"]
+            assert [(r["rank"], r["host"], r["signal"]) for r in ranks] == [(0, "node1", "SIGSEGV")], ranks
+            assert "Fatal Python error: Segmentation fault" in ranks[0]["said"]
+            assert text.count("rank 0 of 1") == 1 and text.rstrip().endswith("done"), text
+    # the launchers' reports of a crash (a signal Open MPI's handler took before faulthandler saw it)
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rank_probe_copy", tmp_path / "segv" / "rank_probe.py")
+    rp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rp)
+    assert rp._crash_in("srun: error: node2: task 1: Segmentation fault (core dumped)", 1, "node2", 7)[0] == "SIGSEGV"
+    assert rp._crash_in("srun: error: node2: task 1: Terminated", 1, "node2", 7) is None
+    assert rp._crash_in("srun: error: node2: tasks 0-3: Bus error", 2, "node2", 7)[0] == "SIGBUS"
+    assert rp._crash_in("srun: error: node2: tasks 0,3: Bus error", 2, "node2", 7) is None
+    assert rp._crash_in("mpirun noticed that process rank 0 with PID 0 on node vm exited on signal 7 (Bus error).",
+                        0, "vm", 9)[0] == "SIGBUS"
+    assert rp._crash_in("[vm:00123] Signal: Segmentation fault (11)", 0, "vm", 123)[0] == "SIGSEGV"
+    assert rp._crash_in("[vm:00123] Signal: Segmentation fault (11)", 0, "vm", 124) is None

@@ -274,3 +274,47 @@ def test_a_dead_rank_ends_each_controllers_step_within_60_s(slurm_cluster, slurm
     script = (tmp_path / "run" / "job.sh").read_text()
     assert script.count("--kill-on-bad-exit=1") == 3, script
     assert slurm_cluster.queue() == ""
+
+
+def test_a_rank_that_segfaults_in_hvd_init_retries_that_step_once(slurm_cluster, slurm_site, tmp_path):
+    """Issue 45, item 3: rank 0 of the MPI check's step dies of a real SIGSEGV inside
+    ``hvd.init()`` (a stand-in ``horovod.torch`` whose ``init`` kills itself the first time; the
+    crash seen on the test cluster, 1 of 10 steps there, did not recur in 160 steps here). The job
+    script runs that step once more, and only that one: the Gloo and torch.distributed steps, whose
+    ranks fail without a signal, are not retried. ``--json`` names the step, rank, node and signal;
+    the second try's failure is judged as usual (exit 1)."""
+    venv = tmp_path / "segv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site_packages = next(venv.glob("lib/python3*/site-packages"))
+    (site_packages / "torch").mkdir()
+    (site_packages / "torch" / "__init__.py").write_text("")
+    (site_packages / "horovod" / "torch").mkdir(parents=True)
+    (site_packages / "horovod" / "__init__.py").write_text("")
+    (site_packages / "horovod" / "torch" / "__init__.py").write_text(
+        "import os, signal, sys, time\n"
+        f"FLAG = {str(tmp_path / 'crashed')!r}\n"
+        "def init():\n"
+        "    first = sys.argv[2] == 'probe' and not os.path.exists(FLAG)\n"
+        "    if first and os.environ.get('SLURM_PROCID') == '0':\n"
+        "        open(FLAG, 'w').close()\n"
+        "        os.kill(os.getpid(), signal.SIGSEGV)\n"
+        "    if first:  # the other rank fails after rank 0's crash, as a rank waiting in MPI_Init would\n"
+        "        deadline = time.monotonic() + 20\n"
+        "        while not os.path.exists(FLAG) and time.monotonic() < deadline:\n"
+        "            time.sleep(0.05)\n"
+        "        time.sleep(0.5)\n"
+        "    raise RuntimeError('a stand-in Horovod: no controller')\n")
+    run = tmp_path / "run"
+    proc = envtool(slurm_cluster, "validate", "--prefix", venv, "--site-file", slurm_site, "--submit", "--json",
+                   "--nodes", "1", "--ranks-per-node", "2", "--sweep-max", "0", "--timeout", "120", "--workdir", run)
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    data = json.loads(proc.stdout)
+    assert [(r["phase"], [(x["rank"], x["signal"]) for x in r["ranks"]]) for r in data["retries"]] == \
+        [("probe", [(0, "SIGSEGV")])], data["retries"]
+    assert any("retried once: rank 0 on" in w and "died of SIGSEGV in hvd.init()" in w for w in data["warnings"])
+    out = (run / "job.out").read_text(errors="replace")
+    assert out.count("retrying the step once") == 1, out
+    assert sorted(p.name for p in (run / "retried").iterdir()) == ["probe", "probe.json"]
+    # the second try ran: both ranks wrote their (failed) records
+    assert sorted(p.name for p in (run / "probe").glob("rank-*.json")) == ["rank-0.json", "rank-1.json"]
+    assert slurm_cluster.queue() == ""

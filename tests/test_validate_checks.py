@@ -78,13 +78,21 @@ def test_every_step_is_bounded_and_the_job_has_a_default_timeout(tmp_path, venv_
     assert all("--kill-on-bad-exit=1 --time=9 " in ln.split("rank_probe.py")[0].split("srun ", 1)[1]
                for ln in lines), lines
     assert plan["timeout"] == {"seconds": 600 + 3 * 540, "source": plan["timeout"]["source"]}
+    # each check's step runs once more when a rank died of a crash signal in hvd.init() (issue 45, item 3)
+    assert all(ln.startswith("envtool_retry_init probe") for ln in lines), lines
+    assert plan["step_bounds"] == {"kill_on_bad_exit": ["--kill-on-bad-exit=1"], "step_time": "--time",
+                                   "text": "srun --kill-on-bad-exit=1 --time=MINUTES on each check's step"}
     assert plan["timeout"]["source"].startswith("derived")
     text = run_envtool(*_dry(tmp_path, venv_prefix, _site(tmp_path))).stdout
     assert "timeout: 2220 s (derived" in text, text
+    assert "step bounds: srun --kill-on-bad-exit=1 --time=MINUTES on each check's step" in text, text
     own = json.loads(run_envtool(*_dry(tmp_path, venv_prefix, _site(tmp_path), "--json", "--timeout", "77")).stdout)
     assert own["plan"]["timeout"] == {"seconds": 77.0, "source": "--timeout"}
     pbs = json.loads(run_envtool(*_dry(tmp_path, venv_prefix, _site(tmp_path, "pbs"), "--json")).stdout)["plan"]
     assert "--kill-on-bad-exit" not in pbs["script_text"] and pbs["timeout"]["seconds"] == 600 + 540
+    # a scheduler without per-step bounds says so, and why (issue 45, item 4)
+    assert pbs["step_bounds"]["kill_on_bad_exit"] == [] and pbs["step_bounds"]["step_time"] == ""
+    assert pbs["step_bounds"]["text"].startswith("none per step: PBS Pro has no step launcher"), pbs["step_bounds"]
 
 
 def test_a_site_without_a_step_launcher_runs_the_site_launch_only(tmp_path, venv_prefix):

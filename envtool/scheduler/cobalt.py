@@ -22,8 +22,13 @@ NAME = "cobalt"
 DIRECTIVE = "#COBALT"
 #: the registered launcher job scripts use unless the site file names one (``batch.launcher``)
 DEFAULT_LAUNCHER: Optional[str] = "aprun"
-#: submits to a queue; none of the extras of :class:`~envtool.scheduler.model.Capabilities`
-CAPABILITIES = Capabilities()
+#: submits to a queue; none of the extras of :class:`~envtool.scheduler.model.Capabilities`, and
+#: no bounds of one step (why: ``no_step_bounds``)
+CAPABILITIES = Capabilities(
+    no_step_bounds="Cobalt has no step launcher of its own (Cray ALPS aprun starts the ranks), and envtool "
+                   "has read no public source for an aprun option that limits one step's time or ends it when "
+                   "one rank exits non-zero, so none is declared; the job's #COBALT -t limit and validate's "
+                   "--timeout bound it")
 SUBMIT_STDIN = False
 #: qstat state words
 QUEUED = ("queued", "user_hold")

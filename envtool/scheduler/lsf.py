@@ -29,8 +29,12 @@ NAME = "lsf"
 DIRECTIVE = "#BSUB"
 #: the registered launcher job scripts use unless the site file names one (``batch.launcher``)
 DEFAULT_LAUNCHER: Optional[str] = "jsrun"
-#: submits to a queue; none of the extras of :class:`~envtool.scheduler.model.Capabilities`
-CAPABILITIES = Capabilities()
+#: submits to a queue; none of the extras of :class:`~envtool.scheduler.model.Capabilities`, and
+#: no bounds of one step (why: ``no_step_bounds``)
+CAPABILITIES = Capabilities(
+    no_step_bounds="jsrun starts the ranks, and envtool has read no public IBM source for a jsrun option that "
+                   "ends a step when one task exits non-zero or that limits one step's time, so none is "
+                   "declared; the job's #BSUB -W limit and validate's --timeout bound it")
 SUBMIT_STDIN = True
 #: bjobs STAT values (IBM, "Job states": https://www.ibm.com/docs/en/SSWRJV_10.1.0/lsf_users_guide/job_states.html)
 QUEUED = ("PEND", "PSUSP", "WAIT")

@@ -75,6 +75,10 @@ class LaunchStep:
             :attr:`Capabilities.step_time` option (rounded up to whole minutes), or None.
         bounded: a task exiting non-zero ends the step: the scheduler's
             :attr:`Capabilities.kill_on_bad_exit` words are added to the launcher's.
+        retry_init: ``(python, rank probe, run directory, phase)``: when the step fails and a
+            rank died of a crash signal inside ``hvd.init()`` (the rank probe's ``--died-in-init``
+            verdict), the script runs the step once more (:func:`envtool.scheduler.script.retry_function`);
+            ``()``: no retry.
     """
 
     argv: Tuple[str, ...]
@@ -88,6 +92,7 @@ class LaunchStep:
     mpi: Optional[str] = None
     seconds: Optional[int] = None
     bounded: bool = False
+    retry_init: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -319,6 +324,9 @@ class Capabilities:
         step_time: the step launcher's option for a step's own time limit in whole minutes (Slurm:
             ``--time``, srun(1), https://slurm.schedmd.com/srun.html#OPT_time: a step past it is
             ended), or ``""``: the step is bounded by the job's limit and ``validate --timeout`` only.
+        no_step_bounds: why the scheduler declares neither ``kill_on_bad_exit`` nor ``step_time``
+            (one sentence naming its launcher and what bounds its steps instead), shown in
+            ``validate --submit``'s plan (:func:`step_bounds`); ``""`` where it declares them.
     """
 
     submits: bool = True
@@ -332,6 +340,20 @@ class Capabilities:
     first_node: str = ""
     kill_on_bad_exit: Tuple[str, ...] = ()
     step_time: str = ""
+    no_step_bounds: str = ""
+
+
+def step_bounds(caps: Capabilities) -> Dict[str, object]:
+    """What bounds one check's step of a job on a scheduler with ``caps``: ``kill_on_bad_exit``
+    (its words, ``[]`` when none), ``step_time`` (the option, ``""`` when none) and ``text``, one
+    line for the plan (the options, or the scheduler's ``no_step_bounds`` reason)."""
+    words = list(caps.kill_on_bad_exit) + ([f"{caps.step_time}=MINUTES"] if caps.step_time else [])
+    if words:
+        text = f"{caps.step_launcher or 'the launcher'} {' '.join(words)} on each check's step"
+    else:
+        text = "none per step: " + (caps.no_step_bounds or "the scheduler declares none; the job's time limit "
+                                    "and validate's --timeout bound the job")
+    return {"kill_on_bad_exit": list(caps.kill_on_bad_exit), "step_time": caps.step_time, "text": text}
 
 
 def capabilities(sched: object) -> Capabilities:

@@ -26,8 +26,13 @@ NAME = "pbs"
 DIRECTIVE = "#PBS"
 #: the registered launcher job scripts use unless the site file names one (``batch.launcher``)
 DEFAULT_LAUNCHER: Optional[str] = "mpiexec"
-#: submits to a queue; none of the extras of :class:`~envtool.scheduler.model.Capabilities`
-CAPABILITIES = Capabilities()
+#: submits to a queue; none of the extras of :class:`~envtool.scheduler.model.Capabilities`, and
+#: no bounds of one step (why: ``no_step_bounds``)
+CAPABILITIES = Capabilities(
+    no_step_bounds="PBS Pro has no step launcher of its own (Cray PALS mpiexec starts the ranks on Polaris), "
+                   "and envtool has read no public HPE source for a PALS option that ends a step when one rank "
+                   "exits non-zero or that limits one step's time, so none is declared; the job's "
+                   "-l walltime and validate's --timeout bound it")
 SUBMIT_STDIN = False
 #: PBS Pro starts a batch job in the user's home directory, not where ``qsub`` ran, and names the
 #: submission directory in this variable (qsub(1B), "PBS_O_WORKDIR"; ALCF's Polaris job scripts

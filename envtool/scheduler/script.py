@@ -170,6 +170,9 @@ def render(req: JobRequest, version: str = "") -> str:
     body.extend(stage_mod.prologue(req, sched))  # before the pre-flight: it checks the staged copy
     body.extend(_step_line(req, sched, launch, step) for step in req.steps if step.early)
     body.extend(setup_lines(req))
+    retry = next((step.retry_init for step in req.steps if step.retry_init and not step.early), ())
+    if retry:
+        body.append(retry_function(retry, req.output))
     body.extend(_step_line(req, sched, launch, step) for step in req.steps if not step.early)
     src = dict(site.sources).get(b.source, "") if b.source else ""
     lay = req.layout
@@ -185,6 +188,32 @@ def render(req: JobRequest, version: str = "") -> str:
     for c in req.comments:
         text = text.replace("set -e\n", "# " + " ".join(str(c).split()) + "\nset -e\n", 1)
     return text
+
+
+#: The shell function that runs a check's step and, once, again when a rank died of a crash
+#: signal inside ``hvd.init()`` (:attr:`~envtool.scheduler.model.LaunchStep.retry_init`).
+RETRY_FUNCTION = "envtool_retry_init"
+
+
+def retry_function(retry_init: Tuple[str, ...], output: Optional[str]) -> str:
+    """The one-line definition of :data:`RETRY_FUNCTION` (POSIX sh): ``envtool_retry_init PHASE --
+    WORDS…`` runs WORDS; when they fail, the rank probe's verdict (``python rank_probe.py
+    --died-in-init RUN_DIR PHASE OUTPUT OFFSET``: a rank's ``hvd.init()`` mark is left and the rank
+    died of SIGSEGV/SIGBUS/SIGABRT/SIGILL/SIGFPE, from faulthandler or the launcher's report in the
+    job output after OFFSET, the output's size when the step began) moves the phase's results aside
+    and the words run once more; otherwise the step's exit status stands.
+
+    Args:
+        retry_init: ``(python, rank probe, run directory, phase)``; the phase is the function's argument.
+        output: the job's output file (the launcher's reports), or None (faulthandler's alone).
+    """
+    python, probe, run_dir = (str(w) for w in retry_init[:3])
+    out = shlex.quote(str(output or ""))
+    at = f"$(stat -c %s {out} 2>/dev/null || echo 0)" if output else "0"
+    return (f"{RETRY_FUNCTION}() {{ envtool_phase=$1; shift 2; envtool_at={at}; "
+            f'"$@" && return 0 || envtool_rc=$?; '
+            f'if {quote_words([python, probe, "--died-in-init", run_dir])} "$envtool_phase" {out} "$envtool_at"; '
+            f'then "$@"; else return "$envtool_rc"; fi; }}')
 
 
 def _bounds(sched, launch, step, words: List[str]) -> List[str]:
@@ -221,6 +250,8 @@ def _step_line(req: JobRequest, sched, launch, step) -> str:
         words = list(step.wrap) + _bounds(sched, launch, step, launch.batch_argv(
             req, layout, whole_job=step.layout is None, mpi=step.mpi) if step.mpi else launch.batch_argv(
             req, layout, whole_job=step.layout is None)) + list(step.argv)
+    if step.retry_init and not step.early:
+        words = [RETRY_FUNCTION, str(step.retry_init[3]), "--"] + words
     line = quote_words(words)
     if step.redirect:
         line += f" >> {shlex.quote(step.redirect)} 2>&1"

@@ -792,7 +792,11 @@ def main(argv):
                 raise RuntimeError(why)
 
         _say(phase, "hvd.init()")
-        hvd.init()
+        mark = init_mark(out_dir, phase, rec)
+        try:
+            hvd.init()
+        finally:
+            init_unmark(mark)
         shutdown = hvd.shutdown
         _say(phase, "rank %d of %d" % (hvd.rank(), hvd.size()))
         rec.update(rank=hvd.rank(), local_rank=hvd.local_rank(), size=hvd.size(),
@@ -854,6 +858,149 @@ def bounded_shutdown(rec, out_dir, phase, shutdown, timeout=SHUTDOWN_TIMEOUT_S):
     os._exit(0)
 
 
+#: Signals that mean the rank crashed (not that something ended it: SIGTERM, SIGKILL from the
+#: launcher's kill-on-bad-exit), with the text strsignal(3) gives them (srun's and Open MPI's reports).
+CRASH_SIGNALS = {"SIGSEGV": "Segmentation fault", "SIGBUS": "Bus error", "SIGABRT": "Aborted",
+                 "SIGILL": "Illegal instruction", "SIGFPE": "Floating point exception"}
+
+
+def init_mark(out_dir, phase, rec):
+    """Before ``hvd.init()``: write ``OUT_DIR/PHASE/rank-<r>.init`` (``host pid`` on its first line)
+    and point Python's faulthandler at it, so that a rank a crash signal kills inside ``hvd.init()``
+    leaves the file with ``Fatal Python error: <signal>`` and its stack (where Open MPI's own handler,
+    installed in ``MPI_Init``, catches the signal first, the launcher's report names it instead).
+    Returns ``(file, path, faulthandler was enabled)``; :func:`init_unmark` removes it."""
+    import faulthandler
+
+    rank = rec["launcher_rank"] if rec["launcher_rank"] is not None else os.getpid()
+    d = os.path.join(out_dir, phase)
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, "rank-%s.init" % rank)
+    f = open(path, "w")
+    f.write("%s %d\n" % (rec["host"], os.getpid()))
+    f.flush()
+    was = faulthandler.is_enabled()
+    faulthandler.enable(file=f, all_threads=True)
+    return f, path, was
+
+
+def init_unmark(mark):
+    """After ``hvd.init()`` returned or raised: faulthandler as it was, the mark removed."""
+    import faulthandler
+
+    f, path, was = mark
+    faulthandler.disable()
+    if was:
+        faulthandler.enable()
+    f.close()
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def _task_list(text):
+    """srun's task list (``0``, ``0-3``, ``0,2-3``) as a set of numbers."""
+    out = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            for n in range(int(lo), int(hi or lo) + 1):
+                out.append(n)
+    return set(out)
+
+
+def _crash_in(text, rank, host, pid):
+    """The crash signal that ``text`` (job output) reports for launcher rank ``rank`` (pid ``pid`` on
+    ``host``), with the line that says it, or None. Reports read: srun's ``error: NODE: task R: TEXT``
+    (SchedMD/slurm's testsuite expects ``Segmentation fault`` after ``kill -11``), Open MPI's mpirun
+    ``process rank R with PID P on node N exited on signal S (TEXT)`` and Open MPI's signal handler
+    ``[HOST:PID] Signal: TEXT (S)`` (open-mpi/ompi@v4.1.4:opal/util/stacktrace.c)."""
+    by_text = {v.lower(): k for k, v in CRASH_SIGNALS.items()}
+    for line in text.splitlines():
+        m = re.search(r"error: (\S+): tasks? ([\d,\-]+): (.+?)\s*$", line)
+        if m and rank in _task_list(m.group(2)):
+            sig = by_text.get(m.group(3).lower().replace("(core dumped)", "").strip())
+            if sig:
+                return sig, line.strip()
+        m = re.search(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)", line)
+        if m and int(m.group(1)) == rank:
+            try:
+                sig = signal.Signals(int(m.group(2))).name
+            except ValueError:
+                sig = None
+            if sig in CRASH_SIGNALS:
+                return sig, line.strip()
+        m = re.search(r"\[([^\]:]+):(\d+)\] Signal: (.+?) \((\d+)\)", line)
+        if m and int(m.group(2)) == pid and m.group(1).split(".")[0] == host.split(".")[0]:
+            sig = by_text.get(m.group(3).lower())
+            if sig:
+                return sig, line.strip()
+    return None
+
+
+def died_in_init(out_dir, phase, output="", offset=0):
+    """The ranks of ``OUT_DIR/PHASE`` that a crash signal killed inside ``hvd.init()``: a rank whose
+    ``rank-<r>.init`` mark is still there (it entered ``hvd.init()`` and neither returned nor raised)
+    and whose crash is named, by faulthandler in the mark (``Fatal Python error: Segmentation
+    fault``) or by the launcher in the job output ``output`` after byte ``offset`` (where the step
+    began). A rank ended by SIGTERM or SIGKILL (the launcher ending the step for another rank) is
+    not one. Returns ``[{rank, host, pid, signal, said}]``."""
+    d = os.path.join(out_dir, phase)
+    text = ""
+    if output:
+        try:
+            with open(output, "rb") as f:
+                f.seek(int(offset or 0))
+                text = f.read().decode("utf-8", "replace")
+        except (OSError, ValueError):
+            text = ""
+    found = []
+    for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        m = re.fullmatch(r"rank-(\d+)\.init", name)
+        if not m:
+            continue
+        with open(os.path.join(d, name), errors="replace") as f:
+            lines = f.read().splitlines()
+        host, _, pid_text = (lines[0] if lines else "? 0").partition(" ")
+        pid = int(pid_text) if pid_text.strip().isdigit() else 0
+        rank = int(m.group(1))
+        hit = None
+        for line in lines[1:]:
+            fm = re.match(r"Fatal Python error: (.+?)\s*$", line)
+            sig = {v: k for k, v in CRASH_SIGNALS.items()}.get(fm.group(1)) if fm else None
+            if sig:
+                hit = (sig, line.strip() + " (faulthandler: " + " | ".join(x.strip() for x in lines[2:8]) + ")")
+                break
+        hit = hit or _crash_in(text, rank, host, pid)
+        if hit:
+            found.append({"rank": rank, "host": host, "pid": pid, "signal": hit[0], "said": hit[1][:400]})
+    return found
+
+
+def retry_verdict(argv):
+    """``rank_probe.py --died-in-init OUT_DIR PHASE OUTPUT OFFSET``, run by the job script after a
+    check's step failed: when a rank died of a crash signal inside ``hvd.init()``
+    (:func:`died_in_init`), move ``OUT_DIR/PHASE`` to ``OUT_DIR/retried/PHASE``, write
+    ``OUT_DIR/retried/PHASE.json`` (the ranks, their signal and what said it), print one line and
+    exit 0 (the script runs the step once more); else exit 1 (the step's failure stands)."""
+    out_dir, phase, output, offset = (list(argv) + ["", "", "", "0"])[:4]
+    ranks = died_in_init(out_dir, phase, output, offset)
+    if not ranks:
+        return 1
+    dest = os.path.join(out_dir, "retried")
+    os.makedirs(dest, exist_ok=True)
+    if os.path.isdir(os.path.join(out_dir, phase)):
+        shutil.rmtree(os.path.join(dest, phase), ignore_errors=True)
+        os.replace(os.path.join(out_dir, phase), os.path.join(dest, phase))
+    with open(os.path.join(dest, phase + ".json"), "w") as f:
+        json.dump({"phase": phase, "ranks": ranks}, f)
+    print("envtool: %s: %s in hvd.init(); retrying the step once" % (
+        phase, "; ".join("rank %d on %s died of %s" % (r["rank"], r["host"], r["signal"]) for r in ranks)),
+        flush=True)
+    return 0
+
+
 def _write(rec, out_dir, phase):
     """Write ``rec`` to ``OUT_DIR/PHASE/rank-<r>.json``; exit 1 at once when it failed."""
     # The launcher's rank names the file: two processes that both think they are Horovod's rank 0
@@ -873,4 +1020,6 @@ def _write(rec, out_dir, phase):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--died-in-init"]:
+        sys.exit(retry_verdict(sys.argv[2:]))
     sys.exit(main(sys.argv))

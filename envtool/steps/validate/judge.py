@@ -220,6 +220,8 @@ def job(plan, ended, pmi_result, got) -> JobResult:
                        checks=[c.name for c in plan.checks], launcher_note=plan.launcher_note,
                        launch_note=plan.launch_note)
     result.problems = lost_nodes(plan.sched, ended.job_id, ended.watch, run_dir, plan.script)
+    result.retries = retries(plan)
+    result.warnings += [retry_line(r) for r in result.retries]
     if ended.state == wt.TIMED_OUT:
         said = named_causes(ended.watch.output_at_timeout, run_dir / "job.out", shm_free_mib(got))
         result.problems.append(f"job {ended.job_id} did not finish within {plan.timeout:.0f} s; it was "
@@ -246,6 +248,33 @@ def job(plan, ended, pmi_result, got) -> JobResult:
     if ended.state not in wt.DONE_STATES and not result.problems:
         result.problems.append(f"the job ended {ended.state} (exit status {ended.code}); see {run_dir / 'job.out'}")
     return result
+
+
+def retries(plan) -> List[Dict[str, Any]]:
+    """The check steps the job script ran a second time (``RUN_DIR/retried/PHASE.json``, written by
+    the rank probe's ``--died-in-init`` verdict): ``{phase, check, ranks, first_try}`` each, in the
+    plan's check order; ``first_try`` is where the first try's results were moved."""
+    import json
+
+    out: List[Dict[str, Any]] = []
+    for check in plan.checks:
+        path = plan.run_dir / "retried" / f"{check.phase}.json"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        ranks = [r for r in (data.get("ranks") or []) if isinstance(r, dict)] if isinstance(data, dict) else []
+        out.append({"phase": check.phase, "check": check.name, "ranks": ranks,
+                    "first_try": str(plan.run_dir / "retried" / check.phase)})
+    return out
+
+
+def retry_line(retry: Dict[str, Any]) -> str:
+    """``CHECK: retried once: rank R on HOST died of SIGNAL in hvd.init() (what said it)``."""
+    said = "; ".join(f"rank {r.get('rank')} on {r.get('host')} died of {r.get('signal')} in hvd.init() "
+                     f"({str(r.get('said'))[:160]})" for r in retry["ranks"])
+    return (f"{retry['check']}: the step was retried once: {said or 'a rank died of a signal in hvd.init()'}; "
+            f"the first try's results: {retry['first_try']}")
 
 
 def _site_validation(plan):

@@ -170,6 +170,9 @@ class JobResult:
     problems: List[str] = field(default_factory=list)
     #: what passed but deserves a look (a rank whose MPI_Finalize hung), one line each
     warnings: List[str] = field(default_factory=list)
+    #: the check steps the job script ran once more because a rank died of a crash signal inside
+    #: ``hvd.init()``: ``{phase, check, ranks: [{rank, host, pid, signal, said}]}`` each
+    retries: List[Dict[str, Any]] = field(default_factory=list)
     extras: Extras = field(default_factory=Extras)
 
     @property
@@ -189,7 +192,7 @@ class JobResult:
             output=str(self.output) if self.output else None, scheduler=self.scheduler, layout=self.layout,
             job_id=self.job_id, state=self.state, exit_status=self.exit_status, checks=self.checks,
             check_build=self.check_build.to_dict() if self.check_build else None, ranks=self.ranks,
-            problems=self.problems, warnings=self.warnings, ok=self.ok)
+            problems=self.problems, warnings=self.warnings, retries=self.retries, ok=self.ok)
         if self.launcher_note:
             d["launcher_note"] = self.launcher_note
         if self.launch_note:
