@@ -146,6 +146,27 @@ def test_mig_with_several_nccl_ranks_is_refused():
     assert g.mig_gate(whole).status == "ok"
 
 
+def test_horovods_cuda_objects_without_the_gpus_architecture_name_the_fix():
+    """``cuobjdump --list-elf`` of a Horovod library built for 7.0 and 8.0 (composed fixtures:
+    tests/data/gpu/SOURCES.md): an H100 (9.0) has no image and the fix names
+    HOROVOD_BUILD_CUDA_CC_LIST with 90; an A10 (8.6) runs the sm_80 cubin; PTX for 8.0 covers 9.0;
+    a listing without device code decides nothing."""
+    two = smi("cuobjdump-list-elf-sm70-sm80.txt")
+    assert g.parse_cuobjdump_list(two) == ("sm_70", "sm_80")
+    gate = g.cuda_objects_gate(two, "mpi_lib_v2.so", "9.0", "NVIDIA H100 80GB HBM3")
+    assert gate.status == "fail" and "no kernel image is available" in gate.summary, gate
+    assert "HOROVOD_BUILD_CUDA_CC_LIST including 90" in gate.fix and "horovod.cuda_cc_list" in gate.fix, gate
+    assert gate.source.startswith("horovod/horovod@v0.28.1:docs/install.rst")
+    a10 = g.cuda_objects_gate(two, "mpi_lib_v2.so", "8.6", "NVIDIA A10")
+    assert a10.status == "ok" and "sm_80" in a10.summary and "a cubin" in a10.summary, a10
+    ptx = smi("cuobjdump-list-elf-ptx-sm70-ptx80.txt")
+    assert g.parse_cuobjdump_list(ptx) == ("sm_70", "compute_80")
+    assert g.cuda_objects_gate(ptx, "mpi_lib_v2.so", "9.0").status == "ok"
+    none = g.cuda_objects_gate(smi("cuobjdump-list-elf-no-device-code.txt"), "mpi_lib.so", "9.0")
+    assert none.status == "unknown" and "no CUDA images" in none.summary, none
+    assert g.cuda_objects_gate(two, "mpi_lib_v2.so", None).status == "unknown"
+
+
 # -- the known-bad stacks ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("value, excluded", [

@@ -20,7 +20,8 @@ from conftest import run_envtool
 from helpers.speed import scaled
 
 JOB = ("--site", "polaris", "--module", "conda", "--nodes", "2", "--account", "A")
-#: How PBS on Polaris names hosts in the node file (argonne-lcf/user-guides@7d04a3f91d5e:docs/polaris/known-issues.md#L15).
+#: How PBS on Polaris names hosts in the node file
+#: (argonne-lcf/user-guides@7d04a3f91d5e:docs/polaris/known-issues.md#L15).
 NODES = "x3006c0s13b0n0.hsn.cm.polaris.alcf.anl.gov\nx3006c0s13b1n0.hsn.cm.polaris.alcf.anl.gov\n"
 PBS_JOBID = "1234567.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov"
 
