@@ -341,6 +341,37 @@ def test_doctor_reads_the_node_through_nvidia_smi(tmp_path):
     assert "gpu gate mig: ok: MIG enabled" in " ".join(gpu["details"]["items"]), gpu
 
 
+def test_doctor_reads_horovods_cuda_objects_through_cuobjdump(tmp_path):
+    """doctor's GPU check on the captured A100 node (8.0) with an environment whose Horovod library
+    holds only a sm_70 cubin: cuobjdump is a script printing the first line of the composed
+    listing (tests/data/gpu/SOURCES.md; no CUDA toolkit here), the library a real file. The gate
+    fails and the finding's fix names HOROVOD_BUILD_CUDA_CC_LIST with 80."""
+    import os
+    import subprocess
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    listing = DATA / "smi-L-a100-mig-7x1g.10gb.txt"
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\n"
+                                        f"case \"$1\" in --query-gpu=*) exit 2;; *) cat '{listing}';; esac\n")
+    (bin_dir / "cuobjdump").write_text(f"#!/bin/sh\nhead -n 1 '{DATA / 'cuobjdump-list-elf-sm70-sm80.txt'}'\n")
+    for tool in ("nvidia-smi", "cuobjdump"):
+        (bin_dir / tool).chmod(0o755)
+    env_dir = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+    site = next((env_dir / "lib").glob("python*/site-packages"))
+    (site / "horovod" / "torch").mkdir(parents=True)
+    (site / "horovod" / "torch" / "mpi_lib_v2.cpython-x86_64-linux-gnu.so").write_bytes(b"\x7fELF")
+    proc = run_envtool("doctor", "--prefix", env_dir, "--spec", "local-gpu-nccl", "--only", "gpu", "--json",
+                       env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    gpu = {f["id"]: f for f in json.loads(proc.stdout)["findings"]}["gpu"]
+    gates = {x["id"]: x for x in gpu["details"]["gates"]["gates"]}
+    hvd = gates["horovod-arch"]
+    assert hvd["status"] == "fail" and "torch/mpi_lib_v2" in hvd["summary"] and "sm_70" in hvd["summary"], gates
+    assert "HOROVOD_BUILD_CUDA_CC_LIST including 80" in gpu["fix"], gpu
+
+
 def test_doctor_asks_a_node_whose_driver_is_not_loaded_once(tmp_path):
     """doctor runs nvidia-smi once on a node where it exits 9 ("NVIDIA driver is not loaded"): the
     other queries cannot succeed there (each was run, up to 20 s apiece when it hangs). nvidia-smi is

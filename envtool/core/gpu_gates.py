@@ -66,7 +66,7 @@ class Gate:
     """The outcome of one gate.
 
     Attributes:
-        id: ``driver``, ``arch``, ``mig``.
+        id: ``driver``, ``arch``, ``mig``, ``horovod-arch`` (:func:`cuda_objects_gate`).
         status: ``ok``, ``fail`` or ``unknown`` (a fact was missing: ``problem`` says which).
         summary: one line for people (what was compared).
         fix: what to do when it failed ("" otherwise).
@@ -376,6 +376,10 @@ def parse_cuobjdump_list(text: str) -> Tuple[str, ...]:
     return tuple(out)
 
 
+#: The id of :func:`cuda_objects_gate`'s gate.
+OBJECTS_GATE = "horovod-arch"
+
+
 def cuda_objects_gate(listing: str, obj: str, capability: Optional[str], gpu: str = "the GPU",
                       where: str = "") -> Gate:
     """Horovod's CUDA objects (``obj``, a library of its build) against the GPU's compute capability,
@@ -394,20 +398,20 @@ def cuda_objects_gate(listing: str, obj: str, capability: Optional[str], gpu: st
     at = f" ({where})" if where else ""
     targets = parse_cuobjdump_list(listing)
     if not capability:
-        return Gate("arch", "unknown", f"{gpu}{at}: compute capability not known", source=HOROVOD_CC_SOURCE)
+        return Gate(OBJECTS_GATE, "unknown", f"{gpu}{at}: compute capability not known", source=HOROVOD_CC_SOURCE)
     if not targets:
-        return Gate("arch", "unknown", f"{obj}: cuobjdump lists no CUDA images (no device code, or not "
+        return Gate(OBJECTS_GATE, "unknown", f"{obj}: cuobjdump lists no CUDA images (no device code, or not "
                     "cuobjdump --list-elf output)", source=HOROVOD_CC_SOURCE)
     hit = covers(targets, capability)
     cc = capability.replace(".", "")
     if hit is None:
-        return Gate("arch", "fail", f"Horovod's CUDA kernels in {obj} have no image for {gpu}{at}, compute "
+        return Gate(OBJECTS_GATE, "fail", f"Horovod's CUDA kernels in {obj} have no image for {gpu}{at}, compute "
                     f"capability {capability} (they have {' '.join(targets)}): its GPU operations would fail with "
                     "\"no kernel image is available for execution on the device\"",
                     f"rebuild Horovod with HOROVOD_BUILD_CUDA_CC_LIST including {cc} (the spec's "
                     "horovod.cuda_cc_list)", HOROVOD_CC_SOURCE)
     how = "PTX compiled when loaded" if hit.startswith("compute_") else "a cubin"
-    return Gate("arch", "ok", f"Horovod's {hit} in {obj} runs on {gpu}, compute capability {capability} ({how})",
+    return Gate(OBJECTS_GATE, "ok", f"Horovod's {hit} in {obj} runs on {gpu}, compute capability {capability} ({how})",
                 source=HOROVOD_CC_SOURCE)
 
 
