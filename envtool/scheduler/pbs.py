@@ -40,9 +40,11 @@ DEFAULT_LAUNCHER: Optional[str] = "mpiexec"
 #:   ``docs/polaris/data-science/frameworks/deepspeed.md#L42``);
 #: - job number: ``$PBS_JOBID`` up to its first dot (``1234.polaris-pbs-01…``: qsub's answer);
 #: - first node: the first line of ``$PBS_NODEFILE``, mpiexec's default host file
-#:   (``docs/polaris/running-jobs/index.md#L68``), so rank 0 runs there; up to its first dot, as the
-#:   file names hosts on the high-speed network (``x3104c0s31b0n0.hsn.cm.polaris.alcf.anl.gov``,
-#:   ``docs/polaris/known-issues.md#L15``) and a site's ``launch.rendezvous_host`` adds that suffix.
+#:   (``docs/polaris/running-jobs/index.md#L68``); that rank 0 runs there (PALS placing ranks in the
+#:   host file's order) is envtool's inference, not a sentence of the guide. Cut at its first dot:
+#:   PALS names hosts on the high-speed network (``x3104c0s31b0n0.hsn.cm.polaris.alcf.anl.gov``,
+#:   ``docs/polaris/known-issues.md#L15``; that the node file does too is again inferred), and a
+#:   site's ``launch.rendezvous_host`` adds that suffix.
 CAPABILITIES = Capabilities(
     task_exprs=("$PALS_RANKID", "$PALS_LOCAL_RANKID", "$PMI_SIZE", '$(wc -l < "$PBS_NODEFILE")', "${PBS_JOBID%%.*}"),
     first_node='head -n 1 "$PBS_NODEFILE" | cut -d . -f 1')
