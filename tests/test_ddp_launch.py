@@ -127,19 +127,18 @@ def test_a_bad_launch_value_is_refused_naming_the_file_and_field(tmp_path, old, 
 
 
 def test_a_bad_launch_section_and_a_ddp_default_the_scheduler_lacks_are_exit_2(tmp_path):
-    """The CLI: a bad value is exit 2 naming the file and field; a DDP default on a PBS site
-    (envtool's DDP launches are written for Slurm) is exit 2 naming ``launch.default``, and
-    ``--launch launcher`` still writes the site's mpiexec line."""
+    """The CLI: a bad value is exit 2 naming the file and field; a DDP default on an LSF site
+    (its scheduler declares no task variables) is exit 2 naming ``launch.default``, and
+    ``--launch launcher`` still writes the site's jsrun line."""
     bad = site_file(tmp_path, PERLMUTTER.replace("  gpu_order: [3, 2, 1, 0]\n", "  gpu_order: [0, 1]\n"))
     err = jobscript("--site-file", bad, "--module", "m", "--nodes", "1", "--account", "A", "--", "x", expect=2).stderr
     assert f"{bad}:" in err and "launch.gpu_order" in err and "gpus_per_node is 4" in err, err
-    polaris = (REPO / "sites" / "polaris.yaml").read_text()
-    pbs = site_file(tmp_path, polaris.replace("launch:\n", "launch:\n  default: torchrun\n  source: alcf-pytorch\n", 1),
-                    "p.yaml")
-    job = ("--site-file", pbs, "--module", "m", "--nodes", "1", "--account", "A")
+    summit = (REPO / "sites" / "summit.yaml").read_text()
+    lsf = site_file(tmp_path, summit + "launch:\n  default: torchrun\n  source: stacks-summit\n", "l.yaml")
+    job = ("--site-file", lsf, "--retired-ok", "--module", "m", "--nodes", "1", "--account", "A")
     err = jobscript(*job, "--", "python", "t.py", expect=2).stderr
-    assert f"{pbs}" in err and "launch.default" in err and "scheduler pbs" in err and "'torchrun'" in err, err
-    assert jobscript(*job, "--launch", "launcher", "--", "python", "t.py").stdout.splitlines()[-1].startswith("mpiexec")
+    assert f"{lsf}" in err and "launch.default" in err and "scheduler lsf" in err and "'torchrun'" in err, err
+    assert jobscript(*job, "--launch", "launcher", "--", "python", "t.py").stdout.splitlines()[-1].startswith("jsrun")
 
 
 def test_validate_submit_starts_the_torch_checks_with_the_site_default(tmp_path):
@@ -169,8 +168,8 @@ HVD = "import horovod.torch as hvd\n\nif __name__ == '__main__':\n    hvd.init()
 def test_doctor_script_suggests_the_launch_of_each_programs_kind(tmp_path):
     """A DDP program gets ``jobscript --launch torchrun`` (the site's default launch with --site
     perlmutter: srun), a Horovod program ``--launch launcher`` where the site's default is a DDP
-    launch, each line shell-quoted, in the finding's fix and under ``programs``; a DDP program at a
-    PBS site gets no line and the reason."""
+    launch, each line shell-quoted, in the finding's fix and under ``programs``; at Polaris (PBS)
+    the site's mpiexec launch; a DDP program at an LSF site gets no line and the reason."""
     ddp, hvd = tmp_path / "my train.py", tmp_path / "hvd.py"
     ddp.write_text(DDP)
     hvd.write_text(HVD)
@@ -185,5 +184,9 @@ def test_doctor_script_suggests_the_launch_of_each_programs_kind(tmp_path):
     want = [shlex.join(["envtool", "jobscript", "--site", "perlmutter", "--nodes", "1", "--launch", launch, "--",
                         "python", str(p)]) for p, launch in ((ddp, "srun"), (hvd, "launcher"))]
     assert fix == [f"fix: start {ddp} with: {want[0]}; start {hvd} with: {want[1]}"], text
-    pbs = run_envtool("doctor", "--script", ddp, "--site", "polaris", "-v", timeout=scaled(120)).stdout
-    assert "fix:" not in pbs and "no jobscript launch at site" in " ".join(pbs.split()), pbs
+    pbs = run_envtool("doctor", "--script", ddp, "--site", "polaris", timeout=scaled(120)).stdout
+    want = shlex.join(["envtool", "jobscript", "--site", "polaris", "--nodes", "1", "--launch", "mpiexec", "--",
+                       "python", str(ddp)])
+    assert f"fix: start {ddp} with: {want}" in pbs, pbs
+    lsf = run_envtool("doctor", "--script", ddp, "--site", "summit", "-v", timeout=scaled(120)).stdout
+    assert "fix:" not in lsf and "no jobscript launch at site" in " ".join(lsf.split()), lsf

@@ -146,6 +146,27 @@ def test_mig_with_several_nccl_ranks_is_refused():
     assert g.mig_gate(whole).status == "ok"
 
 
+def test_horovods_cuda_objects_without_the_gpus_architecture_name_the_fix():
+    """``cuobjdump --list-elf`` of a Horovod library built for 7.0 and 8.0 (composed fixtures:
+    tests/data/gpu/SOURCES.md): an H100 (9.0) has no image and the fix names
+    HOROVOD_BUILD_CUDA_CC_LIST with 90; an A10 (8.6) runs the sm_80 cubin; PTX for 8.0 covers 9.0;
+    a listing without device code decides nothing."""
+    two = smi("cuobjdump-list-elf-sm70-sm80.txt")
+    assert g.parse_cuobjdump_list(two) == ("sm_70", "sm_80")
+    gate = g.cuda_objects_gate(two, "mpi_lib_v2.so", "9.0", "NVIDIA H100 80GB HBM3")
+    assert gate.status == "fail" and "no kernel image is available" in gate.summary, gate
+    assert "HOROVOD_BUILD_CUDA_CC_LIST including 90" in gate.fix and "horovod.cuda_cc_list" in gate.fix, gate
+    assert gate.source.startswith("horovod/horovod@v0.28.1:docs/install.rst")
+    a10 = g.cuda_objects_gate(two, "mpi_lib_v2.so", "8.6", "NVIDIA A10")
+    assert a10.status == "ok" and "sm_80" in a10.summary and "a cubin" in a10.summary, a10
+    ptx = smi("cuobjdump-list-elf-ptx-sm70-ptx80.txt")
+    assert g.parse_cuobjdump_list(ptx) == ("sm_70", "compute_80")
+    assert g.cuda_objects_gate(ptx, "mpi_lib_v2.so", "9.0").status == "ok"
+    none = g.cuda_objects_gate(smi("cuobjdump-list-elf-no-device-code.txt"), "mpi_lib.so", "9.0")
+    assert none.status == "unknown" and "no CUDA images" in none.summary, none
+    assert g.cuda_objects_gate(two, "mpi_lib_v2.so", None).status == "unknown"
+
+
 # -- the known-bad stacks ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("value, excluded", [
@@ -318,6 +339,37 @@ def test_doctor_reads_the_node_through_nvidia_smi(tmp_path):
     assert gates["mig"]["status"] == "ok" and "MIG enabled, no NCCL ranks" in gates["mig"]["summary"], gates
     assert gates["driver"]["status"] == "unknown" and gates["arch"]["status"] == "unknown", gates
     assert "gpu gate mig: ok: MIG enabled" in " ".join(gpu["details"]["items"]), gpu
+
+
+def test_doctor_reads_horovods_cuda_objects_through_cuobjdump(tmp_path):
+    """doctor's GPU check on the captured A100 node (8.0) with an environment whose Horovod library
+    holds only a sm_70 cubin: cuobjdump is a script printing the first line of the composed
+    listing (tests/data/gpu/SOURCES.md; no CUDA toolkit here), the library a real file. The gate
+    fails and the finding's fix names HOROVOD_BUILD_CUDA_CC_LIST with 80."""
+    import os
+    import subprocess
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    listing = DATA / "smi-L-a100-mig-7x1g.10gb.txt"
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\n"
+                                        f"case \"$1\" in --query-gpu=*) exit 2;; *) cat '{listing}';; esac\n")
+    (bin_dir / "cuobjdump").write_text(f"#!/bin/sh\nhead -n 1 '{DATA / 'cuobjdump-list-elf-sm70-sm80.txt'}'\n")
+    for tool in ("nvidia-smi", "cuobjdump"):
+        (bin_dir / tool).chmod(0o755)
+    env_dir = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+    site = next((env_dir / "lib").glob("python*/site-packages"))
+    (site / "horovod" / "torch").mkdir(parents=True)
+    (site / "horovod" / "torch" / "mpi_lib_v2.cpython-x86_64-linux-gnu.so").write_bytes(b"\x7fELF")
+    proc = run_envtool("doctor", "--prefix", env_dir, "--spec", "local-gpu-nccl", "--only", "gpu", "--json",
+                       env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    gpu = {f["id"]: f for f in json.loads(proc.stdout)["findings"]}["gpu"]
+    gates = {x["id"]: x for x in gpu["details"]["gates"]["gates"]}
+    hvd = gates["horovod-arch"]
+    assert hvd["status"] == "fail" and "torch/mpi_lib_v2" in hvd["summary"] and "sm_70" in hvd["summary"], gates
+    assert "HOROVOD_BUILD_CUDA_CC_LIST including 80" in gpu["fix"], gpu
 
 
 def test_doctor_asks_a_node_whose_driver_is_not_loaded_once(tmp_path):

@@ -158,7 +158,8 @@ def test_theta_aprun_lines_match_seed_004(tmp_path, nodes, per_node):
 
 def test_polaris_pbs_script(tmp_path):
     out = script("--site", "polaris", "--spec", "polaris-conda-2023-10-04", "--module", "mine/1.0", "--nodes", "2",
-                 "--account", "MyProj", "--queue", "debug", "--time", "0:30:00", "--", "python", "train.py")
+                 "--account", "MyProj", "--queue", "debug", "--time", "0:30:00", "--launch", "launcher", "--", "python",
+                 "train.py")
     assert directives(out, "#PBS") == [("-l", "select=2:system=polaris"), ("-l", "walltime=0:30:00"),
                                        ("-q", "debug"), ("-A", "MyProj"), ("-l", "place=scatter"),
                                        ("-l", "filesystems=home:grand:eagle")]

@@ -204,6 +204,30 @@ def _smi(*args: str) -> str:
     return out
 
 
+def horovod_objects_gates(prefix, facts) -> list:
+    """:func:`envtool.core.gpu_gates.cuda_objects_gate` for each of Horovod's framework libraries in
+    ``prefix`` (``site-packages/horovod/*/mpi_lib*.so``) from ``cuobjdump --list-elf`` on PATH;
+    [] without a prefix, without cuobjdump (a node without the CUDA toolkit) or without such a
+    library. A cuobjdump that fails or hangs (60 s) gives an ``unknown`` gate."""
+    import subprocess
+
+    from envtool.core import external
+
+    exe = shutil.which("cuobjdump")
+    if prefix is None or not exe:
+        return []
+    out = []
+    for lib in sorted(Path(prefix).glob("lib/python*/site-packages/horovod/*/mpi_lib*.so")):
+        try:
+            proc = external.run([exe, "--list-elf", str(lib)], timeout=60)
+            listing = proc.stdout if proc.returncode == 0 else ""
+        except (OSError, subprocess.TimeoutExpired):
+            listing = ""
+        out.append(gpu_gates.cuda_objects_gate(listing, f"{lib.parent.name}/{lib.name}", facts.capability, facts.gpu,
+                                               facts.where))
+    return out
+
+
 def node_report(ctx, cuda: dict, nccl: Optional[str]):
     """The GPU gates and known-bad stack rules on this node (:mod:`envtool.core.gpu_gates`): the
     driver and GPUs from ``nvidia-smi`` (its header, ``-L`` and the ``compute_cap`` query), torch's
@@ -222,6 +246,7 @@ def node_report(ctx, cuda: dict, nccl: Optional[str]):
                                  cuda.get("torch_cuda") else 0,
                                  where="this node")
     gates = [gpu_gates.driver_gate(facts), gpu_gates.arch_gate(facts), gpu_gates.mig_gate(facts)]
+    gates += horovod_objects_gates(getattr(ctx, "prefix", None), facts)
     comm = comm_rules.CommFacts(gpu=facts.gpu if facts.gpu != "the GPU" else (site_gpu.model if site_gpu else None),
                                 network=site_gpu.network if site_gpu else None, nccl=nccl,
                                 plugins=site_gpu.nccl_plugins if site_gpu else (), env=dict(ctx.environ))

@@ -104,7 +104,7 @@ def launch_for(kind: str, site: Any) -> Optional[Tuple[str, str]]:
         from envtool.scheduler.model import capabilities
 
         caps = capabilities(scheduler.get(site.scheduler))
-        if len(caps.task_vars) != 5 or not caps.first_node:
+        if not caps.ddp_ready:
             return None
         if sec is not None and sec.default in ddp.LAUNCHES:
             return sec.default, ddp.choose(site, None).origin
@@ -132,8 +132,9 @@ def _launch_lines(programs, opts) -> Tuple[List[dict], List[str], List[str]]:
         fit = launch_for(p.get("launch", ""), site)
         if fit is None and p.get("launch") == "torchrun" and site is not None:
             items.append(f"launch for {p['entry']}: no jobscript launch at site {site.name} (scheduler "
-                         f"{site.scheduler or 'none'}): envtool's torchrun and srun launches are written for Slurm "
-                         "so far; start it as the site documents")
+                         f"{site.scheduler or 'none'}): envtool's DDP launches need a scheduler that names each "
+                         "task's rank and the job's first node (Slurm; PBS with Cray PALS); start it as the site "
+                         "documents")
         if fit is not None:
             line = jobscript_line(p["entry"], fit[0], site, prefix)
             p["jobscript"], p["jobscript_launch"] = line, fit[0]

@@ -65,11 +65,14 @@ def register(sub) -> None:
                                    "site file lacks a value a flag needs (the message names the field).")
     add_target(p)
     add_layout(p, nodes_required=True)
-    p.add_argument("--launch", choices=("torchrun", "srun", "launcher"),
+    from envtool.spec.registry import ddp_launch_names
+
+    p.add_argument("--launch", choices=ddp_launch_names() + ("launcher",),
                    help="start COMMAND as a PyTorch DDP script: torchrun on each node (c10d rendezvous on the "
-                        "first node) or one srun task per rank with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and "
-                        "MASTER_PORT exported (env://; Slurm sites); launcher: the site's launcher line (MPI and "
-                        "Horovod programs); default: the site file's launch.default, else launcher")
+                        "first node), or one task per rank with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and "
+                        "MASTER_PORT exported (env://): srun on Slurm sites, Cray PALS mpiexec on PBS sites; "
+                        "launcher: the site's launcher line (MPI and Horovod programs); default: the site file's "
+                        "launch.default, else launcher")
     p.add_argument("--job-name", help="the job's name")
     p.add_argument("--job-output", metavar="FILE", help="file the job's stdout and stderr go to")
     p.add_argument("--workdir", metavar="DIR", help="directory the job changes to first")

@@ -66,7 +66,7 @@ class Gate:
     """The outcome of one gate.
 
     Attributes:
-        id: ``driver``, ``arch``, ``mig``.
+        id: ``driver``, ``arch``, ``mig``, ``horovod-arch`` (:func:`cuda_objects_gate`).
         status: ``ok``, ``fail`` or ``unknown`` (a fact was missing: ``problem`` says which).
         summary: one line for people (what was compared).
         fix: what to do when it failed ("" otherwise).
@@ -349,6 +349,70 @@ def arch_gate(facts: GateFacts) -> Gate:
     how = "PTX compiled when loaded" if hit.startswith("compute_") else "a cubin"
     return Gate("arch", "ok", f"{facts.framework}'s {hit} runs on {facts.gpu}, compute capability "
                 f"{facts.capability} ({how})", source=ARCH_SOURCE)
+
+
+#: How ``cuobjdump --list-elf FILE`` and ``cuobjdump --list-ptx FILE`` name each embedded image:
+#: ``ELF file    1: NAME.sm_80.cubin`` (a cubin for ``sm_80``), ``PTX file    1: NAME.sm_80.ptx``
+#: (PTX for virtual architecture 8.0, compiled when loaded). Sources: NVIDIA's CUDA Binary
+#: Utilities (https://docs.nvidia.com/cuda/cuda-binary-utilities/index.html, cuobjdump options
+#: ``--list-elf`` and ``--list-ptx``) and PyTorch's test of the same listing
+#: (``pytorch/pytorch@5cead903cab1:test/test_cpp_extensions_jit.py``, ``_run_jit_cuda_archflags``).
+CUOBJDUMP_LINE = re.compile(r"^\s*(ELF|PTX) file\s+\d+:\s*\S*?\.sm_(\d+[a-z]?)\.(cubin|ptx)\s*$", re.M)
+#: Where Horovod's CUDA kernels get their architectures (``HOROVOD_BUILD_CUDA_CC_LIST``,
+#: ``horovod/horovod@v0.28.1:docs/install.rst``, "Environment Variables").
+HOROVOD_CC_SOURCE = "horovod/horovod@v0.28.1:docs/install.rst (HOROVOD_BUILD_CUDA_CC_LIST)"
+
+
+def parse_cuobjdump_list(text: str) -> Tuple[str, ...]:
+    """The targets of a CUDA object from ``cuobjdump --list-elf`` (and ``--list-ptx``) output, in
+    :func:`covers`'s words: ``sm_80`` for a cubin line, ``compute_80`` for a PTX line, each once,
+    in order (:data:`CUOBJDUMP_LINE`). Other lines (``cuobjdump info    : File '…' does not
+    contain device code``) are skipped: () for an object without CUDA code."""
+    out: List[str] = []
+    for kind, arch, _ in CUOBJDUMP_LINE.findall(text):
+        word = ("sm_" if kind == "ELF" else "compute_") + arch
+        if word not in out:
+            out.append(word)
+    return tuple(out)
+
+
+#: The id of :func:`cuda_objects_gate`'s gate.
+OBJECTS_GATE = "horovod-arch"
+
+
+def cuda_objects_gate(listing: str, obj: str, capability: Optional[str], gpu: str = "the GPU",
+                      where: str = "") -> Gate:
+    """Horovod's CUDA objects (``obj``, a library of its build) against the GPU's compute capability,
+    from ``cuobjdump --list-elf OBJ`` output (:func:`parse_cuobjdump_list`, :func:`covers`).
+
+    Args:
+        listing: what cuobjdump printed for ``obj``.
+        obj: the object's path or name, for messages.
+        capability: the GPU's compute capability (``9.0``), or None.
+        gpu: the GPU's name; where: where the facts come from (both for messages).
+    Returns:
+        ``fail`` naming the architectures found and the fix (rebuild with
+        ``HOROVOD_BUILD_CUDA_CC_LIST`` naming the capability) when none covers it; ``unknown``
+        without a capability or without device code in the listing; else ``ok`` naming the image.
+    """
+    at = f" ({where})" if where else ""
+    targets = parse_cuobjdump_list(listing)
+    if not capability:
+        return Gate(OBJECTS_GATE, "unknown", f"{gpu}{at}: compute capability not known", source=HOROVOD_CC_SOURCE)
+    if not targets:
+        return Gate(OBJECTS_GATE, "unknown", f"{obj}: cuobjdump lists no CUDA images (no device code, or not "
+                    "cuobjdump --list-elf output)", source=HOROVOD_CC_SOURCE)
+    hit = covers(targets, capability)
+    cc = capability.replace(".", "")
+    if hit is None:
+        return Gate(OBJECTS_GATE, "fail", f"Horovod's CUDA kernels in {obj} have no image for {gpu}{at}, compute "
+                    f"capability {capability} (they have {' '.join(targets)}): its GPU operations would fail with "
+                    "\"no kernel image is available for execution on the device\"",
+                    f"rebuild Horovod with HOROVOD_BUILD_CUDA_CC_LIST including {cc} (the spec's "
+                    "horovod.cuda_cc_list)", HOROVOD_CC_SOURCE)
+    how = "PTX compiled when loaded" if hit.startswith("compute_") else "a cubin"
+    return Gate(OBJECTS_GATE, "ok", f"Horovod's {hit} in {obj} runs on {gpu}, compute capability {capability} ({how})",
+                source=HOROVOD_CC_SOURCE)
 
 
 def mig_gate(facts: GateFacts) -> Gate:

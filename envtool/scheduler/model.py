@@ -313,6 +313,10 @@ class Capabilities:
             ``SLURM_JOB_NUM_NODES``, ``SLURM_JOB_ID``: srun(1), "OUTPUT ENVIRONMENT VARIABLES",
             https://slurm.schedmd.com/srun.html), or ``()``: the DDP launches
             (:mod:`envtool.scheduler.ddp`) are not written for it.
+        task_exprs: the same five as shell expressions for inside double quotes, for a scheduler
+            whose tasks do not carry all five as variables (PBS with Cray PALS: the rank
+            variables come from ``mpiexec``, the node count from ``$PBS_NODEFILE``), or ``()``:
+            :attr:`ddp_exprs` derives them from ``task_vars``.
         first_node: a shell command that prints the job's first node (Slurm: ``scontrol show
             hostnames "$SLURM_JOB_NODELIST" | head -n 1``), or ``""``.
         kill_on_bad_exit: the words the step launcher takes so that one task exiting non-zero ends
@@ -341,6 +345,26 @@ class Capabilities:
     kill_on_bad_exit: Tuple[str, ...] = ()
     step_time: str = ""
     no_step_bounds: str = ""
+    task_exprs: Tuple[str, ...] = ()
+
+    @property
+    def ddp_exprs(self) -> Tuple[str, ...]:
+        """``(rank, local rank, tasks, nodes, job number)`` as shell expressions for inside double
+        quotes (``$SLURM_PROCID`` … ``${SLURM_JOB_ID:-0}``): :attr:`task_exprs`, else made from
+        :attr:`task_vars`; ``()`` when neither names all five. The job number is an integer
+        expression (the rendezvous port is computed from it)."""
+        if len(self.task_exprs) == 5:
+            return tuple(self.task_exprs)
+        if len(self.task_vars) != 5:
+            return ()
+        *first, job = self.task_vars
+        return tuple(f"${v}" for v in first) + (f"${{{job}:-0}}",)
+
+    @property
+    def ddp_ready(self) -> bool:
+        """The DDP launches (:mod:`envtool.scheduler.ddp`) can be written for this scheduler: it
+        names each task's rank (:attr:`ddp_exprs`) and the job's first node (:attr:`first_node`)."""
+        return bool(self.ddp_exprs) and bool(self.first_node)
 
 
 def step_bounds(caps: Capabilities) -> Dict[str, object]:

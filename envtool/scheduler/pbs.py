@@ -26,9 +26,28 @@ NAME = "pbs"
 DIRECTIVE = "#PBS"
 #: the registered launcher job scripts use unless the site file names one (``batch.launcher``)
 DEFAULT_LAUNCHER: Optional[str] = "mpiexec"
-#: submits to a queue; none of the extras of :class:`~envtool.scheduler.model.Capabilities`, and
-#: no bounds of one step (why: ``no_step_bounds``)
+#: Submits to a queue, and names each task's rank and the job's first node, so the DDP launches
+#: (:mod:`envtool.scheduler.ddp`) can be written for it; none of the other extras of
+#: :class:`~envtool.scheduler.model.Capabilities` and no bounds of one step (why: ``no_step_bounds``). Each expression from ALCF's user guide
+#: (``argonne-lcf/user-guides@7d04a3f91d5e``):
+#:
+#: - rank and node-local rank: ``$PALS_RANKID``, ``$PALS_LOCAL_RANKID``, which Cray PALS's
+#:   ``mpiexec`` gives each rank (``docs/aurora/compiling-and-linking/aurora-example-program-makefile.md#L100-L107``;
+#:   on Polaris ``docs/polaris/data-science/profiling_dl.md#L49``);
+#: - tasks: ``$PMI_SIZE`` (``docs/aurora/data-science/frameworks/oneCCL.md#L253-L254`` sets ``RANK`` and
+#:   ``WORLD_SIZE`` from ``PMI_RANK`` and ``PMI_SIZE``);
+#: - nodes: the lines of ``$PBS_NODEFILE``, one host per line (``docs/polaris/running-jobs/index.md#L81``,
+#:   ``docs/polaris/data-science/frameworks/deepspeed.md#L42``);
+#: - job number: ``$PBS_JOBID`` up to its first dot (``1234.polaris-pbs-01…``: qsub's answer);
+#: - first node: the first line of ``$PBS_NODEFILE``, mpiexec's default host file
+#:   (``docs/polaris/running-jobs/index.md#L68``); that rank 0 runs there (PALS placing ranks in the
+#:   host file's order) is envtool's inference, not a sentence of the guide. Cut at its first dot:
+#:   PALS names hosts on the high-speed network (``x3104c0s31b0n0.hsn.cm.polaris.alcf.anl.gov``,
+#:   ``docs/polaris/known-issues.md#L15``; that the node file does too is again inferred), and a
+#:   site's ``launch.rendezvous_host`` adds that suffix.
 CAPABILITIES = Capabilities(
+    task_exprs=("$PALS_RANKID", "$PALS_LOCAL_RANKID", "$PMI_SIZE", '$(wc -l < "$PBS_NODEFILE")', "${PBS_JOBID%%.*}"),
+    first_node='head -n 1 "$PBS_NODEFILE" | cut -d . -f 1',
     no_step_bounds="PBS Pro has no step launcher of its own (Cray PALS mpiexec starts the ranks on Polaris), "
                    "and envtool has read no public HPE source for a PALS option that ends a step when one rank "
                    "exits non-zero or that limits one step's time, so none is declared; the job's "

@@ -61,6 +61,23 @@ for _name, _attr in (("srun", "SRUN"), ("jsrun", "JSRUN"), ("mpiexec", "PALS_MPI
     register_launcher(_name, f"envtool.scheduler.launchers:{_attr}")
 
 
+#: DDP launch name (``jobscript --launch``, a site file's ``launch.default``) → ``module:attribute``
+#: of its :class:`envtool.scheduler.ddp.DdpLaunch`, imported only when a launch line is written.
+#: Each launch declares what it needs of the site (the scheduler's
+#: :attr:`~envtool.scheduler.model.Capabilities.ddp_ready`, and for a launch with one task per
+#: rank the registered launcher that starts the tasks); a new one is one ``DdpLaunch`` plus one
+#: ``DDP_LAUNCHES.register(NAME, "module:ATTR")`` (or an ``envtool.plugins`` entry point
+#: ``ddp-launch.NAME``).
+DDP_LAUNCHES: Registry[object] = Registry("ddp-launch")
+for _name, _attr in (("torchrun", "TORCHRUN_LAUNCH"), ("srun", "SRUN_LAUNCH"), ("mpiexec", "MPIEXEC_LAUNCH")):
+    DDP_LAUNCHES.register(_name, f"envtool.scheduler.ddp:{_attr}")
+
+
+def ddp_launch_names() -> Tuple[str, ...]:
+    """The registered DDP launches (:data:`DDP_LAUNCHES`; none is imported)."""
+    return DDP_LAUNCHES.names()
+
+
 def site_scheduler_names() -> Tuple[str, ...]:
     """What a site file's ``scheduler`` may be: every registered scheduler except :data:`NO_SCHEDULER`,
     then ``none``."""

@@ -48,7 +48,7 @@ with ``--site-file``) holds::
       bind: [/global/cfs]               #   host directories bound into the image at the same path
       note: free text
     launch:                             # how DDP scripts start here (see :class:`LaunchSection`)
-      default: srun                     #   torchrun | srun | launcher, without --launch
+      default: srun                     #   torchrun | srun | mpiexec | launcher, without --launch
       source: id                        #   where the site documents it (required with default)
       rendezvous_host: "{node}-hsn0"    #   the first node's name for MASTER_ADDR / --rdzv_endpoint
       rendezvous_host_source: id

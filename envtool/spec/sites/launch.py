@@ -5,7 +5,7 @@ under which the job's first node is reached for the rendezvous, and the order of
 Format::
 
     launch:
-      default: srun                   # torchrun | srun | launcher: what jobscript and validate
+      default: srun                   # torchrun | srun | mpiexec | launcher: what jobscript and validate
       source: nersc-ddp               #   --submit use without --launch (required with default)
       rendezvous_host: "{node}.hsn.example.org"   # the first node's name for MASTER_ADDR and
       rendezvous_host_source: id                  #   torchrun's --rdzv_endpoint ({node}: the
@@ -15,7 +15,7 @@ Format::
       note: free text
 
 ``launcher`` as the default keeps the site's launcher line (what MPI and Horovod programs need);
-``torchrun`` and ``srun`` are the DDP launches of :mod:`envtool.scheduler.ddp`.
+``torchrun``, ``srun`` and ``mpiexec`` are the DDP launches of :mod:`envtool.scheduler.ddp`.
 """
 from __future__ import annotations
 
@@ -23,13 +23,15 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
+from envtool.spec import registry
 from envtool.spec.sites.reader import section
 
 LAUNCH_KEYS = ("default", "source", "rendezvous_host", "rendezvous_host_source", "gpu_order", "gpu_order_source",
                "note")
-#: What ``launch.default`` (and ``jobscript --launch``) may be: the two DDP launches, or the
+#: What ``launch.default`` (and ``jobscript --launch``) may be: a registered DDP launch
+#: (:data:`envtool.spec.registry.DDP_LAUNCHES`: ``torchrun``, ``srun``, ``mpiexec``), or the
 #: site's launcher line.
-LAUNCH_CHOICES = ("torchrun", "srun", "launcher")
+LAUNCH_CHOICES = registry.ddp_launch_names() + ("launcher",)
 #: A rendezvous host pattern: host-name characters around one ``{node}`` (written inside double
 #: quotes in the job script, so nothing in it can be expanded or run).
 RENDEZVOUS_HOST_RE = re.compile(r"[A-Za-z0-9.-]{0,200}\{node\}[A-Za-z0-9.-]{0,200}")
@@ -40,7 +42,7 @@ class LaunchSection:
     """A site file's ``launch`` section.
 
     Attributes:
-        default: ``torchrun``, ``srun`` or ``launcher`` (:data:`LAUNCH_CHOICES`): how job scripts and
+        default: ``torchrun``, ``srun``, ``mpiexec`` or ``launcher`` (:data:`LAUNCH_CHOICES`): how job scripts and
             ``validate --submit`` start ranks without ``--launch``; None: the site's launcher.
         source: id in the file's ``sources`` the default comes from (set whenever ``default`` is).
         rendezvous_host: the first node's name for the rendezvous, ``{node}`` standing for the name

@@ -237,7 +237,8 @@ def _render(step: Step, ctx: StepContext) -> Rendered:
     choice = None
     launch_step = r.step
     if r.section is None:
-        choice = ddp.choose(r.target.site, req.launch, capabilities(scheduler.get(r.target.site.scheduler)))
+        choice = ddp.choose(r.target.site, req.launch, capabilities(scheduler.get(r.target.site.scheduler)),
+                            getattr(getattr(r.target, "launcher", None), "program", None))
         if choice.ddp:
             launch_step = ddp_step(r.target, req, choice.name)
     job = build_request(r.target, req.nodes, [launch_step], req.ranks_per_node, req.gpus_per_rank, req.time,
@@ -255,15 +256,18 @@ def _render(step: Step, ctx: StepContext) -> Rendered:
 
 
 def ddp_step(target: Any, req: JobscriptRequest, launch: Optional[str] = None) -> Any:
-    """The launch step of ``req.command`` as a DDP script (``torchrun`` or ``srun``,
-    :mod:`envtool.scheduler.ddp`; ``launch`` defaults to ``req.launch``): torchrun on each node
-    with the CPUs and GPUs of its ranks and no PMI (``srun --mpi=none``), or one task per rank
-    with torch.distributed's variables and the site's PMI plug-in (an MPI or Horovod program
-    started this way still finds its peers). Both name the first node as the site file's
-    ``launch.rendezvous_host`` says; the srun launch exports ``launch.gpu_order`` on whole nodes.
+    """The launch step of ``req.command`` as a DDP script (a registered
+    :class:`~envtool.scheduler.ddp.DdpLaunch`: ``torchrun``, ``srun``, ``mpiexec``; ``launch``
+    defaults to ``req.launch``): torchrun on each node with the CPUs and GPUs of its ranks (and no
+    PMI where the scheduler's step launcher takes a plug-in per step, ``srun --mpi=none``), or one
+    task per rank, started by the site's launcher, with torch.distributed's variables and the
+    site's PMI set-up (an MPI or Horovod program started this way still finds its peers). All name
+    the first node as the site file's ``launch.rendezvous_host`` says; the per-rank launches export
+    ``launch.gpu_order`` on whole nodes.
 
     Raises:
-        UsageError: the site's scheduler does not declare its tasks' variables (exit 2).
+        UsageError: the site's scheduler does not declare its tasks' variables, or its launcher is
+            not the one the launch needs (exit 2).
     """
     import os
     import re
@@ -274,11 +278,21 @@ def ddp_step(target: Any, req: JobscriptRequest, launch: Optional[str] = None) -
     from envtool.scheduler.script import make_layout
 
     launch = launch or req.launch
+    assert launch is not None
     caps = capabilities(scheduler.get(target.site.scheduler))
+    how = ddp.get(launch)
+    program = getattr(getattr(target, "launcher", None), "program", None)
+    unmet = how.unmet(caps, program)
+    if unmet:
+        raise UsageError(f"--launch {launch} needs {unmet}; site {target.site.name} (scheduler "
+                         f"{target.site.scheduler or 'none'}, launcher {program}) has not: use --launch "
+                         + " or --launch ".join(n for n in ddp.CHOICES if n == ddp.LAUNCHER or
+                                                not ddp.get(n).unmet(caps, program)))
     command = list(req.command)
     lay = make_layout(target.site, req.nodes, req.ranks_per_node, req.gpus_per_rank)
-    if launch == ddp.SRUN:
-        return LaunchStep(tuple(ddp.srun_env_argv(caps, command, target.site, ddp.gpu_order(target.site, lay))))
+    if how.per_rank:
+        return LaunchStep(tuple(ddp.per_rank_argv(caps, command, target.site, ddp.gpu_order(target.site, lay),
+                                                  launch)))
     python = str(getattr(target, "python", None) or "python3")
     if re.fullmatch(r"python[0-9.]*", os.path.basename(command[0])):
         command = command[1:]  # torchrun runs the script with the interpreter that runs it
@@ -287,7 +301,7 @@ def ddp_step(target: Any, req: JobscriptRequest, launch: Optional[str] = None) -
     per_node = Layout(nodes=lay.nodes, ranks_per_node=1, gpus_per_rank=lay.gpus_per_rank * lay.ranks_per_node,
                       cpus_per_rank=lay.cpus_per_rank * lay.ranks_per_node)
     return LaunchStep(tuple(ddp.torchrun_argv(caps, python, lay.ranks_per_node, command, target.site)),
-                      layout=per_node, mpi="none")
+                      layout=per_node, mpi="none" if caps.step_launcher else None)
 
 
 def _write(step: Step, ctx: StepContext) -> Path:

@@ -192,6 +192,8 @@ def launch_choice(target: Target, opts: JobOptions, sched, image: Optional[Image
     if opts.preflight_only or image is not None or opts.launch == ddp.LAUNCHER:
         return None
     choice = ddp.choose(target.site, opts.launch, capabilities(sched))
+    if choice.from_site and choice.name not in vc.LAUNCHES:
+        return None  # a site default validation has no launch for (PBS's mpiexec): each check keeps its own
     return choice if choice.ddp else None
 
 
