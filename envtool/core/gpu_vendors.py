@@ -32,6 +32,8 @@ class GpuVendor:
     Attributes:
         name: the ``gpu.vendor`` value (``nvidia``, ``amd``, ``intel``).
         collective: the collective library ranks use on its GPUs (``NCCL``, ``RCCL``, ``oneCCL``).
+        toolkit: the GPU toolkit Horovod's GPU code is built with (``CUDA``, ``ROCm``, ``oneAPI``):
+            a spec's ``cuda`` pin is needed for GPU operations only where it is ``CUDA``.
         build_env: ``(HOROVOD_*, value)`` a Horovod build with GPU operations gets on this vendor's
             GPUs (values a spec may not contradict), in order.
         home_var: the variable naming the GPU toolkit's directory (``HOROVOD_ROCM_HOME``), or None.
@@ -49,6 +51,7 @@ class GpuVendor:
 
     name: str
     collective: str
+    toolkit: str = "CUDA"
     build_env: Tuple[Tuple[str, str], ...] = ()
     home_var: Optional[str] = None
     home_default: Optional[str] = None
@@ -68,15 +71,15 @@ VENDORS: Dict[str, GpuVendor] = {
         plugin_in_use=("Using network AWS Libfabric", "NET/OFI Using aws-ofi-nccl", "NET/AWS Libfabric"),
         source="horovod/horovod@v0.28.1:docs/install.rst#L166-L173 (CUDA when HOROVOD_GPU is unset)"),
     "amd": GpuVendor(
-        name="amd", collective="RCCL", build_env=(("HOROVOD_GPU", "ROCM"),),
+        name="amd", collective="RCCL", toolkit="ROCm", build_env=(("HOROVOD_GPU", "ROCM"),),
         home_var="HOROVOD_ROCM_HOME", home_default="/opt/rocm", gpu_operations="NCCL",
         net_plugin="librccl-net.so", net_plugin_project="aws-ofi-rccl",
         plugin_in_use=("NET/OFI Using aws-ofi-rccl", "Using network AWS Libfabric", "Using network OFI"),
         source="horovod/horovod@v0.28.1:docs/install.rst#L172-L173, #L236, #L245; "
                "cmake/Modules/FindROCM.cmake#L12-L14"),
     "intel": GpuVendor(
-        name="intel", collective="oneCCL", cpu_operations="CCL", build_needs=("CCL_ROOT",),
-        source="horovod/horovod@v0.28.1:docs/install.rst#L192-L198, #L253; CMakeLists.txt#L257-L263"),
+        name="intel", collective="oneCCL", toolkit="oneAPI", cpu_operations="CCL", build_needs=("CCL_ROOT",),
+        source="horovod/horovod@v0.28.1:docs/install.rst#L192-L198, #L245, #L253; CMakeLists.txt#L257-L263"),
 }
 
 #: The ``gpu.vendor`` values a site file may give.

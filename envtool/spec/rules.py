@@ -9,6 +9,7 @@ from typing import Optional
 
 from packaging.version import InvalidVersion, Version
 
+from envtool.core import gpu_vendors
 from envtool.core.errors import SpecError
 from envtool.spec.model import FRAMEWORKS, Spec
 from envtool.spec.yamlload import LineDict
@@ -123,7 +124,10 @@ def check(spec: Spec, raw: Optional[LineDict] = None) -> None:
         if spec.distribution.name != "ibm-wml-ce":
             fail("horovod.gpu_ops", "distribution ibm-wml-ce for DDL (DDL ships only with IBM WML-CE)",
                  got=spec.distribution.name)
-    if h.uses_gpu and spec.cuda is None:
+    # The site's GPU vendor says which toolkit GPU operations are built with (envtool.core.gpu_vendors):
+    # a 'cuda' pin is needed only for CUDA (and where the site does not say, as before).
+    vendor = gpu_vendors.vendor(getattr(spec.site.gpu, "vendor", None))
+    if h.uses_gpu and spec.cuda is None and (vendor is None or vendor.toolkit == "CUDA"):
         fail("horovod.gpu_operations", "a 'cuda' pin when GPU operations (NCCL/MPI on GPU) are requested",
              hint="NCCL without CUDA cannot build")
     cpu_only = [p for p in spec.platforms if p in CPU_ONLY_PLATFORMS]
