@@ -42,8 +42,7 @@ def build_env(spec: Spec, cpu_count: Optional[int] = None) -> List[Tuple[str, st
         ``[(name, value), …]`` in the order shown by ``plan``: GPU variables, WITH, WITHOUT,
         locations, extra variables, ``MAKEFLAGS``.
     Raises:
-        SpecError: an ``extra_env`` flag set to ``0`` for Horovod < 0.20 (counts as set there);
-            GPU operations or a CUDA setting on a site whose GPU vendor Horovod cannot build them for.
+        SpecError: an ``extra_env`` flag set to ``0`` for Horovod < 0.20 (counts as set there).
     """
     h: HorovodSpec = spec.horovod
     version = horovod_version(spec)
@@ -51,8 +50,7 @@ def build_env(spec: Spec, cpu_count: Optional[int] = None) -> List[Tuple[str, st
     env: List[Tuple[str, str]] = []
     if h.gpu_operations:
         env.append(("HOROVOD_GPU_OPERATIONS", h.gpu_operations.upper()))
-    if vendor is not None and h.uses_gpu:
-        _check_vendor(spec, vendor)
+    if vendor is not None and h.uses_gpu:  # refused by spec.rules where Horovod has no GPU operations
         env.extend(vendor.build_env)
     for op, impl in h.gpu_ops:
         env.append((f"HOROVOD_GPU_{op.upper()}", impl.upper()))
@@ -107,24 +105,6 @@ def site_vendor(spec: Spec) -> Optional[gpu_vendors.GpuVendor]:
     """The :class:`~envtool.core.gpu_vendors.GpuVendor` of the site the spec was resolved for
     (its site file's ``gpu.vendor``), or None when the site does not name one."""
     return gpu_vendors.vendor(getattr(spec.site.gpu, "vendor", None))
-
-
-def _check_vendor(spec: Spec, vendor: gpu_vendors.GpuVendor) -> None:
-    """Refuse GPU operations Horovod cannot build for the site's GPUs, and CUDA settings on GPUs
-    that are not NVIDIA's (SpecError naming the spec field and the site's vendor, exit 2)."""
-    h = spec.horovod
-    where = f"site {spec.site.name}'s GPUs are {vendor.name}'s (gpu.vendor)"
-    if vendor.gpu_operations is None:
-        raise SpecError(spec.path, "horovod.gpu_operations", f"no GPU operations: {where}, and Horovod has none "
-                        f"for them ({vendor.source}); their collective library is {vendor.collective}",
-                        got=h.gpu_operations or dict(h.gpu_ops),
-                        hint=f"leave GPU operations out; CPU operations use {vendor.cpu_operations or 'the controller'}")
-    if any(k == "HOROVOD_GPU" for k, _ in vendor.build_env):
-        for field, value in (("horovod.cuda_home", h.cuda_home), ("horovod.cuda_cc_list", h.cuda_cc_list)):
-            if value:
-                raise SpecError(spec.path, field, f"no CUDA setting: {where}, built with "
-                                f"{dict(vendor.build_env)['HOROVOD_GPU']}", got=value,
-                                hint=f"name the toolkit with {vendor.home_var} in horovod.extra_env instead")
 
 
 def _origin(key: str) -> str:

@@ -272,7 +272,8 @@ def check_fabric(transport: Optional[str], fabric: Optional[str], vendor: Option
         said = ""
         if plugin and plugin.get("missing"):
             said = f"; {lib} found no {', '.join(plugin['missing'])}"
-        fix = {"ofi": f"load the site's {v.net_plugin_project or 'aws-ofi-nccl'} plugin ({v.net_plugin or 'its library'} "
+        plugin_lib = v.net_plugin or "its library"
+        fix = {"ofi": f"load the site's {v.net_plugin_project or 'aws-ofi-nccl'} plugin ({plugin_lib} "
                       f"in a directory on LD_LIBRARY_PATH)",
                "ib": "check that the node's IB devices are visible and NCCL_IB_DISABLE is not set"}.get(fabric, "")
         return (f"{lib} used the {transport} transport between nodes, the site's fabric is {fabric} (a silent "
