@@ -65,7 +65,12 @@ def test_every_site_with_every_spec_resolves_and_plans(site, tmp_path):
         try:
             spec = sites.resolve(name, site=site)
         except SpecError as exc:
-            # The only refusal allowed: the site runs none of the spec's platforms.
+            if "gpu.vendor" in str(exc):
+                # A GPU build the site's GPUs cannot take (CUDA settings on AMD's, GPU operations on
+                # Intel's: envtool.core.gpu_vendors), refused by the spec's rules.
+                assert exc.field.startswith("horovod.") and catalog.load_spec(name).horovod.uses_gpu, str(exc)
+                continue
+            # The other refusal allowed: the site runs none of the spec's platforms.
             assert exc.path == sf.path and exc.field == "platforms", str(exc)
             assert not set(catalog.load_spec(name).platforms) & set(sf.platforms)
             continue
@@ -77,7 +82,8 @@ def test_every_site_with_every_spec_resolves_and_plans(site, tmp_path):
         if spec.horovod.install == "pip-build":
             assert "build-horovod" in ids
         planned += 1
-    assert planned >= 1
+    # Alps's GH200 nodes are linux-aarch64, which no spec of the catalog runs yet.
+    assert planned >= 1 or not any(set(catalog.load_spec(n).platforms) & set(sf.platforms) for n in CONCRETE)
     for mapping in sf.stacks:
         assert mapping.mark in MARKS, f"{site}: stacks.{mapping.key} has no provenance mark"
 

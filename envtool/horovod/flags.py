@@ -8,7 +8,13 @@ Rules (``docs/reference/horovod.md``, "Build-time variables"):
 * ``HOROVOD_WITH_GLOO=1`` is read by no CMake file (CMakeLists.txt@v0.28.1: Gloo is built
   unless ``HOROVOD_WITHOUT_GLOO`` is set) but is the documented spelling, so it is emitted;
 * ``HOROVOD_GPU_OPERATIONS`` exists from 0.20.0; older versions take per-op variables;
-* 0.19.x tests flags for being non-empty, so ``=0`` counts as set: such values are refused.
+* 0.19.x tests flags for being non-empty, so ``=0`` counts as set: such values are refused;
+* the site's GPU vendor (``gpu.vendor`` of the site file, :mod:`envtool.core.gpu_vendors`) adds
+  what Horovod 0.28.1 needs on those GPUs, read from that table rather than from the site's name:
+  on AMD GPUs a build with GPU operations gets ``HOROVOD_GPU=ROCM`` and ``HOROVOD_ROCM_HOME``
+  (``HOROVOD_GPU_OPERATIONS=NCCL`` then means RCCL), on Intel GPUs ``HOROVOD_CPU_OPERATIONS=CCL``
+  (oneCCL) unless the spec names other CPU operations, and GPU operations are refused there
+  (Horovod has none for Intel GPUs).
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ from typing import List, Optional, Tuple
 
 from packaging.version import Version
 
-from envtool.core import frameworks
+from envtool.core import frameworks, gpu_vendors
 from envtool.core.errors import SpecError
 from envtool.spec.model import GPU_OP_CHOICES, HorovodSpec, Spec
 from envtool.spec.rules import horovod_version
@@ -40,9 +46,12 @@ def build_env(spec: Spec, cpu_count: Optional[int] = None) -> List[Tuple[str, st
     """
     h: HorovodSpec = spec.horovod
     version = horovod_version(spec)
+    vendor = site_vendor(spec)
     env: List[Tuple[str, str]] = []
     if h.gpu_operations:
         env.append(("HOROVOD_GPU_OPERATIONS", h.gpu_operations.upper()))
+    if vendor is not None and h.uses_gpu:  # refused by spec.rules where Horovod has no GPU operations
+        env.extend(vendor.build_env)
     for op, impl in h.gpu_ops:
         env.append((f"HOROVOD_GPU_{op.upper()}", impl.upper()))
     if h.nccl_link:
@@ -51,6 +60,8 @@ def build_env(spec: Spec, cpu_count: Optional[int] = None) -> List[Tuple[str, st
         env.append(("HOROVOD_ALLOW_MIXED_GPU_IMPL", "1"))
     if h.cpu_operations:
         env.append(("HOROVOD_CPU_OPERATIONS", h.cpu_operations.upper()))
+    elif vendor is not None and vendor.cpu_operations:
+        env.append(("HOROVOD_CPU_OPERATIONS", vendor.cpu_operations))
     for key, var in _FRAMEWORK_VARS:
         if key in h.frameworks:
             env.append((f"HOROVOD_WITH_{var}", "1"))
@@ -71,6 +82,10 @@ def build_env(spec: Spec, cpu_count: Optional[int] = None) -> List[Tuple[str, st
         env.append(("HOROVOD_BUILD_CUDA_CC_LIST", h.cuda_cc_list))
     names = {k for k, _ in env}
     derived = dict(env)
+    if vendor is not None and h.uses_gpu and vendor.home_var and vendor.home_default:
+        # Horovod's own default directory, which extra_env may name otherwise (the site's ROCm module)
+        env.append((vendor.home_var, vendor.home_default))
+        names.add(vendor.home_var)
     for key, value in h.extra_env:
         if version is not None and version < Version("0.20.0") and key.startswith("HOROVOD_") \
                 and value.strip() in ("0", "false", "False"):
@@ -86,6 +101,12 @@ def build_env(spec: Spec, cpu_count: Optional[int] = None) -> List[Tuple[str, st
     return env
 
 
+def site_vendor(spec: Spec) -> Optional[gpu_vendors.GpuVendor]:
+    """The :class:`~envtool.core.gpu_vendors.GpuVendor` of the site the spec was resolved for
+    (its site file's ``gpu.vendor``), or None when the site does not name one."""
+    return gpu_vendors.vendor(getattr(spec.site.gpu, "vendor", None))
+
+
 def _origin(key: str) -> str:
     """The spec field a derived variable comes from (for the message when ``extra_env`` contradicts it)."""
     if key.startswith(("HOROVOD_WITH_", "HOROVOD_WITHOUT_")):
@@ -95,7 +116,8 @@ def _origin(key: str) -> str:
             "HOROVOD_ALLOW_MIXED_GPU_IMPL": "horovod.allow_mixed_gpu_impl",
             "HOROVOD_CPU_OPERATIONS": "horovod.cpu_operations", "HOROVOD_CUDA_HOME": "horovod.cuda_home",
             "HOROVOD_NCCL_HOME": "horovod.nccl_home",
-            "HOROVOD_BUILD_CUDA_CC_LIST": "horovod.cuda_cc_list"}.get(key, "horovod.gpu_ops")
+            "HOROVOD_BUILD_CUDA_CC_LIST": "horovod.cuda_cc_list",
+            "HOROVOD_GPU": "the site's gpu.vendor"}.get(key, "horovod.gpu_ops")
 
 
 def _check_extra(spec: Spec, key: str, value: str, derived: dict) -> None:

@@ -9,6 +9,7 @@ from typing import Optional
 
 from packaging.version import InvalidVersion, Version
 
+from envtool.core import gpu_vendors
 from envtool.core.errors import SpecError
 from envtool.spec.model import FRAMEWORKS, Spec
 from envtool.spec.yamlload import LineDict
@@ -123,9 +124,24 @@ def check(spec: Spec, raw: Optional[LineDict] = None) -> None:
         if spec.distribution.name != "ibm-wml-ce":
             fail("horovod.gpu_ops", "distribution ibm-wml-ce for DDL (DDL ships only with IBM WML-CE)",
                  got=spec.distribution.name)
-    if h.uses_gpu and spec.cuda is None:
+    # The site's GPU vendor says which toolkit GPU operations are built with (envtool.core.gpu_vendors):
+    # a 'cuda' pin is needed only for CUDA (and where the site does not say, as before).
+    vendor = gpu_vendors.vendor(getattr(spec.site.gpu, "vendor", None))
+    if h.uses_gpu and spec.cuda is None and (vendor is None or vendor.toolkit == "CUDA"):
         fail("horovod.gpu_operations", "a 'cuda' pin when GPU operations (NCCL/MPI on GPU) are requested",
              hint="NCCL without CUDA cannot build")
+    if h.uses_gpu and vendor is not None:
+        where = f"site {spec.site.name}'s GPUs are {vendor.name}'s (its gpu.vendor)"
+        if vendor.gpu_operations is None:
+            fail("horovod.gpu_operations", f"no GPU operations: {where}, and Horovod has none for them "
+                 f"({vendor.source}); their collective library is {vendor.collective}",
+                 got=h.gpu_operations or dict(h.gpu_ops),
+                 hint=f"leave GPU operations out; CPU operations use {vendor.cpu_operations or 'the controller'}")
+        if vendor.toolkit != "CUDA":
+            for field, value in (("horovod.cuda_home", h.cuda_home), ("horovod.cuda_cc_list", h.cuda_cc_list)):
+                if value:
+                    fail(field, f"no CUDA setting: {where}, whose toolkit is {vendor.toolkit}", got=value,
+                         hint=f"name the toolkit's directory with {vendor.home_var} in horovod.extra_env instead")
     cpu_only = [p for p in spec.platforms if p in CPU_ONLY_PLATFORMS]
     if cpu_only and h.uses_gpu:
         fail("platforms", "platforms with CUDA when GPU operations are requested", got=cpu_only,

@@ -15,7 +15,10 @@ number comparable with the hardware's link bandwidth whatever the rank count.
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, TypedDict
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, TypedDict
+
+from envtool.core import gpu_vendors
+from envtool.core.gpu_vendors import GpuVendor
 
 #: Bytes of each allreduce of the sweep: every power of two from 8 B to 64 MiB (as nccl-tests
 #: ``-b 8 -e 64M -f 2``).
@@ -210,23 +213,71 @@ def check_references(table: Sequence[dict], references, controller: str, nodes: 
     return problems
 
 
-def check_fabric(transport: Optional[str], fabric: Optional[str]) -> Optional[str]:
-    """The problem when NCCL's network transport is not the site's fabric, or None.
+#: How NCCL and RCCL say that no network plug-in loaded, with the library they looked for:
+#: ``NET/Plugin : No plugin found (libnccl-net.so)`` (NVIDIA/nccl-tests#185, NCCL 2.19),
+#: ``NET/Plugin : dlerror=libnccl-net.so: cannot open shared object file`` (same thread) and
+#: ``NET/Plugin: Could not find: ofi libnccl-net-ofi.so`` (eth-cscs/cscs-docs@80abed138e7c:
+#: docs/software/communication/nccl.md#L94). Any library name is taken, RCCL's librccl-net.so as well.
+_PLUGIN_MISSING = re.compile(r"NET/Plugin\s*:.*?(?:No plugin found \(|dlerror=|Could not find:(?:\s+\S+)?\s+)"
+                             r"(lib[\w.+-]*?\.so)")
+
+
+def plugin_status(lines: Iterable[str], vendor: Optional[GpuVendor] = None) -> Dict[str, Any]:
+    """Whether the collective library's network plug-in loaded, from its ``NCCL_DEBUG=INFO`` lines.
+
+    The plug-in's library and the lines that show it in use are the GPU vendor's data
+    (:data:`envtool.core.gpu_vendors.VENDORS`: NCCL's ``libnccl-net.so``, RCCL's ``librccl-net.so``,
+    which says ``NET/OFI Using aws-ofi-rccl 1.4.0`` when in use).
+
+    Args:
+        lines: text lines from any rank (lines without ``NCCL INFO`` are ignored).
+        vendor: the site's GPU vendor, or None (NVIDIA's NCCL).
+    Returns:
+        ``{"library": the plug-in library looked for, "in_use": bool, "missing": [libraries the
+        library said it could not load]}``.
+    """
+    v = vendor or gpu_vendors.VENDORS["nvidia"]
+    in_use = False
+    missing: List[str] = []
+    for line in lines:
+        if "NCCL INFO" not in line:
+            continue
+        if any(mark in line for mark in v.plugin_in_use):
+            in_use = True
+        m = _PLUGIN_MISSING.search(line)
+        if m and m.group(1) not in missing:
+            missing.append(m.group(1))
+    return {"library": v.net_plugin, "in_use": in_use, "missing": missing}
+
+
+def check_fabric(transport: Optional[str], fabric: Optional[str], vendor: Optional[GpuVendor] = None,
+                 plugin: Optional[Dict[str, Any]] = None) -> Optional[str]:
+    """The problem when NCCL's (or RCCL's) network transport is not the site's fabric, or None.
 
     Args:
         transport: from :func:`nccl_transports` (``network``), or None when NCCL said nothing.
         fabric: the site file's ``validate.fabric`` (``ib``, ``ofi``, ``socket``) or None.
+        vendor: the site's GPU vendor (its collective library and network plug-in are named in the
+            fix), or None: NVIDIA's NCCL and ``libnccl-net.so``.
+        plugin: :func:`plugin_status` of the same lines, or None (then the fix names no missing library).
     """
     if not fabric or fabric == "socket":
         return None
+    v = vendor or gpu_vendors.VENDORS["nvidia"]
+    lib = v.collective if v.collective in ("NCCL", "RCCL") else "NCCL"
     if transport is None:
-        return (f"NCCL did not say which network transport it used (no NCCL_DEBUG=INFO 'NET/' line); the site's "
+        return (f"{lib} did not say which network transport it used (no NCCL_DEBUG=INFO 'NET/' line); the site's "
                 f"fabric is {fabric}")
     if transport != fabric:
-        fix = {"ofi": "load the site's aws-ofi-nccl plugin (its directory on LD_LIBRARY_PATH)",
+        said = ""
+        if plugin and plugin.get("missing"):
+            said = f"; {lib} found no {', '.join(plugin['missing'])}"
+        plugin_lib = v.net_plugin or "its library"
+        fix = {"ofi": f"load the site's {v.net_plugin_project or 'aws-ofi-nccl'} plugin ({plugin_lib} "
+                      f"in a directory on LD_LIBRARY_PATH)",
                "ib": "check that the node's IB devices are visible and NCCL_IB_DISABLE is not set"}.get(fabric, "")
-        return (f"NCCL used the {transport} transport between nodes, the site's fabric is {fabric} (a silent "
-                f"fallback)" + (f"; fix: {fix}" if fix else ""))
+        return (f"{lib} used the {transport} transport between nodes, the site's fabric is {fabric} (a silent "
+                f"fallback){said}" + (f"; fix: {fix}" if fix else ""))
     return None
 
 

@@ -28,7 +28,7 @@ SITE_FILE_KEYS = ("name", "summary", "sources", "platforms", "scheduler", "launc
                   "env", "notes", "stacks", "batch", "build_caches", "build_modules", "build_cache_group", "detect",
                   "clone_prefix", "validation", "retired", "node_local", "container", "gpu", "launch", "fabric")
 STACK_KEYS = ("spec", "modules", "base_env", "launcher", "env", "mark", "source", "note", "warning", "overrides")
-BUNDLED_SITES = ("summit", "perlmutter", "polaris", "bede", "theta", "frontier", "local")
+BUNDLED_SITES = ("summit", "perlmutter", "polaris", "bede", "theta", "frontier", "alps", "lumi", "aurora", "local")
 
 
 @dataclass(frozen=True)

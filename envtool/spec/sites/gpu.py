@@ -5,6 +5,7 @@ node, where no GPU can be asked (:mod:`envtool.core.gpu_gates`, :mod:`envtool.co
 Format::
 
     gpu:
+      vendor: nvidia              # nvidia | amd | intel (envtool.core.gpu_vendors), optional
       model: A100                 # the GPU's name as nvidia-smi gives it, or its short form
       capability: "8.0"           # compute capability (https://developer.nvidia.com/cuda-gpus)
       driver: "535.154.05"        # the nodes' driver, optional
@@ -21,9 +22,10 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
+from envtool.core.gpu_vendors import VENDOR_NAMES
 from envtool.spec.sites.reader import require_source, section
 
-GPU_KEYS = ("model", "capability", "driver", "mig", "network", "nccl_plugins", "source", "date", "note")
+GPU_KEYS = ("vendor", "model", "capability", "driver", "mig", "network", "nccl_plugins", "source", "date", "note")
 #: The networks a rule may name (:mod:`envtool.core.comm_rules`).
 NETWORKS = ("slingshot", "infiniband", "ethernet", "nvlink")
 
@@ -42,6 +44,8 @@ class SiteGPU:
         source: id in the file's ``sources``.
         date: the date the source gave these facts (``YYYY-MM-DD``).
         note: free text, or None.
+        vendor: one of :data:`envtool.core.gpu_vendors.VENDOR_NAMES`, or None when the file does
+            not say (then nothing is derived from it: CUDA and NCCL, as before).
     """
 
     model: str
@@ -53,6 +57,7 @@ class SiteGPU:
     network: Optional[str] = None
     nccl_plugins: Tuple[Tuple[str, Optional[str]], ...] = ()
     note: Optional[str] = None
+    vendor: Optional[str] = None
 
 
 def parse_gpu(spath: str, raw, source_ids: Sequence[str]) -> Optional[SiteGPU]:
@@ -79,6 +84,7 @@ def parse_gpu(spath: str, raw, source_ids: Sequence[str]) -> Optional[SiteGPU]:
     mig = r.get("mig")
     if mig is not None and not isinstance(mig, bool):
         raise r.error("mig", "true or false", got=mig)
+    vendor = r.choice("vendor", VENDOR_NAMES) if r.get("vendor") is not None else None
     network = r.choice("network", NETWORKS) if r.get("network") is not None else None
     plugins = []
     for entry in r.str_list("nccl_plugins"):
@@ -95,4 +101,5 @@ def parse_gpu(spath: str, raw, source_ids: Sequence[str]) -> Optional[SiteGPU]:
     except ValueError:
         raise r.error("date", "the date the source gave these facts, YYYY-MM-DD as a string", got=date) from None
     return SiteGPU(model=model, source=source, date=date or "", capability=capability, driver=driver, mig=mig,
-                   network=network, nccl_plugins=tuple(plugins), note=r.str("note"))
+                   network=network, nccl_plugins=tuple(plugins), note=r.str("note"),
+                   vendor=vendor)

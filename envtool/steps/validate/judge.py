@@ -284,6 +284,13 @@ def _site_validation(plan):
     return references, fabric
 
 
+def _site_vendor(plan):
+    """The :class:`~envtool.core.gpu_vendors.GpuVendor` of the site's ``gpu.vendor``, or None."""
+    from envtool.core import gpu_vendors
+
+    return gpu_vendors.vendor(getattr(getattr(plan.target.site, "gpu", None), "vendor", None))
+
+
 def _transport(check, recs: List[dict]) -> Optional[str]:
     ifaces = sorted({str(r.get("iface")) for r in recs if r.get("iface")})
     if not ifaces:
@@ -337,11 +344,14 @@ def _nccl(plan, phase: str, recs: List[dict], problems: List[str]) -> Optional[C
     for f in logs:
         lines += f.read_text(errors="replace").splitlines()
     nccl: Dict[str, Any] = dict(sweep.nccl_transports(lines))
+    vendor = _site_vendor(plan)
+    # the network plug-in the site's GPU vendor's library loads (libnccl-net.so, librccl-net.so)
+    nccl["plugin"] = sweep.plugin_status(lines, vendor)
     transport = nccl["network"] or ("inside the node: " + ", ".join(nccl["channels"]) if nccl["channels"] else None)
     references, fabric = _site_validation(plan)
     problems += sweep.check_references(gpu_rows, references, "nccl", plan.layout.nodes)
     if plan.layout.nodes > 1:
-        bad = sweep.check_fabric(nccl["network"], fabric)
+        bad = sweep.check_fabric(nccl["network"], fabric, vendor, nccl["plugin"])
         if bad:
             problems.append(f"nccl: {bad} (NCCL_DEBUG=INFO logs: {nccl_dir})")
     return ControllerResult(phase=phase, ranks=recs, sweep=gpu_rows, transport=transport, nccl=nccl,
