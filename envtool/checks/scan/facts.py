@@ -127,6 +127,7 @@ class ModuleFacts:
     multinode: bool = False      # the code names nodes (nnodes, node_rank, ngpus_per_node, SLURM_PROCID ...)
     rank_slices: bool = False    # a subscript indexed or sliced by a rank (x[rank::size])
     size_divs: bool = False      # something divided by hvd.size()/world size (steps per rank)
+    dist_rank_funcs: Set[str] = field(default_factory=set)  # top-level helpers returning torch.distributed's rank only
     size: int = 0
     _dict_idx: Optional["DictIndex"] = None
     text: Optional[str] = None   # the source, kept only for a module scanned from a string (scan_source)
@@ -179,6 +180,7 @@ def collect(mod: ModuleFacts) -> None:
             more = getattr(node, attr, None)
             if isinstance(more, list):
                 stmts.extend(more)
+    mod.dist_rank_funcs = _dist_rank_helpers(tree, mod)
     # stack items: (node, enclosing function, guarded, dead_if, class name, dist-only guard)
     stack: List[Tuple[ast.AST, Optional[FuncFacts], Optional[str], Optional[ast.AST], Optional[str], bool]] = [
         (tree, None, None, None, None, False)]
@@ -270,12 +272,45 @@ def collect(mod: ModuleFacts) -> None:
     mod.calls.sort(key=lambda c: (c.node.lineno, c.node.col_offset))
 
 
+#: a top-level function of at most this many lines may be a rank helper (``get_rank``, ``is_main_process``).
+HELPER_LINES = 40
+
+
+def _dist_rank_helpers(tree: ast.Module, mod: ModuleFacts) -> Set[str]:
+    """Names of the module's short top-level functions that return torch.distributed's rank, or a
+    test of it, and no other rank (torchvision's and DETR's ``get_rank`` / ``is_main_process``,
+    which return 0 when the process group is not initialised: under Horovod, on every rank).
+    Each return value is either such a read (through :func:`_dist_rank_test`, helpers included)
+    or reads no rank at all (``return 0``); found to a fixpoint (helpers calling helpers)."""
+    cands: Dict[str, List[ast.AST]] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                (stmt.end_lineno or stmt.lineno) - stmt.lineno <= HELPER_LINES:
+            rets = [n.value for n in ast.walk(stmt) if isinstance(n, ast.Return) and n.value is not None]
+            if rets:
+                cands[stmt.name] = rets
+    out: Set[str] = set()
+    mod.dist_rank_funcs = out
+    for _ in range(4):
+        before = len(out)
+        for name, rets in cands.items():
+            if name not in out and any(_dist_rank_test(r, mod) for r in rets) and \
+                    all(_dist_rank_test(r, mod) or rank_kind(r) is None for r in rets):
+                out.add(name)
+        if len(out) == before:
+            break
+    return out
+
+
 def _dist_rank_test(test: ast.AST, mod: ModuleFacts) -> bool:
     """Whether a rank test reads torch.distributed's rank (``dist.get_rank()``,
-    ``torch.distributed.get_rank()``, ``get_rank`` imported from ``torch.distributed``) and no other."""
+    ``torch.distributed.get_rank()``, ``get_rank`` imported from ``torch.distributed``, a helper of
+    :attr:`ModuleFacts.dist_rank_funcs`) and no other."""
     seen = False
     for sub in ast.walk(test):
-        if isinstance(sub, ast.Call) and last_name(sub.func) in ("get_rank", "rank", "local_rank", "get_local_rank"):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in mod.dist_rank_funcs:
+            seen = True
+        elif isinstance(sub, ast.Call) and last_name(sub.func) in ("get_rank", "rank", "local_rank", "get_local_rank"):
             f = sub.func
             if isinstance(f, ast.Attribute):
                 base = ast.unparse(f.value)
