@@ -145,6 +145,9 @@ def test_save_after_lightning_fit_runs_on_every_rank():
     # one process (no devices/num_nodes/strategy asking for more): nothing to guard
     one = LIGHTNING.replace('devices=4, num_nodes=2, strategy="ddp", ', "devices=1, ")
     assert scan.scan_source(one, "train.py") == []
+    # a strategy object built elsewhere asks for several processes too
+    obj = LIGHTNING.replace('devices=4, num_nodes=2, strategy="ddp", ', "strategy=make_strategy(), ")
+    assert _found(scan.scan_source(obj, "train.py")) == [("checkpoint-all-ranks", 21), ("checkpoint-all-ranks", 22)]
 
 
 SAVE_ON_MASTER = textwrap.dedent('''\
@@ -225,8 +228,11 @@ KERAS = textwrap.dedent('''\
 def test_keras_load_data_on_every_worker_into_the_shared_cache():
     issues = scan.scan_source(KERAS, "train.py")
     assert [(i.rule, i.line, i.level, i.launch) for i in issues] == [
-        ("download-all-ranks", 6, "warn", "tf-multiworker")], issues
+        ("download-all-ranks", 6, "info", "tf-multiworker")], issues
     assert "~/.keras/datasets" in issues[0].message
+    # a second load of the same dataset finds the first one's file in the cache
+    twice = KERAS.replace("    dataset = ", "    _, (x_test, y_test) = tf.keras.datasets.mnist.load_data()\n    dataset = ")
+    assert _found(scan.scan_source(twice, "train.py")) == [("download-all-ranks", 6)]
     # a file per worker (Horovod's own example names it by the rank): no collision
     per_worker = KERAS.replace("load_data()", 'load_data(path=f"mnist-{strategy.cluster_resolver.task_id}.npz")')
     assert scan.scan_source(per_worker, "train.py") == []
@@ -308,4 +314,5 @@ def test_parse_memory_per_mib_of_source_is_reduced():
     whole = _parse_peak(ast.parse, text)
     pieces = _parse_peak(lambda t: parse_in_pieces(t, "bench.py"), text)
     assert whole / len(text) > 100, f"one parse: {whole / len(text):.1f} MiB per MiB"
-    assert pieces / len(text) < 90, f"in pieces: {pieces / len(text):.1f} MiB per MiB (one parse: {whole / len(text):.1f})"
+    assert pieces / len(text) < 90, \
+        f"in pieces: {pieces / len(text):.1f} MiB per MiB (one parse: {whole / len(text):.1f})"

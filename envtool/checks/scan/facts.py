@@ -264,7 +264,8 @@ def collect(mod: ModuleFacts) -> None:
             mod.refs.setdefault(id(func), set()).add(node.id)  # names are interned by the parser
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name):
             base = node.value.id
-            mod.refs.setdefault(id(func), set()).add(intern(("." if base in ("self", "cls") else base + ".") + node.attr))
+            ref = ("." if base in ("self", "cls") else base + ".") + node.attr
+            mod.refs.setdefault(id(func), set()).add(intern(ref))
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
             mod.refs.setdefault(id(func), set()).add(intern("*." + node.attr))  # Runner().setup(), a.b.setup()
         for child in ast.iter_child_nodes(node):
@@ -286,7 +287,7 @@ def _dist_rank_helpers(tree: ast.Module, mod: ModuleFacts) -> Set[str]:
     for stmt in tree.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
                 (stmt.end_lineno or stmt.lineno) - stmt.lineno <= HELPER_LINES:
-            rets = [n.value for n in ast.walk(stmt) if isinstance(n, ast.Return) and n.value is not None]
+            rets: List[ast.AST] = [n.value for n in ast.walk(stmt) if isinstance(n, ast.Return) and n.value is not None]
             if rets:
                 cands[stmt.name] = rets
     out: Set[str] = set()

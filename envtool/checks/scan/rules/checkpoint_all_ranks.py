@@ -58,8 +58,8 @@ class CheckpointAllRanks(Rule):
 
     def check(self, prog: Program) -> None:
         """Report each checkpoint write (or checkpoint helper's call site) reached on every rank."""
+        self.after_fit(prog)
         if not prog.ranks:
-            self.after_fit(prog)
             return
         rank0 = "hvd.rank() == 0" if prog.launch == "horovod" else "torch.distributed.get_rank() == 0"
         for w in writes(prog):
@@ -84,8 +84,10 @@ class CheckpointAllRanks(Rule):
         """Lightning: a ``torch.save``/``save_pretrained`` after ``trainer.fit(...)`` in the same function,
         with no rank test around it, where the Trainer runs several processes (``num_nodes``, ``devices`` or a
         ``ddp``/``fsdp``/``deepspeed`` strategy): every process of the job runs the code after ``fit``
-        (Lightning's docs on ``trainer.is_global_zero``, https://lightning.ai/docs/pytorch/stable/common/trainer.html)."""
-        trainers = [c for c in prog.calls if last_name(c.node.func) == "Trainer" and multi_process_trainer(c.node)]
+        (Lightning's docs on ``trainer.is_global_zero``,
+        https://lightning.ai/docs/pytorch/stable/common/trainer.html)."""
+        trainers = [c for c in prog.calls if last_name(c.node.func) == "Trainer" and c.module.lightning and
+                    multi_process_trainer(c.node)]
         if not trainers:
             return
         fits = [c for c in prog.calls if last_name(c.node.func) == "fit" and isinstance(c.node.func, ast.Attribute)]
@@ -108,7 +110,8 @@ class CheckpointAllRanks(Rule):
 
 def multi_process_trainer(call: ast.Call) -> bool:
     """Whether a Lightning ``Trainer(...)`` call asks for several processes: ``num_nodes`` other than 1,
-    ``devices`` other than 1 (a number, a list or an expression), or a ddp/fsdp/deepspeed strategy."""
+    ``devices`` other than 1 (a number, a list or an expression), a ddp/fsdp/deepspeed strategy name, or
+    a strategy object (any expression that is not a constant)."""
     def const(name: str) -> Optional[ast.AST]:
         return kwarg(call, name)
 
@@ -122,5 +125,9 @@ def multi_process_trainer(call: ast.Call) -> bool:
                 return True
         elif not (isinstance(devices, (ast.List, ast.Tuple)) and len(devices.elts) <= 1):
             return True
-    words: List[str] = ["ddp", "fsdp", "deepspeed"]
-    return strategy is not None and any(w in ast.unparse(strategy).lower() for w in words)
+    if strategy is None:
+        return False
+    if isinstance(strategy, ast.Constant):  # "ddp", "deepspeed_stage_2", "fsdp"; not "auto" or "single_device"
+        words: List[str] = ["ddp", "fsdp", "deepspeed"]
+        return any(w in str(strategy.value).lower() for w in words)
+    return True  # a strategy object (DDPStrategy(...), DeepSpeedStrategy(...), built by a helper): several processes
