@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: ``doctor --script`` scan time per MB of source at 1, 2 and 4 MB, side by side.
+"""Benchmark: ``doctor --script`` scan time and memory per MB of source at 1, 2 and 4 MB, side by side.
 
 Issue 12 measured the old scan growing quadratically (1 MB: 10 s, 2 MB: 39 s, 5 MB: 247 s).
 This script generates training-script source of each size from one block of typical code
@@ -10,10 +10,17 @@ function body, the shape that made the old early-return check quadratic). For ea
 size it times :func:`envtool.checks.scan.scan_source` (best of ``--runs``, in this process,
 sizes interleaved so that all see the same load) and prints seconds, seconds per MB and the
 ratio of each size's seconds per MB to the 1 MB one: linear growth keeps the ratios near 1.
+Memory: how far the first scan in a fresh process raises its peak resident memory (``ru_maxrss``)
+above its resident memory before the scan, in MiB per MiB of source (the lowest of the runs); with
+``--tracemalloc`` also the peak of Python's own allocations (:mod:`tracemalloc`, one more scan, slow).
 
 Usage: python benchmarks/bench_scan.py [--runs 3] [--sizes 1 2 4] [--compare REV] [--json]
-  --compare REV also times the scan.py of git revision REV (e.g. the one before issue 18) at the
-  smallest size only, for scale (the old one takes minutes beyond 1 MB).
+  --compare REV also measures git revision REV side by side with this checkout: for a revision
+  with the scan package (envtool/checks/scan/, issue 28 on), REV's envtool/ is extracted with
+  ``git archive`` and every measurement of both runs in a fresh process of its own, interleaved
+  (REV, this checkout, REV, ...), on the same texts; the table gives REV's rows and the ratios of
+  this checkout to REV. For an older revision (envtool/checks/scan.py, e.g. the one before issue
+  18), that scan.py is timed in this process at the smallest size only (it takes minutes beyond 1 MB).
 Exit status: 0, or 1 when a ratio exceeds --max-ratio (default 1.5).
 """
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -120,47 +128,154 @@ def timed(scan, text: str) -> float:
     return time.perf_counter() - started
 
 
+def peak_bytes(scan, text: str) -> int:
+    """The peak of the memory Python allocates while ``scan`` scans ``text`` (tracemalloc, which
+    counts the parser's own working memory as well as the objects it returns)."""
+    import gc
+    import tracemalloc
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        scan.scan_source(text, "bench.py")
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now (Linux ``/proc/self/statm``; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def one(root: str, shape: str, mb: float, runs: int, traced: bool) -> dict:
+    """Measure one text in this (fresh) process with the envtool under ``root``: the seconds of the
+    first scan and the growth of the process's peak resident memory over its resident memory before
+    it (``peak``); the best seconds of ``runs`` scans; with ``traced``, also the tracemalloc peak of
+    one more scan (``traced``; slow)."""
+    import resource
+
+    sys.path.insert(0, root)
+    for name in [n for n in sys.modules if n == "envtool" or n.startswith("envtool.")]:
+        del sys.modules[name]
+    from envtool.checks import scan
+    text = source(shape, mb)
+    scan.scan_source("import os\n", "warm.py")  # imports the rules: not counted
+    before = rss_bytes()
+    best = timed(scan, text)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    best = min([best] + [timed(scan, text) for _ in range(runs - 1)])
+    return {"seconds": best, "peak": peak, "traced": peak_bytes(scan, text) if traced else None,
+            "chars": len(text), "root": root}
+
+
+def measure(root: Path, shape: str, mb: float, runs: int = 1, traced: bool = False) -> dict:
+    """:func:`one` in a fresh Python process (so that no earlier scan's memory counts)."""
+    got = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one", shape, str(mb), "--root", str(root),
+                          "--runs", str(runs)] + (["--tracemalloc"] if traced else []), capture_output=True, text=True)
+    if got.returncode != 0:
+        raise SystemExit(f"measuring {root} ({shape}, {mb} MB) failed:\n{got.stderr}")
+    return json.loads(got.stdout)
+
+
+def extract(rev: str) -> Path:
+    """REV's ``envtool/`` package, extracted (``git archive``) into a new temporary directory."""
+    d = Path(tempfile.mkdtemp(prefix="bench-scan-"))
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "envtool"], capture_output=True)
+    if archive.returncode != 0:
+        raise SystemExit(f"--compare {rev}: git archive failed: {archive.stderr.decode(errors='replace').strip()}")
+    subprocess.run(["tar", "-x", "-C", str(d)], input=archive.stdout, check=True)
+    return d
+
+
+def is_package_rev(rev: str) -> bool:
+    """Whether revision ``rev`` has the scan package (``envtool/checks/scan/__init__.py``)."""
+    return subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{rev}:envtool/checks/scan/__init__.py"],
+                          capture_output=True).returncode == 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=float, nargs="+", default=[1, 2, 4], help="MB (default 1 2 4)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs per size, best kept (default 3)")
     parser.add_argument("--max-ratio", type=float, default=1.5)
-    parser.add_argument("--compare", metavar="REV", help="also time this git revision's scan at the smallest size")
+    parser.add_argument("--compare", metavar="REV", help="also measure this git revision side by side")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--tracemalloc", action="store_true",
+                        help="also measure the peak of Python's allocations with tracemalloc (one more scan, slow)")
+    parser.add_argument("--one", nargs=2, metavar=("SHAPE", "MB"), help=argparse.SUPPRESS)
+    parser.add_argument("--root", default=str(REPO), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    scan = load_scan(None)
+    if args.one:
+        print(json.dumps(one(args.root, args.one[0], float(args.one[1]), args.runs, args.tracemalloc)))
+        return 0
+    old_root = extract(args.compare) if args.compare and is_package_rev(args.compare) else None
+    roots = ([old_root] if old_root else []) + [REPO]
     rows, worst = [], 0.0
     for shape in ("functions", "one-function"):
-        texts = {mb: source(shape, mb) for mb in args.sizes}
-        best = {mb: float("inf") for mb in args.sizes}
+        got = {(r, mb): {"seconds": float("inf")} for r in roots for mb in args.sizes}
         for _ in range(args.runs):
-            for mb in args.sizes:  # interleaved: every size sees the same machine load
-                best[mb] = min(best[mb], timed(scan, texts[mb]))
-        base = best[args.sizes[0]] / (len(texts[args.sizes[0]]) / 1e6)
-        for mb in args.sizes:
-            per_mb = best[mb] / (len(texts[mb]) / 1e6)
-            ratio = per_mb / base
-            worst = max(worst, ratio)
-            rows.append({"shape": shape, "mb": round(len(texts[mb]) / 1e6, 3), "seconds": round(best[mb], 3),
-                         "seconds_per_mb": round(per_mb, 3), "ratio_to_smallest": round(ratio, 2)})
-            if not args.json:
-                print(f"  ... {shape} {mb} MB: {best[mb]:.2f} s", file=sys.stderr, flush=True)
-        if args.compare:
+            for mb in args.sizes:  # interleaved: every size and revision sees the same machine load
+                for r in roots:
+                    m = measure(r, shape, mb, traced=args.tracemalloc)
+                    old = got[(r, mb)]
+                    if m["seconds"] < old["seconds"]:
+                        got[(r, mb)] = m
+                        if "peak" in old:  # the lowest peak seen: the least disturbed by the machine
+                            m["peak"] = min(m["peak"], old["peak"])
+                    else:
+                        old["peak"] = min(m["peak"], old["peak"])
+        for r in roots:
+            first = got[(r, args.sizes[0])]
+            base = first["seconds"] / (first["chars"] / 1e6)
+            for mb in args.sizes:
+                m = got[(r, mb)]
+                per_mb = m["seconds"] / (m["chars"] / 1e6)
+                ratio = per_mb / base
+                if r == REPO:
+                    worst = max(worst, ratio)
+                row = {"shape": shape, "mb": round(m["chars"] / 1e6, 3), "seconds": round(m["seconds"], 3),
+                       "seconds_per_mb": round(per_mb, 3), "ratio_to_smallest": round(ratio, 2),
+                       "peak_mib_per_mib": round(m["peak"] / m["chars"], 1),
+                       "traced_mib_per_mib": None if m.get("traced") is None else round(m["traced"] / m["chars"], 1),
+                       "revision": args.compare if r == old_root else "this checkout"}
+                if old_root and r == REPO:
+                    o = got[(old_root, mb)]
+                    row["time_vs_rev"] = round(m["seconds"] / o["seconds"], 2)
+                    row["memory_vs_rev"] = round(m["peak"] / o["peak"], 2)
+                    if m.get("traced") and o.get("traced"):
+                        row["traced_vs_rev"] = round(m["traced"] / o["traced"], 2)
+                rows.append(row)
+                if not args.json:
+                    print(f"  ... {shape} {mb} MB {row['revision']}: {m['seconds']:.2f} s, "
+                          f"{row['peak_mib_per_mib']} MiB/MiB", file=sys.stderr, flush=True)
+        if args.compare and not old_root:
             old = load_scan(args.compare)
             mb = args.sizes[0]
-            t_old = timed(old, texts[mb])
-            rows.append({"shape": shape, "mb": round(len(texts[mb]) / 1e6, 3), "seconds": round(t_old, 3),
-                         "seconds_per_mb": round(t_old / (len(texts[mb]) / 1e6), 3),
-                         "ratio_to_smallest": None, "revision": args.compare})
+            text = source(shape, mb)
+            t_old = timed(old, text)
+            rows.append({"shape": shape, "mb": round(len(text) / 1e6, 3), "seconds": round(t_old, 3),
+                         "seconds_per_mb": round(t_old / (len(text) / 1e6), 3),
+                         "ratio_to_smallest": None, "peak_mib_per_mib": None, "revision": args.compare})
     if args.json:
         print(json.dumps({"rows": rows, "worst_ratio": round(worst, 2), "max_ratio": args.max_ratio}, indent=2))
     else:
-        print(f"{'shape':<13} {'MB':>6} {'seconds':>9} {'s/MB':>8} {'ratio':>6}  revision")
+        print(f"{'shape':<13} {'MB':>6} {'seconds':>9} {'s/MB':>8} {'ratio':>6} {'MiB/MiB':>8} {'t/rev':>6} "
+              f"{'mem/rev':>7}  revision")
         for r in rows:
             ratio = "" if r["ratio_to_smallest"] is None else f"{r['ratio_to_smallest']:.2f}"
-            print(f"{r['shape']:<13} {r['mb']:>6.2f} {r['seconds']:>9.3f} {r['seconds_per_mb']:>8.3f} {ratio:>6}  "
-                  f"{r.get('revision', 'this checkout')}")
-        print(f"worst s/MB ratio to the smallest size: {worst:.2f} (limit {args.max_ratio})")
+            peak = "" if r["peak_mib_per_mib"] is None else f"{r['peak_mib_per_mib']:.1f}"
+            traced = "" if r.get("traced_mib_per_mib") is None else f" traced {r['traced_mib_per_mib']:.1f} MiB/MiB"
+            print(f"{r['shape']:<13} {r['mb']:>6.2f} {r['seconds']:>9.3f} {r['seconds_per_mb']:>8.3f} {ratio:>6} "
+                  f"{peak:>8} {r.get('time_vs_rev', ''):>6} {r.get('memory_vs_rev', ''):>7}  {r['revision']}{traced}")
+        print(f"worst s/MB ratio to the smallest size (this checkout): {worst:.2f} (limit {args.max_ratio})")
+        print("MiB/MiB: growth of the peak resident memory during a scan in a fresh process, per MiB of source; "
+              "t/rev, mem/rev: this checkout's seconds and peak over those of --compare REV")
     return 0 if worst <= args.max_ratio else 1
 
 

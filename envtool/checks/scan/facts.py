@@ -8,6 +8,7 @@ import io
 import linecache
 import re
 import tokenize
+from sys import intern
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Set, Tuple, Union
@@ -31,9 +32,9 @@ FuncNode = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda]
 DictIndex = Tuple[Dict[Tuple[int, str], List[ast.AST]], Dict[Tuple[int, str], List["CallSite"]]]
 
 
-@dataclass(eq=False)
 class FuncFacts:
-    """A function (def, async def or lambda) of a module.
+    """A function (def, async def or lambda) of a module (a record with ``__slots__``: one is kept
+    per function of every module read).
 
     Attributes:
         node: its syntax node; ``name`` its name (``<lambda>``); ``module`` the module holding it;
@@ -44,29 +45,52 @@ class FuncFacts:
             being judged; ``loops``: it has a for/while loop; ``parent``: the enclosing function.
     """
 
-    node: FuncNode
-    name: str
-    module: "ModuleFacts"
-    cls: Optional[str]
-    params: List[str]
-    defaults: Dict[str, ast.AST]
-    returns: List[ast.AST] = field(default_factory=list)
-    sites: List["CallSite"] = field(default_factory=list)
-    loops: bool = False
-    parent: Optional["FuncFacts"] = None
+    __slots__ = ("node", "name", "module", "cls", "params", "defaults", "returns", "sites", "loops", "parent")
+
+    def __init__(self, node: FuncNode, name: str, module: "ModuleFacts", cls: Optional[str], params: List[str],
+                 defaults: Dict[str, ast.AST], returns: Optional[List[ast.AST]] = None,
+                 sites: Optional[List["CallSite"]] = None, loops: bool = False,
+                 parent: Optional["FuncFacts"] = None):
+        self.node = node
+        self.name = name
+        self.module = module
+        self.cls = cls
+        self.params = params
+        self.defaults = defaults
+        self.returns: List[ast.AST] = [] if returns is None else returns
+        self.sites: List["CallSite"] = [] if sites is None else sites
+        self.loops = loops
+        self.parent = parent
+
+    def __repr__(self) -> str:
+        return f"FuncFacts({self.name!r}, line {getattr(self.node, 'lineno', 0)}, cls={self.cls!r})"
 
 
-@dataclass(eq=False)
 class CallSite:
     """A call and where it is: module, enclosing function, the rank test around it and the dead
-    ``_supports_context`` guard around it."""
+    ``_supports_context`` guard around it (a record with ``__slots__``: one is kept per call of
+    every module read).
 
-    node: ast.Call
-    module: "ModuleFacts"
-    func: Optional[FuncFacts]          # enclosing function (None: module level)
-    guarded: Optional[str]         # under a rank test: "global"/"local" (if / conditional / early return)
-    dead_if: Optional[ast.AST]     # innermost enclosing if whose test is the dead guard
-    dist_guard: bool = False       # every rank test around it reads torch.distributed's rank only
+    Attributes:
+        node: the call; ``module``: the module holding it; ``func``: the enclosing function (None:
+            module level); ``guarded``: under a rank test, ``"global"``/``"local"`` (if, conditional
+            or early return), else None; ``dead_if``: the innermost enclosing ``if`` whose test is
+            the dead guard; ``dist_guard``: every rank test around it reads torch.distributed's rank only.
+    """
+
+    __slots__ = ("node", "module", "func", "guarded", "dead_if", "dist_guard")
+
+    def __init__(self, node: ast.Call, module: "ModuleFacts", func: Optional[FuncFacts], guarded: Optional[str],
+                 dead_if: Optional[ast.AST], dist_guard: bool = False):
+        self.node = node
+        self.module = module
+        self.func = func
+        self.guarded = guarded
+        self.dead_if = dead_if
+        self.dist_guard = dist_guard
+
+    def __repr__(self) -> str:
+        return f"CallSite(line {self.node.lineno}, guarded={self.guarded!r})"
 
 
 @dataclass(eq=False)
@@ -103,6 +127,7 @@ class ModuleFacts:
     multinode: bool = False      # the code names nodes (nnodes, node_rank, ngpus_per_node, SLURM_PROCID ...)
     rank_slices: bool = False    # a subscript indexed or sliced by a rank (x[rank::size])
     size_divs: bool = False      # something divided by hvd.size()/world size (steps per rank)
+    dist_rank_funcs: Set[str] = field(default_factory=set)  # top-level helpers returning torch.distributed's rank only
     size: int = 0
     _dict_idx: Optional["DictIndex"] = None
     text: Optional[str] = None   # the source, kept only for a module scanned from a string (scan_source)
@@ -155,6 +180,7 @@ def collect(mod: ModuleFacts) -> None:
             more = getattr(node, attr, None)
             if isinstance(more, list):
                 stmts.extend(more)
+    mod.dist_rank_funcs = _dist_rank_helpers(tree, mod)
     # stack items: (node, enclosing function, guarded, dead_if, class name, dist-only guard)
     stack: List[Tuple[ast.AST, Optional[FuncFacts], Optional[str], Optional[ast.AST], Optional[str], bool]] = [
         (tree, None, None, None, None, False)]
@@ -235,23 +261,57 @@ def collect(mod: ModuleFacts) -> None:
                 or last_name(node.right).lower() in ("world_size", "num_replicas", "num_workers_total")):
             mod.size_divs = True
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            mod.refs.setdefault(id(func), set()).add(node.id)
+            mod.refs.setdefault(id(func), set()).add(node.id)  # names are interned by the parser
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name):
             base = node.value.id
-            mod.refs.setdefault(id(func), set()).add(("." if base in ("self", "cls") else base + ".") + node.attr)
+            ref = ("." if base in ("self", "cls") else base + ".") + node.attr
+            mod.refs.setdefault(id(func), set()).add(intern(ref))
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
-            mod.refs.setdefault(id(func), set()).add("*." + node.attr)  # Runner().setup(), a.b.setup()
+            mod.refs.setdefault(id(func), set()).add(intern("*." + node.attr))  # Runner().setup(), a.b.setup()
         for child in ast.iter_child_nodes(node):
             stack.append((child, func, guarded, dead_if, cls, dist))
     mod.calls.sort(key=lambda c: (c.node.lineno, c.node.col_offset))
 
 
+#: a top-level function of at most this many lines may be a rank helper (``get_rank``, ``is_main_process``).
+HELPER_LINES = 40
+
+
+def _dist_rank_helpers(tree: ast.Module, mod: ModuleFacts) -> Set[str]:
+    """Names of the module's short top-level functions that return torch.distributed's rank, or a
+    test of it, and no other rank (torchvision's and DETR's ``get_rank`` / ``is_main_process``,
+    which return 0 when the process group is not initialised: under Horovod, on every rank).
+    Each return value is either such a read (through :func:`_dist_rank_test`, helpers included)
+    or reads no rank at all (``return 0``); found to a fixpoint (helpers calling helpers)."""
+    cands: Dict[str, List[ast.AST]] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                (stmt.end_lineno or stmt.lineno) - stmt.lineno <= HELPER_LINES:
+            rets: List[ast.AST] = [n.value for n in ast.walk(stmt) if isinstance(n, ast.Return) and n.value is not None]
+            if rets:
+                cands[stmt.name] = rets
+    out: Set[str] = set()
+    mod.dist_rank_funcs = out
+    for _ in range(4):
+        before = len(out)
+        for name, rets in cands.items():
+            if name not in out and any(_dist_rank_test(r, mod) for r in rets) and \
+                    all(_dist_rank_test(r, mod) or rank_kind(r) is None for r in rets):
+                out.add(name)
+        if len(out) == before:
+            break
+    return out
+
+
 def _dist_rank_test(test: ast.AST, mod: ModuleFacts) -> bool:
     """Whether a rank test reads torch.distributed's rank (``dist.get_rank()``,
-    ``torch.distributed.get_rank()``, ``get_rank`` imported from ``torch.distributed``) and no other."""
+    ``torch.distributed.get_rank()``, ``get_rank`` imported from ``torch.distributed``, a helper of
+    :attr:`ModuleFacts.dist_rank_funcs`) and no other."""
     seen = False
     for sub in ast.walk(test):
-        if isinstance(sub, ast.Call) and last_name(sub.func) in ("get_rank", "rank", "local_rank", "get_local_rank"):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in mod.dist_rank_funcs:
+            seen = True
+        elif isinstance(sub, ast.Call) and last_name(sub.func) in ("get_rank", "rank", "local_rank", "get_local_rank"):
             f = sub.func
             if isinstance(f, ast.Attribute):
                 base = ast.unparse(f.value)
@@ -315,6 +375,46 @@ def syntax_issue(shown: str, line: int, message: str) -> ScanIssue:
     return ScanIssue(shown, line, "syntax", message, "fix the syntax error (nothing else was checked)")
 
 
+#: the size (characters) of the pieces :func:`parse_in_pieces` parses one at a time.
+PIECE_CHARS = 64 * 1024
+#: a line that may begin a top-level statement of its own (a name, a keyword or a decorator at
+#: column 0), but not the rest of a compound statement (else, elif, except, finally).
+_TOP_LINE = re.compile(r"^(?!(?:else|elif|except|finally)\b)[A-Za-z_@]", re.MULTILINE)
+
+
+def parse_in_pieces(text: str, shown: str) -> ast.Module:
+    """``ast.parse(text)``, in pieces of about :data:`PIECE_CHARS` cut before top-level statements,
+    so that the parser's own working memory (as large again as the tree it returns) is held for one
+    piece at a time instead of for the whole file. Each piece is parsed after as many blank lines as
+    precede it, so line and column numbers are those of the whole file; the module returned is the
+    one ``ast.parse`` gives. A cut that is not a statement boundary (inside a string or brackets,
+    after a decorator or a line continuation) makes a piece fail to parse; then, as for a file with a
+    ``__future__`` import or a syntax error, the whole text is parsed at once, as before.
+
+    Raises:
+        SyntaxError, RecursionError, MemoryError, ValueError: as ``ast.parse(text)`` does.
+    """
+    if len(text) <= PIECE_CHARS or "__future__" in text or "\r" in text:  # \r: a line end str.count misses
+        return ast.parse(text, filename=shown)
+    cuts = [0]
+    for m in _TOP_LINE.finditer(text, PIECE_CHARS):
+        if m.start() - cuts[-1] >= PIECE_CHARS:
+            cuts.append(m.start())
+    if len(cuts) == 1:
+        return ast.parse(text, filename=shown)
+    cuts.append(len(text))
+    body: List[ast.stmt] = []
+    line = 0
+    try:
+        for a, b in zip(cuts, cuts[1:]):
+            piece = text[a:b]
+            body.extend(ast.parse("\n" * line + piece, filename=shown).body)
+            line += piece.count("\n")
+    except Exception:  # a cut inside a statement: parse the whole text, as before
+        return ast.parse(text, filename=shown)
+    return ast.Module(body=body, type_ignores=[])
+
+
 def parse_source(text: str, shown: str, path: Path) -> ModuleFacts:
     """Parse ``text`` (reported as ``shown``; ``path`` is the file it came from) and collect its facts.
 
@@ -323,7 +423,7 @@ def parse_source(text: str, shown: str, path: Path) -> ModuleFacts:
         ``syntax`` issue in ``syntax`` (never raises for bad source).
     """
     try:
-        tree = ast.parse(text, filename=shown)
+        tree = parse_in_pieces(text, shown)
     except SyntaxError as exc:
         return ModuleFacts(path, shown, None, syntax_issue(shown, exc.lineno or 1, f"does not parse: {exc.msg}"))
     except (RecursionError, MemoryError):

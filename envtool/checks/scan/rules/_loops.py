@@ -3,7 +3,7 @@ value is bound to, and the frameworks that do a rank's data work themselves."""
 from __future__ import annotations
 
 import ast
-from typing import List, Optional, Tuple
+from typing import List, Optional, Set, Tuple
 
 from envtool.checks.scan.astutil import last_name
 from envtool.checks.scan.facts import CallSite, FuncFacts, ModuleFacts
@@ -13,13 +13,35 @@ from envtool.checks.scan.program import Program
 #: (Lightning's Trainer, https://lightning.ai/docs/pytorch/stable/common/trainer.html; Accelerate's
 #: prepare(); Hugging Face's Trainer).
 FRAMEWORK_LOOPS = ("Trainer", "prepare", "prepare_data_loader", "Fabric", "setup_dataloaders")
+#: the packages those come from.
+FRAMEWORK_PACKAGES = ("pytorch_lightning", "lightning", "lightning_fabric", "transformers", "accelerate")
+
+
+def own_classes(prog: Program) -> Set[str]:
+    """Names of the classes the program's modules define at their top level that derive from no
+    framework loop class (a project's own ``class Trainer:`` runs its own loop)."""
+    got = prog.memo.get("own_classes")
+    if isinstance(got, set):
+        return got
+    out: Set[str] = set()
+    for m in prog.modules:
+        for stmt in m.tree.body if m.tree is not None else ():
+            if isinstance(stmt, ast.ClassDef) and not any(last_name(b) in FRAMEWORK_LOOPS for b in stmt.bases):
+                out.add(stmt.name)
+    prog.memo["own_classes"] = out
+    return out
 
 
 def framework_loop(prog: Program) -> Optional[CallSite]:
     """The first reached call of a framework that runs the loop (Lightning/HF ``Trainer``,
-    Accelerate ``prepare``, Lightning ``Fabric``), else None."""
+    Accelerate ``prepare``, Lightning ``Fabric``), else None; ``Trainer(...)`` of a class the
+    project defines itself (not derived from a framework's) does not count."""
     for c in prog.calls:
-        if last_name(c.node.func) in FRAMEWORK_LOOPS:
+        name = last_name(c.node.func)
+        if name in FRAMEWORK_LOOPS:
+            origin = c.module.from_imports.get(name, "").lstrip(".").split(".")[0]
+            if isinstance(c.node.func, ast.Name) and name in own_classes(prog) and origin not in FRAMEWORK_PACKAGES:
+                continue  # the project's own Trainer class (defined beside the call or imported from the project)
             return c
     return None
 
