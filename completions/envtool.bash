@@ -452,7 +452,7 @@ _envtool_specs() {
   compgen -W "cpu-horovod cpu-tensorflow-horovod cpu-tf-torch-horovod ibm-wml-ce-1.6.1 ibm-wml-ce-1.6.2 ibm-wml-ce-1.7.0 ibm-wml-ce-base local-gpu-nccl nersc-pytorch-1.13.1 nersc-tensorflow-2.9.0 open-ce-0.1 open-ce-1.0.1 open-ce-1.1.0 open-ce-1.1.3 open-ce-1.10 open-ce-1.11 open-ce-1.2 open-ce-1.3 open-ce-1.4 open-ce-1.5 open-ce-1.6 open-ce-1.7 open-ce-1.8 open-ce-1.9 open-ce-base perlmutter-horovod polaris-conda-2022-07-19 polaris-conda-2022-09-08 polaris-conda-2022-09-08-hvd-nccl polaris-conda-2023-01-10 polaris-conda-2023-10-04 polaris-conda-base $(_envtool_path_names ENVTOOL_SPEC_PATH)" -- "$1"
 }
 _envtool_sites() {
-  compgen -W "bede frontier local perlmutter polaris summit theta $(_envtool_path_names ENVTOOL_SITE_PATH)" -- "$1"
+  compgen -W "alps aurora bede frontier local lumi perlmutter polaris summit theta $(_envtool_path_names ENVTOOL_SITE_PATH)" -- "$1"
 }
 
 # End Custom Preamble
