@@ -135,7 +135,8 @@ def _rows(busbw_64mib: float):
 
 
 def _nccl_entry(busbw: float, log_lines):
-    facts = {"plugin": published_refs.sweep.plugin_status(log_lines), "version": published_refs.nccl_version_in(log_lines)}
+    facts = {"plugin": published_refs.sweep.plugin_status(log_lines),
+             "version": published_refs.nccl_version_in(log_lines)}
     return ControllerResult(phase="mpi", sweep=_rows(busbw), nccl=facts, logs=["nccl/0.log"])
 
 

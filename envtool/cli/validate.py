@@ -366,9 +366,10 @@ def _export(args) -> int:
     refs = result.references
     print("references: " + (", ".join(f"{k} {v[0]:g} {v[3]} (lower {bound(v[1])}, upper {bound(v[2])})"
                                        for k, v in refs.items())
-                            if refs else f"none for {lay['nodes']} node(s) in {shlex.quote(target.site.path)}"))
+                            if refs else f"none {'comparable ' if result.not_comparable else ''}for {lay['nodes']} "
+                                         f"node(s) in {shlex.quote(target.site.path)}"))
     for v in result.not_comparable:
-        print(f"reference {v['name']} ({v['value']:g} {v['unit']}, {v['date']}, {v['source']}; stack {v['stack_hash']}): "
-              f"not comparable, not in the test: " + "; ".join(v["why"]))
+        print(f"reference {v['name']} ({v['value']:g} {v['unit']}, {v['date']}, {v['source']}; "
+              f"stack {v['stack_hash']}): not comparable, not in the test: " + "; ".join(v["why"]))
     print(f"run it: {result.command}")
     return 0

@@ -468,7 +468,8 @@ def _list_reference(spath: str, i: int, entry: Any, at: Optional[int], source_id
     if note is not None and not isinstance(note, str):
         raise bad("note", "free text", note)
     return Reference(nodes=nodes, name=name, value=float(value), lower=None if lower is None else float(lower),
-                     upper=None if upper is None else float(upper), unit=unit, size=size, controller=controller, stack=stack, date=date, source=source, note=note)
+                     upper=None if upper is None else float(upper), unit=unit, size=size, controller=controller,
+                     stack=stack, date=date, source=source, note=note)
 
 
 def _ref_stack(data: Any, bad) -> RefStack:
