@@ -313,6 +313,11 @@ def _print_job(args, result) -> None:
         _print_controllers(result)
     elif result.ranks or not (args.preflight or (result.preflight is not None and result.preflight.problems)):
         print(rk.table(result.ranks))
+    if getattr(result, "references", None):
+        from envtool.steps.validate import references as published_refs
+
+        for v in result.references:
+            print("reference " + published_refs.line(v))
     for warning in getattr(result, "warnings", ()):
         print(f"warning: {warning}", file=sys.stderr)
 
@@ -361,6 +366,10 @@ def _export(args) -> int:
     refs = result.references
     print("references: " + (", ".join(f"{k} {v[0]:g} {v[3]} (lower {bound(v[1])}, upper {bound(v[2])})"
                                        for k, v in refs.items())
-                            if refs else f"none for {lay['nodes']} node(s) in {shlex.quote(target.site.path)}"))
+                            if refs else f"none {'comparable ' if result.not_comparable else ''}for {lay['nodes']} "
+                                         f"node(s) in {shlex.quote(target.site.path)}"))
+    for v in result.not_comparable:
+        print(f"reference {v['name']} ({v['value']:g} {v['unit']}, {v['date']}, {v['source']}; "
+              f"stack {v['stack_hash']}): not comparable, not in the test: " + "; ".join(v["why"]))
     print(f"run it: {result.command}")
     return 0

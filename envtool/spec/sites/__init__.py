@@ -110,16 +110,16 @@ from envtool.spec.sites.node_local import NODE_LOCAL_KEYS, NODE_LOCAL_PATH_RE, N
 from envtool.spec.sites.resolve import Resolved, resolve, resolve_full
 from envtool.spec.sites.retired import RETIRED_KEYS, Retirement
 from envtool.spec.sites.validation import (FABRICS, PERF_NAME_RE, REFERENCE_CONTROLLERS, REFERENCE_SIZES,
-                                           REFERENCE_UNITS, VALIDATION_KEYS, AllreduceReference, Reference,
-                                           ValidateSection, parse_size)
+                                           REFERENCE_UNITS, REF_STACK_KEYS, VALIDATION_KEYS, AllreduceReference,
+                                           Reference, RefStack, ValidateSection, parse_size, stack_differences)
 
 __all__ = [
     "AllreduceReference", "BATCH_KEYS", "BATCH_TIME_RE", "BUNDLED_SITES", "BatchSection", "CONTAINER_BASE_RE",
     "CONTAINER_KEYS", "CONTAINER_RUNTIMES", "ContainerSection", "DETECT_KEYS", "DetectRule", "Detection",
     "FABRICS", "GPU_OPTIONS", "INTERFACE_RE", "LAUNCH_CHOICES", "LAUNCH_KEYS", "LaunchSection", "MPI_ABIS",
     "NODE_LOCAL_KEYS", "NODE_LOCAL_PATH_RE", "NodeLocal", "PERF_NAME_RE", "QUEUE_OPTIONS", "RENDEZVOUS_HOST_RE",
-    "REFERENCE_CONTROLLERS", "REFERENCE_SIZES", "REFERENCE_UNITS",
+    "REFERENCE_CONTROLLERS", "REFERENCE_SIZES", "REFERENCE_UNITS", "REF_STACK_KEYS", "RefStack",
     "RETIRED_KEYS", "Reference", "Resolved", "Retirement", "SITE_FILE_KEYS", "STACK_KEYS", "SiteFile",
     "StackMapping", "VALIDATION_KEYS", "ValidateSection", "available", "clone_prefix", "detect", "find",
-    "load_site", "parse_size", "resolve", "resolve_full", "retirement",
+    "load_site", "parse_size", "resolve", "resolve_full", "retirement", "stack_differences",
 ]

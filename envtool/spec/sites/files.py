@@ -209,7 +209,7 @@ def load_site(path: Path) -> SiteFile:
                     modules=r.str_list("modules"), env=env, notes=r.str("notes") or "",
                     stacks=stacks, batch=batch, build_caches=build_caches,
                     build_modules=r.str_list("build_modules"), build_cache_group=build_cache_group, detect=detect,
-                    clone_prefix=clone_prefix, env_paths=env_paths, references=parse_references(spath, raw),
+                    clone_prefix=clone_prefix, env_paths=env_paths, references=parse_references(spath, raw, source_ids),
                     retired=retired, validate=parse_validate(spath, raw),
                     node_local=parse_node_local(spath, raw, source_ids),
                     container=parse_container(spath, raw, source_ids),

@@ -2,10 +2,12 @@
 (:class:`ValidateSection`) and ReFrame-style references per node count (:class:`Reference`)."""
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from envtool.core.errors import SpecError
 from envtool.spec import load
@@ -15,6 +17,108 @@ from envtool.spec.yamlload import LineDict
 VALIDATION_KEYS = ("fabric", "references", "sweep")
 #: A performance variable's name (``allreduce_latency_4B``): what ReFrame reports it as.
 PERF_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+#: What a reference's ``stack`` may say it was measured on: the modules loaded, the container
+#: image, the uenv (CSCS's user environments), the NCCL (or RCCL) version and the network plug-in
+#: (``aws-ofi-nccl``, ``aws-ofi-nccl 1.9.1``; ``none`` for NCCL's own transports, TCP included).
+REF_STACK_KEYS = ("modules", "image", "uenv", "nccl", "plugin")
+#: Fields of one entry of the list form of ``validation.references``.
+REFERENCE_ENTRY_KEYS = ("name", "value", "lower", "upper", "unit", "nodes", "size", "controller", "stack",
+                        "stack_hash", "date", "source", "note")
+_DATE = re.compile(r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])$")
+
+
+@dataclass(frozen=True)
+class RefStack:
+    """The software a reference number was measured on (a reference's ``stack``), or what an
+    environment is known to run; None (or ``()``) where it is not said or not known.
+
+    Attributes:
+        modules: modules loaded (``conda/2025-09-25``), in order.
+        image: the container image (``nvcr.io/nvidia/pytorch:25.01-py3``), or None.
+        uenv: the uenv (``prgenv-gnu/24.11``), or None.
+        nccl: the NCCL (or RCCL) version (``2.21.5``; ``2.21`` matches any 2.21.x), or None.
+        plugin: the network plug-in, ``NAME [VERSION]`` (``aws-ofi-nccl 1.9.1``), ``none`` for
+            none (NCCL's own IB or TCP socket transport), or None.
+    """
+
+    modules: Tuple[str, ...] = ()
+    image: Optional[str] = None
+    uenv: Optional[str] = None
+    nccl: Optional[str] = None
+    plugin: Optional[str] = None
+
+    def describe(self) -> Dict[str, Any]:
+        """The fields it states (``{"modules": [...], "nccl": "2.21.5"}``), in :data:`REF_STACK_KEYS` order."""
+        d: Dict[str, Any] = {}
+        if self.modules:
+            d["modules"] = list(self.modules)
+        for k in ("image", "uenv", "nccl", "plugin"):
+            if getattr(self, k) is not None:
+                d[k] = getattr(self, k)
+        return d
+
+    def digest(self) -> str:
+        """A stable hash of the description: the first 16 hex digits of the SHA-256 of
+        :meth:`describe` as JSON with sorted keys and no spaces (``json.dumps(d, sort_keys=True,
+        separators=(",", ":"))``), so the same stated stack gives the same hash on any machine."""
+        text = json.dumps(self.describe(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def text(self) -> str:
+        """``modules conda/2025-09-25, nccl 2.21.5, plugin aws-ofi-nccl`` (one line)."""
+        return ", ".join(f"{k} {' '.join(v) if isinstance(v, list) else v}" for k, v in self.describe().items())
+
+
+def _version_matches(ref: str, have: str) -> bool:
+    """``ref`` (``2.21``) names ``have`` (``2.21.5``): equal dotted parts as far as ``ref`` goes."""
+    want, got = ref.strip().split("."), have.strip().split(".")
+    return len(got) >= len(want) and got[:len(want)] == want
+
+
+def _plugin_parts(text: str) -> Tuple[str, Optional[str]]:
+    """``aws-ofi-nccl 1.9.1`` → ``("aws-ofi-nccl", "1.9.1")``; names compare case-insensitively."""
+    parts = text.split()
+    return (parts[0].lower() if parts else "", parts[1].lstrip("v") if len(parts) > 1 else None)
+
+
+_WHAT = {"modules": "modules", "image": "container image", "uenv": "uenv", "nccl": "NCCL version",
+         "plugin": "network plug-in"}
+
+
+def stack_differences(ref: RefStack, env: RefStack) -> List[str]:
+    """Why a number measured on ``ref`` cannot be compared with a run on ``env``: one line per
+    field ``ref`` states that ``env`` does not match or does not know (empty: comparable).
+
+    Rules: every module of ``ref`` must be loaded in ``env`` (others may be too); the image and
+    uenv must be equal; the NCCL version must match as far as ``ref`` states it (``2.21`` matches
+    ``2.21.5``); the plug-in's name must be equal and, where both state one, its version.
+    """
+    out: List[str] = []
+    for key in REF_STACK_KEYS:
+        want = getattr(ref, key)
+        if not want:
+            continue
+        have = getattr(env, key)
+        if not have:
+            out.append(f"the reference was measured with {_WHAT[key]} {' '.join(want) if key == 'modules' else want}; "
+                       f"the environment's {_WHAT[key]} is not known")
+        elif key == "modules":
+            missing = [m for m in want if m not in have]
+            if missing:
+                out.append(f"the reference was measured with modules {' '.join(want)}; the environment loads "
+                           f"{' '.join(have)} (not {' '.join(missing)})")
+        elif key == "nccl":
+            if not _version_matches(want, have):
+                out.append(f"the reference was measured with NCCL {want}; the environment has NCCL {have}")
+        elif key == "plugin":
+            (wn, wv), (hn, hv) = _plugin_parts(want), _plugin_parts(have)
+            if wn != hn or (wv and hv and not _version_matches(wv, hv)):
+                out.append(f"the reference was measured with network plug-in {want}; the environment has {have}")
+        elif want != have:
+            out.append(f"the reference was measured with {_WHAT[key]} {want}; the environment has {have}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -34,6 +138,13 @@ class Reference:
         lower: the lower bound as a fraction of ``value`` (``-0.1``: at least 90 %), or None.
         upper: the upper bound as a fraction of ``value`` (``0.5``: at most 150 %), or None.
         unit: the unit (``us``, ``GB/s``).
+        size: the message size in bytes it was measured at, or None (the mapping form says none).
+        controller: what ran the allreduce (``nccl``, ``*``; :data:`REFERENCE_CONTROLLERS`).
+        stack: the software it was measured on (:class:`RefStack`), or None: the mapping form,
+            whose references hold for any stack.
+        date: the date it was published or measured (``YYYY-MM-DD``), or None.
+        source: the id in the site file's ``sources`` it was read in, or None.
+        note: free text, or None.
     """
 
     nodes: int
@@ -42,6 +153,29 @@ class Reference:
     lower: Optional[float]
     upper: Optional[float]
     unit: str
+    size: Optional[int] = None
+    controller: str = "*"
+    stack: Optional[RefStack] = None
+    date: Optional[str] = None
+    source: Optional[str] = None
+    note: Optional[str] = None
+
+    @property
+    def stack_hash(self) -> Optional[str]:
+        """:meth:`RefStack.digest` of its stack, or None without one."""
+        return self.stack.digest() if self.stack is not None else None
+
+    def differences(self, env: RefStack) -> List[str]:
+        """Why it cannot be compared with a run on ``env`` (:func:`stack_differences`); empty when it
+        can, and always for a reference without a stack."""
+        return stack_differences(self.stack, env) if self.stack is not None else []
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-ready form: every field, ``stack`` as :meth:`RefStack.describe` and its ``stack_hash``."""
+        return {"name": self.name, "nodes": self.nodes, "size": self.size, "controller": self.controller,
+                "value": self.value, "lower": self.lower, "upper": self.upper, "unit": self.unit,
+                "stack": self.stack.describe() if self.stack is not None else None, "stack_hash": self.stack_hash,
+                "date": self.date, "source": self.source}
 
 
 #: What carries NCCL's traffic between nodes at a site: ``ib`` (InfiniBand/RoCE verbs, NCCL's
@@ -122,8 +256,11 @@ def _number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def parse_references(spath: str, raw) -> Tuple[Reference, ...]:
-    """Parse ``validation.references`` (SpecError naming ``validation.references.<nodes>.<name>``)."""
+def parse_references(spath: str, raw, source_ids: Sequence[str] = ()) -> Tuple[Reference, ...]:
+    """Parse ``validation.references``: either a mapping ``nodes → {name: [value, lower, upper,
+    unit]}`` (SpecError naming ``validation.references.<nodes>.<name>``), or a list of published
+    numbers, each with its stack, date and source (:func:`_list_reference`; SpecError naming
+    ``validation.references[i].<field>``). ``source_ids``: the ids of the file's ``sources``."""
     data = raw.get("validation")
     if data is None:
         return ()
@@ -135,7 +272,11 @@ def parse_references(spath: str, raw) -> Tuple[Reference, ...]:
     refs = data.get("references")
     if refs is None:
         return ()
-    shape = "a mapping of node counts to {performance variable: [value, lower, upper, unit]}"
+    shape = ("a mapping of node counts to {performance variable: [value, lower, upper, unit]}, or a list of "
+             "references with name, value, unit, nodes, stack, date and source")
+    if isinstance(refs, list):
+        at = v.line_of("references")
+        return tuple(_list_reference(spath, i, entry, at, source_ids) for i, entry in enumerate(refs))
     if not isinstance(refs, dict):
         raise v.error("references", shape, got=refs)
     out: List[Reference] = []
@@ -256,3 +397,96 @@ def _sweep_form(ref: Any) -> bool:
             and (ref[1] is None or (_number(ref[1]) and -1 <= ref[1] <= 0))
             and (ref[2] is None or (_number(ref[2]) and ref[2] >= 0))
             and ref[3] in REFERENCE_UNITS)
+
+
+def _list_reference(spath: str, i: int, entry: Any, at: Optional[int], source_ids: Sequence[str]) -> Reference:
+    """One entry of the list form of ``validation.references``::
+
+        - {name: allreduce_busbw_1GiB, value: 36.03, lower: -0.1, upper: null, unit: GB/s,
+           nodes: 2, size: 1GiB, controller: nccl,
+           stack: {nccl: "2.21.5", plugin: aws-ofi-nccl}, stack_hash: 0123456789abcdef,
+           date: "2024-04-29", source: SOURCE-ID, note: ...}
+
+    ``lower``, ``upper``, ``size`` (default none), ``controller`` (default ``*``), ``stack_hash``
+    (checked against the stack's :meth:`RefStack.digest` when given) and ``note`` are optional.
+
+    Raises:
+        SpecError: naming ``validation.references[i].FIELD`` and the expected form (exit 2).
+    """
+    where = f"validation.references[{i}]"
+    line = entry.line_of("name") if isinstance(entry, LineDict) and "name" in entry else at
+
+    def bad(fld: str, expect: str, got: Any) -> SpecError:
+        return SpecError(spath, f"{where}.{fld}", expect, got=got,
+                         line=entry.line_of(fld) if isinstance(entry, LineDict) and fld in entry else line)
+
+    if not isinstance(entry, dict):
+        raise SpecError(spath, where, "a mapping with name, value, unit, nodes, stack, date and source", got=entry,
+                        line=at)
+    unknown = [k for k in entry if k not in REFERENCE_ENTRY_KEYS]
+    if unknown:
+        raise bad(str(unknown[0]), "one of " + ", ".join(REFERENCE_ENTRY_KEYS), unknown[0])
+    for required in ("name", "value", "unit", "nodes", "stack", "date", "source"):
+        if entry.get(required) is None:
+            raise bad(required, f"a {required} (required)", None)
+    name = entry["name"]
+    if not isinstance(name, str) or not PERF_NAME_RE.fullmatch(name):
+        raise bad("name", "a performance variable name (letters, digits, '_'; e.g. allreduce_busbw_1GiB)", name)
+    value, lower, upper, unit = entry["value"], entry.get("lower"), entry.get("upper"), entry["unit"]
+    if not _number(value) or value <= 0:
+        raise bad("value", "the reference value, a number above 0", value)
+    if lower is not None and (not _number(lower) or not -1 <= lower <= 0):
+        raise bad("lower", "the lower bound as a fraction of the value, from -1 to 0 (-0.1: at least 90 %), "
+                  "or null", lower)
+    if upper is not None and (not _number(upper) or upper < 0):
+        raise bad("upper", "the upper bound as a fraction of the value, 0 or more (0.5: at most 150 %), or null",
+                  upper)
+    if unit not in REFERENCE_UNITS:
+        raise bad("unit", "one of " + ", ".join(REFERENCE_UNITS), unit)
+    nodes = entry["nodes"]
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise bad("nodes", "a node count (an integer, 1 or more)", nodes)
+    size = None
+    if entry.get("size") is not None:
+        size = parse_size(entry["size"])
+        if size is None or size <= 0:
+            raise bad("size", "a message size (8B, 64MiB, 1GiB, or bytes)", entry["size"])
+    controller = str(entry.get("controller", "*"))
+    if controller not in REFERENCE_CONTROLLERS:
+        raise bad("controller", "one of " + ", ".join(REFERENCE_CONTROLLERS), entry.get("controller"))
+    stack = _ref_stack(entry["stack"], lambda k, e, g: bad(f"stack.{k}" if k else "stack", e, g))
+    if entry.get("stack_hash") is not None and str(entry["stack_hash"]) != stack.digest():
+        raise bad("stack_hash", f"the hash of the stack as written ({stack.digest()}); the stack or the hash "
+                  f"was changed", entry["stack_hash"])
+    date = str(entry["date"])
+    if not _DATE.match(date):
+        raise bad("date", "a date YYYY-MM-DD (quoted)", entry["date"])
+    source = str(entry["source"])
+    if source not in source_ids:
+        raise bad("source", "an id of the file's sources (" + ", ".join(source_ids) + ")", source)
+    note = entry.get("note")
+    if note is not None and not isinstance(note, str):
+        raise bad("note", "free text", note)
+    return Reference(nodes=nodes, name=name, value=float(value), lower=None if lower is None else float(lower),
+                     upper=None if upper is None else float(upper), unit=unit, size=size, controller=controller,
+                     stack=stack, date=date, source=source, note=note)
+
+
+def _ref_stack(data: Any, bad) -> RefStack:
+    """A reference's ``stack`` mapping (``bad(key, expectation, got)`` makes the SpecError)."""
+    if not isinstance(data, dict) or not data:
+        raise bad("", "a mapping naming what the number was measured on: " + ", ".join(REF_STACK_KEYS), data)
+    for k, val in data.items():
+        if k not in REF_STACK_KEYS:
+            raise bad(str(k), "one of " + ", ".join(REF_STACK_KEYS), k)
+        if k == "modules":
+            if not isinstance(val, list) or not val or not all(isinstance(m, str) and m.strip() for m in val):
+                raise bad(k, "a list of module names (conda/2025-09-25)", val)
+        elif isinstance(val, bool) or not isinstance(val, (str, int, float)) or not str(val).strip():
+            raise bad(k, "a string" + (" (quote versions: \"2.21.5\")" if k == "nccl" else ""), val)
+    return RefStack(modules=tuple(data.get("modules") or ()), image=_opt(data.get("image")),
+                    uenv=_opt(data.get("uenv")), nccl=_opt(data.get("nccl")), plugin=_opt(data.get("plugin")))
+
+
+def _opt(v: Any) -> Optional[str]:
+    return None if v is None else str(v).strip()

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from envtool.scheduler.model import capabilities
+from envtool.steps.validate import references as published_refs
 from envtool.steps.validate import watch as wt
 from envtool.steps.validate.results import ControllerResult, JobResult, PreflightResult, read_check_build
 from envtool.validate import ranks as rk
@@ -238,6 +239,7 @@ def job(plan, ended, pmi_result, got) -> JobResult:
         return result
     _ranks(plan, got, result)
     result.controllers = controllers(plan, got, result.problems)
+    result.references = reference_verdicts(plan, result.controllers, result.problems)
     if plan.options.benchmark and got.bench is not None:
         one, many = got.bench
         if not result.problems:
@@ -344,6 +346,8 @@ def _nccl(plan, phase: str, recs: List[dict], problems: List[str]) -> Optional[C
     for f in logs:
         lines += f.read_text(errors="replace").splitlines()
     nccl: Dict[str, Any] = dict(sweep.nccl_transports(lines))
+    # the version NCCL printed: what a published reference's stack is compared with
+    nccl["version"] = published_refs.nccl_version_in(lines)
     vendor = _site_vendor(plan)
     # the network plug-in the site's GPU vendor's library loads (libnccl-net.so, librccl-net.so)
     nccl["plugin"] = sweep.plugin_status(lines, vendor)
@@ -370,4 +374,26 @@ def controllers(plan, got, problems: List[str]) -> Dict[str, ControllerResult]:
             nccl = _nccl(plan, check.phase, entry.ranks, problems)
             if nccl is not None:
                 out["nccl"] = nccl
+    return out
+
+
+def reference_verdicts(plan, ctrl: Dict[str, ControllerResult], problems: List[str]) -> List[Dict[str, Any]]:
+    """The site's published references for the job's node count (the list form of
+    ``validation.references``), each judged by :func:`envtool.steps.validate.references.verdict`:
+    a reference whose stack is not the environment's is "not comparable" (neither passed nor
+    failed); a failed one appends a problem."""
+    refs = [r for r in published_refs.published(plan.target.site) if r.nodes == plan.layout.nodes]
+    if not refs:
+        return []
+    gpu = ctrl.get("nccl")
+    facts = gpu.nccl if gpu is not None and gpu.nccl else {}
+    in_use = (facts.get("plugin") or {}).get("in_use") if gpu is not None and gpu.logs else None
+    env = published_refs.environment_stack(plan.target, nccl=facts.get("version"), plugin_in_use=in_use)
+    out = []
+    for ref in refs:
+        entry = gpu if ref.controller in ("nccl", "*") else ctrl.get(ref.controller)
+        v = published_refs.verdict(ref, env, entry.sweep if entry is not None and entry.sweep else [])
+        if v["status"] == "failed":
+            problems.append("reference " + published_refs.line(v))
+        out.append(v)
     return out

@@ -33,13 +33,36 @@ class ReframeResult:
     spec: Optional[str] = None
     launch: Dict[str, Any] = field(default_factory=dict)
     extra: Dict[str, Any] = field(default_factory=dict)
+    #: the site's published references for the node count left out of the test because their
+    #: stack is not the environment's, each with ``why`` (:func:`split_references`)
+    not_comparable: List[Dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
         """JSON-ready form (the keys of ``validate --export reframe --json``)."""
         return {"ok": True, "test": str(self.test), "settings": str(self.settings), "system": self.system,
                 "partition": self.partition, "scheduler": self.scheduler, "layout": self.layout,
-                "references": self.references, "command": self.command, "site": self.site, "spec": self.spec,
-                "launch": self.launch}
+                "references": self.references, "not_comparable": self.not_comparable, "command": self.command,
+                "site": self.site, "spec": self.spec, "launch": self.launch}
+
+
+def split_references(target, nodes: int) -> Tuple[list, List[Dict[str, Any]]]:
+    """The site's references for ``nodes`` nodes that the ReFrame test carries, and those it does
+    not: a published reference (with a stack) whose stack is not the environment's as far as
+    validate knows it (:func:`envtool.steps.validate.references.environment_stack`) is not
+    comparable, so it is not a bound of the test. Returns ``(carried, [{reference's fields,
+    "status": "not comparable", "why": [...]}])``."""
+    from envtool.steps.validate import references as published_refs
+
+    env = published_refs.environment_stack(target)
+    carried, left = [], []
+    for r in target.site.references_for(nodes):
+        why = r.differences(env)
+        if why:
+            left.append(dict(r.to_dict(), status=published_refs.NOT_COMPARABLE, why=why,
+                             environment_stack=env.describe(), environment_stack_hash=env.digest()))
+        else:
+            carried.append(r)
+    return carried, left
 
 
 def launch_of(site) -> Dict[str, Any]:
@@ -137,7 +160,7 @@ def _export(target: Target, req, access: List[str], scheduler: str):
         probe_args=tuple(probe[4:]),
         check_build=rf.check_build_pairs(spec.expect.check_build if spec is not None else None),
         warnings=expected_warnings(target),
-        references={r.name: (r.value, r.lower, r.upper, r.unit) for r in target.site.references_for(lay.nodes)})
+        references={r.name: (r.value, r.lower, r.upper, r.unit) for r in split_references(target, lay.nodes)[0]})
 
 
 def export_reframe(target: Target, job: JobOptions, output: str = "envtool_validate_rfm.py",
@@ -184,4 +207,4 @@ def export_reframe(target: Target, job: JobOptions, output: str = "envtool_valid
                          references={k: list(v) for k, v in exp.references.items()},
                          command=shlex.join(["reframe", "-C", str(settings_file), "-c", str(test), "-r"]),
                          site=site.name, spec=target.spec.name if target.spec is not None else None,
-                         launch=launch)
+                         launch=launch, not_comparable=split_references(target, lay.nodes)[1])

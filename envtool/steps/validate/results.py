@@ -174,6 +174,10 @@ class JobResult:
     #: ``hvd.init()``: ``{phase, check, ranks: [{rank, host, pid, signal, said}]}`` each
     retries: List[Dict[str, Any]] = field(default_factory=list)
     extras: Extras = field(default_factory=Extras)
+    #: the site's published references for the node count, each with its status (``passed``,
+    #: ``failed``, ``not measured``, ``not comparable``) and why
+    #: (:func:`envtool.steps.validate.references.verdict`)
+    references: List[Dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -202,6 +206,7 @@ class JobResult:
         if self.controllers is not None:
             d["import_time"] = self.import_time
             d["controllers"] = {k: c.to_dict() for k, c in self.controllers.items()}
+            d["references"] = self.references
         if self.benchmark is not None:
             d["benchmark"] = self.benchmark
         d.update(self.extras.to_dict())
