@@ -200,7 +200,8 @@ def wheel_package(wheel: Path, workdir: Path) -> PackageDef:
         cp.optionxform = str  # keep the case of script names
         cp.read_string(ep.read_text())
         if cp.has_section("console_scripts"):
-            entry_points = [f"{k.strip()} = {v.strip()}" for k, v in cp.items("console_scripts")]
+            # an extras marker ("mod:func [extra]", setuptools' syntax) is no part of conda's entry points
+            entry_points = [f"{k.strip()} = {v.split('[')[0].strip()}" for k, v in cp.items("console_scripts")]
     (dist_info / "INSTALLER").write_text("conda\n")
     site = "site-packages" if pure else f"lib/python{PY_MM}/site-packages"
     files: Dict[str, object] = {}
