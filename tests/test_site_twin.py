@@ -271,10 +271,17 @@ def test_clone_the_tensorflow_twin_builds_horovod_for_both_frameworks_and_valida
     print("=== create --json ===\n" + proc.stdout + "\n=== end create --json ===")
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
     prefix = home / ".conda" / "envs" / twin_tf["spec"]
-    assert f"clone source: {base} (the base env of site twin for {twin_tf['spec']})" in proc.stderr
+    # first what the new module's horovodrun says (printed before anything else can fail: it took a compile)
+    use = f"module use {root / 'modulefiles'} && module use {home / 'mods'} && "
+    cb = as_user(use + f"module load {twin_tf['spec']} || exit 91\nhorovodrun --check-build", home,
+                 timeout=scaled(600))
+    print("=== horovodrun --check-build ===\n" + cb.stdout + cb.stderr + "=== end horovodrun --check-build ===")
+    # with --json the envelope is on stdout and the progress lines are not printed
+    out = json.loads(proc.stdout)
+    assert out["ok"] and out["prefix"] == str(prefix), out
+    assert out["results"]["clone-install"]["source"] == str(base), out["results"]["clone-install"]
     assert _tree_digest(base) == before, "the source environment changed"
-    out = json.loads((prefix / ".envtool" / "create.json").read_text())
-    results = out["results"]
+    results = json.loads((prefix / ".envtool" / "create.json").read_text())["results"]
     v = results["validate"]
     assert v["ok"], v
     found = v["check_build"]["found"]
@@ -284,11 +291,11 @@ def test_clone_the_tensorflow_twin_builds_horovod_for_both_frameworks_and_valida
     assert sorted(runs) == [("pytorch", "gloo"), ("pytorch", "mpi"), ("tensorflow", "gloo"),
                             ("tensorflow", "mpi")], v["allreduces"]
     assert all(r["ok"] for r in runs.values()), runs
+    assert [m["module"] for m in v["imports"]["modules"]] == ["tensorflow", "horovod.tensorflow",
+                                                              "horovod.tensorflow.keras", "torch", "horovod.torch"]
+    assert v["imports"]["unexpected"] == [], v["imports"]
+    assert v["dataloader"]["ok"], v["dataloader"]
     assert results["conda-remove-horovod"]["removed"].startswith("horovod 0.28.1")
     # the new module: horovodrun --check-build marks both frameworks
-    use = f"module use {root / 'modulefiles'} && module use {home / 'mods'} && "
-    proc = as_user(use + f"module load {twin_tf['spec']} || exit 91\nhorovodrun --check-build", home,
-                   timeout=scaled(600))
-    print("=== horovodrun --check-build ===\n" + proc.stdout + "=== end horovodrun --check-build ===")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "[X] TensorFlow" in proc.stdout and "[X] PyTorch" in proc.stdout, proc.stdout
+    assert cb.returncode == 0, cb.stdout + cb.stderr
+    assert "[X] TensorFlow" in cb.stdout and "[X] PyTorch" in cb.stdout, cb.stdout
