@@ -63,3 +63,19 @@ def test_the_tensorflow_twin_spec_builds_horovod_for_both_frameworks(tmp_path):
     plain.write_text(make_twin.SPEC.format(spec="open-ce-twin", channel=(tmp_path / "channel").as_uri()))
     env = dict(flags.build_env(load_spec(str(plain)), cpu_count=2))
     assert env["HOROVOD_WITHOUT_TENSORFLOW"] == "1" and "HOROVOD_WITH_TENSORFLOW" not in env, env
+
+
+def test_a_console_script_s_extras_marker_is_left_out_of_the_conda_entry_point(tmp_path):
+    """google-auth-oauthlib 1.5.0 (a TensorFlow dependency) declares ``google-oauthlib-tool =
+    google_auth_oauthlib.tool.__main__:main [tool]``; py-rattler refused to link the package with the
+    marker in ``link.json`` ("entry point function must be a Python dotted identifier")."""
+    whl = tmp_path / "google_auth_oauthlib-1.5.0-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as zf:
+        zf.writestr("google_auth_oauthlib/__init__.py", "")
+        zf.writestr("google_auth_oauthlib-1.5.0.dist-info/METADATA",
+                    "Metadata-Version: 2.1\nName: google-auth-oauthlib\nVersion: 1.5.0\n")
+        zf.writestr("google_auth_oauthlib-1.5.0.dist-info/entry_points.txt",
+                    "[console_scripts]\ngoogle-oauthlib-tool = google_auth_oauthlib.tool.__main__:main [tool]\n")
+    pkg = make_twin.wheel_package(whl, tmp_path)
+    assert pkg.noarch == "python"
+    assert pkg.entry_points == ("google-oauthlib-tool = google_auth_oauthlib.tool.__main__:main",), pkg.entry_points
