@@ -5,6 +5,10 @@ Set-up (as root): tests/setup.d/twin.sh (patchelf), modules.sh (Lmod), publish.s
 ``envtool-user`` and the shared Python ``/opt/envtool-test/venv``). The twin is built once per
 machine under ``$ENVTOOL_TWIN_DIR`` (default ``/var/tmp/envtool-twin``: outside ``/root``, so the
 unprivileged user can reach it) and reused; building it compiles Horovod once (Gloo only).
+
+``ENVTOOL_TEST_TWIN_TF=1`` (opt-in, off in CI: about 1.7 GB more twin and a Horovod compile with
+TensorFlow) adds the TensorFlow twin (``make_twin.py --tensorflow``, in ``<twin dir>-tf``, sharing the
+default twin's compiled Horovod) and its clone test: Horovod rebuilt for TensorFlow and PyTorch.
 """
 from __future__ import annotations
 
@@ -54,10 +58,31 @@ def twin():
         if os.environ.get("CI"):
             pytest.fail(why)
         pytest.skip(why)
-    root = Path(os.environ.get("ENVTOOL_TWIN_DIR") or "/var/tmp/envtool-twin")
+    return _make_twin(_twin_root())
+
+
+def _twin_root() -> Path:
+    return Path(os.environ.get("ENVTOOL_TWIN_DIR") or "/var/tmp/envtool-twin")
+
+
+#: the opt-in for the TensorFlow twin and its clone test (tests/README.md)
+TWIN_TF = os.environ.get("ENVTOOL_TEST_TWIN_TF") == "1"
+
+
+@pytest.fixture(scope="session")
+def twin_tf(twin):
+    """The TensorFlow twin (``make_twin.py --tensorflow``) in ``<twin dir>-tf``; it copies the default
+    twin's compiled Horovod instead of compiling it again."""
+    if not TWIN_TF:
+        pytest.skip("the TensorFlow twin is opt-in: ENVTOOL_TEST_TWIN_TF=1 (tests/README.md)")
+    root = _twin_root()
+    return _make_twin(root.with_name(root.name + "-tf"), "--tensorflow", "--horovod-from", str(root))
+
+
+def _make_twin(root: Path, *extra: str) -> dict:
     root.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "twin" / "make_twin.py"), "--dir", str(root), "--json"],
-                          capture_output=True, text=True, timeout=3600)
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "twin" / "make_twin.py"), "--dir", str(root), "--json",
+                           *extra], capture_output=True, text=True, timeout=3600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     info = json.loads(proc.stdout)
     # readable by everyone, as a site's software tree is (the base env itself stays read-only)
@@ -221,3 +246,56 @@ def test_clone_the_site_module_rebuild_horovod_with_mpi_and_load_the_new_module(
     proc = as_user(use + f"module load {twin['spec']} || exit 91\n"
                    f"{envtool} doctor --spec {twin['spec']} --only horovod-build --json", home, env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_clone_the_tensorflow_twin_builds_horovod_for_both_frameworks_and_validates_both(twin_tf, home):
+    """Opt-in (``ENVTOOL_TEST_TWIN_TF=1``): the twin's base env holds ``tensorflow-base`` beside
+    ``pytorch``, as Open-CE's does; ``envtool create --clone`` rebuilds Horovod with TensorFlow, PyTorch,
+    Gloo and MPI (a compile unless the user's wheel cache has that key), ``horovodrun --check-build``
+    in the new module shows ``[X] TensorFlow`` and ``[X] PyTorch``, and validation ran a 2-rank
+    allreduce through each framework's binding with each controller. Prints the check-build output
+    and create's ``--json`` envelope (run with ``-s`` to keep them)."""
+    root = Path(twin_tf["dir"])
+    base = Path(twin_tf["base_env"])
+    assert twin_tf["tensorflow"] is True
+    names = {json.loads(p.read_text())["name"] for p in (base / "conda-meta").glob("*.json")}
+    assert {"tensorflow-base", "pytorch", "keras", "horovod"} <= names, names
+    before = _tree_digest(base)
+    _seed_wheel_cache(home)
+    env = {"ENVTOOL_SITE_PATH": str(root / "sites"), "ENVTOOL_SPEC_PATH": str(root / "specs"),
+           "ENVTOOL_TWIN_SYSTEM": "twin", "ENVTOOL_CACHE_DIR": str(home / "cache"), "PYTHONPATH": str(importable_root())}
+    envtool = f"{USER_VENV}/bin/python -m envtool"
+    load = f"module use {root / 'modulefiles'} && module load {twin_tf['module']} || exit 91\n"
+    proc = as_user(load + f"{envtool} create {twin_tf['spec']} --clone --modulefile-root $HOME/mods --json", home,
+                   env, timeout=scaled(5400))
+    print("=== create --json ===\n" + proc.stdout + "\n=== end create --json ===")
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
+    prefix = home / ".conda" / "envs" / twin_tf["spec"]
+    # first what the new module's horovodrun says (printed before anything else can fail: it took a compile)
+    use = f"module use {root / 'modulefiles'} && module use {home / 'mods'} && "
+    cb = as_user(use + f"module load {twin_tf['spec']} || exit 91\nhorovodrun --check-build", home,
+                 timeout=scaled(600))
+    print("=== horovodrun --check-build ===\n" + cb.stdout + cb.stderr + "=== end horovodrun --check-build ===")
+    # with --json the envelope is on stdout and the progress lines are not printed
+    out = json.loads(proc.stdout)
+    assert out["ok"] and out["prefix"] == str(prefix), out
+    assert out["results"]["clone-install"]["source"] == str(base), out["results"]["clone-install"]
+    assert _tree_digest(base) == before, "the source environment changed"
+    results = json.loads((prefix / ".envtool" / "create.json").read_text())["results"]
+    v = results["validate"]
+    assert v["ok"], v
+    found = v["check_build"]["found"]
+    assert found["frameworks"]["TensorFlow"] is True and found["frameworks"]["PyTorch"] is True, found
+    assert found["controllers"] == {"MPI": True, "Gloo": True}, found
+    runs = {(a["framework"], a["controller"]): a for a in v["allreduces"]}
+    assert sorted(runs) == [("pytorch", "gloo"), ("pytorch", "mpi"), ("tensorflow", "gloo"),
+                            ("tensorflow", "mpi")], v["allreduces"]
+    assert all(r["ok"] for r in runs.values()), runs
+    assert [m["module"] for m in v["imports"]["modules"]] == ["tensorflow", "horovod.tensorflow",
+                                                              "horovod.tensorflow.keras", "torch", "horovod.torch"]
+    assert v["imports"]["unexpected"] == [], v["imports"]
+    assert v["dataloader"]["ok"], v["dataloader"]
+    assert results["conda-remove-horovod"]["removed"].startswith("horovod 0.28.1")
+    # the new module: horovodrun --check-build marks both frameworks
+    assert cb.returncode == 0, cb.stdout + cb.stderr
+    assert "[X] TensorFlow" in cb.stdout and "[X] PyTorch" in cb.stdout, cb.stdout

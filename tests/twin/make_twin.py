@@ -26,9 +26,25 @@ idempotently (each stage is skipped when its stamp matches its inputs):
 ``sites/twin.yaml``, ``specs/open-ce-twin.yaml``  the site file (with ``detect:`` on
                    ``ENVTOOL_TWIN_SYSTEM``) and the spec mapped to that module and base env.
 
+With ``--tensorflow`` (the tests' opt-in ``ENVTOOL_TEST_TWIN_TF=1``; use its own ``--dir``) the channel
+also holds ``tensorflow-base`` (Open-CE's conda name for TensorFlow: open-ce/tensorflow-feedstock,
+as specs/open-ce-1.1.3.yaml pins ``tensorflow-base 2.4.1.*``) made from the PyPI
+``tensorflow-cpu`` 2.15.1 wheel with the same wheel → conda mechanism as ``pytorch``, with its
+dependencies (``keras`` 2.15, ``tensorboard``, ``h5py``, ``grpcio``, ``protobuf``, … and numpy < 2);
+the base env holds it and the spec lists ``frameworks: [tensorflow, pytorch]``. Version mapping,
+as for torch (Open-CE 1.1.3's PyTorch 1.7.1 stands as 2.13.0, what installs on Python 3.11 here):
+TensorFlow 2.4.1 has no Python 3.11 wheel; 2.12.1 (the newest in Horovod 0.28.1's CI,
+horovod/horovod@v0.28.1:.github/workflows/ci.yaml#L276) cannot be installed beside torch 2.13.0
+(its ``typing-extensions<4.6.0`` against torch's ``>=4.10.0``, https://pypi.org/project/tensorflow-cpu/2.12.1/),
+so the twin takes 2.15.1, as specs/cpu-tf-torch-horovod.yaml does (the last with Keras 2;
+Horovod 0.28.1 does not work with >= 2.16, https://github.com/horovod/horovod/issues/4290).
+The site's own Horovod stays Gloo-only and PyTorch-only (``HOROVOD_WITHOUT_TENSORFLOW``: one compile
+per machine, shared with the default twin through ``--horovod-from``); the user's clone rebuilds it
+with TensorFlow, PyTorch, Gloo and MPI.
+
 Usage::
 
-    python3 tests/twin/make_twin.py [--dir DIR] [--jobs N] [--json]
+    python3 tests/twin/make_twin.py [--dir DIR] [--jobs N] [--json] [--tensorflow] [--horovod-from TWIN_DIR]
 
 Prints the twin directory (or, with ``--json``, the paths and the seconds each stage took).
 Needs: patchelf (tests/setup.d/twin.sh), a C++ compiler and cmake (the Horovod build), py-rattler,
@@ -67,7 +83,10 @@ SPEC_NAME = "open-ce-twin"
 WHEELS = ("torch==2.13.0", "numpy", "pip", "setuptools", "wheel", "cffi", "cloudpickle", "psutil", "pyyaml",
           "packaging")
 #: PyPI name → conda package name where they differ (Open-CE calls torch ``pytorch``).
-CONDA_NAME = {"torch": "pytorch"}
+CONDA_NAME = {"torch": "pytorch", "tensorflow-cpu": "tensorflow-base"}
+#: the ``--tensorflow`` twin's additions (see the module docstring for why 2.15.1 stands for 2.4.1).
+TF_WHEEL = "tensorflow-cpu==2.15.1"
+TF_BASE_SPEC = "tensorflow-base 2.15.1.*"
 #: what the base environment asks for (the solve pulls in the rest).
 BASE_SPECS = ("python 3.11.*", "pytorch 2.13.0.*", "numpy", "pip", "setuptools", "wheel", "cffi", "cloudpickle",
               "psutil", "pyyaml", "packaging", "horovod 0.28.1.*")
@@ -107,19 +126,20 @@ def _digest(*parts: object) -> str:
 
 
 # --------------------------------------------------------------------------- wheels
-def download_wheels(root: Path) -> List[Path]:
-    """``pip download`` :data:`WHEELS` and their dependencies (binary only) into ``root/wheels``."""
+def download_wheels(root: Path, wheels: Tuple[str, ...] = WHEELS) -> List[Path]:
+    """``pip download`` ``wheels`` (default :data:`WHEELS`) and their dependencies (binary only) into
+    ``root/wheels``."""
     dest = root / "wheels"
     stamp = root / ".stamp-wheels"
-    key = _digest("wheels", WHEELS)
+    key = _digest("wheels", wheels)
     if not _stamp_ok(stamp, key):
         dest.mkdir(parents=True, exist_ok=True)
         if dest.exists():
             shutil.rmtree(dest)
         dest.mkdir(parents=True)
-        _say("pip download " + " ".join(WHEELS))
+        _say("pip download " + " ".join(wheels))
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
-                        "-d", str(dest), *WHEELS], check=True)
+                        "-d", str(dest), *wheels], check=True)
         stamp.write_text(key)
     return sorted(dest.glob("*.whl"))
 
@@ -180,7 +200,8 @@ def wheel_package(wheel: Path, workdir: Path) -> PackageDef:
         cp.optionxform = str  # keep the case of script names
         cp.read_string(ep.read_text())
         if cp.has_section("console_scripts"):
-            entry_points = [f"{k.strip()} = {v.strip()}" for k, v in cp.items("console_scripts")]
+            # an extras marker ("mod:func [extra]", setuptools' syntax) is no part of conda's entry points
+            entry_points = [f"{k.strip()} = {v.split('[')[0].strip()}" for k, v in cp.items("console_scripts")]
     (dist_info / "INSTALLER").write_text("conda\n")
     site = "site-packages" if pure else f"lib/python{PY_MM}/site-packages"
     files: Dict[str, object] = {}
@@ -459,24 +480,67 @@ env:
 """
 
 
-def build_base(root: Path, url: str) -> Path:
-    """Install the read-only base env from the channel (once), as a site would."""
+#: the ``--tensorflow`` twin's spec: TensorFlow beside PyTorch in the base env, one Horovod for both
+#: in the clone (as every Open-CE release builds it: open-ce/horovod-feedstock@open-ce-v1.1.3:recipe/build.sh);
+#: Horovod's Debug build, as the twin's own (HOROVOD_TWIN_BUILD); TensorFlow's start-up lines on
+#: fd 2 named as specs/cpu-tf-torch-horovod.yaml names them (its sources tf-onednn-log, tf-cpu-guard-log).
+SPEC_TF = """# Open-CE 1.1.3 as the twin ships it with --tensorflow: Python 3.11, TensorFlow 2.15.1 CPU (conda
+# tensorflow-base, standing for Open-CE 1.1.3's 2.4.1: tests/twin/make_twin.py says why), PyTorch 2.13 CPU,
+# Horovod 0.28.1 (Gloo and PyTorch only in the site package; the user's clone rebuilds it with
+# TensorFlow, PyTorch, MPI and Gloo).
+name: {spec}
+summary: site twin's Open-CE - TensorFlow 2.15 + PyTorch 2.13 CPU + Horovod 0.28.1 rebuilt for both with MPI
+platforms: [linux-64]
+engine: conda
+python: "3.11"
+channels: ["{channel}"]
+packages:
+  conda:
+    - "{tf}"
+    - "pytorch 2.13.0.*"
+    - "numpy"
+    - "pyyaml"
+horovod:
+  version: "0.28.1"
+  install: pip-build
+  frameworks: [tensorflow, pytorch]
+  controllers: [gloo, mpi]
+  gpu_operations: null
+  extra_env: {{HOROVOD_DEBUG: "1"}}
+expect:
+  check_build:
+    frameworks: [TensorFlow, PyTorch]
+    controllers: [Gloo, MPI]
+    tensor_operations: [Gloo, MPI]
+  dataloader_start_method: forkserver
+  import_warnings:
+    - 'I tensorflow/core/util/port\\.cc:\\d+\\] oneDNN custom operations are on'
+    - 'I tensorflow/core/platform/cpu_feature_guard\\.cc:\\d+\\] This TensorFlow binary is optimized'
+    - '^To enable the following instructions: [A-Z0-9_ ]+, in other operations, rebuild TensorFlow'
+env:
+  OMP_NUM_THREADS: "1"
+"""
+
+
+def build_base(root: Path, url: str, specs: Tuple[str, ...] = BASE_SPECS) -> Path:
+    """Install the read-only base env from the channel (once), as a site would (``specs``: what it asks
+    for, default :data:`BASE_SPECS`)."""
     base = root / BASE_REL
     stamp = root / ".stamp-base"
-    key = _digest("base", url, BASE_SPECS, (root / ".stamp-channel").read_text())
+    key = _digest("base", url, specs, (root / ".stamp-channel").read_text())
     if _stamp_ok(stamp, key) and base.is_dir():
         return base
     if base.exists():
         subprocess.run(["chmod", "-R", "u+w", str(base)], check=True)
         shutil.rmtree(base)
     _say(f"installing the base env {base}")
-    _install(url, BASE_SPECS, base, root / "cache")
+    _install(url, specs, base, root / "cache")
     act = base / "etc" / "conda" / "activate.d"
     act.mkdir(parents=True, exist_ok=True)
     (act / "twin.sh").write_text(ACTIVATE)
     (base / "conda-meta" / "history").write_text(
         f"==> {time.strftime('%Y-%m-%d %H:%M:%S')} <==\n# cmd: make_twin.py (site twin)\n"
-        + "".join(f"# update specs: [\"{s}\"]\n" for s in BASE_SPECS))
+        + "".join(f"# update specs: [\"{s}\"]\n" for s in specs))
     subprocess.run([str(base / "bin" / "python"), "-m", "compileall", "-q", "-j0", str(base / "lib")],
                    check=False, capture_output=True)
     # readable by everyone (py-rattler writes conda-meta records 0600), writable by no one
@@ -485,8 +549,9 @@ def build_base(root: Path, url: str) -> Path:
     return base
 
 
-def write_site(root: Path, url: str, base: Path) -> Dict[str, Path]:
-    """Write the modulefile, the site file and the spec (cheap: always rewritten)."""
+def write_site(root: Path, url: str, base: Path, tensorflow: bool = False) -> Dict[str, Path]:
+    """Write the modulefile, the site file and the spec (cheap: always rewritten); ``tensorflow``: the
+    spec is :data:`SPEC_TF`."""
     mod = root / "modulefiles" / (MODULE + ".lua")
     mod.parent.mkdir(parents=True, exist_ok=True)
     mod.write_text(MODULEFILE.format(prefix=base))
@@ -495,19 +560,33 @@ def write_site(root: Path, url: str, base: Path) -> Dict[str, Path]:
     site.write_text(SITE.format(spec=SPEC_NAME, module=MODULE, base=json.dumps(str(base))))
     spec = root / "specs" / f"{SPEC_NAME}.yaml"
     spec.parent.mkdir(parents=True, exist_ok=True)
-    spec.write_text(SPEC.format(spec=SPEC_NAME, channel=url))
+    text = SPEC_TF.format(spec=SPEC_NAME, channel=url, tf=TF_BASE_SPEC) if tensorflow else \
+        SPEC.format(spec=SPEC_NAME, channel=url)
+    spec.write_text(text)
     return {"modulefiles": root / "modulefiles", "site": site, "spec_file": spec}
 
 
-def make_twin(root: Path, jobs: int = 0) -> Dict[str, object]:
-    """Build (or reuse) the whole twin under ``root``; returns its paths and stage times (seconds)."""
+def make_twin(root: Path, jobs: int = 0, tensorflow: bool = False,
+              horovod_from: Optional[Path] = None) -> Dict[str, object]:
+    """Build (or reuse) the whole twin under ``root``; returns its paths and stage times (seconds).
+
+    Args:
+        root: the twin's directory.
+        jobs: parallel compile jobs for the twin's Horovod (0: the CPU count).
+        tensorflow: also ``tensorflow-base`` in the channel, the base env and the spec.
+        horovod_from: another twin's directory whose compiled Horovod (``built/``, same
+            :data:`HOROVOD_TWIN_BUILD` stamp) is copied in rather than compiled again.
+    """
     root.mkdir(parents=True, exist_ok=True)
     jobs = jobs or os.cpu_count() or 2
     times: Dict[str, float] = {}
     t = time.monotonic()
-    wheels = download_wheels(root)
+    wheels = download_wheels(root, WHEELS + (TF_WHEEL,) if tensorflow else WHEELS)
     times["wheels"] = time.monotonic() - t
     hvd = built_horovod(root)
+    if hvd is None and horovod_from is not None and built_horovod(horovod_from) is not None:
+        shutil.copytree(horovod_from / "built", root / "built", dirs_exist_ok=True)
+        hvd = built_horovod(root)
     times["channel"] = times["horovod"] = 0.0
     if hvd is None:  # the Horovod build needs the channel without horovod first
         t = time.monotonic()
@@ -520,11 +599,11 @@ def make_twin(root: Path, jobs: int = 0) -> Dict[str, object]:
     url, counts = build_channel(root, wheels, [hvd])
     times["channel_with_horovod"] = time.monotonic() - t
     t = time.monotonic()
-    base = build_base(root, url)
+    base = build_base(root, url, BASE_SPECS + (TF_BASE_SPEC,) if tensorflow else BASE_SPECS)
     times["base_env"] = time.monotonic() - t
-    paths = write_site(root, url, base)
+    paths = write_site(root, url, base, tensorflow)
     return {"dir": str(root), "channel": url, "base_env": str(base), "module": MODULE, "spec": SPEC_NAME,
-            "horovod_wheel": str(hvd), "python_package": counts, "seconds": times,
+            "horovod_wheel": str(hvd), "python_package": counts, "seconds": times, "tensorflow": tensorflow,
             **{k: str(v) for k, v in paths.items()}}
 
 
@@ -533,8 +612,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--dir", help="twin directory (default $ENVTOOL_TWIN_DIR or <envtool cache>/twin)")
     ap.add_argument("--jobs", type=int, default=0, help="parallel compile jobs for the Horovod build")
     ap.add_argument("--json", action="store_true", help="print paths and stage times as JSON")
+    ap.add_argument("--tensorflow", action="store_true",
+                    help="also tensorflow-base (from the tensorflow-cpu wheel) in the channel, base env and spec")
+    ap.add_argument("--horovod-from", metavar="TWIN_DIR",
+                    help="copy the twin Horovod wheel another twin compiled instead of compiling it again")
     args = ap.parse_args(argv)
-    info = make_twin(twin_dir(args.dir), args.jobs)
+    info = make_twin(twin_dir(args.dir), args.jobs, args.tensorflow,
+                     Path(args.horovod_from).resolve() if args.horovod_from else None)
     if args.json:
         json.dump(info, sys.stdout, indent=2)
         sys.stdout.write("\n")
