@@ -94,3 +94,43 @@ def test_cli_garbage_exits_2(tmp_path):
     proc = run_envtool("check-build", "--from-file", f, "--spec", "cpu-horovod")
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr.split("last line:")[0]
+
+
+TF_ONLY_BUILD = """Horovod v0.28.1:
+
+Available Frameworks:
+    [X] TensorFlow
+    [X] PyTorch
+    [ ] MXNet
+
+Available Controllers:
+    [X] MPI
+    [X] Gloo
+
+Available Tensor Operations:
+    [ ] NCCL
+    [ ] DDL
+    [ ] CCL
+    [X] MPI
+    [X] Gloo
+"""
+
+
+def test_a_framework_listed_without_its_extension_counts_as_not_built(tmp_path):
+    """What Horovod 0.28.1's check-build printed for a TensorFlow-only build (torch not installed,
+    no horovod/torch/mpi_lib_v2*.so): ``[X] PyTorch``. Judged against the prefix's files: the binding
+    without a compiled extension is named and marked not built; a prefix without its own horovod
+    (layered over a base) is not judged."""
+    found = checkbuild.parse(TF_ONLY_BUILD)
+    hvd = tmp_path / "env" / "lib" / "python3.11" / "site-packages" / "horovod"
+    for sub in ("tensorflow", "torch", "mxnet"):
+        (hvd / sub).mkdir(parents=True)
+    (hvd / "tensorflow" / "mpi_lib.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\x7fELF")
+    assert checkbuild.listed_without_extension(found, tmp_path / "env") == ["PyTorch"]
+    fixed = checkbuild.without_frameworks(found, ["PyTorch"])
+    assert fixed.section("frameworks") == {"TensorFlow": True, "PyTorch": False, "MXNet": False}
+    assert fixed.controllers == found.controllers
+    (hvd / "torch" / "mpi_lib_v2.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\x7fELF")
+    assert checkbuild.listed_without_extension(found, tmp_path / "env") == []
+    (tmp_path / "layered" / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    assert checkbuild.listed_without_extension(found, tmp_path / "layered") == []

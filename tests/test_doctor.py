@@ -209,6 +209,21 @@ def test_unbuilt_extension_is_explained(unbuilt_env):
 
 
 @pytest.mark.slow
+def test_check_build_cli_counts_a_binding_without_its_extension_as_not_built(unbuilt_env):
+    """``envtool check-build`` on the same environment: horovodrun's ``[X] PyTorch`` (the binding
+    imports without its library) is counted as not built, said on stderr and in ``--json``."""
+    proc = run_envtool("check-build", "--prefix", unbuilt_env, timeout=scaled(600))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "frameworks: -" in proc.stdout, proc.stdout
+    assert "marks [X] PyTorch, but Horovod's PyTorch extension" in " ".join(proc.stderr.split()), proc.stderr
+    proc = run_envtool("check-build", "--prefix", unbuilt_env, "--spec", "cpu-horovod", "--json", timeout=scaled(600))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["listed_without_extension"] == ["PyTorch"] and data["found"]["frameworks"]["PyTorch"] is False, data
+    assert "frameworks:PyTorch" in data["missing"], data
+
+
+@pytest.mark.slow
 def test_read_only_env_suggests_clone(unbuilt_env):
     sp = next((unbuilt_env / "lib").glob("python*/site-packages"))
     modes = {p: p.stat().st_mode for p in (unbuilt_env, sp)}

@@ -26,6 +26,7 @@ def run(args) -> int:
     from envtool.horovod import checkbuild
     from envtool.validate import probes
 
+    prefix = None
     if args.from_file:
         text = read_input(args.from_file, "--from-file")
     else:
@@ -42,9 +43,18 @@ def run(args) -> int:
         except FileNotFoundError:
             raise UsageError(f"{prefix} has no bin/horovodrun (is Horovod installed there?)") from None
     found = checkbuild.parse(text)
+    unbuilt = [] if prefix is None else checkbuild.listed_without_extension(found, prefix)
+    if unbuilt:
+        found = checkbuild.without_frameworks(found, unbuilt)
+        if not args.json:
+            for label in unbuilt:
+                print(f"note: horovodrun --check-build marks [X] {label}, but Horovod's {label} extension "
+                      f"(horovod/*/mpi_lib*.so) is not in {prefix}: the binding imports without it and has no "
+                      "hvd.init(); counted as not built", file=sys.stderr)
+    extra = {"listed_without_extension": unbuilt}
     if not args.spec:
         if args.json:
-            print_json(found.to_dict())
+            print_json({**found.to_dict(), **extra})
         else:
             print(f"Horovod {found.version or '(version not printed)'}")
             for section in checkbuild.SECTIONS.values():
@@ -56,7 +66,7 @@ def run(args) -> int:
         raise UsageError(f"spec {spec.name!r} has no expect.check_build to compare with")
     comparison = checkbuild.compare(found, spec.expect.check_build)
     if args.json:
-        print_json({"spec": spec.name, "found": found.to_dict(), **comparison.to_dict()})
+        print_json({"spec": spec.name, "found": found.to_dict(), **comparison.to_dict(), **extra})
     else:
         print(checkbuild.format_table(comparison))
         for r in comparison.missing:

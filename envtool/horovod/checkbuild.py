@@ -17,7 +17,8 @@ need not start ``horovodrun`` (which imports each framework again in its own pro
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from envtool.core import frameworks as _frameworks
@@ -212,6 +213,41 @@ def from_api(record: Optional[Mapping[str, Any]]) -> CheckBuild:
     return CheckBuild(version=str(version), frameworks=tuple(framework_rows),
                       controllers=tuple(sections["controllers"]),
                       tensor_operations=tuple(sections["tensor_operations"]))
+
+
+def listed_without_extension(found: CheckBuild, prefix: Path) -> List[str]:
+    """The frameworks ``found`` marks ``[X]`` whose Horovod binding in ``prefix`` has no compiled
+    extension (``lib/python3*/site-packages/horovod/<binding>/mpi_lib*.so``), by check-build label.
+
+    ``horovodrun --check-build`` marks a framework when ``import horovod.<binding>`` raises nothing,
+    and from Horovod 0.22 a binding whose extension was not built imports all the same, printing
+    only "Extension … has not been built" (horovod/horovod@v0.28.1:horovod/common/util.py,
+    ``check_extension`` and ``extension_available``): seen here as ``[X] PyTorch`` in a TensorFlow-only
+    build with no torch installed. Only a binding directory of the prefix's own ``horovod`` is
+    judged; a prefix whose Horovod lives elsewhere (a base it is layered over) gives ``[]``.
+
+    Args:
+        found: the parsed check-build.
+        prefix: the environment check-build ran in.
+    Returns:
+        labels (``PyTorch``) in check-build order; ``[]`` when every marked binding has its extension.
+    """
+    roots = [sp / "horovod" for sp in sorted(Path(prefix).glob("lib/python3*/site-packages"))
+             if (sp / "horovod").is_dir()]
+    out = []
+    for label, marked in found.frameworks:
+        fw = _frameworks.by_label(label)
+        if not marked or fw is None or not roots:
+            continue
+        sub = fw.binding.split(".", 1)[1]
+        if not any(next((root / sub).glob("mpi_lib*.so"), None) for root in roots):
+            out.append(label)
+    return out
+
+
+def without_frameworks(found: CheckBuild, labels: List[str]) -> CheckBuild:
+    """``found`` with the frameworks named in ``labels`` marked not built (``[ ]``)."""
+    return replace(found, frameworks=tuple((n, a and n not in labels) for n, a in found.frameworks))
 
 
 @dataclass(frozen=True)
