@@ -228,8 +228,11 @@ def test_a_broken_tensorflow_binding_fails_validate_naming_the_framework_and_the
 @pytest.mark.multinode
 def test_a_broken_tensorflow_binding_in_a_job_names_each_rank_and_its_error(multinode_cluster, site,  # noqa: F811
                                                                             cpu_tensorflow_env, tmp_path):
-    """The same broken copy in a job (srun starts the ranks, not horovodrun): each rank on each node
-    reports that horovod.tensorflow has not been built, naming its framework."""
+    """The same broken copy in a job (srun starts the ranks, not horovodrun): the ranks report that
+    horovod.tensorflow has not been built, naming their node and framework. The step runs under
+    ``srun --kill-on-bad-exit=1`` (issue 45: a failed rank ends the step), so the rank that fails
+    first may end the other before it writes its record (seen in rehearsal 28: node2's rank was
+    terminated): that rank is then named as having no result, never left out."""
     from test_multinode import envtool as cluster_envtool
 
     broken = _copy_without_tensorflow_extension(cpu_tensorflow_env / "env", tmp_path / "broken")
@@ -239,9 +242,12 @@ def test_a_broken_tensorflow_binding_in_a_job_names_each_rank_and_its_error(mult
                            "--json", "--timeout", "300", timeout=scaled(400))
     assert proc.returncode == 1, proc.stderr + proc.stdout + multinode_cluster.logs()
     problems = json.loads(proc.stdout)["problems"]
-    for rank, node in ((0, "node1"), (1, "node2")):
-        assert any(p.startswith(f"rank {rank} on {node} (tensorflow): ImportError: Extension horovod.tensorflow "
-                                "has not been built") for p in problems), (rank, problems)
+    named = {rank for rank, node in ((0, "node1"), (1, "node2"))
+             if any(p.startswith(f"rank {rank} on {node} (tensorflow): ImportError: Extension horovod.tensorflow "
+                                 "has not been built") for p in problems)}
+    assert named, problems
+    for rank in {0, 1} - named:  # ended by the step's kill-on-bad-exit before it wrote its record
+        assert f"rank {rank}: no result (it did not start or was killed; see the job output)" in problems, problems
     assert multinode_cluster.wait_queue_empty() == ""
 
 
